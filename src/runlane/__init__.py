@@ -1,0 +1,53 @@
+"""runlane: durable workflows for Python with exact per-key flow control."""
+
+from __future__ import annotations
+
+from .context import Context
+from .definitions import Concurrency, Singleton, step, workflow
+from .engine import Engine
+from .errors import (
+    ChildFailedError,
+    ConcurrencyLimitError,
+    FatalError,
+    GatherError,
+    NonDeterminismError,
+    RunExistsError,
+    RunlaneError,
+    SerializationError,
+    SignalTimeoutError,
+    SingletonQueueFullError,
+    StepTimeoutError,
+    UnknownWorkflowError,
+    UnsupportedStoreError,
+)
+from .models import Run, RunStatus, Settled, StepRecord
+from .retry import Retry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChildFailedError",
+    "Concurrency",
+    "ConcurrencyLimitError",
+    "Context",
+    "Engine",
+    "FatalError",
+    "GatherError",
+    "NonDeterminismError",
+    "Retry",
+    "Run",
+    "RunExistsError",
+    "RunStatus",
+    "RunlaneError",
+    "SerializationError",
+    "Settled",
+    "SignalTimeoutError",
+    "Singleton",
+    "SingletonQueueFullError",
+    "StepRecord",
+    "StepTimeoutError",
+    "UnknownWorkflowError",
+    "UnsupportedStoreError",
+    "step",
+    "workflow",
+]

@@ -1,0 +1,263 @@
+"""Context: everything a workflow body may do, each operation numbered for replay.
+
+An operation's sequence number is taken when the operation is *created* (``ctx.step(...)``
+returns an awaitable at once), so ``ctx.all([ctx.step(f, x) for x in xs])`` numbers its
+operations in list order on every replay.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Generator, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from .definitions import StepDefinition, seconds, workflow_definition
+from .errors import (
+    ContinueAsNew,
+    DefinitionError,
+    EventTimeoutError,
+    SignalTimeoutError,
+    raise_stored,
+)
+from .models import JSON, Settled, StepKind, StepStatus
+from .retry import Retry
+from .serialization import normalise
+
+if TYPE_CHECKING:
+    from .turn import Turn
+
+
+class Operation:
+    """An un-awaited context operation with its sequence number already fixed."""
+
+    kind: StepKind
+
+    def __init__(self, turn: Turn, seq: int, name: str) -> None:
+        self.turn = turn
+        self.seq = seq
+        self.name = name
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.turn.resolve_one(self).__await__()
+
+
+class StepOp(Operation):
+    kind = StepKind.STEP
+
+    def __init__(
+        self, turn: Turn, seq: int, definition: StepDefinition, input: JSON, retry: Retry
+    ) -> None:
+        super().__init__(turn, seq, definition.name)
+        self.definition = definition
+        self.input = input
+        self.retry = retry
+
+
+class ChildOp(Operation):
+    kind = StepKind.CHILD
+
+    def __init__(self, turn: Turn, seq: int, workflow: Any, input: JSON, child_id: str) -> None:
+        name = workflow if isinstance(workflow, str) else workflow_definition(workflow).name
+        super().__init__(turn, seq, name)
+        self.workflow = workflow
+        self.input = input
+        self.child_id = child_id
+
+
+class Context:
+    """What a workflow body may do. Only use it from the body it was passed to."""
+
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
+
+    @property
+    def run_id(self) -> str:
+        return self._turn.run.id
+
+    @property
+    def workflow(self) -> str:
+        return self._turn.run.workflow
+
+    @property
+    def attempt(self) -> int:
+        """1 for the first execution of the run; grows with each recovery after a crash."""
+        return self._turn.run.recoveries + 1
+
+    @property
+    def input(self) -> JSON:
+        return self._turn.run.input
+
+    # ---------------------------------------------------------------- steps and children
+
+    def step(
+        self,
+        fn_or_name: Callable[..., Any] | str,
+        input: JSON = None,
+        *,
+        retry: Retry | None = None,
+        timeout: float | timedelta | None = None,
+        group: str | None = None,
+    ) -> StepOp:
+        """A checkpointed step; await it (or pass it to ``all``) for its output."""
+        turn = self._turn
+        definition = turn.host.resolve_step(fn_or_name, group)
+        if timeout is not None or group is not None:
+            definition = StepDefinition(
+                name=definition.name,
+                fn=definition.fn,
+                retry=definition.retry,
+                timeout=seconds(timeout, "timeout") if timeout is not None else definition.timeout,
+                group=group or definition.group,
+            )
+        if definition.remote:
+            raise DefinitionError(
+                f"step {definition.name!r} is remote (group {definition.group!r}); remote steps"
+                " need a transport and a Worker, which this engine does not have"
+            )
+        value = normalise(input, f"input of step {definition.name!r}")
+        return StepOp(turn, turn.next_seq(), definition, value, retry or definition.retry)
+
+    def child(self, workflow: Any, input: JSON = None, *, run_id: str | None = None) -> ChildOp:
+        """Start (or re-attach to) a child run; await it for the child's output."""
+        turn = self._turn
+        seq = turn.next_seq()
+        value = normalise(input, "input of child workflow")
+        return ChildOp(turn, seq, workflow, value, run_id or f"{turn.run.id}.child.{seq}")
+
+    async def start_child(
+        self, workflow: Any, input: JSON = None, *, run_id: str | None = None
+    ) -> str:
+        """Start a child run without waiting for it; returns its id."""
+        turn = self._turn
+        seq = turn.next_seq()
+        value = normalise(input, "input of child workflow")
+        op = ChildOp(turn, seq, workflow, value, run_id or f"{turn.run.id}.child.{seq}")
+        op.kind = StepKind.START_CHILD
+        return await turn.start_child(op)
+
+    async def all(self, ops: Iterable[Operation], *, fail_fast: bool = False) -> list[JSON]:
+        """Outputs of every operation in input order; ``GatherError`` if any failed."""
+        return await self._turn.gather(list(ops), fail_fast=fail_fast, settled=False)
+
+    async def all_settled(self, ops: Iterable[Operation]) -> list[Settled]:
+        """A :class:`Settled` per operation, in input order; never raises for a failure."""
+        return await self._turn.gather(list(ops), fail_fast=False, settled=True)
+
+    # ---------------------------------------------------------------- time and waits
+
+    async def sleep(self, duration: float | timedelta) -> None:
+        """Durable sleep: the run is suspended and holds no memory until it is due."""
+        delay = seconds(duration, "sleep duration") or 0.0
+        turn = self._turn
+        seq = turn.next_seq()
+        record = turn.recorded(seq, StepKind.SLEEP, "sleep")
+        wake = record.wake_at if record is not None else turn.now() + timedelta(seconds=delay)
+        await turn.wait_until(seq, "sleep", wake, record)
+
+    async def sleep_until(self, when: datetime) -> None:
+        """Durable sleep until an aware datetime."""
+        if when.tzinfo is None:
+            raise ValueError("sleep_until needs a timezone-aware datetime")
+        turn = self._turn
+        seq = turn.next_seq()
+        record = turn.recorded(seq, StepKind.SLEEP, "sleep")
+        await turn.wait_until(seq, "sleep", record.wake_at if record else when, record)
+
+    async def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None) -> JSON:
+        """The payload of the next signal ``name``; ``SignalTimeoutError`` after ``timeout``."""
+        turn = self._turn
+        seq = turn.next_seq()
+        record = turn.recorded(seq, StepKind.SIGNAL, name)
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return record.output
+        if record is not None and record.status == StepStatus.FAILED:
+            raise SignalTimeoutError(f"no signal {name!r} within the timeout")
+        signal = turn.take_signal(name)
+        if signal is not None:
+            turn.complete(seq, StepKind.SIGNAL, name, signal.payload, record, consumed=signal.id)
+            return signal.payload
+        deadline = turn.deadline(record, timeout)
+        if deadline is not None and deadline <= turn.now():
+            turn.fail(
+                seq,
+                StepKind.SIGNAL,
+                name,
+                SignalTimeoutError(f"no signal {name!r} within the timeout"),
+                record,
+            )
+            raise SignalTimeoutError(f"no signal {name!r} within the timeout")
+        turn.park(seq, StepKind.SIGNAL, name, deadline, record)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def wait_for_event(
+        self,
+        name: str,
+        *,
+        match: Callable[[JSON], bool] | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> JSON:
+        """The payload of the next event ``name`` published after this wait began."""
+        turn = self._turn
+        seq = turn.next_seq()
+        record = turn.recorded(seq, StepKind.EVENT, name)
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return record.output
+        if record is not None and record.status == StepStatus.FAILED:
+            raise EventTimeoutError(f"no event {name!r} within the timeout")
+        after = (
+            int(record.input["after"])
+            if record is not None
+            else await turn.host.store.latest_event_seq()
+        )
+        event = await turn.find_event(name, after, match)
+        if event is not None:
+            turn.complete(seq, StepKind.EVENT, name, event.payload, record, input={"after": after})
+            return event.payload
+        deadline = turn.deadline(record, timeout)
+        if deadline is not None and deadline <= turn.now():
+            turn.fail(
+                seq,
+                StepKind.EVENT,
+                name,
+                EventTimeoutError(f"no event {name!r} within the timeout"),
+                record,
+            )
+            raise EventTimeoutError(f"no event {name!r} within the timeout")
+        turn.park(seq, StepKind.EVENT, name, deadline, record, input={"after": after})
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # ---------------------------------------------------------------- recorded values
+
+    def now(self) -> datetime:
+        """The engine clock's time, recorded once and identical on every replay."""
+        turn = self._turn
+        seq = turn.next_seq()
+        record = turn.recorded(seq, StepKind.NOW, "now")
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return datetime.fromisoformat(str(record.output))
+        value = turn.now()
+        turn.complete(seq, StepKind.NOW, "now", value.isoformat(), record)
+        return value
+
+    async def side_effect(self, fn: Callable[[], Any]) -> JSON:
+        """Call ``fn`` once; its JSON result is recorded and replayed identically."""
+        turn = self._turn
+        seq = turn.next_seq()
+        record = turn.recorded(seq, StepKind.SIDE_EFFECT, "side_effect")
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return record.output
+        await turn.flush()
+        result = fn()
+        if inspect.isawaitable(result):
+            result = await result
+        value = normalise(result, "side_effect result")
+        turn.complete(seq, StepKind.SIDE_EFFECT, "side_effect", value, record)
+        return value
+
+    def continue_as_new(self, input: JSON = None) -> NoReturn:
+        """End this run now; a fresh run ``<id>~N`` continues with ``input``."""
+        raise ContinueAsNew(normalise(input, "continue_as_new input"))
+
+
+__all__ = ["ChildOp", "Context", "Operation", "StepOp", "raise_stored"]

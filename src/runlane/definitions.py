@@ -1,0 +1,232 @@
+"""Workflow and step decorators, and the frozen definitions they attach.
+
+Everything is validated here, at decoration time, so a mistake fails at import and not in the
+middle of a run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal, TypeVar, overload
+
+from .errors import DefinitionError
+from .models import ACTIVE_STATUSES, RunStatus
+from .retry import NO_RETRY, Retry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+WORKFLOW_ATTR = "__runlane_workflow__"
+STEP_ATTR = "__runlane_step__"
+RESERVED_TAG_PREFIX = "runlane:"
+
+Seconds = float | int | timedelta
+LimitSource = int | Callable[[str], int] | Callable[[str], Awaitable[int]]
+
+
+def seconds(value: Seconds | None, what: str = "duration") -> float | None:
+    if value is None:
+        return None
+    result = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if result < 0:
+        raise ValueError(f"{what} must not be negative, got {value!r}")
+    return result
+
+
+@dataclass(frozen=True)
+class Singleton:
+    """At most ``limit`` runs per ``key(input)`` in flight; the rest wait FIFO."""
+
+    key: Callable[[Any], str]
+    limit: int = 1
+    max_queue_depth: int | None = None
+    on_busy: Literal["queue", "reject", "replace"] = "queue"
+
+    def __post_init__(self) -> None:
+        if not callable(self.key):
+            raise DefinitionError("Singleton.key must be a callable of the input")
+        if self.limit < 1:
+            raise DefinitionError("Singleton.limit must be at least 1")
+        if self.max_queue_depth is not None and self.max_queue_depth < 0:
+            raise DefinitionError("Singleton.max_queue_depth must not be negative")
+        if self.on_busy not in ("queue", "reject", "replace"):
+            raise DefinitionError("Singleton.on_busy must be 'queue', 'reject' or 'replace'")
+
+    @property
+    def queue_depth(self) -> int | None:
+        return 0 if self.on_busy == "reject" else self.max_queue_depth
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """A reject-fast quota: at most ``limit`` counted runs share ``key``, across workflows."""
+
+    key: str | Callable[[Any], str | None] | None
+    limit: LimitSource
+    count_statuses: Iterable[RunStatus | str] | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.key is None or isinstance(self.key, str) or callable(self.key)):
+            raise DefinitionError("Concurrency.key must be a string or a callable of the input")
+        if not (isinstance(self.limit, int) or callable(self.limit)):
+            raise DefinitionError("Concurrency.limit must be an int or a callable of the key")
+        if self.count_statuses is not None:
+            statuses = frozenset(RunStatus(s) for s in self.count_statuses)
+            terminal = [s for s in statuses if s.is_terminal]
+            if terminal:
+                raise DefinitionError(
+                    f"count_statuses may only name active statuses, not {terminal}"
+                )
+            object.__setattr__(self, "count_statuses", statuses)
+
+    @property
+    def statuses(self) -> frozenset[RunStatus]:
+        return frozenset(self.count_statuses) if self.count_statuses else ACTIVE_STATUSES  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class StepDefinition:
+    name: str
+    fn: Callable[..., Any] | None
+    retry: Retry = NO_RETRY
+    timeout: float | None = None
+    group: str | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return self.fn is not None and inspect.iscoroutinefunction(self.fn)
+
+    @property
+    def remote(self) -> bool:
+        return self.group is not None
+
+
+@dataclass(frozen=True)
+class WorkflowDefinition:
+    name: str
+    version: str
+    fn: Callable[..., Awaitable[Any]]
+    singleton: Singleton | None = None
+    concurrency: Concurrency | None = None
+    execution_timeout: float | None = None
+    on_event: tuple[str, ...] = ()
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+
+def check_tags(tags: Iterable[str]) -> tuple[str, ...]:
+    result = tuple(tags)
+    for tag in result:
+        if not isinstance(tag, str) or not tag:
+            raise DefinitionError(f"tags must be non-empty strings, got {tag!r}")
+        if tag.startswith(RESERVED_TAG_PREFIX):
+            raise DefinitionError(f"tag {tag!r} uses the reserved prefix {RESERVED_TAG_PREFIX!r}")
+    return result
+
+
+@overload
+def workflow(fn: F, /) -> F: ...
+@overload
+def workflow(
+    *,
+    name: str | None = None,
+    version: str = "1",
+    singleton: Singleton | None = None,
+    concurrency: Concurrency | None = None,
+    execution_timeout: Seconds | None = None,
+    on_event: Iterable[str] = (),
+    tags: Iterable[str] = (),
+) -> Callable[[F], F]: ...
+def workflow(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str = "1",
+    singleton: Singleton | None = None,
+    concurrency: Concurrency | None = None,
+    execution_timeout: Seconds | None = None,
+    on_event: Iterable[str] = (),
+    tags: Iterable[str] = (),
+) -> F | Callable[[F], F]:
+    """Declare an ``async def body(ctx, input)`` as a durable workflow."""
+
+    def decorate(body: F) -> F:
+        if not inspect.iscoroutinefunction(body):
+            raise DefinitionError(f"workflow {body.__qualname__} must be an 'async def' function")
+        if singleton is not None and not isinstance(singleton, Singleton):
+            raise DefinitionError("singleton= takes a runlane.Singleton")
+        if concurrency is not None and not isinstance(concurrency, Concurrency):
+            raise DefinitionError("concurrency= takes a runlane.Concurrency")
+        events = (on_event,) if isinstance(on_event, str) else tuple(on_event)
+        definition = WorkflowDefinition(
+            name=name or body.__name__,
+            version=str(version),
+            fn=body,
+            singleton=singleton,
+            concurrency=concurrency,
+            execution_timeout=seconds(execution_timeout, "execution_timeout"),
+            on_event=events,
+            tags=check_tags(tags),
+        )
+        setattr(body, WORKFLOW_ATTR, definition)
+        return body
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@overload
+def step(fn: F, /) -> F: ...
+@overload
+def step(
+    *,
+    name: str | None = None,
+    retry: Retry | None = None,
+    timeout: Seconds | None = None,
+    group: str | None = None,
+) -> Callable[[F], F]: ...
+def step(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retry: Retry | None = None,
+    timeout: Seconds | None = None,
+    group: str | None = None,
+) -> F | Callable[[F], F]:
+    """Declare a function of one JSON input as a checkpointed step."""
+
+    def decorate(body: F) -> F:
+        if not callable(body):
+            raise DefinitionError("a step must be a function")
+        if retry is not None and not isinstance(retry, Retry):
+            raise DefinitionError("retry= takes a runlane.Retry")
+        definition = StepDefinition(
+            name=name or f"{body.__module__}.{body.__qualname__}",
+            fn=body,
+            retry=retry or NO_RETRY,
+            timeout=seconds(timeout, "timeout"),
+            group=group,
+        )
+        setattr(body, STEP_ATTR, definition)
+        return body
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def workflow_definition(obj: Any) -> WorkflowDefinition:
+    definition = getattr(obj, WORKFLOW_ATTR, None)
+    if not isinstance(definition, WorkflowDefinition):
+        raise DefinitionError(f"{obj!r} is not decorated with @runlane.workflow")
+    return definition
+
+
+def step_definition(obj: Any) -> StepDefinition:
+    """The definition of a decorated step; plain functions get a default one."""
+    definition = getattr(obj, STEP_ATTR, None)
+    if isinstance(definition, StepDefinition):
+        return definition
+    if callable(obj):
+        return StepDefinition(name=f"{obj.__module__}.{obj.__qualname__}", fn=obj)
+    raise DefinitionError(f"{obj!r} is not a step")

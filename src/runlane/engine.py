@@ -1,0 +1,572 @@
+"""Engine: start, signal, cancel and wait on runs, and drive them through the worker loop.
+
+The engine is thin: admission happens in the store, replay in :mod:`runlane.turn`. What lives
+here is the loop that finds due work (pending runs, due timers, expired leases, timeouts) and
+the bookkeeping that executes each run on at most one local task at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Literal
+
+from .clock import Clock, SystemClock
+from .concurrency import run_in_thread
+from .definitions import Concurrency, StepDefinition, WorkflowDefinition, check_tags
+from .errors import (
+    ExecutionTimeoutError,
+    RunExistsError,
+    RunlaneError,
+    RunNotFoundError,
+    StepTimeoutError,
+    UnknownStepError,
+    UnsupportedStoreError,
+    error_dict,
+)
+from .models import (
+    JSON,
+    QuotaGate,
+    Run,
+    RunSpec,
+    RunStatus,
+    SingletonGate,
+    Started,
+    StepRecord,
+)
+from .options import EngineOptions
+from .registry import Registry
+from .serialization import normalise
+from .stores import open_store
+from .stores.base import Store
+from .turn import Turn
+
+log = logging.getLogger("runlane.engine")
+
+
+class Engine:
+    """Runs workflows durably against a store. Use ``async with engine:`` to drive it."""
+
+    def __init__(
+        self,
+        store: Store | str | None = None,
+        transport: Any = None,
+        workflows: Iterable[Any] = (),
+        steps: Iterable[Any] = (),
+        clock: Clock | None = None,
+        namespace: str | None = None,
+        drive: bool = True,
+        consumers: Literal["auto", "always", "never"] = "auto",
+        **options: Any,
+    ) -> None:
+        if consumers not in ("auto", "always", "never"):
+            raise ValueError("consumers must be 'auto', 'always' or 'never'")
+        self.store: Store = open_store(store) if isinstance(store, str) or store is None else store
+        self.transport = transport
+        self.registry = Registry(workflows, steps)
+        self.clock: Clock = clock or SystemClock()
+        self.namespace = namespace
+        self.drive = drive
+        self.consumers = consumers
+        self.options = EngineOptions.from_kwargs(options)
+        self.id = uuid.uuid4().hex[:12]
+        self._tokens = itertools.count(1)
+        self._inflight: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self._settled: dict[str, asyncio.Event] = {}
+        self._slots: asyncio.Semaphore | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._loop_task: asyncio.Task[None] | None = None
+        self._opened = False
+        self._accepting = True
+        self._next_wake: datetime | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @property
+    def lease_seconds(self) -> float:
+        return self.options.lease
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    async def _ready(self) -> None:
+        if not self._opened:
+            await self.store.open()
+            self._opened = True
+            self._slots = asyncio.Semaphore(self.options.max_local_runs)
+            self._wakeup = asyncio.Event()
+
+    async def __aenter__(self) -> Engine:
+        await self._ready()
+        self._accepting = True
+        if self.drive and self._loop_task is None:
+            self._loop_task = asyncio.create_task(self._loop(), name=f"runlane-engine-{self.id}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.drain()
+        await self.store.close()
+        self._opened = False
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Stop taking new work and wait up to ``timeout`` seconds for turns in flight."""
+        self._accepting = False
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+            self._loop_task = None
+        tasks = list(self._inflight.values())
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    # ---------------------------------------------------------------- starting runs
+
+    async def start(
+        self,
+        workflow: Any,
+        input: JSON = None,
+        run_id: str | None = None,
+        *,
+        concurrency: Concurrency | None = None,
+        priority: int = 0,
+        tags: Iterable[str] = (),
+        if_exists: Literal["return", "fail"] = "return",
+    ) -> Run:
+        """Durably enqueue a pending run (idempotent by ``run_id``) and return it."""
+        if if_exists not in ("return", "fail"):
+            raise ValueError("if_exists must be 'return' or 'fail'")
+        definition = self.registry.workflow(workflow)
+        value = normalise(input, f"input of workflow {definition.name!r}")
+        await self._ready()
+        spec = await self.build_spec(
+            definition,
+            value,
+            run_id or uuid.uuid4().hex,
+            concurrency=concurrency,
+            priority=priority,
+            tags=check_tags(tags),
+        )
+        [started] = await self.store.create_runs([spec], self.now())
+        run = self._started(started)
+        if not started.created and if_exists == "fail":
+            raise RunExistsError(run.id, run.status)
+        if started.created:
+            self._kick([run.id])
+        return run
+
+    def _started(self, started: Started) -> Run:
+        if started.rejected is not None:
+            raise started.rejected
+        assert started.run is not None
+        return started.run
+
+    async def build_spec(
+        self,
+        definition: WorkflowDefinition,
+        input: JSON,
+        run_id: str,
+        *,
+        parent: Run | None = None,
+        concurrency: Concurrency | None = None,
+        priority: int = 0,
+        tags: Sequence[str] = (),
+    ) -> RunSpec:
+        """The spec of a new run, with its singleton and quota gates evaluated on ``input``."""
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError("run_id must be a non-empty string")
+        singleton = self._singleton_gate(definition, input)
+        quota = await self._quota_gate(concurrency or definition.concurrency, input)
+        if (singleton or quota) and not self.store.atomic_admission:
+            raise UnsupportedStoreError(
+                f"{type(self.store).__name__} cannot admit singleton or quota runs atomically"
+            )
+        now = self.now()
+        timeout = definition.execution_timeout
+        return RunSpec(
+            id=run_id,
+            workflow=definition.name,
+            version=definition.version,
+            input=input,
+            created_at=now,
+            tags=tuple(dict.fromkeys((*definition.tags, *tags))),
+            parent_id=parent.id if parent else None,
+            namespace=parent.namespace if parent else self.namespace,
+            priority=parent.priority if parent and not priority else priority,
+            deadline_at=now + timedelta(seconds=timeout) if timeout is not None else None,
+            singleton=singleton,
+            quota=quota,
+        )
+
+    def _singleton_gate(self, definition: WorkflowDefinition, input: JSON) -> SingletonGate | None:
+        rule = definition.singleton
+        if rule is None:
+            return None
+        key = rule.key(input)
+        if not isinstance(key, str) or not key:
+            raise RunlaneError(
+                f"singleton key of {definition.name!r} must be a non-empty string, got {key!r}"
+            )
+        return SingletonGate(key, rule.limit, rule.queue_depth, replace=rule.on_busy == "replace")
+
+    async def _quota_gate(self, rule: Concurrency | None, input: JSON) -> QuotaGate | None:
+        if rule is None:
+            return None
+        key = rule.key(input) if callable(rule.key) else rule.key
+        if key is None:
+            return None
+        if not isinstance(key, str):
+            raise RunlaneError(f"concurrency key must be a string or None, got {key!r}")
+        limit: Any = rule.limit(key) if callable(rule.limit) else rule.limit
+        if inspect.isawaitable(limit):
+            limit = await limit
+        return QuotaGate(key, int(limit), rule.statuses)
+
+    async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
+        return await self.build_spec(self.registry.workflow(workflow), input, run_id, parent=parent)
+
+    async def continuation_spec(self, run: Run, input: JSON) -> RunSpec:
+        base, _, n = run.id.rpartition("~")
+        next_id = f"{base}~{int(n) + 1}" if base and n.isdigit() else f"{run.id}~1"
+        definition = self.registry.workflow(run.workflow)
+        user_tags = tuple(t for t in run.tags if t not in definition.tags)
+        return await self.build_spec(
+            definition, input, next_id, priority=run.priority, tags=user_tags
+        )
+
+    async def signal(self, run_id: str, name: str, payload: JSON = None) -> None:
+        """Deliver a signal to the run's waiter, or buffer it until the run waits for it."""
+        value = normalise(payload, f"payload of signal {name!r}")
+        await self._ready()
+        if await self.store.deliver_signal(run_id, name, value, self.now()):
+            self._kick([run_id])
+
+    async def signal_with_start(
+        self,
+        workflow: Any,
+        input: JSON,
+        run_id: str,
+        signal: str,
+        payload: JSON = None,
+        **start_opts: Any,
+    ) -> Run:
+        """Start (idempotently) then signal; the start passes through every gate as usual."""
+        normalise(payload, f"payload of signal {signal!r}")
+        run = await self.start(workflow, input, run_id, **start_opts)
+        await self.signal(run.id, signal, payload)
+        return run
+
+    async def publish_event(self, name: str, payload: JSON = None, *, id: str | None = None) -> int:
+        """Resume ``wait_for_event`` waiters and start ``on_event`` subscribers; idempotent by id."""
+        value = normalise(payload, f"payload of event {name!r}")
+        await self._ready()
+        event, created, woken = await self.store.publish_event(name, value, id, self.now())
+        specs = []
+        for definition in self.registry.subscribers(name):
+            run_id = f"{definition.name}:event:{event.id or event.seq}"
+            try:
+                specs.append(await self.build_spec(definition, value, run_id))
+            except RunlaneError:
+                log.exception("event %s: could not start subscriber %s", name, definition.name)
+        started = await self.store.create_runs(specs, self.now()) if specs else []
+        for result, spec in zip(started, specs, strict=True):
+            if result.rejected is not None:
+                log.warning(
+                    "event %s: subscriber %s skipped: %s", name, spec.workflow, result.rejected
+                )
+        new = [s.run.id for s in started if s.created and s.run is not None]
+        self._kick([*woken, *new])
+        return len(woken) + len(new) if created or new else 0
+
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel a run and its children; False when there was nothing to cancel."""
+        await self._ready()
+        try:
+            changed = await self.store.cancel_run(run_id, self.now(), None)
+        except RunNotFoundError:
+            return False
+        self._notify_many(changed)
+        return bool(changed)
+
+    async def requeue(self, run_id: str) -> Run:
+        """Retry a failed, dead or cancelled run from its checkpoints."""
+        await self._ready()
+        run = await self.store.get_run(run_id)
+        if run is None:
+            raise RunNotFoundError(run_id)
+        definition = self.registry.workflow(run.workflow, run.version)
+        deadline = None
+        if definition.execution_timeout is not None:
+            deadline = self.now() + timedelta(seconds=definition.execution_timeout)
+        requeued = await self.store.requeue_run(run_id, self.now(), deadline)
+        self._settled.pop(run_id, None)
+        self._kick([run_id])
+        return requeued
+
+    # ---------------------------------------------------------------- reads
+
+    async def get_run(self, run_id: str) -> Run | None:
+        await self._ready()
+        return await self.store.get_run(run_id)
+
+    async def list_runs(
+        self,
+        *,
+        workflow: Any = None,
+        status: RunStatus | str | None = None,
+        tag: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Run]:
+        await self._ready()
+        name = (
+            None
+            if workflow is None
+            else self.registry.workflow(workflow).name
+            if not isinstance(workflow, str)
+            else workflow
+        )
+        return await self.store.list_runs(
+            workflow=name,
+            status=RunStatus(status) if status is not None else None,
+            tag=tag,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        await self._ready()
+        return await self.store.list_steps(run_id)
+
+    async def wait_for_run(self, run_id: str, timeout: float | None = None) -> Run:
+        """Return once the run is terminal; ``TimeoutError`` after ``timeout`` wall-clock seconds."""
+        await self._ready()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            run = await self.store.get_run(run_id)
+            if run is None:
+                raise RunNotFoundError(run_id)
+            if run.is_terminal:
+                return run
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"run {run_id!r} is still {run.status} after {timeout}s")
+            event = self._settled.setdefault(run_id, asyncio.Event())
+            try:
+                await asyncio.wait_for(event.wait(), min(0.25, left) if left is not None else 0.25)
+            except TimeoutError:
+                pass
+
+    def _notify_many(self, run_ids: Iterable[str]) -> None:
+        for run_id in run_ids:
+            event = self._settled.pop(run_id, None)
+            if event is not None:
+                event.set()
+
+    # ---------------------------------------------------------------- the loop phases
+
+    async def tick(self) -> int:
+        """One pass of every phase, executing what is due by the engine clock; returns turns run."""
+        await self._ready()
+        total = await self.sweep_timeouts()
+        total += await self.recover_incomplete()
+        total += await self.resume_due_timers()
+        total += await self.run_pending()
+        return total
+
+    async def run_pending(self) -> int:
+        """Execute pending runs, highest priority then oldest first."""
+        await self._ready()
+        ids = await self.store.pending_run_ids(self.now(), self._capacity(), self.namespace)
+        return await self._execute_all(ids)
+
+    async def resume_due_timers(self) -> int:
+        """Resume suspended runs whose wake time has come, most overdue first."""
+        await self._ready()
+        limit = min(self.options.timer_batch_size, self._capacity())
+        ids = await self.store.due_run_ids(self.now(), limit, self.namespace)
+        random.shuffle(ids)
+        return await self._execute_all(ids)
+
+    async def recover_incomplete(self) -> int:
+        """Re-execute runs whose lease expired (their instance died mid-turn)."""
+        await self._ready()
+        ids = await self.store.expired_run_ids(self.now(), self._capacity(), self.namespace)
+        return await self._execute_all(ids)
+
+    async def sweep_timeouts(self) -> int:
+        """Cancel runs (and their subtrees) that exceeded their execution timeout."""
+        await self._ready()
+        ids = await self.store.timed_out_run_ids(
+            self.now(), self.options.timer_batch_size, self.namespace
+        )
+        for run_id in ids:
+            error = error_dict(
+                ExecutionTimeoutError(f"run {run_id!r} exceeded its execution timeout"),
+                with_traceback=False,
+            )
+            self._notify_many(await self.store.cancel_run(run_id, self.now(), error))
+        return len(ids)
+
+    def _capacity(self) -> int:
+        return max(1, self.options.max_local_runs - len(self._inflight))
+
+    async def _execute_all(self, ids: Sequence[str]) -> int:
+        tasks = [self._spawn(run_id) for run_id in ids]
+        if self.drive and self._loop_task is not None and asyncio.current_task() is self._loop_task:
+            return len(tasks)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return len(tasks)
+
+    def _kick(self, run_ids: Iterable[str]) -> None:
+        """Execute these runs now if this engine is driving; otherwise the polls find them."""
+        if not (self.drive and self._accepting and self._loop_task is not None):
+            return
+        for run_id in run_ids:
+            self._spawn(run_id)
+
+    def _spawn(self, run_id: str) -> asyncio.Task[None]:
+        task = self._inflight.get(run_id)
+        if task is not None:
+            self._again.add(run_id)
+            return task
+        task = asyncio.create_task(self._drive(run_id), name=f"runlane-run-{run_id}")
+        self._inflight[run_id] = task
+        return task
+
+    async def _drive(self, run_id: str) -> None:
+        followups: list[asyncio.Task[None]] = []
+        try:
+            again = True
+            while again:
+                self._again.discard(run_id)
+                woken = await self._execute(run_id)
+                again = run_id in woken or run_id in self._again
+                followups.extend(self._spawn(w) for w in woken if w != run_id)
+        except Exception:
+            log.exception(
+                "executing run %s failed; its lease will expire and it will be recovered", run_id
+            )
+        finally:
+            self._inflight.pop(run_id, None)
+        if followups:
+            await asyncio.gather(*followups, return_exceptions=True)
+
+    async def _execute(self, run_id: str) -> list[str]:
+        """Claim the run and drive one turn; returns runs to execute next (itself when rewoken)."""
+        assert self._slots is not None
+        async with self._slots:
+            owner = f"{self.id}:{next(self._tokens)}"
+            now = self.now()
+            retry = self.options.singleton_retry * random.uniform(0.75, 1.25)
+            outcome = await self.store.claim_run(
+                run_id,
+                owner,
+                now,
+                now + timedelta(seconds=self.options.lease),
+                singleton_retry_at=now + timedelta(seconds=retry),
+                max_recoveries=self.options.max_recovery_attempts,
+            )
+            if outcome.settled is not None:
+                self._notify_many([run_id])
+                return []
+            if outcome.claim is None:
+                return []
+            definition = self.registry.workflow(
+                outcome.claim.run.workflow, outcome.claim.run.version
+            )
+            result = await Turn(self, outcome.claim, owner, definition).execute()
+        if result.state == "settled":
+            self._notify_many([run_id])
+        elif result.state == "rewake":
+            return [run_id]
+        elif result.wake_at is not None:
+            self._note_wake(result.wake_at)
+        return result.woken
+
+    def _note_wake(self, when: datetime) -> None:
+        if self._next_wake is None or when < self._next_wake:
+            self._next_wake = when
+            if self._wakeup is not None:
+                self._wakeup.set()
+
+    async def _loop(self) -> None:
+        assert self._wakeup is not None
+        last_error = 0.0
+        while self._accepting:
+            self._wakeup.clear()
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if time.monotonic() - last_error > 60:
+                    log.exception("engine loop pass failed; retrying")
+                    last_error = time.monotonic()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), self._poll_delay())
+            except TimeoutError:
+                pass
+
+    def _poll_delay(self) -> float:
+        delay = self.options.poll_interval
+        if self._next_wake is not None:
+            until = (self._next_wake - self.now()).total_seconds()
+            if until <= delay:
+                self._next_wake = None
+                delay = max(0.0, until)
+        return delay
+
+    # ---------------------------------------------------------------- steps
+
+    def resolve_step(
+        self, fn_or_name: Callable[..., Any] | str, group: str | None
+    ) -> StepDefinition:
+        return self.registry.step(fn_or_name, group)
+
+    async def call_step(self, definition: StepDefinition, input: JSON) -> JSON:
+        fn = definition.fn
+        if fn is None:
+            raise UnknownStepError(definition.name)
+        args = (input,) if _takes_input(fn) else ()
+        if inspect.iscoroutinefunction(fn):
+            call = fn(*args)
+        else:
+            call = run_in_thread(fn, *args)
+        if definition.timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, definition.timeout)
+        except TimeoutError:
+            raise StepTimeoutError(
+                f"step {definition.name!r} did not finish within {definition.timeout}s"
+            ) from None
+
+
+def _takes_input(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )
+
+
+__all__ = ["Engine", "RunStatus"]

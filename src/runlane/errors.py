@@ -1,0 +1,266 @@
+"""Every error runlane raises, under one root.
+
+Each class's docstring is its default message. Errors that cross the store (a failed step, a
+rejected child start) are rebuilt from their ``to_dict`` form on replay, so their constructor
+arguments are kept as attributes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import traceback
+from typing import Any
+
+
+class RunlaneError(Exception):
+    """A runlane error."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class SerializationError(RunlaneError, TypeError):
+    """A value is not JSON-serialisable (dict, list, str, int, float, bool, None)."""
+
+
+class UnknownWorkflowError(RunlaneError, LookupError):
+    """No workflow with this name is registered on the engine."""
+
+    def __init__(self, workflow: str) -> None:
+        self.workflow = workflow
+        super().__init__(f"unknown workflow {workflow!r}")
+
+
+class UnknownStepError(RunlaneError, LookupError):
+    """No step with this name is registered on the engine."""
+
+    def __init__(self, step: str) -> None:
+        self.step = step
+        super().__init__(f"unknown step {step!r}")
+
+
+class RunNotFoundError(RunlaneError, LookupError):
+    """No run with this id exists."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run with id {run_id!r}")
+
+
+class RunFinishedError(RunlaneError):
+    """The run is already terminal and cannot take this operation."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"run {run_id!r} is already {status}")
+
+
+class RunExistsError(RunlaneError):
+    """A run with this id already exists."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        super().__init__(f"run {run_id!r} already exists (status {status})")
+
+
+class DefinitionError(RunlaneError, TypeError):
+    """A workflow or step definition is invalid."""
+
+
+class ConcurrencyLimitError(RunlaneError):
+    """The concurrency quota for this key is full; the start was refused and nothing was created."""
+
+    http_status = 429
+
+    def __init__(self, workflow: str, key: str, limit: int, active: int) -> None:
+        self.workflow = workflow
+        self.key = key
+        self.limit = limit
+        self.active = active
+        super().__init__(
+            f"concurrency limit reached for key {key!r}: {active} active >= limit {limit}"
+            f" (workflow {workflow!r})"
+        )
+
+
+class SingletonQueueFullError(RunlaneError):
+    """The singleton key's backlog is full; the start was refused and nothing was created."""
+
+    http_status = 429
+
+    def __init__(self, workflow: str, key: str, max_queue_depth: int) -> None:
+        self.workflow = workflow
+        self.key = key
+        self.max_queue_depth = max_queue_depth
+        super().__init__(
+            f"singleton queue for key {key!r} is full (max_queue_depth={max_queue_depth},"
+            f" workflow {workflow!r})"
+        )
+
+
+class UnsupportedStoreError(RunlaneError):
+    """This store cannot perform the requested operation atomically."""
+
+
+class FatalError(RunlaneError):
+    """A step failed in a way that retrying cannot fix; it is never retried."""
+
+
+class NonDeterminismError(RunlaneError):
+    """The workflow body diverged from its recorded history on replay."""
+
+
+class SignalTimeoutError(RunlaneError, TimeoutError):
+    """No signal arrived before the wait's timeout."""
+
+
+class EventTimeoutError(RunlaneError, TimeoutError):
+    """No matching event arrived before the wait's timeout."""
+
+
+class StepTimeoutError(RunlaneError, TimeoutError):
+    """A step did not finish within its timeout."""
+
+
+class ExecutionTimeoutError(RunlaneError, TimeoutError):
+    """The run exceeded its workflow's execution_timeout."""
+
+
+class StepError(RunlaneError):
+    """A step failed; raised on replay when the original exception type cannot be rebuilt."""
+
+    def __init__(self, message: str | None = None, type: str = "Exception") -> None:
+        self.type = type
+        super().__init__(message)
+
+
+class GatherError(RunlaneError):
+    """One or more operations of a fan-out failed."""
+
+    def __init__(self, failures: list[dict[str, Any]]) -> None:
+        self.failures = failures
+        first = failures[0] if failures else {}
+        super().__init__(
+            f"{len(failures)} operation(s) failed; first at index {first.get('index')}:"
+            f" {first.get('error', {}).get('message', '')}"
+        )
+
+
+class ChildFailedError(RunlaneError):
+    """A child workflow did not complete."""
+
+    def __init__(self, child_id: str, error: dict[str, Any] | None = None) -> None:
+        self.child_id = child_id
+        self.error = error or {}
+        super().__init__(
+            f"child run {child_id!r} failed: {self.error.get('type', 'Error')}:"
+            f" {self.error.get('message', '')}"
+        )
+
+
+class LeaseLostError(RunlaneError):
+    """This instance no longer holds the run's lease; the turn's writes were refused."""
+
+
+class _ControlFlow(BaseException):
+    """Unwinds a workflow body; user code catching ``Exception`` must never swallow it."""
+
+
+class Suspend(_ControlFlow):
+    """The turn cannot go further now: the run suspends until something wakes it."""
+
+
+class ContinueAsNew(_ControlFlow):
+    """The body asked to end this run and continue in a fresh one."""
+
+    def __init__(self, input: Any) -> None:
+        super().__init__()
+        self.input = input
+
+
+class Cancelled(_ControlFlow):
+    """The run was cancelled while the turn was executing."""
+
+
+class Abandon(_ControlFlow):
+    """This instance lost the run's lease; the turn stops without writing anything more."""
+
+
+def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
+    """The stored form of an exception: type, message, traceback and rebuildable attributes."""
+    result: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    attrs = {k: v for k, v in vars(exc).items() if not k.startswith("_") and _plain(v)}
+    if attrs and type(exc).__name__ in _REBUILDABLE:
+        result["attrs"] = attrs
+    if with_traceback and exc.__traceback__ is not None:
+        result["traceback"] = "".join(traceback.format_exception(exc))
+    cause = exc.__cause__
+    if cause is not None:
+        result["cause"] = error_dict(cause, with_traceback=False)
+    return result
+
+
+def _plain(value: Any) -> bool:
+    if value is None or isinstance(value, str | int | float | bool):
+        return True
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def rebuild_error(error: dict[str, Any]) -> Exception:
+    """Rebuild an exception from its stored dict, as faithfully as its type allows."""
+    name = str(error.get("type", "Exception"))
+    message = str(error.get("message", ""))
+    attrs = error.get("attrs") or {}
+    cls = _REBUILDABLE.get(name)
+    if cls is not None:
+        try:
+            exc: Exception = cls(**attrs) if attrs else cls(message)
+            return exc
+        except TypeError:
+            pass
+    candidate = getattr(builtins, name, None)
+    if isinstance(candidate, type) and issubclass(candidate, Exception):
+        try:
+            return candidate(message)
+        except TypeError:
+            pass
+    return StepError(message, type=name)
+
+
+def raise_stored(error: dict[str, Any]) -> Exception:
+    """Rebuild an error with its stored cause chained, ready to raise."""
+    exc = rebuild_error(error)
+    cause = error.get("cause")
+    if isinstance(cause, dict):
+        exc.__cause__ = rebuild_error(cause)
+    return exc
+
+
+_REBUILDABLE: dict[str, type[Exception]] = {
+    cls.__name__: cls
+    for cls in (
+        ConcurrencyLimitError,
+        SingletonQueueFullError,
+        UnknownWorkflowError,
+        FatalError,
+        NonDeterminismError,
+        SignalTimeoutError,
+        EventTimeoutError,
+        StepTimeoutError,
+        ExecutionTimeoutError,
+        ChildFailedError,
+        SerializationError,
+        GatherError,
+        RunlaneError,
+    )
+}

@@ -1,0 +1,220 @@
+"""The frozen records the engine and the stores speak."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+JSON = Any
+"""A JSON-serialisable value: dict, list, str, int, float, bool or None."""
+
+
+class RunStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    BLOCKED = "blocked"
+    CANCELLING = "cancelling"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DEAD = "dead"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+ACTIVE_STATUSES = frozenset(
+    {
+        RunStatus.PENDING,
+        RunStatus.RUNNING,
+        RunStatus.SUSPENDED,
+        RunStatus.BLOCKED,
+        RunStatus.CANCELLING,
+    }
+)
+TERMINAL_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD}
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    id: str
+    workflow: str
+    version: str
+    status: RunStatus
+    input: JSON
+    output: JSON
+    error: dict[str, Any] | None
+    tags: tuple[str, ...]
+    created_at: datetime
+    updated_at: datetime
+    wake_at: datetime | None
+    parent_id: str | None
+    namespace: str | None
+    priority: int
+    # Internals the engine needs; readable, but not part of the stable contract.
+    singleton_key: str | None = None
+    singleton_limit: int | None = None
+    holds_slot: bool = False
+    concurrency_key: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    deadline_at: datetime | None = None
+    recoveries: int = 0
+    wake_requested_at: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class StepKind(StrEnum):
+    STEP = "step"
+    SLEEP = "sleep"
+    SIGNAL = "signal"
+    EVENT = "event"
+    CHILD = "child"
+    START_CHILD = "start_child"
+    NOW = "now"
+    SIDE_EFFECT = "side_effect"
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    run_id: str
+    seq: int
+    name: str
+    kind: str
+    status: str
+    input: JSON = None
+    output: JSON = None
+    error: dict[str, Any] | None = None
+    attempts: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_heartbeat_at: datetime | None = None
+    # When this record next needs attention: a sleep's end, a retry, a wait's timeout.
+    wake_at: datetime | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status in (StepStatus.COMPLETED, StepStatus.FAILED)
+
+
+@dataclass(frozen=True)
+class Settled:
+    ok: bool
+    value: JSON = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SingletonGate:
+    """Singleton admission rules carried by a run spec."""
+
+    key: str
+    limit: int = 1
+    max_queue_depth: int | None = None
+    replace: bool = False
+
+
+@dataclass(frozen=True)
+class QuotaGate:
+    """Concurrency quota rules carried by a run spec."""
+
+    key: str
+    limit: int
+    count_statuses: frozenset[RunStatus] = ACTIVE_STATUSES
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A run to create. ``created_at`` comes from the engine clock."""
+
+    id: str
+    workflow: str
+    version: str
+    input: JSON
+    created_at: datetime
+    tags: tuple[str, ...] = ()
+    parent_id: str | None = None
+    namespace: str | None = None
+    priority: int = 0
+    deadline_at: datetime | None = None
+    singleton: SingletonGate | None = None
+    quota: QuotaGate | None = None
+
+
+@dataclass(frozen=True)
+class Started:
+    """What a create did for one spec: the run (existing or new), or the admission refusal."""
+
+    run: Run | None
+    created: bool
+    rejected: Exception | None = None
+
+
+@dataclass(frozen=True)
+class Signal:
+    id: int
+    run_id: str
+    name: str
+    payload: JSON
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    name: str
+    payload: JSON
+    created_at: datetime
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A leased run with everything a turn needs to replay it."""
+
+    run: Run
+    steps: Sequence[StepRecord]
+    signals: Sequence[Signal]
+
+
+@dataclass(frozen=True)
+class ClaimOutcome:
+    """Result of a claim attempt: a claim, or why there is none."""
+
+    claim: Claim | None = None
+    parked: bool = False  # a singleton waiter denied a slot and parked until woken
+    settled: Run | None = None  # the claim found the run terminal (e.g. a recovered cancelling run)
+
+
+@dataclass(frozen=True)
+class Settlement:
+    status: RunStatus
+    output: JSON = None
+    error: dict[str, Any] | None = None
+    continue_as: RunSpec | None = None
+
+
+@dataclass(frozen=True)
+class Writes:
+    """Records a turn flushes with its next write, in one transaction."""
+
+    steps: Sequence[StepRecord] = ()
+    consumed_signals: Sequence[int] = ()
+    children: Sequence[RunSpec] = field(default_factory=tuple)

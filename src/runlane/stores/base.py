@@ -1,0 +1,242 @@
+"""The Store protocol: the durable state of runs, checkpoints, leases and admission.
+
+The docstrings here are the contract every store passes (``runlane.testing`` holds the suite).
+Times are passed in by the engine (its clock); a store never reads a clock of its own.
+
+Vocabulary:
+
+* **Lease**: a run being executed is ``running`` with ``lease_owner`` set to a token unique to
+  that claim and ``lease_expires_at`` in the future. Every turn write is *fenced*: it applies only
+  while the caller's token still holds the lease, else it raises :class:`LeaseLostError` (or
+  :class:`RunCancelling` when the run was cancelled during the turn) and writes nothing.
+* **Wake**: making a waiting run due. For a ``suspended``/``blocked`` run a wake sets
+  ``wake_at = now``; for a leased run (a turn is in flight) it stamps ``wake_requested_at`` so the
+  turn's suspend write keeps the run due instead of letting it sleep; a pending run is already due.
+* **Singleton slot**: a run with a ``singleton_key`` holds a slot (``holds_slot``) from the claim
+  that admitted it until its terminal settlement, whatever happens in between (suspension, lease
+  expiry, restart). Waiters are the key's active runs without a slot, FIFO by
+  ``(created_at, id)``.
+* **Quota**: runs sharing a ``concurrency_key`` whose status is in the gate's counted statuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from ..errors import LeaseLostError
+from ..models import (
+    ClaimOutcome,
+    Event,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    Started,
+    StepRecord,
+    Writes,
+)
+
+
+class RunCancelling(LeaseLostError):
+    """The run was cancelled while this turn held its lease; settle it as cancelled."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Durable state for an engine. Every method is a single atomic unit of work."""
+
+    atomic_admission: bool
+    """True when singleton admission and quotas are checked and applied atomically."""
+
+    async def open(self) -> None:
+        """Connect and bring the schema up to date. Idempotent."""
+
+    async def close(self) -> None:
+        """Release connections. Idempotent."""
+
+    # ---------------------------------------------------------------- starts
+
+    async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+        """Create runs as ``pending``, one :class:`Started` per spec, in order.
+
+        Per spec, atomically: if a run with ``spec.id`` exists, return it (``created=False``)
+        without any admission check. Otherwise apply the gates, then insert:
+
+        * quota: count runs with ``concurrency_key == gate.key`` whose status is in
+          ``gate.count_statuses``; if ``count >= gate.limit`` refuse with
+          ``ConcurrencyLimitError(workflow, key, limit, count)``.
+        * singleton ``max_queue_depth``: count the key's active runs; if
+          ``count >= limit + max_queue_depth`` refuse with ``SingletonQueueFullError``.
+        * singleton ``replace``: cancel the key's active runs (a leased one goes to
+          ``cancelling``; others settle ``cancelled`` at once, releasing slots and waking waiters).
+
+        A refused spec yields ``Started(None, False, rejected=error)`` and writes nothing; other
+        specs in the batch are unaffected. Gates of different keys never wait on each other.
+        """
+        ...
+
+    # ---------------------------------------------------------------- claims
+
+    async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        """Ids of ``pending`` runs, highest priority first, then oldest ``(created_at, id)``.
+
+        ``namespace=None`` means every namespace.
+        """
+        ...
+
+    async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        """Ids of suspended/blocked runs that are due (``wake_at <= now``), most overdue first."""
+        ...
+
+    async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        """Ids of running/cancelling runs whose lease expired (``lease_expires_at <= now``)."""
+        ...
+
+    async def timed_out_run_ids(
+        self, now: datetime, limit: int, namespace: str | None
+    ) -> list[str]:
+        """Ids of active runs past their ``deadline_at`` (execution timeout)."""
+        ...
+
+    async def claim_run(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        singleton_retry_at: datetime,
+        max_recoveries: int | None = None,
+    ) -> ClaimOutcome:
+        """Lease a run for one turn, atomically.
+
+        Claimable: ``pending``; ``suspended``/``blocked`` with ``wake_at <= now``; a
+        ``running``/``cancelling`` run whose lease expired (a recovery: ``recoveries += 1``).
+        Anything else returns an empty outcome and writes nothing.
+
+        * A recovered ``cancelling`` run settles ``cancelled`` (``outcome.settled``).
+        * A recovery beyond ``max_recoveries`` settles the run ``dead`` (``outcome.settled``).
+        * A singleton run without a slot is admitted only when its key has a free slot and it
+          is among the oldest waiters for the free slots; admitted, it holds the slot from this
+          write on. Denied, it is parked ``suspended`` with ``wake_at = singleton_retry_at`` and
+          ``outcome.parked`` is true.
+        * Claimed: status ``running``, lease set, ``wake_at`` and ``wake_requested_at`` cleared;
+          the outcome carries the run, its step records (by seq) and its unconsumed signals
+          (oldest first).
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
+        """Extend the lease; False (and nothing written) when ``owner`` no longer holds it."""
+        ...
+
+    # ---------------------------------------------------------------- turn writes (fenced)
+
+    async def checkpoint(
+        self, run_id: str, owner: str, writes: Writes, now: datetime
+    ) -> list[Started]:
+        """Persist step records (upsert by seq), mark signals consumed and create child runs.
+
+        One transaction; fenced. Children are created exactly as :meth:`create_runs` does,
+        with ``parent_id`` as given in their specs; the results are returned in order.
+        """
+        ...
+
+    async def suspend_run(
+        self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+    ) -> bool:
+        """Flush ``writes`` and park the run ``suspended`` with ``wake_at``; release the lease.
+
+        Fenced. Returns True when a wake arrived during the turn (``wake_requested_at`` set):
+        the run is then left due now (``wake_at = now``) so it is not lost.
+        """
+        ...
+
+    async def settle_run(
+        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
+    ) -> list[str]:
+        """Flush ``writes`` and finish the run with a terminal status; release the lease.
+
+        Fenced, but allowed while ``cancelling``. In the same transaction: the singleton slot is
+        released and the oldest waiters for the freed slots are woken; the parent is woken; a
+        ``continue_as`` spec is created (without gates). Returns the ids woken or created, so
+        the caller may run them at once.
+        """
+        ...
+
+    # ---------------------------------------------------------------- from outside a turn
+
+    async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
+        """Buffer a signal for a run and wake it if it waits for ``name``.
+
+        Raises ``RunNotFoundError`` for an unknown run and ``RunFinishedError`` for a terminal
+        one, writing nothing. Returns True when the run was woken.
+        """
+        ...
+
+    async def cancel_run(
+        self, run_id: str, now: datetime, error: dict[str, object] | None
+    ) -> list[str]:
+        """Cancel a run and its active descendants; return the ids whose status changed.
+
+        Leased runs go to ``cancelling`` (their turn settles them); the others settle
+        ``cancelled`` at once, with the same effects as :meth:`settle_run`. Raises
+        ``RunNotFoundError`` for an unknown id; a terminal run yields ``[]``.
+        """
+        ...
+
+    async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+        """Put a ``failed``/``dead``/``cancelled`` run back to ``pending``.
+
+        Completed checkpoints are kept; other step records are dropped so they execute again.
+        Error, output, lease, recoveries and slot are cleared (a singleton run claims again).
+        Raises ``RunNotFoundError`` or ``RunlaneError`` for a run that is not requeueable.
+        """
+        ...
+
+    async def publish_event(
+        self, name: str, payload: object, event_id: str | None, now: datetime
+    ) -> tuple[Event, bool, list[str]]:
+        """Record an event (idempotent by ``event_id``) and wake runs waiting for ``name``.
+
+        Returns ``(event, created, woken_ids)``; a duplicate id returns the first event,
+        ``created=False`` and wakes nothing.
+        """
+        ...
+
+    async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
+        """Events named ``name`` with ``seq > after_seq``, oldest first."""
+        ...
+
+    async def latest_event_seq(self) -> int:
+        """The highest event seq so far (0 when there is none)."""
+        ...
+
+    # ---------------------------------------------------------------- reads
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or None."""
+        ...
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        """The runs that exist among ``run_ids``, by id."""
+        ...
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        tag: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Run]:
+        """Runs matching every filter given, newest first (``created_at``, then id, descending)."""
+        ...
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        """The run's step records by seq; ``[]`` for an unknown run."""
+        ...

@@ -1,0 +1,493 @@
+"""MemoryStore: the whole store contract in process memory, for tests and one-off scripts.
+
+Every method runs without awaiting in between, so each is atomic on the event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from .. import admission
+from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
+from ..models import (
+    ACTIVE_STATUSES,
+    Claim,
+    ClaimOutcome,
+    Event,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    Signal,
+    Started,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    Writes,
+)
+from .base import RunCancelling
+
+_LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
+_WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
+
+
+def run_from_spec(spec: RunSpec) -> Run:
+    return Run(
+        id=spec.id,
+        workflow=spec.workflow,
+        version=spec.version,
+        status=RunStatus.PENDING,
+        input=spec.input,
+        output=None,
+        error=None,
+        tags=tuple(spec.tags),
+        created_at=spec.created_at,
+        updated_at=spec.created_at,
+        wake_at=None,
+        parent_id=spec.parent_id,
+        namespace=spec.namespace,
+        priority=spec.priority,
+        singleton_key=spec.singleton.key if spec.singleton else None,
+        singleton_limit=spec.singleton.limit if spec.singleton else None,
+        concurrency_key=spec.quota.key if spec.quota else None,
+        deadline_at=spec.deadline_at,
+    )
+
+
+class MemoryStore:
+    """An in-memory store. Not shared between processes; lost when the process ends."""
+
+    atomic_admission = True
+
+    def __init__(self) -> None:
+        self._runs: dict[str, Run] = {}
+        self._steps: dict[str, dict[int, StepRecord]] = {}
+        self._signals: dict[str, list[Signal]] = {}
+        self._events: list[Event] = []
+        self._event_ids: dict[str, Event] = {}
+        self._ids = itertools.count(1)
+
+    @classmethod
+    def from_url(cls, url: str) -> MemoryStore:
+        return cls()
+
+    async def open(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    # ---------------------------------------------------------------- starts
+
+    async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+        return [self._create(spec, now) for spec in specs]
+
+    def _create(self, spec: RunSpec, now: datetime) -> Started:
+        existing = self._runs.get(spec.id)
+        if existing is not None:
+            return Started(existing, created=False)
+        refusal = self._refusal(spec)
+        if refusal is not None:
+            return Started(None, created=False, rejected=refusal)
+        if spec.singleton is not None and spec.singleton.replace:
+            for other in self._active_of_key(spec.singleton.key):
+                self._cancel_one(other, now, None)
+        run = run_from_spec(spec)
+        self._runs[run.id] = run
+        self._steps[run.id] = {}
+        return Started(run, created=True)
+
+    def _refusal(self, spec: RunSpec) -> Exception | None:
+        if spec.quota is not None:
+            counted = spec.quota.count_statuses
+            active = sum(
+                1
+                for r in self._runs.values()
+                if r.concurrency_key == spec.quota.key and r.status in counted
+            )
+            refusal = admission.quota_refusal(spec.workflow, spec.quota, active)
+            if refusal is not None:
+                return refusal
+        if spec.singleton is not None:
+            active = len(self._active_of_key(spec.singleton.key))
+            return admission.queue_refusal(spec.workflow, spec.singleton, active)
+        return None
+
+    def _active_of_key(self, key: str) -> list[Run]:
+        runs = [r for r in self._runs.values() if r.singleton_key == key and not r.is_terminal]
+        return sorted(runs, key=lambda r: (r.created_at, r.id))
+
+    # ---------------------------------------------------------------- claims
+
+    def _in_namespace(self, run: Run, namespace: str | None) -> bool:
+        return namespace is None or run.namespace == namespace
+
+    async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        runs = [
+            r
+            for r in self._runs.values()
+            if r.status == RunStatus.PENDING and self._in_namespace(r, namespace)
+        ]
+        runs.sort(key=lambda r: (-r.priority, r.created_at, r.id))
+        return [r.id for r in runs[:limit]]
+
+    async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        runs = [
+            r
+            for r in self._runs.values()
+            if r.status in _WAITING
+            and r.wake_at is not None
+            and r.wake_at <= now
+            and self._in_namespace(r, namespace)
+        ]
+        runs.sort(key=lambda r: (r.wake_at or now, r.id))
+        return [r.id for r in runs[:limit]]
+
+    async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        runs = [
+            r
+            for r in self._runs.values()
+            if r.status in _LEASED
+            and r.lease_expires_at is not None
+            and r.lease_expires_at <= now
+            and self._in_namespace(r, namespace)
+        ]
+        runs.sort(key=lambda r: (r.lease_expires_at or now, r.id))
+        return [r.id for r in runs[:limit]]
+
+    async def timed_out_run_ids(
+        self, now: datetime, limit: int, namespace: str | None
+    ) -> list[str]:
+        runs = [
+            r
+            for r in self._runs.values()
+            if not r.is_terminal
+            and r.deadline_at is not None
+            and r.deadline_at <= now
+            and self._in_namespace(r, namespace)
+        ]
+        runs.sort(key=lambda r: (r.deadline_at or now, r.id))
+        return [r.id for r in runs[:limit]]
+
+    async def claim_run(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        singleton_retry_at: datetime,
+        max_recoveries: int | None = None,
+    ) -> ClaimOutcome:
+        run = self._runs.get(run_id)
+        if run is None or not _claimable(run, now):
+            return ClaimOutcome()
+        if run.status in _LEASED:
+            run = replace(run, recoveries=run.recoveries + 1)
+            self._runs[run_id] = run
+            if run.status == RunStatus.CANCELLING:
+                return ClaimOutcome(settled=self._finish(run, Settlement(RunStatus.CANCELLED), now))
+            if max_recoveries is not None and run.recoveries > max_recoveries:
+                error = {
+                    "type": "RecoveryLimitExceeded",
+                    "message": f"run recovered {run.recoveries} times (max {max_recoveries})",
+                }
+                return ClaimOutcome(
+                    settled=self._finish(run, Settlement(RunStatus.DEAD, None, error), now)
+                )
+        if run.singleton_key is not None and not run.holds_slot:
+            if not self._admit(run):
+                parked = replace(
+                    run,
+                    status=RunStatus.SUSPENDED,
+                    wake_at=singleton_retry_at,
+                    wake_requested_at=None,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    updated_at=now,
+                )
+                self._runs[run_id] = parked
+                return ClaimOutcome(parked=True)
+            run = replace(run, holds_slot=True)
+        run = replace(
+            run,
+            status=RunStatus.RUNNING,
+            lease_owner=owner,
+            lease_expires_at=lease_until,
+            wake_at=None,
+            wake_requested_at=None,
+            updated_at=now,
+        )
+        self._runs[run_id] = run
+        steps = sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
+        signals = [s for s in self._signals.get(run_id, [])]
+        return ClaimOutcome(claim=Claim(run, steps, signals))
+
+    def _admit(self, run: Run) -> bool:
+        key = run.singleton_key
+        assert key is not None
+        same_key = self._active_of_key(key)
+        holders = sum(1 for r in same_key if r.holds_slot)
+        waiters = [r for r in same_key if not r.holds_slot and r.status != RunStatus.CANCELLING]
+        rank = next((i for i, r in enumerate(waiters) if r.id == run.id), len(waiters))
+        return admission.admits(run.singleton_limit or 1, holders, rank)
+
+    async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.lease_owner != owner or run.status not in _LEASED:
+            return False
+        self._runs[run_id] = replace(run, lease_expires_at=lease_until)
+        return True
+
+    # ---------------------------------------------------------------- turn writes
+
+    def _fenced(self, run_id: str, owner: str, *, allow_cancelling: bool = False) -> Run:
+        run = self._runs.get(run_id)
+        if run is None or run.lease_owner != owner or run.status not in _LEASED:
+            raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
+        if run.status == RunStatus.CANCELLING and not allow_cancelling:
+            raise RunCancelling(f"run {run_id!r} was cancelled")
+        return run
+
+    def _apply(self, run_id: str, writes: Writes, now: datetime) -> list[Started]:
+        records = self._steps.setdefault(run_id, {})
+        for record in writes.steps:
+            records[record.seq] = record
+        if writes.consumed_signals:
+            consumed = set(writes.consumed_signals)
+            self._signals[run_id] = [
+                s for s in self._signals.get(run_id, []) if s.id not in consumed
+            ]
+        return [self._create(spec, now) for spec in writes.children]
+
+    async def checkpoint(
+        self, run_id: str, owner: str, writes: Writes, now: datetime
+    ) -> list[Started]:
+        run = self._fenced(run_id, owner)
+        started = self._apply(run_id, writes, now)
+        self._runs[run_id] = replace(self._runs[run_id], updated_at=now)
+        del run
+        return started
+
+    async def suspend_run(
+        self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+    ) -> bool:
+        self._fenced(run_id, owner)
+        self._apply(run_id, writes, now)
+        run = self._runs[run_id]
+        rewake = run.wake_requested_at is not None
+        self._runs[run_id] = replace(
+            run,
+            status=RunStatus.SUSPENDED,
+            wake_at=now if rewake else wake_at,
+            wake_requested_at=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+        return rewake
+
+    async def settle_run(
+        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
+    ) -> list[str]:
+        self._fenced(run_id, owner, allow_cancelling=True)
+        self._apply(run_id, writes, now)
+        woken: list[str] = []
+        self._finish(self._runs[run_id], settlement, now, woken)
+        if settlement.continue_as is not None:
+            started = self._create(settlement.continue_as, now)
+            if started.created:
+                woken.append(settlement.continue_as.id)
+        return woken
+
+    def _finish(
+        self, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None
+    ) -> Run:
+        woken = [] if woken is None else woken
+        done = replace(
+            run,
+            status=settlement.status,
+            output=settlement.output,
+            error=settlement.error,
+            holds_slot=False,
+            lease_owner=None,
+            lease_expires_at=None,
+            wake_at=None,
+            wake_requested_at=None,
+            updated_at=now,
+        )
+        self._runs[run.id] = done
+        self._signals.pop(run.id, None)
+        if run.holds_slot and run.singleton_key is not None:
+            woken.extend(self._wake_waiters(run.singleton_key, run.singleton_limit or 1, now))
+        if run.parent_id is not None and self._wake(run.parent_id, now):
+            woken.append(run.parent_id)
+        return done
+
+    def _wake_waiters(self, key: str, limit: int, now: datetime) -> list[str]:
+        same_key = self._active_of_key(key)
+        holders = sum(1 for r in same_key if r.holds_slot)
+        waiters = [r for r in same_key if not r.holds_slot and r.status != RunStatus.CANCELLING]
+        chosen = waiters[: admission.free_slots(limit, holders)]
+        for waiter in chosen:
+            self._wake(waiter.id, now)
+        return [w.id for w in chosen]
+
+    def _wake(self, run_id: str, now: datetime) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.is_terminal:
+            return False
+        if run.status in _WAITING:
+            self._runs[run_id] = replace(run, wake_at=now, updated_at=now)
+        elif run.status in _LEASED:
+            self._runs[run_id] = replace(run, wake_requested_at=now)
+        return True
+
+    # ---------------------------------------------------------------- from outside a turn
+
+    async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise RunNotFoundError(run_id)
+        if run.is_terminal:
+            raise RunFinishedError(run_id, run.status)
+        signal = Signal(next(self._ids), run_id, name, payload, now)
+        self._signals.setdefault(run_id, []).append(signal)
+        if self._waits_for(run_id, StepKind.SIGNAL, name):
+            return self._wake(run_id, now)
+        if run.status in _LEASED:
+            self._wake(run_id, now)
+        return False
+
+    def _waits_for(self, run_id: str, kind: StepKind, name: str) -> bool:
+        return any(
+            s.kind == kind and s.name == name and s.status == StepStatus.PENDING
+            for s in self._steps.get(run_id, {}).values()
+        )
+
+    async def cancel_run(
+        self, run_id: str, now: datetime, error: dict[str, object] | None
+    ) -> list[str]:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise RunNotFoundError(run_id)
+        changed: list[str] = []
+        for target in [run, *self._descendants(run_id)]:
+            if not target.is_terminal and self._cancel_one(self._runs[target.id], now, error):
+                changed.append(target.id)
+        return changed
+
+    def _descendants(self, run_id: str) -> Iterable[Run]:
+        children = [r for r in self._runs.values() if r.parent_id == run_id]
+        for child in children:
+            yield child
+            yield from self._descendants(child.id)
+
+    def _cancel_one(self, run: Run, now: datetime, error: dict[str, object] | None) -> bool:
+        if run.is_terminal or run.status == RunStatus.CANCELLING:
+            return False
+        if run.status == RunStatus.RUNNING:
+            self._runs[run.id] = replace(
+                run, status=RunStatus.CANCELLING, updated_at=now, error=error
+            )
+        else:
+            self._finish(run, Settlement(RunStatus.CANCELLED, None, error), now)
+        return True
+
+    async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise RunNotFoundError(run_id)
+        if run.status not in (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED):
+            raise RunlaneError(
+                f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
+            )
+        records = self._steps.setdefault(run_id, {})
+        for seq in [s.seq for s in records.values() if s.status != StepStatus.COMPLETED]:
+            del records[seq]
+        requeued = replace(
+            run,
+            status=RunStatus.PENDING,
+            output=None,
+            error=None,
+            holds_slot=False,
+            recoveries=0,
+            lease_owner=None,
+            lease_expires_at=None,
+            wake_at=None,
+            wake_requested_at=None,
+            deadline_at=deadline_at,
+            updated_at=now,
+        )
+        self._runs[run_id] = requeued
+        return requeued
+
+    async def publish_event(
+        self, name: str, payload: object, event_id: str | None, now: datetime
+    ) -> tuple[Event, bool, list[str]]:
+        if event_id is not None and event_id in self._event_ids:
+            return self._event_ids[event_id], False, []
+        event = Event(len(self._events) + 1, name, payload, now, event_id)
+        self._events.append(event)
+        if event_id is not None:
+            self._event_ids[event_id] = event
+        woken = [
+            run_id
+            for run_id in list(self._steps)
+            if self._waits_for(run_id, StepKind.EVENT, name) and self._wake(run_id, now)
+        ]
+        return event, True, woken
+
+    async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
+        return [e for e in self._events[after_seq:] if e.name == name][:limit]
+
+    async def latest_event_seq(self) -> int:
+        return len(self._events)
+
+    # ---------------------------------------------------------------- reads
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return self._runs.get(run_id)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        return {i: self._runs[i] for i in run_ids if i in self._runs}
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        tag: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Run]:
+        runs = [
+            r
+            for r in self._runs.values()
+            if (workflow is None or r.workflow == workflow)
+            and (status is None or r.status == status)
+            and (tag is None or tag in r.tags)
+            and (parent_id is None or r.parent_id == parent_id)
+        ]
+        runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        return runs[offset : offset + limit]
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
+
+
+def _claimable(run: Run, now: datetime) -> bool:
+    if run.status == RunStatus.PENDING:
+        return True
+    if run.status in _WAITING:
+        return run.wake_at is not None and run.wake_at <= now
+    if run.status in _LEASED:
+        return run.lease_expires_at is not None and run.lease_expires_at <= now
+    return False
+
+
+__all__ = ["ACTIVE_STATUSES", "MemoryStore", "run_from_spec"]

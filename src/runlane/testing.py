@@ -1,0 +1,28 @@
+"""Test kit: a manual clock, and helpers that drive an engine without sleeping."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from .clock import utc
+
+
+class ManualClock:
+    """A clock that only moves when told to. Starts at 2026-01-01T00:00:00Z by default."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = utc(start) if start is not None else datetime(2026, 1, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, seconds: float | timedelta) -> datetime:
+        delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+        if delta < timedelta(0):
+            raise ValueError("a ManualClock only moves forward")
+        self._now += delta
+        return self._now
+
+    def set(self, when: datetime) -> datetime:
+        self._now = utc(when)
+        return self._now

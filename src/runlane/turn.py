@@ -1,0 +1,556 @@
+"""Drive one leased run to its next suspension point.
+
+A turn replays the body from the top. Operations already recorded return their recorded result;
+new ones execute and are *staged*; staged records are flushed with the next store write, and
+always before the next side effect starts, so a crash re-executes at most the step in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from .context import ChildOp, Context, Operation, StepOp
+from .definitions import StepDefinition, WorkflowDefinition
+from .errors import (
+    Abandon,
+    Cancelled,
+    ChildFailedError,
+    ContinueAsNew,
+    FatalError,
+    GatherError,
+    LeaseLostError,
+    NonDeterminismError,
+    RunlaneError,
+    Suspend,
+    error_dict,
+    raise_stored,
+)
+from .models import (
+    JSON,
+    Claim,
+    Event,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settled,
+    Settlement,
+    Signal,
+    Started,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    Writes,
+)
+from .serialization import normalise
+from .stores.base import RunCancelling, Store
+
+log = logging.getLogger("runlane.turn")
+
+BATCH = 500
+"""Children are started and checked in batches of this many, so wide fans stay few writes."""
+
+
+class TurnHost(Protocol):
+    """What a turn needs from its engine."""
+
+    store: Store
+
+    @property
+    def lease_seconds(self) -> float: ...
+
+    def now(self) -> datetime: ...
+
+    def resolve_step(
+        self, fn_or_name: Callable[..., Any] | str, group: str | None
+    ) -> StepDefinition: ...
+
+    async def call_step(self, definition: StepDefinition, input: JSON) -> JSON: ...
+
+    async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec: ...
+
+    async def continuation_spec(self, run: Run, input: JSON) -> RunSpec: ...
+
+
+@dataclass
+class TurnOutcome:
+    state: str  # "settled" | "suspended" | "rewake" | "abandoned"
+    woken: list[str] = field(default_factory=list)
+    wake_at: datetime | None = None
+    status: RunStatus | None = None
+
+
+class Turn:
+    def __init__(
+        self, host: TurnHost, claim: Claim, owner: str, definition: WorkflowDefinition
+    ) -> None:
+        self.host = host
+        self.run = claim.run
+        self.owner = owner
+        self.definition = definition
+        self.records = {r.seq: r for r in claim.steps}
+        self.signals: list[Signal] = list(claim.signals)
+        self.staged: dict[int, StepRecord] = {}
+        self.consumed: list[int] = []
+        self.wakes: list[datetime] = []
+        self.live_errors: dict[int, BaseException] = {}
+        self.diverged: NonDeterminismError | None = None
+        self._seq = 0
+        self._lock = asyncio.Lock()
+
+    # ---------------------------------------------------------------- bookkeeping
+
+    def now(self) -> datetime:
+        return self.host.now()
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def recorded(self, seq: int, kind: StepKind, name: str) -> StepRecord | None:
+        record = self.staged.get(seq) or self.records.get(seq)
+        if record is None:
+            return None
+        if record.kind != kind or record.name != name:
+            self.diverged = NonDeterminismError(
+                f"run {self.run.id!r} op #{seq}: history has {record.kind} {record.name!r},"
+                f" the code now does {kind} {name!r}"
+            )
+            raise self.diverged
+        return record
+
+    def stage(self, record: StepRecord) -> None:
+        self.staged[record.seq] = record
+
+    def _record(
+        self,
+        seq: int,
+        kind: StepKind,
+        name: str,
+        status: StepStatus,
+        prior: StepRecord | None,
+        **fields: Any,
+    ) -> None:
+        now = self.now()
+        done = status in (StepStatus.COMPLETED, StepStatus.FAILED)
+        self.stage(
+            StepRecord(
+                run_id=self.run.id,
+                seq=seq,
+                name=name,
+                kind=kind,
+                status=status,
+                attempts=fields.pop("attempts", prior.attempts if prior else 0),
+                started_at=fields.pop(
+                    "started_at", prior.started_at if prior and prior.started_at else now
+                ),
+                finished_at=now if done else None,
+                input=fields.pop("input", prior.input if prior else None),
+                **fields,
+            )
+        )
+
+    def complete(
+        self,
+        seq: int,
+        kind: StepKind,
+        name: str,
+        output: JSON,
+        prior: StepRecord | None,
+        *,
+        consumed: int | None = None,
+        **fields: Any,
+    ) -> None:
+        self._record(seq, kind, name, StepStatus.COMPLETED, prior, output=output, **fields)
+        if consumed is not None:
+            self.consumed.append(consumed)
+
+    def fail(
+        self,
+        seq: int,
+        kind: StepKind,
+        name: str,
+        exc: BaseException,
+        prior: StepRecord | None,
+        **fields: Any,
+    ) -> dict[str, Any]:
+        error = error_dict(exc)
+        self._record(seq, kind, name, StepStatus.FAILED, prior, error=error, **fields)
+        return error
+
+    def park(
+        self,
+        seq: int,
+        kind: StepKind,
+        name: str,
+        wake: datetime | None,
+        prior: StepRecord | None,
+        **fields: Any,
+    ) -> None:
+        """Record a pending wait and suspend the turn."""
+        if prior is None or prior.status != StepStatus.PENDING:
+            self._record(seq, kind, name, StepStatus.PENDING, prior, wake_at=wake, **fields)
+        if wake is not None:
+            self.wakes.append(wake)
+        raise Suspend()
+
+    def deadline(
+        self, record: StepRecord | None, timeout: float | timedelta | None
+    ) -> datetime | None:
+        if record is not None:
+            return record.wake_at
+        if timeout is None:
+            return None
+        delta = timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(timeout))
+        return self.now() + delta
+
+    async def wait_until(
+        self, seq: int, name: str, wake: datetime | None, record: StepRecord | None
+    ) -> None:
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return
+        if wake is None or wake <= self.now():
+            self.complete(seq, StepKind.SLEEP, name, None, record, wake_at=wake)
+            return
+        self.park(seq, StepKind.SLEEP, name, wake, record)
+
+    def take_signal(self, name: str) -> Signal | None:
+        for i, signal in enumerate(self.signals):
+            if signal.name == name:
+                return self.signals.pop(i)
+        return None
+
+    async def find_event(
+        self, name: str, after: int, match: Callable[[JSON], bool] | None
+    ) -> Event | None:
+        while True:
+            events = await self.host.store.events_after(name, after, BATCH)
+            for event in events:
+                if match is None or match(event.payload):
+                    return event
+            if len(events) < BATCH:
+                return None
+            after = events[-1].seq
+
+    # ---------------------------------------------------------------- writes
+
+    def _take_writes(self, children: Sequence[RunSpec] = ()) -> Writes:
+        writes = Writes(tuple(self.staged.values()), tuple(self.consumed), tuple(children))
+        self.records.update(self.staged)
+        self.staged = {}
+        self.consumed = []
+        return writes
+
+    async def flush(self, children: Sequence[RunSpec] = ()) -> list[Started]:
+        """Write staged records (and create children) in one fenced transaction."""
+        async with self._lock:
+            if not self.staged and not self.consumed and not children:
+                return []
+            writes = self._take_writes(children)
+            try:
+                return await self.host.store.checkpoint(self.run.id, self.owner, writes, self.now())
+            except RunCancelling:
+                raise Cancelled() from None
+            except LeaseLostError:
+                raise Abandon() from None
+
+    # ---------------------------------------------------------------- steps
+
+    async def settle_step(self, op: StepOp) -> Settled | None:
+        """Run or replay one step; None means it waits (a retry backoff) and the run suspends."""
+        record = self.recorded(op.seq, StepKind.STEP, op.name)
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return Settled(True, record.output)
+        if record is not None and record.status == StepStatus.FAILED:
+            return Settled(False, None, record.error)
+        if record is not None and record.wake_at is not None and record.wake_at > self.now():
+            self.wakes.append(record.wake_at)
+            return None
+        attempt = (record.attempts if record else 0) + 1
+        await self.flush()
+        started = self.now()
+        try:
+            output = normalise(
+                await self.host.call_step(op.definition, op.input), f"output of step {op.name!r}"
+            )
+        except Exception as exc:
+            return self._step_failed(op, record, attempt, started, exc)
+        self.complete(
+            op.seq,
+            StepKind.STEP,
+            op.name,
+            output,
+            record,
+            input=op.input,
+            attempts=attempt,
+            started_at=started,
+        )
+        return Settled(True, output)
+
+    def _step_failed(
+        self, op: StepOp, record: StepRecord | None, attempt: int, started: datetime, exc: Exception
+    ) -> Settled | None:
+        if not isinstance(exc, FatalError) and attempt < op.retry.max_attempts:
+            wake = self.now() + timedelta(seconds=op.retry.delay(attempt))
+            self._record(
+                op.seq,
+                StepKind.STEP,
+                op.name,
+                StepStatus.PENDING,
+                record,
+                input=op.input,
+                attempts=attempt,
+                started_at=started,
+                error=error_dict(exc),
+                wake_at=wake,
+            )
+            self.wakes.append(wake)
+            return None
+        error = self.fail(
+            op.seq,
+            StepKind.STEP,
+            op.name,
+            exc,
+            record,
+            input=op.input,
+            attempts=attempt,
+            started_at=started,
+        )
+        self.live_errors[op.seq] = exc
+        return Settled(False, None, error)
+
+    # ---------------------------------------------------------------- children
+
+    async def settle_children(self, ops: Sequence[ChildOp]) -> dict[int, Settled | None]:
+        results: dict[int, Settled | None] = {}
+        to_start: list[ChildOp] = []
+        to_check: list[ChildOp] = []
+        for op in ops:
+            record = self.recorded(op.seq, op.kind, op.name)
+            if record is None:
+                to_start.append(op)
+            elif record.status == StepStatus.COMPLETED:
+                results[op.seq] = Settled(True, record.output)
+            elif record.status == StepStatus.FAILED:
+                results[op.seq] = Settled(False, None, record.error)
+            else:
+                to_check.append(op)
+        for op, started in await self._start_children(to_start):
+            if started.rejected is not None:
+                results[op.seq] = self._child_rejected(op, started.rejected)
+            else:
+                self._record(
+                    op.seq,
+                    op.kind,
+                    op.name,
+                    StepStatus.PENDING,
+                    None,
+                    input={"child_id": op.child_id},
+                )
+                to_check.append(op)
+        results.update(await self._check_children(to_check))
+        return results
+
+    async def _start_children(self, ops: Sequence[ChildOp]) -> list[tuple[ChildOp, Started]]:
+        pairs: list[tuple[ChildOp, Started]] = []
+        for i in range(0, len(ops), BATCH):
+            chunk = ops[i : i + BATCH]
+            specs = [
+                await self.host.child_spec(op.workflow, op.input, op.child_id, self.run)
+                for op in chunk
+            ]
+            pairs.extend(zip(chunk, await self.flush(specs), strict=True))
+        return pairs
+
+    def _child_rejected(self, op: ChildOp, rejection: Exception) -> Settled:
+        failure = ChildFailedError(op.child_id, error_dict(rejection, with_traceback=False))
+        failure.__cause__ = rejection
+        error = self.fail(op.seq, op.kind, op.name, failure, None, input={"child_id": op.child_id})
+        self.live_errors[op.seq] = failure
+        return Settled(False, None, error)
+
+    async def _check_children(self, ops: Sequence[ChildOp]) -> dict[int, Settled | None]:
+        results: dict[int, Settled | None] = {}
+        for i in range(0, len(ops), BATCH):
+            chunk = ops[i : i + BATCH]
+            runs = await self.host.store.get_runs([op.child_id for op in chunk])
+            for op in chunk:
+                results[op.seq] = self._child_result(op, runs.get(op.child_id))
+        return results
+
+    def _child_result(self, op: ChildOp, child: Run | None) -> Settled | None:
+        prior = self.staged.get(op.seq) or self.records.get(op.seq)
+        if child is not None and not child.is_terminal:
+            return None
+        if child is not None and child.status == RunStatus.COMPLETED:
+            self.complete(op.seq, op.kind, op.name, child.output, prior)
+            return Settled(True, child.output)
+        child_error = (child.error if child else None) or {
+            "type": "ChildFailedError" if child else "RunNotFoundError",
+            "message": f"child run ended {child.status}" if child else "child run vanished",
+        }
+        failure = ChildFailedError(op.child_id, child_error)
+        failure.__cause__ = raise_stored(child_error)
+        error = self.fail(op.seq, op.kind, op.name, failure, prior)
+        self.live_errors[op.seq] = failure
+        return Settled(False, None, error)
+
+    async def start_child(self, op: ChildOp) -> str:
+        record = self.recorded(op.seq, StepKind.START_CHILD, op.name)
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return str(record.output)
+        if record is not None and record.status == StepStatus.FAILED:
+            raise raise_stored(record.error or {})
+        [(_, started)] = await self._start_children([op])
+        if started.rejected is not None:
+            self._child_rejected(op, started.rejected)
+            raise self.live_errors[op.seq]
+        self.complete(
+            op.seq,
+            StepKind.START_CHILD,
+            op.name,
+            op.child_id,
+            None,
+            input={"child_id": op.child_id},
+        )
+        return op.child_id
+
+    # ---------------------------------------------------------------- awaiting operations
+
+    async def resolve_one(self, op: Operation) -> JSON:
+        [settled] = await self._settle([op])
+        if settled is None:
+            raise Suspend()
+        if not settled.ok:
+            raise self._error_for(op, settled)
+        return settled.value
+
+    def _error_for(self, op: Operation, settled: Settled) -> BaseException:
+        live = self.live_errors.get(op.seq)
+        return live if live is not None else raise_stored(settled.error or {})
+
+    async def _settle(self, ops: Sequence[Operation]) -> list[Settled | None]:
+        for op in ops:
+            if op.turn is not self:
+                raise RunlaneError("an operation was passed to a context it does not belong to")
+        children = await self.settle_children([op for op in ops if isinstance(op, ChildOp)])
+        steps = [op for op in ops if isinstance(op, StepOp)]
+        results = await asyncio.gather(*(self.settle_step(op) for op in steps))
+        by_seq: dict[int, Settled | None] = {
+            **children,
+            **dict(zip((op.seq for op in steps), results, strict=True)),
+        }
+        return [by_seq[op.seq] for op in ops]
+
+    async def gather(
+        self, ops: Sequence[Operation], *, fail_fast: bool, settled: bool
+    ) -> list[Any]:
+        results = await self._settle(ops)
+        waiting = any(r is None for r in results)
+        failures = [
+            {"index": i, "id": self._op_id(op), "error": r.error}
+            for i, (op, r) in enumerate(zip(ops, results, strict=True))
+            if r is not None and not r.ok
+        ]
+        if failures and not settled and (fail_fast or not waiting):
+            if waiting:
+                await self._cancel_waiting(ops, results)
+            raise GatherError(failures)
+        if waiting:
+            raise Suspend()
+        if settled:
+            return list(results)
+        return [r.value for r in results if r is not None]
+
+    def _op_id(self, op: Operation) -> str:
+        return op.child_id if isinstance(op, ChildOp) else f"{self.run.id}:{op.seq}"
+
+    async def _cancel_waiting(
+        self, ops: Sequence[Operation], results: Sequence[Settled | None]
+    ) -> None:
+        for op, result in zip(ops, results, strict=True):
+            if result is None and isinstance(op, ChildOp):
+                await self.host.store.cancel_run(
+                    op.child_id,
+                    self.now(),
+                    {"type": "Cancelled", "message": "a sibling failed (fail_fast)"},
+                )
+
+    # ---------------------------------------------------------------- the turn
+
+    async def execute(self) -> TurnOutcome:
+        renew = asyncio.create_task(self._renew())
+        try:
+            return await self._execute()
+        finally:
+            renew.cancel()
+
+    async def _execute(self) -> TurnOutcome:
+        ctx = Context(self)
+        try:
+            output = await self.definition.fn(ctx, self.run.input)
+            if self.diverged is not None:
+                raise self.diverged
+            value = normalise(output, f"output of workflow {self.run.workflow!r}")
+            return await self._finish(Settlement(RunStatus.COMPLETED, value))
+        except Suspend:
+            if self.diverged is not None:
+                return await self._finish(
+                    Settlement(RunStatus.FAILED, None, error_dict(self.diverged))
+                )
+            return await self._suspend()
+        except ContinueAsNew as cont:
+            spec = await self.host.continuation_spec(self.run, cont.input)
+            return await self._finish(
+                Settlement(RunStatus.COMPLETED, {"continued_as": spec.id}, None, spec)
+            )
+        except Cancelled:
+            return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
+        except Abandon:
+            return TurnOutcome("abandoned")
+        except Exception as exc:
+            failure = self.diverged or exc
+            return await self._finish(Settlement(RunStatus.FAILED, None, error_dict(failure)))
+
+    async def _suspend(self) -> TurnOutcome:
+        wake = min(self.wakes) if self.wakes else None
+        try:
+            rewake = await self.host.store.suspend_run(
+                self.run.id, self.owner, self._take_writes(), wake, self.now()
+            )
+        except RunCancelling:
+            return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
+        except LeaseLostError:
+            return TurnOutcome("abandoned")
+        return TurnOutcome("rewake" if rewake else "suspended", wake_at=wake)
+
+    async def _finish(self, settlement: Settlement, *, discard: bool = False) -> TurnOutcome:
+        writes = Writes() if discard else self._take_writes()
+        if settlement.status == RunStatus.CANCELLED and settlement.error is None:
+            current = await self.host.store.get_run(self.run.id)
+            settlement = Settlement(RunStatus.CANCELLED, None, current.error if current else None)
+        try:
+            woken = await self.host.store.settle_run(
+                self.run.id, self.owner, writes, settlement, self.now()
+            )
+        except RunCancelling:
+            return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
+        except LeaseLostError:
+            return TurnOutcome("abandoned")
+        return TurnOutcome("settled", woken=woken, status=settlement.status)
+
+    async def _renew(self) -> None:
+        interval = max(0.05, self.host.lease_seconds / 2)
+        while True:
+            await asyncio.sleep(interval)
+            until = self.now() + timedelta(seconds=self.host.lease_seconds)
+            try:
+                if not await self.host.store.renew_lease(self.run.id, self.owner, until):
+                    log.warning("lost the lease on run %s; its turn will be abandoned", self.run.id)
+                    return
+            except Exception:
+                log.exception("lease renewal for run %s failed", self.run.id)
