@@ -99,6 +99,7 @@ class Turn:
         self.wakes: list[datetime] = []
         self.live_errors: dict[int, BaseException] = {}
         self.diverged: NonDeterminismError | None = None
+        self.created: list[str] = []  # children started by this turn, to execute right away
         self._seq = 0
         self._lock = asyncio.Lock()
 
@@ -363,7 +364,9 @@ class Turn:
                 await self.host.child_spec(op.workflow, op.input, op.child_id, self.run)
                 for op in chunk
             ]
-            pairs.extend(zip(chunk, await self.flush(specs), strict=True))
+            started = await self.flush(specs)
+            self.created.extend(s.run.id for s in started if s.created and s.run is not None)
+            pairs.extend(zip(chunk, started, strict=True))
         return pairs
 
     def _child_rejected(self, op: ChildOp, rejection: Exception) -> Settled:
@@ -485,9 +488,11 @@ class Turn:
     async def execute(self) -> TurnOutcome:
         renew = asyncio.create_task(self._renew())
         try:
-            return await self._execute()
+            outcome = await self._execute()
         finally:
             renew.cancel()
+        outcome.woken = [*self.created, *outcome.woken]
+        return outcome
 
     async def _execute(self) -> TurnOutcome:
         ctx = Context(self)

@@ -1,0 +1,129 @@
+"""Shared fixtures: every store kind through one factory, on real services.
+
+PostgreSQL: one throw-away database per test session (``runlane_test_<random>``), dropped at the
+end; tests that use it get the tables emptied first. Override the server with
+``RUNLANE_TEST_PG`` (a libpq URL to an existing database used as the admin connection).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runlane.stores import MemoryStore
+from runlane.stores.base import Store
+
+STORE_KINDS = ["memory", "sqlite", "postgres"]
+ADMIN_URL = os.environ.get("RUNLANE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped afterwards."""
+    import psycopg
+
+    name = f"runlane_test_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    base = ADMIN_URL.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _new_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        from runlane.stores.sqlite import SqliteStore
+
+        return SqliteStore(tmp_path / "runlane.db")
+    if kind == "postgres":
+        try:
+            from runlane.stores.postgres import PostgresStore
+        except ImportError:
+            pytest.skip("PostgresStore is not built yet")
+        url = request.getfixturevalue("pg_url")
+        return PostgresStore(url)
+    raise ValueError(kind)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store(
+    store_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Callable[[], Store]:
+    """Build another store object on the same backend (same file or database), e.g. per engine."""
+
+    def build() -> Store:
+        return _new_store(store_kind, tmp_path, request)
+
+    return build
+
+
+@pytest.fixture
+async def store(make_store: Callable[[], Store], store_kind: str) -> AsyncIterator[Store]:
+    """An opened, empty store of each kind."""
+    s = make_store()
+    await s.open()
+    if store_kind == "postgres":
+        await _truncate(s)
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+async def _truncate(store: Any) -> None:
+    reset = getattr(store, "reset_for_tests", None)
+    if reset is not None:
+        await reset()
+
+
+@pytest.fixture
+def clock() -> Any:
+    from runlane.testing import ManualClock
+
+    return ManualClock()
+
+
+@pytest.fixture
+async def make_engine(
+    make_store: Callable[[], Store], store_kind: str, clock: Any
+) -> AsyncIterator[Callable[..., Any]]:
+    """Build engines (drive=False, ManualClock) on the current store kind; all share one backend."""
+    from runlane import Engine
+
+    engines: list[Any] = []
+    shared: dict[str, Store] = {}
+
+    async def build(*workflows: Any, share_store: bool = True, **kwargs: Any) -> Any:
+        if share_store and "store" in shared:
+            st = shared["store"]
+        else:
+            st = make_store()
+            if not engines and store_kind == "postgres":
+                await st.open()
+                await _truncate(st)
+            shared.setdefault("store", st)
+        kwargs.setdefault("clock", clock)
+        kwargs.setdefault("drive", False)
+        engine = Engine(st, workflows=list(workflows), **kwargs)
+        engines.append(engine)
+        return engine
+
+    yield build
+    for engine in engines:
+        await engine.drain(timeout=2)
+        await engine.store.close()

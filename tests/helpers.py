@@ -1,0 +1,38 @@
+"""Small helpers shared by the engine tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runlane import Engine, Run
+
+
+async def settle(engine: Engine, run_id: str, *, ticks: int = 20) -> Run:
+    """Tick a drive=False engine until the run is terminal; report what it saw if it is not."""
+    seen = []
+    for _ in range(ticks):
+        await engine.tick()
+        run = await engine.get_run(run_id)
+        assert run is not None, f"run {run_id} vanished"
+        seen.append(run.status.value)
+        if run.is_terminal:
+            return run
+    raise AssertionError(f"run {run_id} not terminal after {ticks} ticks; statuses seen: {seen}")
+
+
+class Calls:
+    """Counts how many times each named thing ran (steps must not re-execute on replay)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def hit(self, name: str) -> int:
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return self.counts[name]
+
+    def __getitem__(self, name: str) -> int:
+        return self.counts.get(name, 0)
+
+
+def kinds(steps: list[Any]) -> list[tuple[str, str]]:
+    return [(s.kind, s.status) for s in steps]
