@@ -151,6 +151,7 @@ def workflow(
     tags: Iterable[str] = (),
 ) -> F | Callable[[F], F]:
     """Declare an ``async def body(ctx, input)`` as a durable workflow."""
+    checked_tags = check_tags(tags)
 
     def decorate(body: F) -> F:
         if not inspect.iscoroutinefunction(body):
@@ -168,7 +169,7 @@ def workflow(
             concurrency=concurrency,
             execution_timeout=seconds(execution_timeout, "execution_timeout"),
             on_event=events,
-            tags=check_tags(tags),
+            tags=checked_tags,
         )
         setattr(body, WORKFLOW_ATTR, definition)
         return body

@@ -1,0 +1,88 @@
+"""Definitions are validated when decorated, so mistakes fail at import time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import runlane
+from runlane import Concurrency, Retry, Singleton
+from runlane.errors import DefinitionError
+from runlane.registry import Registry
+
+
+def test_a_sync_workflow_body_is_rejected_at_decoration() -> None:
+    with pytest.raises(DefinitionError, match="async def"):
+
+        @runlane.workflow(name="sync-body")
+        def body(ctx: Any, input: Any) -> None:  # type: ignore[type-var]
+            return None
+
+
+def test_a_second_registration_of_the_same_name_and_version_is_an_error() -> None:
+    @runlane.workflow(name="twice")
+    async def first(ctx: Any, input: Any) -> None:
+        return None
+
+    @runlane.workflow(name="twice")
+    async def second(ctx: Any, input: Any) -> None:
+        return None
+
+    @runlane.workflow(name="twice", version="2")
+    async def newer(ctx: Any, input: Any) -> None:
+        return None
+
+    with pytest.raises(DefinitionError, match="already registered"):
+        Registry([first, second])
+    registry = Registry([first, newer])
+    assert registry.workflow("twice").version == "2"
+    assert registry.workflow("twice", "1").fn is first
+
+
+def test_bare_decorators_use_the_function_name() -> None:
+    @runlane.workflow
+    async def plain(ctx: Any, input: Any) -> None:
+        return None
+
+    @runlane.step
+    def helper(x: int) -> int:
+        return x
+
+    assert Registry([plain]).workflow("plain").name == "plain"
+    assert helper(3) == 3  # a decorated step stays a plain callable
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(DefinitionError):
+        Singleton(key=lambda i: "k", limit=0)
+    with pytest.raises(DefinitionError):
+        Singleton(key=lambda i: "k", on_busy="drop")  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError):
+        Concurrency(key="k", limit=1, count_statuses=["completed"])
+    with pytest.raises(ValueError):
+        Retry(max_attempts=0)
+    with pytest.raises(DefinitionError, match="reserved"):
+        runlane.workflow(name="x", tags=["runlane:holder"])
+    assert Singleton(key=lambda i: "k", on_busy="reject").queue_depth == 0
+
+
+def test_durations_accept_seconds_or_timedeltas() -> None:
+    @runlane.workflow(name="timed", execution_timeout=timedelta(minutes=2))
+    async def timed(ctx: Any, input: Any) -> None:
+        return None
+
+    assert Registry([timed]).workflow("timed").execution_timeout == 120.0
+
+
+def test_retry_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
+    retry = Retry(max_attempts=10, backoff=1.0, max_backoff=8.0, jitter=0.2)
+    assert 0.8 <= retry.delay(1) <= 1.0
+    assert 3.2 <= retry.delay(3) <= 4.0
+    assert 6.4 <= retry.delay(9) <= 8.0
+
+
+def test_engine_rejects_unknown_options() -> None:
+    with pytest.raises(TypeError, match="unknown engine option"):
+        runlane.Engine(None, leese=3)

@@ -1,0 +1,61 @@
+"""The public door: exactly these names, importable as API.md shows."""
+
+from __future__ import annotations
+
+import runlane
+
+EXPECTED = {
+    "ChildFailedError",
+    "Concurrency",
+    "ConcurrencyLimitError",
+    "Context",
+    "Engine",
+    "FatalError",
+    "GatherError",
+    "NonDeterminismError",
+    "Retry",
+    "Run",
+    "RunExistsError",
+    "RunStatus",
+    "RunlaneError",
+    "SerializationError",
+    "Settled",
+    "SignalTimeoutError",
+    "Singleton",
+    "SingletonQueueFullError",
+    "StepRecord",
+    "StepTimeoutError",
+    "UnknownWorkflowError",
+    "UnsupportedStoreError",
+    "step",
+    "workflow",
+}
+
+
+def test_the_package_exports_exactly_the_public_names() -> None:
+    assert set(runlane.__all__) >= EXPECTED
+    for name in runlane.__all__:
+        assert hasattr(runlane, name), name
+
+
+def test_every_error_derives_from_the_one_root() -> None:
+    for name in runlane.__all__:
+        obj = getattr(runlane, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj is not runlane.RunlaneError:
+            assert issubclass(obj, runlane.RunlaneError), name
+
+
+def test_stores_and_test_kit_import_as_documented() -> None:
+    from runlane.stores import MemoryStore, open_store
+    from runlane.testing import ManualClock
+
+    assert isinstance(open_store("memory://"), MemoryStore)
+    assert ManualClock().now().tzinfo is not None
+
+
+def test_run_statuses_are_strings_with_active_and_terminal_sets() -> None:
+    from runlane.models import ACTIVE_STATUSES, TERMINAL_STATUSES
+
+    assert runlane.RunStatus("pending") == "pending"
+    assert {s.value for s in ACTIVE_STATUSES} == {"pending", "running", "suspended", "blocked", "cancelling"}
+    assert {s.value for s in TERMINAL_STATUSES} == {"completed", "failed", "cancelled", "dead"}
