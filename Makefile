@@ -22,5 +22,16 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy src
 
+# Benchmarks against DBOS Transact (not part of `make test`); QUICK=1 for a short run.
+PEERS_VENV := .peers-venv
+
+$(PEERS_VENV)/bin/python: benchmarks/peer-requirements.txt
+	python3 -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q -r benchmarks/peer-requirements.txt
+	touch $@
+
+bench: $(STAMP) $(PEERS_VENV)/bin/python
+	QUICK=$(QUICK) $(PY) benchmarks/run.py
+
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,303 @@
+"""Render BENCHMARKS.md from the JSON lines of one harness run.
+
+Medians are taken over repetitions; each table also lists the per-repetition figures and the
+load average when they ran, so a busy machine is visible next to the number it disturbed.
+The hand-written analysis (profiles, hot spots) lives in ``benchmarks/notes.md`` and is
+appended verbatim.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+Line = dict[str, Any]
+DBS = (("pg", "PostgreSQL"), ("sqlite", "SQLite (WAL)"))
+NOTES = Path(__file__).with_name("notes.md")
+
+
+def pick(results: Sequence[Line], side: str, workload: str, db: str) -> list[Line]:
+    return [
+        r
+        for r in results
+        if r.get("side") == side and r.get("workload") == workload and r.get("db") == db
+    ]
+
+
+def med(lines: Sequence[Line], key: str) -> float | None:
+    values = [float(v) for v in (line.get(key) for line in lines) if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        value = f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+    return f"{value}{unit}"
+
+
+def loads(lines: Sequence[Line]) -> str:
+    return ", ".join(f"{line['load_before'][0]:.1f}" for line in lines if "load_before" in line)
+
+
+def verdict(ok: bool | None) -> str:
+    return "-" if ok is None else ("**met**" if ok else "**missed**")
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 2) if a and b else None
+
+
+def per_rep(lines: Sequence[Line], key: str) -> str:
+    return " / ".join(fmt(line.get(key)) for line in lines)
+
+
+# ---------------------------------------------------------------- compared workloads
+
+
+def throughput(results: Sequence[Line]) -> list[str]:
+    rows = [
+        "| store | runlane wf/s | DBOS wf/s | runlane / DBOS | target | verdict | runs (runlane; DBOS) | load (1-min) runlane; DBOS |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for db, label in DBS:
+        ours, theirs = (
+            pick(results, "runlane", "throughput", db),
+            pick(results, "dbos", "throughput", db),
+        )
+        r = ratio(med(ours, "workflows_per_s"), med(theirs, "workflows_per_s"))
+        goal = 3 if db == "pg" else 5
+        rows.append(
+            f"| {label} | {fmt(med(ours, 'workflows_per_s'))} | {fmt(med(theirs, 'workflows_per_s'))}"
+            f" | {fmt(r, 'x')} | >= {goal}x | {verdict(None if r is None else r >= goal)}"
+            f" | {per_rep(ours, 'workflows_per_s')}; {per_rep(theirs, 'workflows_per_s')}"
+            f" | {loads(ours)}; {loads(theirs)} |"
+        )
+    n = next((x.get("n") for x in results if x.get("workload") == "throughput"), "?")
+    return [f"## 1. Throughput: {n} workflows x 2 trivial steps, started together", "", *rows]
+
+
+def latency(results: Sequence[Line]) -> list[str]:
+    rows = [
+        "| store | runlane median / p99 ms | DBOS median / p99 ms | DBOS / runlane (median) | target | verdict | load runlane; DBOS |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for db, label in DBS:
+        ours, theirs = pick(results, "runlane", "latency", db), pick(results, "dbos", "latency", db)
+        r = ratio(med(theirs, "median_ms"), med(ours, "median_ms"))
+        rows.append(
+            f"| {label} | {fmt(med(ours, 'median_ms'))} / {fmt(med(ours, 'p99_ms'))}"
+            f" | {fmt(med(theirs, 'median_ms'))} / {fmt(med(theirs, 'p99_ms'))}"
+            f" | {fmt(r, 'x')} | >= 3x | {verdict(None if r is None else r >= 3)}"
+            f" | {loads(ours)}; {loads(theirs)} |"
+        )
+    runs = next((x.get("runs") for x in results if x.get("workload") == "latency"), "?")
+    title = f"## 2. Latency: one workflow of 10 sequential trivial steps, {runs} times (start -> terminal)"
+    return [title, "", *rows]
+
+
+def queue(results: Sequence[Line]) -> list[str]:
+    rows = [
+        "| store | side | total s | hand-off p50 / p99 ms | overlaps | FIFO violations | runs | load |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for db, label in DBS:
+        ours, theirs = pick(results, "runlane", "queue", db), pick(results, "dbos", "queue", db)
+        for side, lines in (("runlane", ours), ("DBOS (1 s poll)", theirs)):
+            handoff = f"{fmt(med(lines, 'handoff_p50_ms'))} / {fmt(med(lines, 'handoff_p99_ms'))}"
+            rows.append(
+                f"| {label} | {side} | {fmt(med(lines, 'total_seconds'))} | {handoff}"
+                f" | {per_rep(lines, 'overlapping_pairs')} | {per_rep(lines, 'fifo_violations_within_key')}"
+                f" | {per_rep(lines, 'total_seconds')} | {loads(lines)} |"
+            )
+        r = ratio(med(theirs, "total_seconds"), med(ours, "total_seconds"))
+        p50 = med(ours, "handoff_p50_ms")
+        clean = bool(ours) and all(
+            line["overlapping_pairs"] == 0 and line["fifo_violations_within_key"] == 0
+            for line in ours
+        )
+        verdicts += [
+            f"- {label}: total time DBOS / runlane = {fmt(r, 'x')} (target >= 10x):"
+            f" {verdict(None if r is None else r >= 10)}; hand-off p50 {fmt(p50, ' ms')}"
+            f" (target < 5 ms): {verdict(None if p50 is None else p50 < 5)};"
+            f" zero overlap and zero FIFO violations in every runlane run: {verdict(clean if ours else None)}",
+        ]
+    sample = next((x for x in results if x.get("workload") == "queue"), {})
+    title = (
+        f"## 3. Per-key serialisation: {sample.get('keys', '?')} keys x {sample.get('per_key', '?')}"
+        " runs, singleton limit 1, 2 ms step"
+    )
+    note = (
+        "Hand-off = from the holder's body finishing its step to the next same-key body starting"
+        " (runlane: timestamps recorded in the bodies, so it includes the holder's settle write and"
+        " the waiter's claim). FIFO = admission order within a key vs `(created_at, id)`."
+        " DBOS reports no hand-off figure; its FIFO check is submission order within a key."
+    )
+    return [title, "", *rows, "", *verdicts, "", note]
+
+
+# ---------------------------------------------------------------- runlane-only workloads
+
+
+def store_cost(results: Sequence[Line], facts: Line) -> list[str]:
+    lines = pick(results, "runlane", "store_cost", "pg")
+    out = ["## 4. Store cost on PostgreSQL (commits per run of N steps)", ""]
+    if not lines:
+        return [*out, "Not measured in this run."]
+    line = lines[-1]
+    out += [
+        "| N steps | target (N + 2) | sequential runs | 200 concurrent runs | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for key in sorted(k for k in line if k.startswith("target_")):
+        k = int(key.split("_")[1])
+        seq, par = (
+            line[f"commits_per_run_{k}_steps_sequential"],
+            line[f"commits_per_run_{k}_steps_concurrent"],
+        )
+        out.append(
+            f"| {k} | {k + 2} | {fmt(seq)} | {fmt(par)} | {verdict(max(seq, par) <= k + 2)} |"
+        )
+    peer = [x for x in results if x.get("side") == "dbos" and x.get("phases") == "throughput"]
+    if peer:
+        p = peer[-1]
+        out += [
+            "",
+            f"DBOS, 2 steps, {p.get('n')} concurrent workflows: xact_commit per workflow"
+            f" {fmt(p.get('xact_commit_per_wf'))}, client statements per workflow"
+            f" {fmt(p.get('client_stmts_per_wf'))}, pool checkouts {fmt(p.get('pool_checkouts_per_wf'))}.",
+        ]
+    method = (
+        "Commits = `pg_stat_database.xact_commit` delta of the bench database over one engine's"
+        " whole life (open, work, close; the backends flush their statistics when they exit),"
+        " minus the delta of an engine that opens and closes with no work"
+        f" ({line.get('open_close_commits')} commits). Read-only transactions count as commits too."
+    )
+    stmts = (
+        "Statements per run: pg_stat_statements is installed but not in `shared_preload_libraries`"
+        " on this server, so server-side statement counts are skipped."
+        if not facts.get("pg_stat_statements")
+        else "pg_stat_statements is loaded (see notes)."
+    )
+    return [*out, "", method, stmts]
+
+
+def quota(results: Sequence[Line]) -> list[str]:
+    out = [
+        "## 5. Quota rejections on a full key (`ConcurrencyLimitError`)",
+        "",
+        "| store | refusals/s (median) | us per refusal | runs written by refusals | PG row writes | verdict (writes nothing) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for db, label in DBS:
+        lines = pick(results, "runlane", "quota", db)
+        if not lines:
+            continue
+        writes = [
+            x.get("runs_written_by_refusals", 0) + (x.get("pg_row_writes_by_refusals") or 0)
+            for x in lines
+        ]
+        out.append(
+            f"| {label} | {fmt(med(lines, 'refusals_per_s'))} | {fmt(med(lines, 'us_per_refusal'))}"
+            f" | {per_rep(lines, 'runs_written_by_refusals')} | {per_rep(lines, 'pg_row_writes_by_refusals')}"
+            f" | {verdict(all(w == 0 for w in writes))} |"
+        )
+    return out
+
+
+def memory(results: Sequence[Line]) -> list[str]:
+    out = ["## 6. Memory (SQLite store, one engine process, VmRSS)", ""]
+    for line in pick(results, "runlane", "memory_suspended", "sqlite"):
+        delta = line["delta_mb"]
+        out.append(
+            f"- {line['suspended_runs']:,} runs suspended on a signal wait: idle engine"
+            f" {line['idle_rss_mb']} MiB, with the runs {line['rss_with_suspended_mb']} MiB,"
+            f" **+{delta} MiB** (target < 20 MB): {verdict(delta < 20)}"
+        )
+    for line in pick(results, "runlane", "memory_completed", "sqlite"):
+        growth = line["growth_after_first_batch_mb"]
+        out.append(
+            f"- {line['completed_runs']:,} completed runs, RSS after each batch (MiB):"
+            f" {', '.join(str(x) for x in line['rss_samples_mb'])}; growth after the first batch"
+            f" **{growth} MiB** (target: flat, read as < 5 MiB): {verdict(growth < 5)}"
+        )
+    return out
+
+
+def scale(results: Sequence[Line]) -> list[str]:
+    out = [
+        "## 7. Scale: throughput with finished runs already in the tables vs an empty store",
+        "",
+        "| store | finished rows | empty wf/s | seeded wf/s | seeded / empty | target | verdict | runs (ratio) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for db, label in DBS:
+        lines = pick(results, "runlane", "scale", db)
+        if not lines:
+            continue
+        r = med(lines, "seeded_vs_empty")
+        out.append(
+            f"| {label} | {lines[0]['finished_rows']:,} | {fmt(med(lines, 'empty_workflows_per_s'))}"
+            f" | {fmt(med(lines, 'seeded_workflows_per_s'))} | {fmt(r)} | >= 0.8 |"
+            f" {verdict(None if r is None else r >= 0.8)} | {per_rep(lines, 'seeded_vs_empty')} |"
+        )
+    return out
+
+
+# ---------------------------------------------------------------- the page
+
+
+def header(facts: Line, command: str, quick: bool, results: Sequence[Line]) -> list[str]:
+    dbos = next((x.get("dbos_version") for x in results if x.get("dbos_version")), "?")
+    busy = max(facts["load_start"][0], facts["load_end"][0]) > 0.5 * (facts["cores"] or 1)
+    mode = (
+        "QUICK mode (1 repetition, smaller sizes: figures are indicative only)"
+        if quick
+        else "3 repetitions, medians"
+    )
+    return [
+        "# Benchmarks: runlane vs DBOS Transact",
+        "",
+        "Generated by `benchmarks/run.py`; do not edit by hand (the analysis is in `benchmarks/notes.md`).",
+        "",
+        f"- Command: `{command}` ({mode}); wall time {facts['wall_seconds']} s.",
+        f"- Machine: {facts['cores']} cores ({facts['cpu']}), {facts['memory_gib']} GiB RAM;"
+        f" PostgreSQL {facts['postgres']}; SQLite {facts['sqlite']}; Python {facts['python']};"
+        f" DBOS {dbos}.",
+        f"- Load average (1/5/15 min) at start {facts['load_start']}, at end {facts['load_end']}"
+        + (
+            " - **the machine was busy** (other test suites share it); per-run loads are in the tables."
+            if busy
+            else "."
+        ),
+        "- Both sides run alternately, each in its own fresh process and on its own fresh database"
+        " (`runlane_bench` / `dbos_bench`, or a new SQLite file in WAL mode).",
+        "- runlane's trivial steps are `async def` (in-process, on the event loop); DBOS's are sync"
+        " functions (its model). Ratios are runlane relative to DBOS, > 1 means runlane is better.",
+    ]
+
+
+def render(
+    results: Sequence[Line], facts: Line, command: str, quick: bool, failures: Sequence[str]
+) -> str:
+    sections: list[Callable[[], list[str]]] = [
+        lambda: throughput(results),
+        lambda: latency(results),
+        lambda: queue(results),
+        lambda: store_cost(results, facts),
+        lambda: quota(results),
+        lambda: memory(results),
+        lambda: scale(results),
+    ]
+    out = header(facts, command, quick, results)
+    for section in sections:
+        out += ["", *section()]
+    if failures:
+        out += ["", "## Failures in this run", "", *(f"- {f}" for f in failures)]
+    if NOTES.exists():
+        out += ["", NOTES.read_text().rstrip()]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,208 @@
+"""Run every workload on PostgreSQL and SQLite (WAL), runlane and DBOS alternating; write the report.
+
+    .venv/bin/python benchmarks/run.py [--quick] [--reps 3] [--out BENCHMARKS.md]
+
+runlane's side runs in ``benchmarks/workloads.py`` and the peer's in
+``../shared/peers/dbos_bench.py`` (read-only, in ``.peers-venv``); each side runs in a fresh
+process per repetition. Raw JSON lines go to a temp directory (printed); the report is rebuilt
+from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import common
+import report
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNLANE_PY = ROOT / ".venv" / "bin" / "python"
+PEER_PY = ROOT / ".peers-venv" / "bin" / "python"
+PEER_SCRIPT = Path("../shared/peers/dbos_bench.py")
+COMPARED = "throughput,latency,queue"
+
+FULL: dict[str, Any] = {
+    "reps": 3,
+    "runlane": {},
+    "dbos": [],
+    "solo": {
+        "store_cost": {"n": 200, "steps": [1, 2, 10]},
+        "quota": {"attempts": 2000},
+        "memory_suspended": {"n": 10_000},
+        "memory_completed": {"n": 100_000, "batch": 10_000},
+        "scale": {"n": 1000, "finished": 100_000},
+    },
+}
+QUICK: dict[str, Any] = {
+    "reps": 1,
+    "runlane": {
+        "throughput": {"n": 300},
+        "latency": {"runs": 20},
+        "queue": {"keys": 10, "per_key": 5},
+    },
+    "dbos": ["--n", "300", "--seq-runs", "20", "--keys", "10", "--per-key", "5"],
+    "solo": {
+        "store_cost": {"n": 40, "steps": [2, 10]},
+        "quota": {"attempts": 300},
+        "memory_suspended": {"n": 2000},
+        "memory_completed": {"n": 10_000, "batch": 2_000},
+        "scale": {"n": 300, "finished": 20_000},
+    },
+}
+SOLO_DBS = {
+    "store_cost": ["pg"],
+    "quota": ["pg", "sqlite"],
+    "memory_suspended": ["sqlite"],
+    "memory_completed": ["sqlite"],
+    "scale": ["pg", "sqlite"],
+}
+
+
+@dataclass
+class Session:
+    quick: bool
+    reps: int
+    tmp: Path
+    plan: dict[str, Any]
+    results: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def jsonl(self) -> Path:
+        return self.tmp / "results.jsonl"
+
+
+def run_child(session: Session, label: str, cmd: list[str], timeout: float) -> list[dict[str, Any]]:
+    """Run one side in its own process; return the JSON lines it appended."""
+    out = session.tmp / f"{label}.jsonl"
+    print(f"--> {label}: {' '.join(cmd)}", flush=True)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [*cmd, "--json", str(out)], cwd=ROOT, timeout=timeout, capture_output=True, text=True
+        )
+    except subprocess.TimeoutExpired:
+        session.failures.append(f"{label}: timed out after {timeout:.0f}s")
+        return []
+    if proc.returncode != 0:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-12:]
+        session.failures.append(f"{label}: exit {proc.returncode}: " + " | ".join(tail))
+        print("\n".join(tail), flush=True)
+    print(f"    {time.monotonic() - t0:.1f}s, load {common.load_avg()}", flush=True)
+    return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def runlane_side(
+    session: Session, db: str, workloads: str, params: dict[str, Any], rep: int
+) -> None:
+    cmd = [str(RUNLANE_PY), "benchmarks/workloads.py", "--db", db, "--workloads", workloads]
+    cmd += ["--params", json.dumps(params)]
+    for line in run_child(session, f"runlane-{db}-{workloads}-{rep}", cmd, 1800):
+        record(session, {"side": "runlane", "rep": rep, **line})
+
+
+def dbos_side(session: Session, db: str, rep: int, phases: str = COMPARED) -> None:
+    cmd = [str(PEER_PY), str(PEER_SCRIPT), "--db", db, "--phases", phases]
+    if db == "sqlite":
+        cmd += ["--sqlite-wal", "--sqlite-path", str(session.tmp / "dbos" / "dbos_sys.sqlite")]
+    cmd += session.plan["dbos"]
+    load = common.load_avg()
+    for line in run_child(session, f"dbos-{db}-{phases}-{rep}", cmd, 240):
+        for phase in phases.split(","):
+            if phase in line:
+                figures = {"load_before": load, **line[phase], "load_after": common.load_avg()}
+                extra = {"phases": phases, "dbos_version": line.get("dbos_version")}
+                record(
+                    session,
+                    {"side": "dbos", "rep": rep, "workload": phase, "db": db, **extra, **figures},
+                )
+
+
+def record(session: Session, line: dict[str, Any]) -> None:
+    session.results.append(line)
+    with session.jsonl.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def compared(session: Session) -> None:
+    """The side-by-side workloads: each repetition alternates which side goes first."""
+    params = session.plan["runlane"]
+    for rep in range(1, session.reps + 1):
+        for db in ("pg", "sqlite"):
+            sides = [
+                lambda db=db, rep=rep: runlane_side(session, db, COMPARED, params, rep),
+                lambda db=db, rep=rep: dbos_side(session, db, rep),
+            ]
+            for side in sides if rep % 2 else reversed(sides):
+                side()
+
+
+def solo(session: Session) -> None:
+    """runlane-only workloads (store cost, quota, memory, scale)."""
+    for name, params in session.plan["solo"].items():
+        reps = 1 if name.startswith("memory") or name == "store_cost" else session.reps
+        for rep in range(1, reps + 1):
+            for db in SOLO_DBS[name]:
+                runlane_side(session, db, name, {name: params}, rep)
+    if not session.quick:
+        # The peer's commits per workflow are computed only when throughput runs alone.
+        dbos_side(session, "pg", 1, phases="throughput")
+
+
+def ensure_peer_venv() -> None:
+    if PEER_PY.exists():
+        return
+    subprocess.run([sys.executable, "-m", "venv", str(ROOT / ".peers-venv")], check=True)
+    reqs = ROOT / "benchmarks" / "peer-requirements.txt"
+    subprocess.run([str(PEER_PY), "-m", "pip", "install", "-q", "-r", str(reqs)], check=True)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", default=os.environ.get("QUICK") == "1")
+    p.add_argument("--reps", type=int, default=0, help="repetitions (default 3; 1 when quick)")
+    p.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    p.add_argument("--only", default="", help="'compared' or 'solo' (default both)")
+    p.add_argument("--from-jsonl", default="", help="rebuild the report from a previous run")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    plan = QUICK if args.quick else FULL
+    tmp = Path(tempfile.mkdtemp(prefix="runlane-bench-"))
+    session = Session(args.quick, args.reps or plan["reps"], tmp, plan)
+    command = "make bench QUICK=1" if args.quick else "make bench"
+    facts = {**common.machine(), "postgres": common.pg_version(), "python": sys.version.split()[0]}
+    facts["load_start"] = common.load_avg()
+    t0 = time.monotonic()
+    if args.from_jsonl:
+        session.results = [json.loads(x) for x in Path(args.from_jsonl).read_text().splitlines()]
+    else:
+        print(f"raw results: {session.jsonl}", flush=True)
+        ensure_peer_venv()
+        if args.only in ("", "compared"):
+            compared(session)
+        if args.only in ("", "solo"):
+            solo(session)
+    facts["load_end"] = common.load_avg()
+    facts["wall_seconds"] = round(time.monotonic() - t0)
+    facts["pg_stat_statements"] = common.pg_stat_statements_ready()
+    text = report.render(session.results, facts, command, session.quick, session.failures)
+    Path(args.out).write_text(text)
+    print(f"wrote {args.out} in {facts['wall_seconds']}s; raw results {session.jsonl}")
+    if session.failures:
+        print("FAILURES:\n  " + "\n  ".join(session.failures))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,478 @@
+"""runlane's side of the benchmark workloads (the peer's side is ../shared/peers/dbos_bench.py).
+
+Run one or more workloads on one backend; every result is printed and appended to ``--json``
+as one JSON line, ``{"workload": name, "db": db, ...figures}``::
+
+    .venv/bin/python benchmarks/workloads.py --db sqlite --workloads throughput,latency
+
+Each workload builds its own engine on a fresh store (a new SQLite file, or the PostgreSQL
+database ``runlane_bench`` created again), so no workload sees another's rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import common
+import seed
+
+import runlane
+from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton
+from runlane.stores import MemoryStore
+from runlane.stores.base import Store
+
+Figures = dict[str, Any]
+
+# ---------------------------------------------------------------- workflow definitions
+
+
+@runlane.step(name="bench.noop")
+async def noop(x: int) -> int:
+    return x + 1
+
+
+@runlane.workflow(name="bench.steps")
+async def steps_wf(ctx: runlane.Context, n: int) -> int:
+    x = 0
+    for _ in range(n):
+        x = await ctx.step(noop, x)
+    return x
+
+
+@runlane.workflow(name="bench.waiter")
+async def waiter_wf(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.wait_for_signal("go")
+
+
+@runlane.workflow(name="bench.quota", concurrency=Concurrency(key="bench:full", limit=1))
+async def quota_wf(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.wait_for_signal("go")
+
+
+@runlane.step(name="bench.sleep")
+async def sleep_step(ms: float) -> None:
+    await asyncio.sleep(ms / 1000)
+
+
+@dataclass
+class KeyProbe:
+    """In-process record of who was inside a keyed body, and when (perf_counter seconds)."""
+
+    inside: dict[str, int] = field(default_factory=dict)
+    peak: dict[str, int] = field(default_factory=dict)
+    entered: dict[str, tuple[str, float]] = field(default_factory=dict)  # run id -> (key, t)
+    left: dict[str, float] = field(default_factory=dict)
+
+    def enter(self, key: str, run_id: str) -> None:
+        if run_id in self.entered:  # a replay of a run already inside
+            return
+        self.inside[key] = self.inside.get(key, 0) + 1
+        self.peak[key] = max(self.peak.get(key, 0), self.inside[key])
+        self.entered[run_id] = (key, time.perf_counter())
+
+    def leave(self, key: str, run_id: str) -> None:
+        self.left[run_id] = time.perf_counter()
+        self.inside[key] -= 1
+
+
+def keyed_workflow(probe: KeyProbe, step_ms: float) -> Callable[..., Any]:
+    @runlane.workflow(name="bench.keyed", singleton=Singleton(key=lambda i: i["key"], limit=1))
+    async def keyed(ctx: runlane.Context, i: dict[str, Any]) -> int:
+        probe.enter(i["key"], ctx.run_id)
+        await ctx.step(sleep_step, step_ms)
+        probe.leave(i["key"], ctx.run_id)
+        return int(i["seq"])
+
+    return keyed
+
+
+# ---------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    """A fresh backend for one workload: how to build a store on it, and what it is."""
+
+    db: str
+    tmp: Path
+    url: str = ""
+    path: Path | None = None
+
+    def renew(self) -> None:
+        if self.db == "pg":
+            self.url = common.fresh_pg()
+        elif self.db == "sqlite":
+            self.path = common.fresh_sqlite(self.tmp)
+
+    def store(self) -> Store:
+        if self.db == "pg":
+            from runlane.stores.postgres import PostgresStore
+
+            return PostgresStore(self.url)
+        if self.db == "sqlite":
+            from runlane.stores.sqlite import SqliteStore
+
+            assert self.path is not None
+            return SqliteStore(self.path)
+        return MemoryStore()
+
+    def engine(self, *workflows: Any, store: Store | None = None) -> Engine:
+        return Engine(store or self.store(), workflows=list(workflows), steps=[noop, sleep_step])
+
+
+async def start_all(engine: Engine, workflow: Any, inputs: Sequence[Any]) -> list[str]:
+    return [(await engine.start(workflow, i)).id for i in inputs]
+
+
+async def wait_all(engine: Engine, ids: Sequence[str], timeout: float = 600) -> None:
+    for run_id in ids:
+        run = await engine.wait_for_run(run_id, timeout=timeout)
+        if run.status != runlane.RunStatus.COMPLETED:
+            raise RuntimeError(f"run {run_id} ended {run.status}: {run.error}")
+
+
+async def warm_up(engine: Engine, steps: int = 2) -> None:
+    await wait_all(engine, await start_all(engine, steps_wf, [steps] * 20))
+
+
+# ---------------------------------------------------------------- 1. throughput
+
+
+async def throughput(target: Target, n: int = 1000, steps: int = 2) -> Figures:
+    target.renew()
+    async with target.engine(steps_wf) as engine:
+        await warm_up(engine, steps)
+        return await timed_batch(engine, n, steps)
+
+
+async def timed_batch(engine: Engine, n: int, steps: int) -> Figures:
+    t0 = time.perf_counter()
+    ids = await start_all(engine, steps_wf, [steps] * n)
+    started = time.perf_counter()
+    await wait_all(engine, ids)
+    elapsed = time.perf_counter() - t0
+    return {
+        "n": n,
+        "steps": steps,
+        "seconds": round(elapsed, 3),
+        "start_loop_seconds": round(started - t0, 3),
+        "workflows_per_s": round(n / elapsed, 1),
+        "steps_per_s": round(n * steps / elapsed, 1),
+    }
+
+
+# ---------------------------------------------------------------- 2. latency
+
+
+async def latency(target: Target, runs: int = 50, steps: int = 10) -> Figures:
+    target.renew()
+    async with target.engine(steps_wf) as engine:
+        for _ in range(5):
+            await one_run_ms(engine, steps)
+        samples = [await one_run_ms(engine, steps) for _ in range(runs)]
+    return {
+        "steps": steps,
+        "runs": runs,
+        "median_ms": round(common.median(samples), 2),
+        "p99_ms": round(common.pct(samples, 0.99), 2),
+        "min_ms": round(min(samples), 2),
+        "max_ms": round(max(samples), 2),
+    }
+
+
+async def one_run_ms(engine: Engine, steps: int) -> float:
+    t0 = time.perf_counter()
+    run = await engine.start(steps_wf, steps)
+    done = await engine.wait_for_run(run.id, timeout=60)
+    assert done.output == steps
+    return (time.perf_counter() - t0) * 1000
+
+
+# ---------------------------------------------------------------- 3. per-key serialisation
+
+
+async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: float = 2.0) -> Figures:
+    target.renew()
+    probe = KeyProbe()
+    keyed = keyed_workflow(probe, step_ms)
+    names = [f"key-{k:03d}" for k in range(keys)]
+    inputs = [{"key": k, "seq": j} for j in range(per_key) for k in names]
+    async with target.engine(keyed) as engine:
+        t0 = time.perf_counter()
+        ids = await start_all(engine, keyed, inputs)
+        enqueued = time.perf_counter()
+        await wait_all(engine, ids)
+        elapsed = time.perf_counter() - t0
+        runs = await engine.store.get_runs(ids)
+    order = {rid: (r.created_at, rid) for rid, r in runs.items()}
+    return {
+        "keys": keys,
+        "per_key": per_key,
+        "step_sleep_ms": step_ms,
+        "enqueue_seconds": round(enqueued - t0, 3),
+        "total_seconds": round(elapsed, 3),
+        "workflows_per_s": round(len(ids) / elapsed, 1),
+        "max_inflight_any_key": max(probe.peak.values()),
+        **serialisation_checks(probe, order),
+    }
+
+
+def serialisation_checks(probe: KeyProbe, order: dict[str, tuple[Any, str]]) -> Figures:
+    """Overlaps and FIFO violations per key, and the hand-off gaps between neighbours."""
+    by_key: dict[str, list[tuple[float, float, str]]] = {}
+    for run_id, (key, t_in) in probe.entered.items():
+        by_key.setdefault(key, []).append((t_in, probe.left[run_id], run_id))
+    overlaps = fifo = 0
+    gaps: list[float] = []
+    for intervals in by_key.values():
+        intervals.sort()
+        for (_a1, b1, r1), (a2, _b2, r2) in itertools.pairwise(intervals):
+            overlaps += a2 < b1
+            fifo += order[r2] < order[r1]
+            gaps.append((a2 - b1) * 1000)
+    return {
+        "overlapping_pairs": overlaps,
+        "fifo_violations_within_key": fifo,
+        "handoff_p50_ms": round(common.pct(gaps, 0.5), 2),
+        "handoff_p99_ms": round(common.pct(gaps, 0.99), 2),
+        "handoff_max_ms": round(max(gaps), 2),
+    }
+
+
+# ---------------------------------------------------------------- 4. store cost (PostgreSQL)
+
+
+async def store_cost(target: Target, steps: Sequence[int] = (1, 2, 10), n: int = 200) -> Figures:
+    """Commits per run on the bench database, sequential and concurrent, for N steps."""
+    target.renew()
+    overhead = await commits_of(target, None)
+    figures: Figures = {"open_close_commits": overhead, "runs": n}
+    for k in steps:
+        seq = await commits_of(target, lambda e, k=k: sequential(e, k, n // 4)) - overhead
+        par = await commits_of(target, lambda e, k=k: concurrent(e, k, n)) - overhead
+        figures[f"commits_per_run_{k}_steps_sequential"] = round(seq / (n // 4), 2)
+        figures[f"commits_per_run_{k}_steps_concurrent"] = round(par / n, 2)
+        figures[f"target_{k}_steps"] = k + 2
+    return figures
+
+
+async def commits_of(target: Target, work: Callable[[Engine], Awaitable[None]] | None) -> int:
+    """xact_commit delta of one engine's life (open, work, close); closing flushes the stats."""
+    before = common.pg_settled_commits()
+    async with target.engine(steps_wf) as engine:
+        if work is not None:
+            await work(engine)
+    return common.pg_settled_commits() - before
+
+
+async def sequential(engine: Engine, steps: int, n: int) -> None:
+    for _ in range(n):
+        await wait_all(engine, await start_all(engine, steps_wf, [steps]))
+
+
+async def concurrent(engine: Engine, steps: int, n: int) -> None:
+    await wait_all(engine, await start_all(engine, steps_wf, [steps] * n))
+
+
+# ---------------------------------------------------------------- 5. quota rejections
+
+
+async def quota(target: Target, attempts: int = 2000) -> Figures:
+    target.renew()
+    async with target.engine(quota_wf) as engine:
+        holder = await engine.start(quota_wf, None)
+        before = await count_runs(engine)
+        writes0 = common.pg_row_writes() if target.db == "pg" else None
+        refused, elapsed = await refuse_many(engine, attempts)
+        after = await count_runs(engine)
+        await engine.signal(holder.id, "go")
+        await engine.wait_for_run(holder.id, timeout=30)
+    figures: Figures = {
+        "attempts": attempts,
+        "refused": refused,
+        "refusals_per_s": round(refused / elapsed, 1),
+        "us_per_refusal": round(elapsed / attempts * 1e6, 1),
+        "runs_written_by_refusals": after - before,
+    }
+    if writes0 is not None:
+        figures["pg_row_writes_by_refusals"] = pg_writes_since(writes0)
+    return figures
+
+
+async def refuse_many(engine: Engine, attempts: int) -> tuple[int, float]:
+    refused = 0
+    t0 = time.perf_counter()
+    for _ in range(attempts):
+        try:
+            await engine.start(quota_wf, None)
+        except ConcurrencyLimitError:
+            refused += 1
+    return refused, time.perf_counter() - t0
+
+
+def pg_writes_since(before: int) -> int:
+    """Row writes after ``before``; PG15 backends flush table stats within ~1 s of activity."""
+    time.sleep(1.5)
+    return common.pg_row_writes() - before
+
+
+async def count_runs(engine: Engine) -> int:
+    total = 0
+    while True:
+        page = await engine.list_runs(limit=1000, offset=total)
+        total += len(page)
+        if len(page) < 1000:
+            return total
+
+
+# ---------------------------------------------------------------- 6. memory
+
+
+async def memory_suspended(target: Target, n: int = 10_000) -> Figures:
+    """RSS growth of one engine holding ``n`` runs suspended on a signal wait."""
+    target.renew()
+    async with target.engine(steps_wf, waiter_wf) as engine:
+        await warm_up(engine)
+        idle = settled_rss()
+        for i in range(0, n, 1000):
+            await start_all(engine, waiter_wf, [None] * min(1000, n - i))
+        await until_suspended(engine, n)
+        held = settled_rss()
+    return {
+        "suspended_runs": n,
+        "idle_rss_mb": round(idle, 1),
+        "rss_with_suspended_mb": round(held, 1),
+        "delta_mb": round(held - idle, 1),
+    }
+
+
+def settled_rss() -> float:
+    gc.collect()
+    return common.rss_mb()
+
+
+async def until_suspended(engine: Engine, n: int, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page = await engine.list_runs(status="suspended", limit=1, offset=n - 1)
+        if page:
+            return
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"{n} runs did not all suspend within {timeout}s")
+
+
+async def memory_completed(target: Target, n: int = 100_000, batch: int = 10_000) -> Figures:
+    """RSS sampled after every ``batch`` completed runs: it should stay flat."""
+    target.renew()
+    samples: list[float] = []
+    async with target.engine(steps_wf) as engine:
+        await warm_up(engine)
+        for _ in range(0, n, batch):
+            for _ in range(batch // 1000):
+                await wait_all(engine, await start_all(engine, steps_wf, [1] * 1000))
+            samples.append(round(settled_rss(), 1))
+    return {
+        "completed_runs": n,
+        "rss_samples_mb": samples,
+        "growth_after_first_batch_mb": round(samples[-1] - samples[0], 1),
+    }
+
+
+# ---------------------------------------------------------------- 7. scale
+
+
+async def scale(target: Target, n: int = 1000, finished: int = 100_000) -> Figures:
+    """Throughput on an empty store vs one holding ``finished`` completed runs."""
+    empty = await throughput(target, n)
+    target.renew()
+    seeded = await seed_then_measure(target, n, finished)
+    return {
+        "n": n,
+        "finished_rows": finished,
+        "empty_workflows_per_s": empty["workflows_per_s"],
+        "seeded_workflows_per_s": seeded["workflows_per_s"],
+        "seeded_vs_empty": round(seeded["workflows_per_s"] / empty["workflows_per_s"], 3),
+        "seed_seconds": seeded["seed_seconds"],
+    }
+
+
+async def seed_then_measure(target: Target, n: int, finished: int) -> Figures:
+    store = target.store()
+    await store.open()  # creates the schema the seed writes into
+    t0 = time.perf_counter()
+    await seed.finished_runs(target.db, store, target.url, target.path, finished)
+    seed_seconds = time.perf_counter() - t0
+    await store.close()
+    async with target.engine(steps_wf) as engine:
+        await warm_up(engine)
+        figures = await timed_batch(engine, n, 2)
+    return {**figures, "seed_seconds": round(seed_seconds, 1)}
+
+
+# ---------------------------------------------------------------- command line
+
+WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
+    "throughput": throughput,
+    "latency": latency,
+    "queue": queue,
+    "store_cost": store_cost,
+    "quota": quota,
+    "memory_suspended": memory_suspended,
+    "memory_completed": memory_completed,
+    "scale": scale,
+}
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--db", choices=["pg", "sqlite", "memory"], default="sqlite")
+    p.add_argument("--workloads", default="throughput,latency,queue")
+    p.add_argument("--params", default="{}", help='JSON: {"workload": {"kwarg": value}}')
+    p.add_argument("--json", default="", help="append one JSON line per workload to this file")
+    return p.parse_args(argv)
+
+
+async def run_workloads(args: argparse.Namespace) -> None:
+    params = json.loads(args.params)
+    with tempfile.TemporaryDirectory(prefix="runlane-bench-") as tmp:
+        target = Target(args.db, Path(tmp))
+        for name in args.workloads.split(","):
+            load = common.load_avg()
+            figures = await WORKLOADS[name](target, **params.get(name, {}))
+            line = {"workload": name, "db": args.db, "load_before": load, **figures}
+            line["load_after"] = common.load_avg()
+            if target.path is not None:
+                line["sqlite_journal_mode"] = common.sqlite_mode(target.path)
+            emit(line, args.json)
+
+
+def emit(line: Figures, path: str) -> None:
+    text = json.dumps(line)
+    print(f"[{line['workload']}] {text}", flush=True)
+    if path:
+        with open(path, "a") as f:
+            f.write(text + "\n")
+
+
+def main(argv: Sequence[str]) -> None:
+    args = parse_args(argv)
+    try:
+        asyncio.run(run_workloads(args))
+    finally:
+        if args.db == "pg":
+            common.drop_pg()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
