@@ -85,14 +85,14 @@ class MemoryStore:
     async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
         return [self._create(spec, now) for spec in specs]
 
-    def _create(self, spec: RunSpec, now: datetime) -> Started:
+    def _create(self, spec: RunSpec, now: datetime, *, gated: bool = True) -> Started:
         existing = self._runs.get(spec.id)
         if existing is not None:
             return Started(existing, created=False)
-        refusal = self._refusal(spec)
+        refusal = self._refusal(spec) if gated else None
         if refusal is not None:
             return Started(None, created=False, rejected=refusal)
-        if spec.singleton is not None and spec.singleton.replace:
+        if gated and spec.singleton is not None and spec.singleton.replace:
             for other in self._active_of_key(spec.singleton.key):
                 self._cancel_one(other, now, None)
         run = run_from_spec(spec)
@@ -189,7 +189,8 @@ class MemoryStore:
             run = replace(run, recoveries=run.recoveries + 1)
             self._runs[run_id] = run
             if run.status == RunStatus.CANCELLING:
-                return ClaimOutcome(settled=self._finish(run, Settlement(RunStatus.CANCELLED), now))
+                cancelled = Settlement(RunStatus.CANCELLED, None, run.error)
+                return ClaimOutcome(settled=self._finish(run, cancelled, now))
             if max_recoveries is not None and run.recoveries > max_recoveries:
                 error = {
                     "type": "RecoveryLimitExceeded",
@@ -298,7 +299,7 @@ class MemoryStore:
         woken: list[str] = []
         self._finish(self._runs[run_id], settlement, now, woken)
         if settlement.continue_as is not None:
-            started = self._create(settlement.continue_as, now)
+            started = self._create(settlement.continue_as, now, gated=False)
             if started.created:
                 woken.append(settlement.continue_as.id)
         return woken

@@ -1,0 +1,306 @@
+"""SqliteStore: the store contract on one SQLite file, safe for several processes at once.
+
+Each store object owns one connection, used only by its own single worker thread; every store
+method is one synchronous function run there as one transaction. Writes begin with
+``BEGIN IMMEDIATE``: the file's write lock is taken before anything is read, so admission and
+claims read and write without another process slipping in between (the point-of-claim rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Concatenate, ParamSpec, TypeVar
+
+from ..errors import RunlaneError
+from ..models import (
+    ClaimOutcome,
+    Event,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    Started,
+    StepRecord,
+    Writes,
+)
+from . import sqlite_ops as ops
+from .migrations import pending_migrations
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_URL_PREFIX = "sqlite:///"
+
+
+class SqliteStore:
+    """A store on a SQLite file. Several store objects and processes may share the file."""
+
+    atomic_admission = True
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._opens = 0
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> SqliteStore:
+        """``sqlite:///relative/file.db`` or ``sqlite:////absolute/file.db`` (as SQLAlchemy)."""
+        if not url.startswith(_URL_PREFIX) or len(url) == len(_URL_PREFIX):
+            raise ValueError(f"not a sqlite url: {url!r}; use sqlite:///path/to/file.db")
+        return cls(url[len(_URL_PREFIX) :])
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({self.path!r})"
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def open(self) -> None:
+        """Connect and migrate on the first open; later opens only count (engines may share)."""
+        self._opens += 1
+        if self._opens > 1:
+            return
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="runlane-sqlite")
+        try:
+            await self._submit(self._connect)
+        except BaseException:
+            await self._shut_down()
+            raise
+
+    async def close(self) -> None:
+        """Undo one open; the last one closes the connection. Extra closes do nothing."""
+        if self._opens == 0:
+            return
+        self._opens -= 1
+        if self._opens == 0:
+            await self._shut_down()
+
+    async def _shut_down(self) -> None:
+        self._opens = 0
+        executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(executor, self._disconnect)
+        finally:
+            executor.shutdown(wait=False)
+
+    def _connect(self) -> None:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout = 30000")
+        conn.execute("PRAGMA journal_mode = WAL")
+        # NORMAL skips the fsync at each commit, not the write: in WAL mode a committed
+        # transaction is in the OS page cache before COMMIT returns, so a crashed *process*
+        # loses nothing. Only an OS crash or power cut can roll back the last commits, and even
+        # then the file stays consistent (never half a transaction).
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        self._conn = conn
+        _transaction(conn, _migrate, conn)
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # ---------------------------------------------------------------- the worker thread
+
+    async def _submit(self, fn: Callable[[], T]) -> T:
+        executor = self._executor
+        if executor is None:
+            raise RunlaneError(f"{self!r} is not open; call open() first")
+        # The work goes on even if the awaiting task is cancelled: a transaction in flight
+        # commits or rolls back as a whole, never halfway.
+        return await asyncio.get_running_loop().run_in_executor(executor, fn)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RunlaneError(f"{self!r} is not open; call open() first")
+        return self._conn
+
+    async def _read(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        return await self._submit(lambda: fn(self._connection(), *args, **kwargs))
+
+    async def _write(
+        self,
+        fn: Callable[Concatenate[sqlite3.Connection, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        return await self._submit(
+            lambda: _transaction(self._connection(), fn, self._connection(), *args, **kwargs)
+        )
+
+    # ---------------------------------------------------------------- starts
+
+    async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+        return await self._write(ops.create_runs, specs, now)
+
+    # ---------------------------------------------------------------- claims
+
+    async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        return await self._read(ops.pending_run_ids, limit, namespace)
+
+    async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        return await self._read(ops.due_run_ids, now, limit, namespace)
+
+    async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        return await self._read(ops.expired_run_ids, now, limit, namespace)
+
+    async def timed_out_run_ids(
+        self, now: datetime, limit: int, namespace: str | None
+    ) -> list[str]:
+        return await self._read(ops.timed_out_run_ids, now, limit, namespace)
+
+    async def claim_run(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        singleton_retry_at: datetime,
+        max_recoveries: int | None = None,
+    ) -> ClaimOutcome:
+        return await self._write(
+            ops.claim_run, run_id, owner, now, lease_until, singleton_retry_at, max_recoveries
+        )
+
+    async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
+        return await self._write(ops.renew_lease, run_id, owner, lease_until)
+
+    # ---------------------------------------------------------------- turn writes (fenced)
+
+    async def checkpoint(
+        self, run_id: str, owner: str, writes: Writes, now: datetime
+    ) -> list[Started]:
+        return await self._write(ops.checkpoint, run_id, owner, writes, now)
+
+    async def suspend_run(
+        self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+    ) -> bool:
+        return await self._write(ops.suspend_run, run_id, owner, writes, wake_at, now)
+
+    async def settle_run(
+        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
+    ) -> list[str]:
+        return await self._write(ops.settle_run, run_id, owner, writes, settlement, now)
+
+    # ---------------------------------------------------------------- from outside a turn
+
+    async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
+        return await self._write(ops.deliver_signal, run_id, name, payload, now)
+
+    async def cancel_run(
+        self, run_id: str, now: datetime, error: dict[str, object] | None
+    ) -> list[str]:
+        return await self._write(ops.cancel_run, run_id, now, error)
+
+    async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+        return await self._write(ops.requeue_run, run_id, now, deadline_at)
+
+    async def publish_event(
+        self, name: str, payload: object, event_id: str | None, now: datetime
+    ) -> tuple[Event, bool, list[str]]:
+        return await self._write(ops.publish_event, name, payload, event_id, now)
+
+    async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
+        return await self._read(ops.events_after, name, after_seq, limit)
+
+    async def latest_event_seq(self) -> int:
+        return await self._read(ops.latest_event_seq)
+
+    # ---------------------------------------------------------------- reads
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return await self._read(ops.get_run, run_id)
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        return await self._read(ops.get_runs, run_ids)
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        tag: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Run]:
+        return await self._read(
+            ops.list_runs,
+            workflow=workflow,
+            status=status,
+            tag=tag,
+            parent_id=parent_id,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        return await self._read(ops.list_steps, run_id)
+
+
+def _transaction(
+    conn: sqlite3.Connection, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """Run ``fn`` in one write transaction: committed if it returns, rolled back if it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply the migrations this file lacks (inside the caller's write transaction)."""
+    for version, sql in pending_migrations("sqlite", _schema_version(conn)):
+        for statement in _statements(sql):
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_version (version, applied_at) VALUES (?, ?)",
+            (version, datetime.now(UTC).isoformat(timespec="microseconds")),
+        )
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
+    ).fetchone()
+    if exists is None:
+        return 0
+    (version,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
+    return int(version)
+
+
+def _statements(sql: str) -> list[str]:
+    """Split a migration script into statements (``executescript`` would commit our transaction)."""
+    statements: list[str] = []
+    pending = ""
+    for line in sql.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        statements.append(pending.strip())
+    return statements
+
+
+__all__ = ["SqliteStore"]

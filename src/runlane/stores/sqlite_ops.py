@@ -1,0 +1,594 @@
+"""The SQLite store's units of work: each function runs inside one transaction on one connection.
+
+They mirror :mod:`runlane.stores.memory` clause by clause (that module is the reference for the
+contract in :mod:`runlane.stores.base`); the caller owns the transaction, so a raised error
+rolls back everything the unit wrote.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+
+from .. import admission
+from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
+from ..models import (
+    ACTIVE_STATUSES,
+    Claim,
+    ClaimOutcome,
+    Event,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    Signal,
+    Started,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    Writes,
+)
+from ..serialization import dumps
+from .base import RunCancelling
+from .memory import run_from_spec
+from .sqlite_rows import (
+    RUN_COLUMNS,
+    STEP_COLUMNS,
+    event_from_row,
+    placeholders,
+    run_from_row,
+    run_values,
+    signal_from_row,
+    step_from_row,
+    step_values,
+    ts,
+)
+
+Conn = sqlite3.Connection
+
+
+def _sql_set(statuses: Iterable[RunStatus]) -> str:
+    return "(" + ", ".join(f"'{s}'" for s in sorted(statuses)) + ")"
+
+
+_ACTIVE = _sql_set(ACTIVE_STATUSES)
+_LEASED = _sql_set((RunStatus.RUNNING, RunStatus.CANCELLING))
+_WAITING = _sql_set((RunStatus.SUSPENDED, RunStatus.BLOCKED))
+_REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
+
+# ---------------------------------------------------------------- rows
+
+
+def get_run(conn: Conn, run_id: str) -> Run | None:
+    row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+    return None if row is None else run_from_row(row)
+
+
+def _existing(conn: Conn, run_id: str) -> Run:
+    run = get_run(conn, run_id)
+    if run is None:
+        raise RunNotFoundError(run_id)
+    return run
+
+
+def _insert_run(conn: Conn, run: Run) -> None:
+    values = run_values(run)
+    conn.execute(f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {placeholders(values)}", values)
+
+
+_UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
+    ", ".join(f"{column.strip()} = ?" for column in RUN_COLUMNS.split(","))
+)
+
+
+def _save_run(conn: Conn, run: Run) -> None:
+    """Write every column of ``run`` over its row (read-modify-write inside the transaction)."""
+    conn.execute(_UPDATE_RUN, (*run_values(run), run.id))
+
+
+def get_runs(conn: Conn, run_ids: Sequence[str]) -> dict[str, Run]:
+    # One JSON parameter instead of one per id: no limit on how many ids are asked for.
+    rows = conn.execute(
+        "SELECT * FROM runs WHERE id IN (SELECT value FROM json_each(?))", (dumps(list(run_ids)),)
+    )
+    return {row["id"]: run_from_row(row) for row in rows}
+
+
+def list_steps(conn: Conn, run_id: str) -> list[StepRecord]:
+    rows = conn.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
+    return [step_from_row(row) for row in rows]
+
+
+def _signals(conn: Conn, run_id: str) -> list[Signal]:
+    rows = conn.execute("SELECT * FROM signals WHERE run_id = ? ORDER BY id", (run_id,))
+    return [signal_from_row(row) for row in rows]
+
+
+# ---------------------------------------------------------------- starts
+
+
+def create_runs(conn: Conn, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+    return [create(conn, spec, now) for spec in specs]
+
+
+def create(conn: Conn, spec: RunSpec, now: datetime, *, gated: bool = True) -> Started:
+    existing = get_run(conn, spec.id)
+    if existing is not None:
+        return Started(existing, created=False)
+    if gated:
+        refusal = _refusal(conn, spec)
+        if refusal is not None:
+            return Started(None, created=False, rejected=refusal)
+        if spec.singleton is not None and spec.singleton.replace:
+            for other_id in _active_ids_of_key(conn, spec.singleton.key):
+                cancel_one(conn, _existing(conn, other_id), now, None)
+    run = run_from_spec(spec)
+    _insert_run(conn, run)
+    return Started(run, created=True)
+
+
+def _refusal(conn: Conn, spec: RunSpec) -> Exception | None:
+    if spec.quota is not None:
+        counted = sorted(spec.quota.count_statuses)
+        (count,) = conn.execute(
+            "SELECT COUNT(*) FROM runs WHERE concurrency_key = ?"
+            f" AND status IN {placeholders(counted)}",
+            (spec.quota.key, *counted),
+        ).fetchone()
+        refusal = admission.quota_refusal(spec.workflow, spec.quota, count)
+        if refusal is not None:
+            return refusal
+    if spec.singleton is not None:
+        active = len(_active_ids_of_key(conn, spec.singleton.key))
+        return admission.queue_refusal(spec.workflow, spec.singleton, active)
+    return None
+
+
+def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
+    rows = conn.execute(
+        f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {_ACTIVE}"
+        " ORDER BY created_at, id",
+        (key,),
+    )
+    return [row["id"] for row in rows]
+
+
+# ---------------------------------------------------------------- claims
+
+
+def _scope(namespace: str | None) -> tuple[str, tuple[str, ...]]:
+    return ("", ()) if namespace is None else (" AND namespace = ?", (namespace,))
+
+
+def _ids(
+    conn: Conn,
+    where: str,
+    order: str,
+    params: tuple[object, ...],
+    limit: int,
+    namespace: str | None,
+) -> list[str]:
+    scope, scope_params = _scope(namespace)
+    rows = conn.execute(
+        f"SELECT id FROM runs WHERE {where}{scope} ORDER BY {order} LIMIT ?",
+        (*params, *scope_params, limit),
+    )
+    return [row["id"] for row in rows]
+
+
+def pending_run_ids(conn: Conn, limit: int, namespace: str | None) -> list[str]:
+    where = "status = 'pending'"
+    return _ids(conn, where, "priority DESC, created_at, id", (), limit, namespace)
+
+
+def due_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    where = f"status IN {_WAITING} AND wake_at <= ?"
+    return _ids(conn, where, "wake_at, id", (ts(now),), limit, namespace)
+
+
+def expired_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    where = f"status IN {_LEASED} AND lease_expires_at <= ?"
+    return _ids(conn, where, "lease_expires_at, id", (ts(now),), limit, namespace)
+
+
+def timed_out_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    where = f"status IN {_ACTIVE} AND deadline_at <= ?"
+    return _ids(conn, where, "deadline_at, id", (ts(now),), limit, namespace)
+
+
+def _claimable(conn: Conn, run_id: str, now: datetime) -> Run | None:
+    row = conn.execute(
+        "SELECT * FROM runs WHERE id = ? AND (status = 'pending'"
+        f" OR (status IN {_WAITING} AND wake_at <= ?)"
+        f" OR (status IN {_LEASED} AND lease_expires_at <= ?))",
+        (run_id, ts(now), ts(now)),
+    ).fetchone()
+    return None if row is None else run_from_row(row)
+
+
+def claim_run(
+    conn: Conn,
+    run_id: str,
+    owner: str,
+    now: datetime,
+    lease_until: datetime,
+    singleton_retry_at: datetime,
+    max_recoveries: int | None,
+) -> ClaimOutcome:
+    run = _claimable(conn, run_id, now)
+    if run is None:
+        return ClaimOutcome()
+    if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
+        run = replace(run, recoveries=run.recoveries + 1)
+        _save_run(conn, run)
+        settled = _settle_recovery(conn, run, now, max_recoveries)
+        if settled is not None:
+            return ClaimOutcome(settled=settled)
+    if run.singleton_key is not None and not run.holds_slot:
+        if not _admit(conn, run):
+            _park(conn, run, singleton_retry_at, now)
+            return ClaimOutcome(parked=True)
+        run = replace(run, holds_slot=True)
+    return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now))
+
+
+def _settle_recovery(conn: Conn, run: Run, now: datetime, max_recoveries: int | None) -> Run | None:
+    """Settle a recovered run that must not run again: cancelled, or recovered too often."""
+    if run.status == RunStatus.CANCELLING:
+        return finish(conn, run, Settlement(RunStatus.CANCELLED, None, run.error), now)
+    if max_recoveries is not None and run.recoveries > max_recoveries:
+        error = {
+            "type": "RecoveryLimitExceeded",
+            "message": f"run recovered {run.recoveries} times (max {max_recoveries})",
+        }
+        return finish(conn, run, Settlement(RunStatus.DEAD, None, error), now)
+    return None
+
+
+def _admit(conn: Conn, run: Run) -> bool:
+    holders, ahead = conn.execute(
+        "SELECT COALESCE(SUM(holds_slot), 0),"
+        " COALESCE(SUM(NOT holds_slot AND status != 'cancelling' AND (created_at, id) < (?, ?)), 0)"
+        f" FROM runs WHERE singleton_key = ? AND status IN {_ACTIVE}",
+        (ts(run.created_at), run.id, run.singleton_key),
+    ).fetchone()
+    return admission.admits(run.singleton_limit or 1, holders, ahead)
+
+
+def _park(conn: Conn, run: Run, retry_at: datetime, now: datetime) -> None:
+    parked = replace(
+        run,
+        status=RunStatus.SUSPENDED,
+        wake_at=retry_at,
+        wake_requested_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        updated_at=now,
+    )
+    _save_run(conn, parked)
+
+
+def _lease(conn: Conn, run: Run, owner: str, lease_until: datetime, now: datetime) -> Claim:
+    leased = replace(
+        run,
+        status=RunStatus.RUNNING,
+        lease_owner=owner,
+        lease_expires_at=lease_until,
+        wake_at=None,
+        wake_requested_at=None,
+        updated_at=now,
+    )
+    _save_run(conn, leased)
+    return Claim(leased, list_steps(conn, run.id), _signals(conn, run.id))
+
+
+def renew_lease(conn: Conn, run_id: str, owner: str, lease_until: datetime) -> bool:
+    cursor = conn.execute(
+        "UPDATE runs SET lease_expires_at = ?"
+        f" WHERE id = ? AND lease_owner = ? AND status IN {_LEASED}",
+        (ts(lease_until), run_id, owner),
+    )
+    return cursor.rowcount == 1
+
+
+# ---------------------------------------------------------------- turn writes
+
+
+def _fenced(conn: Conn, run_id: str, owner: str, *, allow_cancelling: bool = False) -> Run:
+    run = get_run(conn, run_id)
+    leased = run is not None and run.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
+    if run is None or not leased or run.lease_owner != owner:
+        raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
+    if run.status == RunStatus.CANCELLING and not allow_cancelling:
+        raise RunCancelling(f"run {run_id!r} was cancelled")
+    return run
+
+
+def _apply(conn: Conn, run_id: str, writes: Writes, now: datetime) -> list[Started]:
+    for record in writes.steps:
+        values = step_values(record)
+        conn.execute(f"REPLACE INTO steps ({STEP_COLUMNS}) VALUES {placeholders(values)}", values)
+    consumed = list(writes.consumed_signals)
+    conn.execute(
+        f"DELETE FROM signals WHERE run_id = ? AND id IN {placeholders(consumed)}",
+        (run_id, *consumed),
+    )
+    return [create(conn, spec, now) for spec in writes.children]
+
+
+def checkpoint(conn: Conn, run_id: str, owner: str, writes: Writes, now: datetime) -> list[Started]:
+    _fenced(conn, run_id, owner)
+    started = _apply(conn, run_id, writes, now)
+    conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (ts(now), run_id))
+    return started
+
+
+def suspend_run(
+    conn: Conn, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+) -> bool:
+    _fenced(conn, run_id, owner)
+    _apply(conn, run_id, writes, now)
+    run = _existing(conn, run_id)
+    rewake = run.wake_requested_at is not None
+    suspended = replace(
+        run,
+        status=RunStatus.SUSPENDED,
+        wake_at=now if rewake else wake_at,
+        wake_requested_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        updated_at=now,
+    )
+    _save_run(conn, suspended)
+    return rewake
+
+
+def settle_run(
+    conn: Conn, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
+) -> list[str]:
+    _fenced(conn, run_id, owner, allow_cancelling=True)
+    _apply(conn, run_id, writes, now)
+    woken: list[str] = []
+    finish(conn, _existing(conn, run_id), settlement, now, woken)
+    if settlement.continue_as is not None:
+        started = create(conn, settlement.continue_as, now, gated=False)
+        if started.created:
+            woken.append(settlement.continue_as.id)
+    return woken
+
+
+def finish(
+    conn: Conn, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None
+) -> Run:
+    """Settle ``run`` terminal: release its slot, wake the waiters for it and its parent."""
+    woken = [] if woken is None else woken
+    done = replace(
+        run,
+        status=settlement.status,
+        output=settlement.output,
+        error=settlement.error,
+        holds_slot=False,
+        lease_owner=None,
+        lease_expires_at=None,
+        wake_at=None,
+        wake_requested_at=None,
+        updated_at=now,
+    )
+    _save_run(conn, done)
+    conn.execute("DELETE FROM signals WHERE run_id = ?", (run.id,))
+    if run.holds_slot and run.singleton_key is not None:
+        woken.extend(_wake_waiters(conn, run.singleton_key, run.singleton_limit or 1, now))
+    if run.parent_id is not None and _wake(conn, run.parent_id, now):
+        woken.append(run.parent_id)
+    return done
+
+
+def _wake_waiters(conn: Conn, key: str, limit: int, now: datetime) -> list[str]:
+    (holders,) = conn.execute(
+        f"SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {_ACTIVE} AND holds_slot",
+        (key,),
+    ).fetchone()
+    rows = conn.execute(
+        f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {_ACTIVE}"
+        " AND NOT holds_slot AND status != 'cancelling' ORDER BY created_at, id LIMIT ?",
+        (key, admission.free_slots(limit, holders)),
+    )
+    chosen = [row["id"] for row in rows]
+    for waiter_id in chosen:
+        _wake(conn, waiter_id, now)
+    return chosen
+
+
+def _wake(conn: Conn, run_id: str, now: datetime) -> bool:
+    run = get_run(conn, run_id)
+    if run is None or run.is_terminal:
+        return False
+    stamp = ts(now)
+    conn.execute(
+        f"UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND status IN {_WAITING}",
+        (stamp, stamp, run_id),
+    )
+    conn.execute(
+        f"UPDATE runs SET wake_requested_at = ? WHERE id = ? AND status IN {_LEASED}",
+        (stamp, run_id),
+    )
+    return True
+
+
+# ---------------------------------------------------------------- from outside a turn
+
+
+def deliver_signal(conn: Conn, run_id: str, name: str, payload: object, now: datetime) -> bool:
+    run = _existing(conn, run_id)
+    if run.is_terminal:
+        raise RunFinishedError(run_id, run.status)
+    conn.execute(
+        "INSERT INTO signals (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)",
+        (run_id, name, dumps(payload), ts(now)),
+    )
+    if _waits_for(conn, run_id, StepKind.SIGNAL, name):
+        return _wake(conn, run_id, now)
+    if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
+        _wake(conn, run_id, now)
+    return False
+
+
+def _waits_for(conn: Conn, run_id: str, kind: StepKind, name: str) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM steps WHERE run_id = ? AND kind = ? AND name = ? AND status = ?",
+        (run_id, str(kind), name, str(StepStatus.PENDING)),
+    ).fetchone()
+    return row is not None
+
+
+def cancel_run(
+    conn: Conn, run_id: str, now: datetime, error: dict[str, object] | None
+) -> list[str]:
+    _existing(conn, run_id)
+    changed: list[str] = []
+    for target_id in [run_id, *_descendant_ids(conn, run_id)]:
+        if cancel_one(conn, _existing(conn, target_id), now, error):
+            changed.append(target_id)
+    return changed
+
+
+def _descendant_ids(conn: Conn, run_id: str) -> list[str]:
+    rows = conn.execute(
+        "WITH RECURSIVE tree(id) AS ("
+        " SELECT id FROM runs WHERE parent_id = ?"
+        " UNION SELECT runs.id FROM runs JOIN tree ON runs.parent_id = tree.id)"
+        " SELECT id FROM tree",
+        (run_id,),
+    )
+    return [row["id"] for row in rows]
+
+
+def cancel_one(conn: Conn, run: Run, now: datetime, error: dict[str, object] | None) -> bool:
+    if run.is_terminal or run.status == RunStatus.CANCELLING:
+        return False
+    if run.status == RunStatus.RUNNING:
+        _save_run(conn, replace(run, status=RunStatus.CANCELLING, updated_at=now, error=error))
+    else:
+        finish(conn, run, Settlement(RunStatus.CANCELLED, None, error), now)
+    return True
+
+
+def requeue_run(conn: Conn, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+    run = _existing(conn, run_id)
+    if run.status not in _REQUEUEABLE:
+        raise RunlaneError(
+            f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
+        )
+    conn.execute(
+        "DELETE FROM steps WHERE run_id = ? AND status != ?", (run_id, str(StepStatus.COMPLETED))
+    )
+    requeued = replace(
+        run,
+        status=RunStatus.PENDING,
+        output=None,
+        error=None,
+        holds_slot=False,
+        recoveries=0,
+        lease_owner=None,
+        lease_expires_at=None,
+        wake_at=None,
+        wake_requested_at=None,
+        deadline_at=deadline_at,
+        updated_at=now,
+    )
+    _save_run(conn, requeued)
+    return requeued
+
+
+def publish_event(
+    conn: Conn, name: str, payload: object, event_id: str | None, now: datetime
+) -> tuple[Event, bool, list[str]]:
+    if event_id is not None:
+        row = conn.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
+        if row is not None:
+            return event_from_row(row), False, []
+    cursor = conn.execute(
+        "INSERT INTO events (id, name, payload, created_at) VALUES (?, ?, ?, ?)",
+        (event_id, name, dumps(payload), ts(now)),
+    )
+    assert cursor.lastrowid is not None
+    event = Event(cursor.lastrowid, name, payload, now, event_id)
+    waiting = _ids_waiting_for(conn, StepKind.EVENT, name)
+    return event, True, [run_id for run_id in waiting if _wake(conn, run_id, now)]
+
+
+def _ids_waiting_for(conn: Conn, kind: StepKind, name: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT DISTINCT runs.id FROM steps JOIN runs ON runs.id = steps.run_id"
+        " WHERE steps.kind = ? AND steps.name = ? AND steps.status = ?"
+        " ORDER BY runs.created_at, runs.id",
+        (str(kind), name, str(StepStatus.PENDING)),
+    )
+    return [row["id"] for row in rows]
+
+
+def events_after(conn: Conn, name: str, after_seq: int, limit: int) -> list[Event]:
+    rows = conn.execute(
+        "SELECT * FROM events WHERE name = ? AND seq > ? ORDER BY seq LIMIT ?",
+        (name, after_seq, limit),
+    )
+    return [event_from_row(row) for row in rows]
+
+
+def latest_event_seq(conn: Conn) -> int:
+    (seq,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
+    return int(seq)
+
+
+# ---------------------------------------------------------------- reads
+
+
+def list_runs(
+    conn: Conn,
+    *,
+    workflow: str | None,
+    status: RunStatus | None,
+    tag: str | None,
+    parent_id: str | None,
+    limit: int,
+    offset: int,
+) -> list[Run]:
+    filters = {
+        "workflow = ?": workflow,
+        "status = ?": None if status is None else str(status),
+        "EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)": tag,
+        "parent_id = ?": parent_id,
+    }
+    given = {clause: value for clause, value in filters.items() if value is not None}
+    where = " AND ".join(["1", *given])
+    rows = conn.execute(
+        f"SELECT * FROM runs WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
+        (*given.values(), limit, offset),
+    )
+    return [run_from_row(row) for row in rows]
+
+
+__all__ = [
+    "cancel_run",
+    "checkpoint",
+    "claim_run",
+    "create_runs",
+    "deliver_signal",
+    "due_run_ids",
+    "events_after",
+    "expired_run_ids",
+    "get_run",
+    "get_runs",
+    "latest_event_seq",
+    "list_runs",
+    "list_steps",
+    "pending_run_ids",
+    "publish_event",
+    "renew_lease",
+    "requeue_run",
+    "settle_run",
+    "suspend_run",
+    "timed_out_run_ids",
+]

@@ -1,0 +1,904 @@
+"""The Store contract (``runlane.stores.base``), clause by clause, for every store kind."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from runlane.errors import (
+    ConcurrencyLimitError,
+    LeaseLostError,
+    RunFinishedError,
+    RunlaneError,
+    RunNotFoundError,
+    SingletonQueueFullError,
+)
+from runlane.models import (
+    ClaimOutcome,
+    QuotaGate,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    SingletonGate,
+    StepKind,
+    StepRecord,
+    StepStatus,
+    Writes,
+)
+from runlane.stores.base import RunCancelling, Store
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+RETRY = timedelta(seconds=5)
+DONE = Settlement(RunStatus.COMPLETED, {"ok": True})
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def spec(run_id: str, *, created: float = 0.0, workflow: str = "wf", **fields: Any) -> RunSpec:
+    return RunSpec(
+        id=run_id,
+        workflow=workflow,
+        version="1",
+        input={"id": run_id},
+        created_at=at(created),
+        **fields,
+    )
+
+
+def key(limit: int = 1, **fields: Any) -> SingletonGate:
+    return SingletonGate("k", limit, **fields)
+
+
+def step(run_id: str, seq: int, status: str = StepStatus.COMPLETED, **fields: Any) -> StepRecord:
+    fields.setdefault("name", f"step{seq}")
+    fields.setdefault("kind", StepKind.STEP)
+    return StepRecord(run_id=run_id, seq=seq, status=status, **fields)
+
+
+async def create(store: Store, *specs: RunSpec, now: datetime = T0) -> list[Run]:
+    started = await store.create_runs(specs, now)
+    assert all(s.created and s.run is not None for s in started), started
+    return [s.run for s in started if s.run is not None]
+
+
+async def claim(
+    store: Store,
+    run_id: str,
+    *,
+    owner: str = "owner-1",
+    now: datetime = T0,
+    max_recoveries: int | None = None,
+) -> ClaimOutcome:
+    return await store.claim_run(
+        run_id,
+        owner,
+        now,
+        now + LEASE,
+        singleton_retry_at=now + RETRY,
+        max_recoveries=max_recoveries,
+    )
+
+
+async def lease(store: Store, run_id: str, *, owner: str = "owner-1", now: datetime = T0) -> Run:
+    outcome = await claim(store, run_id, owner=owner, now=now)
+    assert outcome.claim is not None, outcome
+    return outcome.claim.run
+
+
+async def suspend(
+    store: Store,
+    run_id: str,
+    wake_at: datetime | None = None,
+    *,
+    writes: Writes | None = None,
+    now: datetime = T0,
+) -> bool:
+    """Claim the run and suspend it, as one turn would."""
+    await lease(store, run_id, now=now)
+    return await store.suspend_run(run_id, "owner-1", writes or Writes(), wake_at, now)
+
+
+async def settle(
+    store: Store, run_id: str, settlement: Settlement = DONE, *, now: datetime = T0
+) -> list[str]:
+    """Claim the run and settle it, as one turn would."""
+    await lease(store, run_id, now=now)
+    return await store.settle_run(run_id, "owner-1", Writes(), settlement, now)
+
+
+async def run_of(store: Store, run_id: str) -> Run:
+    run = await store.get_run(run_id)
+    assert run is not None, run_id
+    return run
+
+
+async def status_of(store: Store, run_id: str) -> RunStatus:
+    return (await run_of(store, run_id)).status
+
+
+def waits_for_signal(run_id: str, name: str) -> Writes:
+    return Writes(steps=[step(run_id, 1, StepStatus.PENDING, name=name, kind=StepKind.SIGNAL)])
+
+
+def waits_for_event(run_id: str, name: str) -> Writes:
+    return Writes(steps=[step(run_id, 1, StepStatus.PENDING, name=name, kind=StepKind.EVENT)])
+
+
+# ---------------------------------------------------------------- open / close
+
+
+async def test_open_again_and_close_once_leave_the_store_usable(store: Store) -> None:
+    await store.open()
+    await store.close()
+    await create(store, spec("a"))
+    assert (await run_of(store, "a")).status == RunStatus.PENDING
+
+
+# ---------------------------------------------------------------- create_runs
+
+
+async def test_create_returns_one_pending_run_per_spec_in_order(store: Store) -> None:
+    started = await store.create_runs([spec("b"), spec("a", tags=("x",), priority=3)], at(1))
+    assert [s.run.id for s in started if s.run] == ["b", "a"]
+    assert all(s.created and s.rejected is None for s in started)
+    a = await run_of(store, "a")
+    assert a.status == RunStatus.PENDING
+    assert (a.input, a.tags, a.priority, a.created_at) == ({"id": "a"}, ("x",), 3, T0)
+    assert a.output is None and a.error is None and a.wake_at is None
+
+
+async def test_timestamps_come_back_as_timezone_aware_utc(store: Store) -> None:
+    when = datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
+    await store.create_runs([RunSpec("a", "wf", "1", None, when, deadline_at=when)], when)
+    run = await run_of(store, "a")
+    assert run.created_at == when and run.deadline_at == when
+    assert run.created_at.utcoffset() == timedelta(0)
+
+
+async def test_create_with_an_existing_id_returns_it_without_admission(store: Store) -> None:
+    quota = QuotaGate("q", limit=1)
+    await create(store, spec("a", quota=quota))
+    [again] = await store.create_runs([spec("a", quota=quota)], at(1))
+    assert again.created is False and again.rejected is None
+    assert again.run is not None and again.run.id == "a" and again.run.created_at == T0
+
+
+async def test_quota_refusal_writes_nothing_and_spares_other_specs(store: Store) -> None:
+    quota = QuotaGate("q", limit=1)
+    await create(store, spec("a", quota=quota))
+    refused, other = await store.create_runs([spec("b", quota=quota), spec("c")], T0)
+    assert refused.run is None and refused.created is False
+    assert isinstance(refused.rejected, ConcurrencyLimitError)
+    assert (refused.rejected.key, refused.rejected.limit, refused.rejected.active) == ("q", 1, 1)
+    assert other.created
+    assert await store.get_run("b") is None
+
+
+async def test_quota_counts_only_runs_in_the_gate_count_statuses(store: Store) -> None:
+    running_only = QuotaGate("q", limit=1, count_statuses=frozenset({RunStatus.RUNNING}))
+    await create(store, spec("a", quota=running_only), spec("b", quota=running_only))
+    await lease(store, "a")
+    [refused] = await store.create_runs([spec("c", quota=running_only)], T0)
+    assert isinstance(refused.rejected, ConcurrencyLimitError)
+    await store.settle_run("a", "owner-1", Writes(), DONE, T0)
+    [admitted] = await store.create_runs([spec("c", quota=running_only)], T0)
+    assert admitted.created
+
+
+async def test_quota_with_a_zero_limit_refuses_every_start(store: Store) -> None:
+    [refused] = await store.create_runs([spec("a", quota=QuotaGate("q", limit=0))], T0)
+    assert isinstance(refused.rejected, ConcurrencyLimitError)
+
+
+async def test_queue_depth_refuses_when_the_key_has_limit_plus_depth_active_runs(
+    store: Store,
+) -> None:
+    gate = key(limit=1, max_queue_depth=1)
+    await create(store, spec("a", singleton=gate), spec("b", singleton=gate))
+    [refused] = await store.create_runs([spec("c", singleton=gate)], T0)
+    assert isinstance(refused.rejected, SingletonQueueFullError)
+    assert await store.get_run("c") is None
+    await settle(store, "a")
+    [admitted] = await store.create_runs([spec("c", singleton=gate)], T0)
+    assert admitted.created
+
+
+async def test_replace_cancels_the_key_active_runs_leased_ones_go_to_cancelling(
+    store: Store,
+) -> None:
+    gate = key(limit=2)
+    await create(store, spec("a", singleton=gate), spec("b", singleton=gate))
+    await create(store, spec("c", singleton=gate), spec("other", singleton=SingletonGate("o")))
+    await lease(store, "a")
+    await suspend(store, "b", at(60))
+    await create(store, spec("new", created=1, singleton=key(limit=2, replace=True)), now=at(1))
+    assert await status_of(store, "a") == RunStatus.CANCELLING
+    assert await status_of(store, "b") == RunStatus.CANCELLED
+    assert await status_of(store, "c") == RunStatus.CANCELLED
+    assert await status_of(store, "other") == RunStatus.PENDING
+    assert await status_of(store, "new") == RunStatus.PENDING
+
+
+async def test_replace_ignores_queue_depth(store: Store) -> None:
+    await create(store, spec("a", singleton=key(max_queue_depth=0)))
+    gate = key(max_queue_depth=0, replace=True)
+    [started] = await store.create_runs([spec("b", created=1, singleton=gate)], at(1))
+    assert started.created
+    assert await status_of(store, "a") == RunStatus.CANCELLED
+
+
+async def test_gates_of_different_keys_never_interact(store: Store) -> None:
+    await create(store, spec("a", quota=QuotaGate("q1", 1), singleton=key(max_queue_depth=0)))
+    other = spec("b", quota=QuotaGate("q2", 1), singleton=SingletonGate("k2", max_queue_depth=0))
+    [started] = await store.create_runs([other], T0)
+    assert started.created
+
+
+# ---------------------------------------------------------------- claim queues
+
+
+async def test_pending_ids_are_highest_priority_first_then_oldest_then_by_id(
+    store: Store,
+) -> None:
+    await create(
+        store,
+        spec("late", created=2),
+        spec("b", created=1),
+        spec("a", created=1),
+        spec("urgent", created=3, priority=5),
+    )
+    await create(store, spec("taken", created=0))
+    await lease(store, "taken")
+    assert await store.pending_run_ids(at(9), 10, None) == ["urgent", "a", "b", "late"]
+    assert await store.pending_run_ids(at(9), 2, None) == ["urgent", "a"]
+
+
+async def test_pending_ids_are_scoped_to_the_namespace_unless_none(store: Store) -> None:
+    await create(store, spec("a", namespace="n1"), spec("b", namespace="n2"), spec("c"))
+    assert await store.pending_run_ids(T0, 10, "n1") == ["a"]
+    assert await store.pending_run_ids(T0, 10, None) == ["a", "b", "c"]
+
+
+async def test_due_ids_are_waiting_runs_whose_wake_time_came_most_overdue_first(
+    store: Store,
+) -> None:
+    await create(store, *(spec(i) for i in ("soon", "late", "future", "never", "pend")))
+    await suspend(store, "late", at(5))
+    await suspend(store, "soon", at(2))
+    await suspend(store, "future", at(100))
+    await suspend(store, "never", None)
+    assert await store.due_run_ids(at(5), 10, None) == ["soon", "late"]
+    assert await store.due_run_ids(at(5), 1, None) == ["soon"]
+    assert await store.due_run_ids(at(1), 10, None) == []
+
+
+async def test_due_ids_are_scoped_to_the_namespace(store: Store) -> None:
+    await create(store, spec("a", namespace="n1"), spec("b", namespace="n2"))
+    await suspend(store, "a", T0)
+    await suspend(store, "b", T0)
+    assert await store.due_run_ids(T0, 10, "n2") == ["b"]
+
+
+async def test_expired_ids_are_leased_runs_whose_lease_ran_out(store: Store) -> None:
+    await create(store, spec("a"), spec("b"), spec("c"))
+    await lease(store, "a", now=at(1))
+    await lease(store, "b", now=T0)
+    await lease(store, "c", now=at(100))
+    await store.cancel_run("a", at(2), None)
+    assert await store.expired_run_ids(T0 + LEASE, 10, None) == ["b"]
+    assert await store.expired_run_ids(at(31), 10, None) == ["b", "a"]
+    assert await store.expired_run_ids(at(31), 1, None) == ["b"]
+
+
+async def test_timed_out_ids_are_active_runs_past_their_deadline(store: Store) -> None:
+    await create(
+        store,
+        spec("a", deadline_at=at(10)),
+        spec("b", deadline_at=at(5)),
+        spec("c", deadline_at=at(50)),
+        spec("done", deadline_at=at(1)),
+        spec("free"),
+    )
+    await settle(store, "done")
+    assert await store.timed_out_run_ids(at(10), 10, None) == ["b", "a"]
+    assert await store.timed_out_run_ids(at(10), 1, None) == ["b"]
+
+
+# ---------------------------------------------------------------- claim_run
+
+
+async def test_claim_of_a_pending_run_leases_it_with_its_steps_and_signals(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await store.deliver_signal("a", "first", 1, T0)
+    await store.deliver_signal("a", "second", 2, at(1))
+    outcome = await claim(store, "a", now=at(2))
+    assert outcome.claim is not None and not outcome.parked and outcome.settled is None
+    run = outcome.claim.run
+    assert run.status == RunStatus.RUNNING and run.lease_owner == "owner-1"
+    assert run.lease_expires_at == at(2) + LEASE
+    assert [s.name for s in outcome.claim.signals] == ["first", "second"]
+    assert [s.payload for s in outcome.claim.signals] == [1, 2]
+    assert outcome.claim.steps == []
+    assert await run_of(store, "a") == run
+
+
+async def test_claim_returns_step_records_by_seq(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    writes = Writes(steps=[step("a", 2, output="two"), step("a", 1, output="one")])
+    await store.suspend_run("a", "owner-1", writes, T0, T0)
+    outcome = await claim(store, "a")
+    assert outcome.claim is not None
+    assert [(s.seq, s.output) for s in outcome.claim.steps] == [(1, "one"), (2, "two")]
+
+
+async def test_claim_of_an_unclaimable_run_is_empty_and_writes_nothing(store: Store) -> None:
+    await create(store, spec("live"), spec("sleeping"), spec("idle"), spec("done"))
+    await lease(store, "live")
+    await suspend(store, "sleeping", at(60))
+    await suspend(store, "idle", None)
+    await settle(store, "done")
+    before = await store.get_runs(["live", "sleeping", "idle", "done"])
+    for run_id in ("live", "sleeping", "idle", "done", "unknown"):
+        assert await claim(store, run_id, owner="thief", now=at(1)) == ClaimOutcome()
+    assert await store.get_runs(["live", "sleeping", "idle", "done"]) == before
+
+
+async def test_claim_of_a_due_suspended_run_clears_its_wake_fields(store: Store) -> None:
+    await create(store, spec("a"))
+    await suspend(store, "a", at(5))
+    run = await lease(store, "a", now=at(5))
+    assert run.status == RunStatus.RUNNING
+    assert run.wake_at is None and run.wake_requested_at is None
+
+
+async def test_claim_of_an_expired_lease_is_a_recovery(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a", owner="first")
+    recovered = await lease(store, "a", owner="second", now=T0 + LEASE)
+    assert recovered.recoveries == 1 and recovered.lease_owner == "second"
+    with pytest.raises(LeaseLostError):
+        await store.checkpoint("a", "first", Writes(), T0 + LEASE)
+
+
+async def test_a_recovered_cancelling_run_settles_cancelled_keeping_its_error(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await store.cancel_run("a", T0, {"type": "Cancelled", "message": "by hand"})
+    outcome = await claim(store, "a", owner="second", now=T0 + LEASE)
+    assert outcome.claim is None and outcome.settled is not None
+    assert outcome.settled.status == RunStatus.CANCELLED
+    assert outcome.settled.error == {"type": "Cancelled", "message": "by hand"}
+    assert await run_of(store, "a") == outcome.settled
+
+
+async def test_a_recovery_beyond_max_recoveries_settles_the_run_dead(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    once = await claim(store, "a", now=T0 + LEASE, max_recoveries=1)
+    assert once.claim is not None and once.claim.run.recoveries == 1
+    twice = await claim(store, "a", now=T0 + 2 * LEASE, max_recoveries=1)
+    assert twice.claim is None and twice.settled is not None
+    assert twice.settled.status == RunStatus.DEAD and twice.settled.recoveries == 2
+    assert twice.settled.error is not None
+    assert twice.settled.error["type"] == "RecoveryLimitExceeded"
+    assert twice.settled.lease_owner is None
+
+
+async def test_renew_lease_extends_only_for_the_current_owner(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    assert await store.renew_lease("a", "owner-1", at(100)) is True
+    assert (await run_of(store, "a")).lease_expires_at == at(100)
+    assert await store.renew_lease("a", "thief", at(200)) is False
+    assert await store.renew_lease("unknown", "owner-1", at(200)) is False
+    assert (await run_of(store, "a")).lease_expires_at == at(100)
+
+
+async def test_renew_lease_fails_once_the_run_is_no_longer_leased(store: Store) -> None:
+    await create(store, spec("a"))
+    await suspend(store, "a", None)
+    assert await store.renew_lease("a", "owner-1", at(100)) is False
+
+
+# ---------------------------------------------------------------- singleton admission
+
+
+async def test_singleton_admits_up_to_the_limit_and_parks_the_rest_until_retry(
+    store: Store,
+) -> None:
+    gate = key(limit=2)
+    await create(store, *(spec(i, created=n, singleton=gate) for n, i in enumerate("abc")))
+    assert (await lease(store, "a")).holds_slot
+    assert (await lease(store, "b")).holds_slot
+    parked = await claim(store, "c", now=at(1))
+    assert parked == ClaimOutcome(parked=True)
+    c = await run_of(store, "c")
+    assert c.status == RunStatus.SUSPENDED and c.wake_at == at(1) + RETRY
+    assert not c.holds_slot and c.lease_owner is None
+    assert await store.due_run_ids(at(1) + RETRY, 10, None) == ["c"]
+
+
+async def test_singleton_admission_is_fifo_even_when_claimed_out_of_order(
+    store: Store,
+) -> None:
+    await create(
+        store, spec("old", created=0, singleton=key()), spec("new", created=1, singleton=key())
+    )
+    assert (await claim(store, "new")).parked
+    assert (await lease(store, "old")).holds_slot
+
+
+async def test_same_timestamp_ties_with_limit_two_admit_the_two_smallest_ids(
+    store: Store,
+) -> None:
+    gate = key(limit=2)
+    await create(store, *(spec(i, singleton=gate) for i in ("c", "b", "a")))
+    assert (await claim(store, "c")).parked
+    assert (await lease(store, "b")).holds_slot
+    assert (await lease(store, "a")).holds_slot
+    assert (await claim(store, "c", now=RETRY + T0)).parked
+
+
+async def test_a_later_run_with_a_smaller_id_never_displaces_a_holder(store: Store) -> None:
+    await create(store, spec("z", created=0, singleton=key()))
+    await lease(store, "z")
+    await create(store, spec("a", created=1, singleton=key()), now=at(1))
+    assert (await claim(store, "a", now=at(1))).parked
+    await store.suspend_run("z", "owner-1", Writes(), None, at(2))
+    assert (await claim(store, "a", now=at(6))).parked
+    assert (await run_of(store, "z")).holds_slot
+
+
+async def test_a_slot_is_held_across_suspension_and_lease_expiry(store: Store) -> None:
+    await create(store, spec("holder", singleton=key()), spec("waiter", created=1, singleton=key()))
+    await suspend(store, "holder", at(10))
+    assert (await run_of(store, "holder")).holds_slot
+    assert (await claim(store, "waiter", now=at(1))).parked
+    await lease(store, "holder", now=at(10))
+    recovered = await lease(store, "holder", owner="other", now=at(10) + LEASE)
+    assert recovered.holds_slot and recovered.recoveries == 1
+    assert (await claim(store, "waiter", now=at(10) + LEASE)).parked
+
+
+async def test_a_cancelling_holder_keeps_its_slot_until_it_settles(store: Store) -> None:
+    await create(store, spec("a", singleton=key()), spec("b", created=1, singleton=key()))
+    await lease(store, "a")
+    await store.cancel_run("a", T0, None)
+    assert (await claim(store, "b")).parked
+    woken = await store.settle_run("a", "owner-1", Writes(), Settlement(RunStatus.CANCELLED), at(1))
+    assert woken == ["b"]
+    assert (await lease(store, "b", now=at(1))).holds_slot
+
+
+# ---------------------------------------------------------------- fenced turn writes
+
+
+async def test_turn_writes_from_a_stale_owner_raise_lease_lost_and_write_nothing(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a", owner="first")
+    await lease(store, "a", owner="second", now=T0 + LEASE)
+    before = await run_of(store, "a")
+    writes = Writes(steps=[step("a", 1)], children=[spec("child", parent_id="a")])
+    with pytest.raises(LeaseLostError):
+        await store.checkpoint("a", "first", writes, at(31))
+    with pytest.raises(LeaseLostError):
+        await store.suspend_run("a", "first", writes, None, at(31))
+    with pytest.raises(LeaseLostError):
+        await store.settle_run("a", "first", writes, DONE, at(31))
+    assert await run_of(store, "a") == before
+    assert await store.list_steps("a") == []
+    assert await store.get_run("child") is None
+
+
+async def test_turn_writes_without_a_lease_raise_lease_lost(store: Store) -> None:
+    await create(store, spec("a"))
+    with pytest.raises(LeaseLostError):
+        await store.checkpoint("a", "owner-1", Writes(), T0)
+    with pytest.raises(LeaseLostError):
+        await store.settle_run("unknown", "owner-1", Writes(), DONE, T0)
+
+
+async def test_checkpoint_and_suspend_raise_run_cancelling_once_cancelled(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    assert await store.cancel_run("a", T0, None) == ["a"]
+    writes = Writes(steps=[step("a", 1)])
+    with pytest.raises(RunCancelling):
+        await store.checkpoint("a", "owner-1", writes, T0)
+    with pytest.raises(RunCancelling):
+        await store.suspend_run("a", "owner-1", writes, None, T0)
+    assert await store.list_steps("a") == []
+    assert await status_of(store, "a") == RunStatus.CANCELLING
+
+
+async def test_settle_is_allowed_while_cancelling(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await store.cancel_run("a", T0, None)
+    await store.settle_run("a", "owner-1", Writes(), Settlement(RunStatus.CANCELLED), at(1))
+    run = await run_of(store, "a")
+    assert run.status == RunStatus.CANCELLED and run.lease_owner is None
+
+
+async def test_checkpoint_upserts_steps_consumes_signals_and_creates_children(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await store.deliver_signal("a", "go", "x", T0)
+    await store.deliver_signal("a", "go", "y", T0)
+    claimed = await claim(store, "a")
+    assert claimed.claim is not None
+    first_signal = claimed.claim.signals[0]
+    await store.checkpoint("a", "owner-1", Writes(steps=[step("a", 1, StepStatus.RUNNING)]), T0)
+    writes = Writes(
+        steps=[step("a", 1, output="done"), step("a", 2, StepStatus.RUNNING)],
+        consumed_signals=[first_signal.id],
+        children=[spec("child", parent_id="a")],
+    )
+    started = await store.checkpoint("a", "owner-1", writes, at(1))
+    assert [(s.run.id if s.run else None, s.created) for s in started] == [("child", True)]
+    assert (await run_of(store, "child")).parent_id == "a"
+    steps = await store.list_steps("a")
+    assert [(s.seq, s.status, s.output) for s in steps] == [
+        (1, "completed", "done"),
+        (2, "running", None),
+    ]
+    assert (await run_of(store, "a")).updated_at == at(1)
+    await store.suspend_run("a", "owner-1", Writes(), T0, at(1))
+    again = await claim(store, "a", now=at(1))
+    assert again.claim is not None
+    assert [s.payload for s in again.claim.signals] == ["y"]
+
+
+async def test_checkpoint_children_pass_through_their_gates(store: Store) -> None:
+    await create(store, spec("a"), spec("busy", quota=QuotaGate("q", 1)))
+    await lease(store, "a")
+    children = [spec("c1", parent_id="a", quota=QuotaGate("q", 1)), spec("c2", parent_id="a")]
+    refused, created = await store.checkpoint("a", "owner-1", Writes(children=children), T0)
+    assert isinstance(refused.rejected, ConcurrencyLimitError) and refused.run is None
+    assert created.created
+    assert await store.get_run("c1") is None
+
+
+async def test_suspend_parks_the_run_and_releases_the_lease(store: Store) -> None:
+    await create(store, spec("a"))
+    rewake = await suspend(store, "a", at(60), writes=Writes(steps=[step("a", 1)]))
+    assert rewake is False
+    run = await run_of(store, "a")
+    assert run.status == RunStatus.SUSPENDED and run.wake_at == at(60)
+    assert run.lease_owner is None and run.lease_expires_at is None
+    assert [s.seq for s in await store.list_steps("a")] == [1]
+
+
+async def test_suspend_returns_true_and_stays_due_when_a_wake_arrived_in_the_turn(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await store.deliver_signal("a", "go", None, at(1))
+    assert (await run_of(store, "a")).wake_requested_at == at(1)
+    assert await store.suspend_run("a", "owner-1", Writes(), at(60), at(2)) is True
+    run = await run_of(store, "a")
+    assert run.status == RunStatus.SUSPENDED and run.wake_at == at(2)
+    assert run.wake_requested_at is None
+    assert await store.due_run_ids(at(2), 10, None) == ["a"]
+
+
+# ---------------------------------------------------------------- settle_run
+
+
+async def test_settle_finishes_the_run_and_releases_the_lease(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    writes = Writes(steps=[step("a", 1)])
+    assert await store.settle_run("a", "owner-1", writes, DONE, at(3)) == []
+    run = await run_of(store, "a")
+    assert (run.status, run.output, run.updated_at) == (RunStatus.COMPLETED, {"ok": True}, at(3))
+    assert run.lease_owner is None and run.lease_expires_at is None and run.wake_at is None
+    assert [s.seq for s in await store.list_steps("a")] == [1]
+
+
+async def test_settle_releases_the_slot_and_wakes_the_oldest_waiters(store: Store) -> None:
+    gate = key(limit=2)
+    await create(store, *(spec(i, created=n, singleton=gate) for n, i in enumerate("abcde")))
+    await lease(store, "a")
+    await lease(store, "b")
+    for waiter in ("e", "d", "c"):
+        assert (await claim(store, waiter)).parked
+    woken = await store.settle_run("a", "owner-1", Writes(), DONE, at(1))
+    assert woken == ["c"]
+    assert (await run_of(store, "c")).wake_at == at(1)
+    assert (await run_of(store, "d")).wake_at == T0 + RETRY
+    assert not (await run_of(store, "a")).holds_slot
+    assert (await lease(store, "c", now=at(1))).holds_slot
+
+
+async def test_settle_wakes_the_parent(store: Store) -> None:
+    await create(store, spec("parent"))
+    await suspend(store, "parent", None)
+    await create(store, spec("child", parent_id="parent"))
+    assert await settle(store, "child", now=at(1)) == ["parent"]
+    assert (await run_of(store, "parent")).wake_at == at(1)
+
+
+async def test_settle_stamps_a_wake_request_on_a_leased_parent(store: Store) -> None:
+    await create(store, spec("parent"), spec("child", parent_id="parent"))
+    await lease(store, "parent")
+    await settle(store, "child", now=at(1))
+    assert (await run_of(store, "parent")).wake_requested_at == at(1)
+
+
+async def test_settle_creates_the_continuation_without_gates(store: Store) -> None:
+    quota = QuotaGate("q", limit=1)
+    await create(store, spec("a", quota=quota), spec("busy", singleton=key(max_queue_depth=0)))
+    await lease(store, "a")
+    continuation = spec(
+        "a~1", created=1, quota=quota, singleton=key(max_queue_depth=0, replace=True)
+    )
+    settlement = Settlement(RunStatus.COMPLETED, {"continued_as": "a~1"}, None, continuation)
+    await create(store, spec("other", quota=QuotaGate("q", limit=9)))
+    woken = await store.settle_run("a", "owner-1", Writes(), settlement, at(1))
+    assert woken == ["a~1"]
+    assert await status_of(store, "a~1") == RunStatus.PENDING
+    assert await status_of(store, "busy") == RunStatus.PENDING
+
+
+# ---------------------------------------------------------------- signals
+
+
+async def test_a_signal_wakes_a_run_waiting_for_its_name(store: Store) -> None:
+    await create(store, spec("a"))
+    await suspend(store, "a", None, writes=waits_for_signal("a", "go"))
+    assert await store.deliver_signal("a", "other", None, at(1)) is False
+    assert (await run_of(store, "a")).wake_at is None
+    assert await store.deliver_signal("a", "go", {"v": 1}, at(2)) is True
+    assert (await run_of(store, "a")).wake_at == at(2)
+    outcome = await claim(store, "a", now=at(2))
+    assert outcome.claim is not None
+    assert [(s.name, s.payload, s.created_at) for s in outcome.claim.signals] == [
+        ("other", None, at(1)),
+        ("go", {"v": 1}, at(2)),
+    ]
+
+
+async def test_a_signal_to_a_leased_run_stamps_a_wake_request(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    assert await store.deliver_signal("a", "go", None, at(1)) is False
+    assert (await run_of(store, "a")).wake_requested_at == at(1)
+
+
+async def test_a_signal_to_a_pending_run_is_buffered(store: Store) -> None:
+    await create(store, spec("a"))
+    assert await store.deliver_signal("a", "go", 7, T0) is False
+    outcome = await claim(store, "a")
+    assert outcome.claim is not None and [s.payload for s in outcome.claim.signals] == [7]
+
+
+async def test_signals_to_unknown_or_finished_runs_raise_and_store_nothing(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    with pytest.raises(RunNotFoundError):
+        await store.deliver_signal("unknown", "go", None, T0)
+    await settle(store, "a")
+    with pytest.raises(RunFinishedError):
+        await store.deliver_signal("a", "go", None, T0)
+    assert await store.get_run("unknown") is None
+
+
+# ---------------------------------------------------------------- cancel_run
+
+
+async def test_cancel_cascades_to_active_descendants(store: Store) -> None:
+    await create(store, spec("root"), spec("child", parent_id="root"))
+    await create(store, spec("grandchild", parent_id="child"), spec("done", parent_id="root"))
+    await create(store, spec("unrelated"))
+    await settle(store, "done")
+    await lease(store, "grandchild")
+    changed = await store.cancel_run("root", at(1), {"type": "Cancelled", "message": "stop"})
+    assert changed[0] == "root" and set(changed) == {"root", "child", "grandchild"}
+    assert await status_of(store, "root") == RunStatus.CANCELLED
+    assert await status_of(store, "child") == RunStatus.CANCELLED
+    assert await status_of(store, "grandchild") == RunStatus.CANCELLING
+    assert await status_of(store, "done") == RunStatus.COMPLETED
+    assert await status_of(store, "unrelated") == RunStatus.PENDING
+    assert (await run_of(store, "child")).error == {"type": "Cancelled", "message": "stop"}
+
+
+async def test_cancel_of_an_unknown_run_raises_and_of_a_finished_run_changes_nothing(
+    store: Store,
+) -> None:
+    with pytest.raises(RunNotFoundError):
+        await store.cancel_run("unknown", T0, None)
+    await create(store, spec("a"))
+    await settle(store, "a")
+    assert await store.cancel_run("a", T0, None) == []
+    assert await status_of(store, "a") == RunStatus.COMPLETED
+
+
+async def test_cancelling_twice_changes_nothing_the_second_time(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    assert await store.cancel_run("a", T0, None) == ["a"]
+    assert await store.cancel_run("a", T0, None) == []
+
+
+async def test_cancel_of_a_waiting_holder_releases_its_slot_and_wakes_a_waiter(
+    store: Store,
+) -> None:
+    await create(store, spec("a", singleton=key()), spec("b", created=1, singleton=key()))
+    await suspend(store, "a", None)
+    assert (await claim(store, "b")).parked
+    await store.cancel_run("a", at(1), None)
+    b = await run_of(store, "b")
+    assert b.wake_at == at(1)
+    assert (await lease(store, "b", now=at(1))).holds_slot
+
+
+async def test_cancel_drops_buffered_signals_of_settled_runs(store: Store) -> None:
+    await create(store, spec("a"))
+    await store.deliver_signal("a", "go", None, T0)
+    await store.cancel_run("a", T0, None)
+    await store.requeue_run("a", at(1), None)
+    outcome = await claim(store, "a", now=at(1))
+    assert outcome.claim is not None and list(outcome.claim.signals) == []
+
+
+# ---------------------------------------------------------------- requeue_run
+
+
+async def test_requeue_keeps_completed_checkpoints_and_drops_the_others(store: Store) -> None:
+    await create(store, spec("a", singleton=key()))
+    await lease(store, "a")
+    writes = Writes(steps=[step("a", 1), step("a", 2, StepStatus.FAILED), step("a", 3, "running")])
+    failed = Settlement(RunStatus.FAILED, None, {"type": "Boom", "message": "no"})
+    await store.settle_run("a", "owner-1", writes, failed, T0)
+    run = await store.requeue_run("a", at(1), at(100))
+    assert run.status == RunStatus.PENDING and run.error is None and run.output is None
+    assert (run.deadline_at, run.updated_at, run.recoveries, run.holds_slot) == (
+        at(100),
+        at(1),
+        0,
+        False,
+    )
+    assert await run_of(store, "a") == run
+    assert [s.seq for s in await store.list_steps("a")] == [1]
+    assert (await lease(store, "a", now=at(1))).holds_slot
+
+
+async def test_requeue_clears_recoveries_of_a_dead_run(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await claim(store, "a", now=T0 + LEASE, max_recoveries=0)
+    assert await status_of(store, "a") == RunStatus.DEAD
+    assert (await store.requeue_run("a", at(99), None)).recoveries == 0
+
+
+async def test_requeue_refuses_unknown_and_active_or_completed_runs(store: Store) -> None:
+    with pytest.raises(RunNotFoundError):
+        await store.requeue_run("unknown", T0, None)
+    await create(store, spec("active"), spec("done"))
+    await settle(store, "done")
+    for run_id in ("active", "done"):
+        with pytest.raises(RunlaneError):
+            await store.requeue_run(run_id, T0, None)
+    assert await status_of(store, "done") == RunStatus.COMPLETED
+
+
+# ---------------------------------------------------------------- events
+
+
+async def test_publish_event_records_it_and_wakes_runs_waiting_for_its_name(
+    store: Store,
+) -> None:
+    await create(store, spec("a"), spec("b"), spec("c"))
+    await suspend(store, "a", None, writes=waits_for_event("a", "paid"))
+    await suspend(store, "b", None, writes=waits_for_event("b", "shipped"))
+    event, created, woken = await store.publish_event("paid", {"n": 1}, None, at(1))
+    assert created and woken == ["a"]
+    assert (event.seq, event.name, event.payload, event.created_at) == (1, "paid", {"n": 1}, at(1))
+    assert (await run_of(store, "a")).wake_at == at(1)
+    assert (await run_of(store, "b")).wake_at is None
+
+
+async def test_publish_event_is_idempotent_by_id(store: Store) -> None:
+    await create(store, spec("a"))
+    first, created, _ = await store.publish_event("paid", 1, "evt-1", T0)
+    await suspend(store, "a", None, writes=waits_for_event("a", "paid"))
+    again, created_again, woken = await store.publish_event("paid", 2, "evt-1", at(1))
+    assert created and not created_again and woken == []
+    assert again == first and again.payload == 1 and again.id == "evt-1"
+    assert (await run_of(store, "a")).wake_at is None
+    assert await store.latest_event_seq() == 1
+
+
+async def test_events_after_are_the_named_events_after_a_seq_oldest_first(
+    store: Store,
+) -> None:
+    assert await store.latest_event_seq() == 0
+    for n, name in enumerate(["a", "b", "a", "a", "b"]):
+        await store.publish_event(name, n, None, at(n))
+    assert [e.seq for e in await store.events_after("a", 0, 10)] == [1, 3, 4]
+    assert [e.payload for e in await store.events_after("a", 1, 10)] == [2, 3]
+    assert [e.seq for e in await store.events_after("a", 0, 2)] == [1, 3]
+    assert await store.events_after("c", 0, 10) == []
+    assert await store.latest_event_seq() == 5
+
+
+# ---------------------------------------------------------------- reads
+
+
+async def test_get_run_and_get_runs_return_only_what_exists(store: Store) -> None:
+    await create(store, spec("a"), spec("b"))
+    assert await store.get_run("unknown") is None
+    runs = await store.get_runs(["b", "unknown", "a"])
+    assert set(runs) == {"a", "b"} and runs["a"].id == "a"
+    assert await store.get_runs([]) == {}
+
+
+async def test_list_runs_is_newest_first_then_by_id_descending(store: Store) -> None:
+    await create(store, spec("a", created=1), spec("b", created=1), spec("c", created=2))
+    await create(store, spec("old", created=0))
+    assert [r.id for r in await store.list_runs()] == ["c", "b", "a", "old"]
+    assert [r.id for r in await store.list_runs(limit=2, offset=1)] == ["b", "a"]
+
+
+async def test_list_runs_applies_every_filter_given(store: Store) -> None:
+    await create(
+        store,
+        spec("a", workflow="w1", tags=("red", "blue")),
+        spec("b", workflow="w1", tags=("blue",), parent_id="a"),
+        spec("c", workflow="w2", tags=("red",), parent_id="a"),
+    )
+    await settle(store, "c")
+
+    async def ids(**filters: Any) -> list[str]:
+        return sorted(r.id for r in await store.list_runs(**filters))
+
+    assert await ids(workflow="w1") == ["a", "b"]
+    assert await ids(status=RunStatus.COMPLETED) == ["c"]
+    assert await ids(tag="red") == ["a", "c"]
+    assert await ids(tag="re") == []
+    assert await ids(parent_id="a") == ["b", "c"]
+    assert await ids(workflow="w1", tag="blue", parent_id="a") == ["b"]
+
+
+async def test_list_steps_of_an_unknown_run_is_empty(store: Store) -> None:
+    assert await store.list_steps("unknown") == []
+
+
+async def test_step_records_round_trip_every_field(store: Store) -> None:
+    await create(store, spec("a"))
+    record = StepRecord(
+        run_id="a",
+        seq=4,
+        name="charge",
+        kind=StepKind.STEP,
+        status=StepStatus.FAILED,
+        input={"amount": 3},
+        output=None,
+        error={"type": "Boom", "message": "no"},
+        attempts=2,
+        started_at=at(1),
+        finished_at=at(2),
+        last_heartbeat_at=at(1.5),
+        wake_at=at(10),
+    )
+    await suspend(store, "a", None, writes=Writes(steps=[record]))
+    assert await store.list_steps("a") == [record]
