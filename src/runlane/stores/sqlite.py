@@ -29,6 +29,7 @@ from ..models import (
     Writes,
 )
 from . import sqlite_ops as ops
+from . import sqlite_reads as reads
 from .migrations import pending_migrations
 
 P = ParamSpec("P")
@@ -116,6 +117,9 @@ class SqliteStore:
         executor = self._executor
         if executor is None:
             raise RunlaneError(f"{self!r} is not open; call open() first")
+        # Not concurrency.run_in_thread: a sqlite3 connection belongs to the thread that made
+        # it, and one thread per store also queues this object's transactions one after another
+        # instead of making them wait on each other's file lock.
         # The work goes on even if the awaiting task is cancelled: a transaction in flight
         # commits or rolls back as a whole, never halfway.
         return await asyncio.get_running_loop().run_in_executor(executor, fn)
@@ -151,18 +155,18 @@ class SqliteStore:
     # ---------------------------------------------------------------- claims
 
     async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._read(ops.pending_run_ids, limit, namespace)
+        return await self._read(reads.pending_run_ids, limit, namespace)
 
     async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._read(ops.due_run_ids, now, limit, namespace)
+        return await self._read(reads.due_run_ids, now, limit, namespace)
 
     async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._read(ops.expired_run_ids, now, limit, namespace)
+        return await self._read(reads.expired_run_ids, now, limit, namespace)
 
     async def timed_out_run_ids(
         self, now: datetime, limit: int, namespace: str | None
     ) -> list[str]:
-        return await self._read(ops.timed_out_run_ids, now, limit, namespace)
+        return await self._read(reads.timed_out_run_ids, now, limit, namespace)
 
     async def claim_run(
         self,
@@ -217,18 +221,18 @@ class SqliteStore:
         return await self._write(ops.publish_event, name, payload, event_id, now)
 
     async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
-        return await self._read(ops.events_after, name, after_seq, limit)
+        return await self._read(reads.events_after, name, after_seq, limit)
 
     async def latest_event_seq(self) -> int:
-        return await self._read(ops.latest_event_seq)
+        return await self._read(reads.latest_event_seq)
 
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:
-        return await self._read(ops.get_run, run_id)
+        return await self._read(reads.get_run, run_id)
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        return await self._read(ops.get_runs, run_ids)
+        return await self._read(reads.get_runs, run_ids)
 
     async def list_runs(
         self,
@@ -241,7 +245,7 @@ class SqliteStore:
         offset: int = 0,
     ) -> list[Run]:
         return await self._read(
-            ops.list_runs,
+            reads.list_runs,
             workflow=workflow,
             status=status,
             tag=tag,
@@ -251,7 +255,7 @@ class SqliteStore:
         )
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
-        return await self._read(ops.list_steps, run_id)
+        return await self._read(reads.list_steps, run_id)
 
 
 def _transaction(

@@ -7,15 +7,13 @@ rolls back everything the unit wrote.
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from .. import admission
 from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
 from ..models import (
-    ACTIVE_STATUSES,
     Claim,
     ClaimOutcome,
     Event,
@@ -23,16 +21,15 @@ from ..models import (
     RunSpec,
     RunStatus,
     Settlement,
-    Signal,
     Started,
     StepKind,
-    StepRecord,
     StepStatus,
     Writes,
 )
 from ..serialization import dumps
 from .base import RunCancelling
 from .memory import run_from_spec
+from .sqlite_reads import ACTIVE, LEASED, WAITING, Conn, get_run, list_steps, signals
 from .sqlite_rows import (
     RUN_COLUMNS,
     STEP_COLUMNS,
@@ -40,30 +37,13 @@ from .sqlite_rows import (
     placeholders,
     run_from_row,
     run_values,
-    signal_from_row,
-    step_from_row,
     step_values,
     ts,
 )
 
-Conn = sqlite3.Connection
-
-
-def _sql_set(statuses: Iterable[RunStatus]) -> str:
-    return "(" + ", ".join(f"'{s}'" for s in sorted(statuses)) + ")"
-
-
-_ACTIVE = _sql_set(ACTIVE_STATUSES)
-_LEASED = _sql_set((RunStatus.RUNNING, RunStatus.CANCELLING))
-_WAITING = _sql_set((RunStatus.SUSPENDED, RunStatus.BLOCKED))
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
 
 # ---------------------------------------------------------------- rows
-
-
-def get_run(conn: Conn, run_id: str) -> Run | None:
-    row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-    return None if row is None else run_from_row(row)
 
 
 def _existing(conn: Conn, run_id: str) -> Run:
@@ -86,24 +66,6 @@ _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
 def _save_run(conn: Conn, run: Run) -> None:
     """Write every column of ``run`` over its row (read-modify-write inside the transaction)."""
     conn.execute(_UPDATE_RUN, (*run_values(run), run.id))
-
-
-def get_runs(conn: Conn, run_ids: Sequence[str]) -> dict[str, Run]:
-    # One JSON parameter instead of one per id: no limit on how many ids are asked for.
-    rows = conn.execute(
-        "SELECT * FROM runs WHERE id IN (SELECT value FROM json_each(?))", (dumps(list(run_ids)),)
-    )
-    return {row["id"]: run_from_row(row) for row in rows}
-
-
-def list_steps(conn: Conn, run_id: str) -> list[StepRecord]:
-    rows = conn.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
-    return [step_from_row(row) for row in rows]
-
-
-def _signals(conn: Conn, run_id: str) -> list[Signal]:
-    rows = conn.execute("SELECT * FROM signals WHERE run_id = ? ORDER BY id", (run_id,))
-    return [signal_from_row(row) for row in rows]
 
 
 # ---------------------------------------------------------------- starts
@@ -148,7 +110,7 @@ def _refusal(conn: Conn, spec: RunSpec) -> Exception | None:
 
 def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
     rows = conn.execute(
-        f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {_ACTIVE}"
+        f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}"
         " ORDER BY created_at, id",
         (key,),
     )
@@ -158,51 +120,11 @@ def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
 # ---------------------------------------------------------------- claims
 
 
-def _scope(namespace: str | None) -> tuple[str, tuple[str, ...]]:
-    return ("", ()) if namespace is None else (" AND namespace = ?", (namespace,))
-
-
-def _ids(
-    conn: Conn,
-    where: str,
-    order: str,
-    params: tuple[object, ...],
-    limit: int,
-    namespace: str | None,
-) -> list[str]:
-    scope, scope_params = _scope(namespace)
-    rows = conn.execute(
-        f"SELECT id FROM runs WHERE {where}{scope} ORDER BY {order} LIMIT ?",
-        (*params, *scope_params, limit),
-    )
-    return [row["id"] for row in rows]
-
-
-def pending_run_ids(conn: Conn, limit: int, namespace: str | None) -> list[str]:
-    where = "status = 'pending'"
-    return _ids(conn, where, "priority DESC, created_at, id", (), limit, namespace)
-
-
-def due_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    where = f"status IN {_WAITING} AND wake_at <= ?"
-    return _ids(conn, where, "wake_at, id", (ts(now),), limit, namespace)
-
-
-def expired_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    where = f"status IN {_LEASED} AND lease_expires_at <= ?"
-    return _ids(conn, where, "lease_expires_at, id", (ts(now),), limit, namespace)
-
-
-def timed_out_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    where = f"status IN {_ACTIVE} AND deadline_at <= ?"
-    return _ids(conn, where, "deadline_at, id", (ts(now),), limit, namespace)
-
-
 def _claimable(conn: Conn, run_id: str, now: datetime) -> Run | None:
     row = conn.execute(
         "SELECT * FROM runs WHERE id = ? AND (status = 'pending'"
-        f" OR (status IN {_WAITING} AND wake_at <= ?)"
-        f" OR (status IN {_LEASED} AND lease_expires_at <= ?))",
+        f" OR (status IN {WAITING} AND wake_at <= ?)"
+        f" OR (status IN {LEASED} AND lease_expires_at <= ?))",
         (run_id, ts(now), ts(now)),
     ).fetchone()
     return None if row is None else run_from_row(row)
@@ -251,7 +173,7 @@ def _admit(conn: Conn, run: Run) -> bool:
     holders, ahead = conn.execute(
         "SELECT COALESCE(SUM(holds_slot), 0),"
         " COALESCE(SUM(NOT holds_slot AND status != 'cancelling' AND (created_at, id) < (?, ?)), 0)"
-        f" FROM runs WHERE singleton_key = ? AND status IN {_ACTIVE}",
+        f" FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}",
         (ts(run.created_at), run.id, run.singleton_key),
     ).fetchone()
     return admission.admits(run.singleton_limit or 1, holders, ahead)
@@ -281,13 +203,13 @@ def _lease(conn: Conn, run: Run, owner: str, lease_until: datetime, now: datetim
         updated_at=now,
     )
     _save_run(conn, leased)
-    return Claim(leased, list_steps(conn, run.id), _signals(conn, run.id))
+    return Claim(leased, list_steps(conn, run.id), signals(conn, run.id))
 
 
 def renew_lease(conn: Conn, run_id: str, owner: str, lease_until: datetime) -> bool:
     cursor = conn.execute(
         "UPDATE runs SET lease_expires_at = ?"
-        f" WHERE id = ? AND lease_owner = ? AND status IN {_LEASED}",
+        f" WHERE id = ? AND lease_owner = ? AND status IN {LEASED}",
         (ts(lease_until), run_id, owner),
     )
     return cursor.rowcount == 1
@@ -387,11 +309,11 @@ def finish(
 
 def _wake_waiters(conn: Conn, key: str, limit: int, now: datetime) -> list[str]:
     (holders,) = conn.execute(
-        f"SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {_ACTIVE} AND holds_slot",
+        f"SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {ACTIVE} AND holds_slot",
         (key,),
     ).fetchone()
     rows = conn.execute(
-        f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {_ACTIVE}"
+        f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}"
         " AND NOT holds_slot AND status != 'cancelling' ORDER BY created_at, id LIMIT ?",
         (key, admission.free_slots(limit, holders)),
     )
@@ -407,11 +329,11 @@ def _wake(conn: Conn, run_id: str, now: datetime) -> bool:
         return False
     stamp = ts(now)
     conn.execute(
-        f"UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND status IN {_WAITING}",
+        f"UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND status IN {WAITING}",
         (stamp, stamp, run_id),
     )
     conn.execute(
-        f"UPDATE runs SET wake_requested_at = ? WHERE id = ? AND status IN {_LEASED}",
+        f"UPDATE runs SET wake_requested_at = ? WHERE id = ? AND status IN {LEASED}",
         (stamp, run_id),
     )
     return True
@@ -529,46 +451,7 @@ def _ids_waiting_for(conn: Conn, kind: StepKind, name: str) -> list[str]:
     return [row["id"] for row in rows]
 
 
-def events_after(conn: Conn, name: str, after_seq: int, limit: int) -> list[Event]:
-    rows = conn.execute(
-        "SELECT * FROM events WHERE name = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (name, after_seq, limit),
-    )
-    return [event_from_row(row) for row in rows]
-
-
-def latest_event_seq(conn: Conn) -> int:
-    (seq,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
-    return int(seq)
-
-
 # ---------------------------------------------------------------- reads
-
-
-def list_runs(
-    conn: Conn,
-    *,
-    workflow: str | None,
-    status: RunStatus | None,
-    tag: str | None,
-    parent_id: str | None,
-    limit: int,
-    offset: int,
-) -> list[Run]:
-    filters = {
-        "workflow = ?": workflow,
-        "status = ?": None if status is None else str(status),
-        "EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)": tag,
-        "parent_id = ?": parent_id,
-    }
-    given = {clause: value for clause, value in filters.items() if value is not None}
-    where = " AND ".join(["1", *given])
-    rows = conn.execute(
-        f"SELECT * FROM runs WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
-        (*given.values(), limit, offset),
-    )
-    return [run_from_row(row) for row in rows]
-
 
 __all__ = [
     "cancel_run",
@@ -576,19 +459,9 @@ __all__ = [
     "claim_run",
     "create_runs",
     "deliver_signal",
-    "due_run_ids",
-    "events_after",
-    "expired_run_ids",
-    "get_run",
-    "get_runs",
-    "latest_event_seq",
-    "list_runs",
-    "list_steps",
-    "pending_run_ids",
     "publish_event",
     "renew_lease",
     "requeue_run",
     "settle_run",
     "suspend_run",
-    "timed_out_run_ids",
 ]
