@@ -1,0 +1,412 @@
+"""The ``runlane`` command line: the demo, the HTTP server, a worker, run administration, migrations.
+
+Every command that touches runs builds a producer-only engine (``drive=False``,
+``consumers="never"``): administering runs from a shell must never execute workflow bodies in the
+shell's process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .engine import Engine
+from .errors import RunlaneError
+from .models import Run, StepRecord
+
+T = TypeVar("T")
+
+DB_HELP = "Store URL (sqlite:///path, postgresql://...); default $RUNLANE_DATABASE_URL."
+APP_HELP = "module:attribute of an Engine (or a callable returning one), for its workflows."
+
+
+# ---------------------------------------------------------------- loading APP
+
+
+def load_object(spec: str) -> Any:
+    """Import ``module:attribute`` (dotted attributes allowed) and return the attribute."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise click.BadParameter(f"{spec!r} is not of the form module:attribute", param_hint="APP")
+    sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import module {module_name!r}: {exc}", param_hint="APP"
+        ) from exc
+    finally:
+        sys.path.remove(os.getcwd())
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise click.BadParameter(
+                f"module {module_name!r} has no attribute {attr!r}", param_hint="APP"
+            ) from None
+    return obj
+
+
+def load_engine(spec: str) -> Engine:
+    """The Engine named by ``spec``: the attribute itself, or what a zero-argument callable returns."""
+    obj = load_object(spec)
+    if not isinstance(obj, Engine) and callable(obj) and not _is_worker(obj):
+        obj = obj()
+    if _is_worker(obj):
+        raise click.ClickException(
+            f"{spec} is a Worker; remote workers arrive with the transports (not supported yet)"
+        )
+    if not isinstance(obj, Engine):
+        raise click.BadParameter(
+            f"{spec} is a {type(obj).__name__}, not a runlane.Engine", param_hint="APP"
+        )
+    return obj
+
+
+def _is_worker(obj: Any) -> bool:
+    return type(obj).__name__ == "Worker" and type(obj).__module__.startswith("runlane")
+
+
+def store_url(db: str | None) -> str:
+    url = db or os.environ.get("RUNLANE_DATABASE_URL")
+    if not url:
+        raise click.UsageError("no database: pass --db URL or set RUNLANE_DATABASE_URL")
+    return url if "://" in url else f"sqlite:///{Path(url).resolve()}"
+
+
+def admin_engine(db: str | None, app: str | None) -> Engine:
+    """A producer engine on ``db`` (or the app's store), knowing the app's workflows if given."""
+    if app is None:
+        return Engine(store=store_url(db), drive=False, consumers="never")
+    source = load_engine(app)
+    store = store_url(db) if db or os.environ.get("RUNLANE_DATABASE_URL") else source.store
+    engine = Engine(
+        store=store,
+        clock=source.clock,
+        namespace=source.namespace,
+        drive=False,
+        consumers="never",
+    )
+    # Share the registry itself so every registered version stays known (requeue needs it).
+    engine.registry = source.registry
+    return engine
+
+
+def with_engine(db: str | None, app: str | None, use: Callable[[Engine], Awaitable[T]]) -> T:
+    engine = admin_engine(db, app)
+
+    async def main() -> T:
+        async with engine:
+            return await use(engine)
+
+    return run_async(main())
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro``, turning runlane errors into a clean one-line CLI failure."""
+    try:
+        return asyncio.run(coro)
+    except RunlaneError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+# ---------------------------------------------------------------- the group
+
+
+@click.group()
+@click.version_option(package_name="runlane")
+def main() -> None:
+    """runlane: durable workflows with exact per-key flow control."""
+
+
+@main.command()
+@click.option("--fresh", is_flag=True, help="Wipe the demo folder and start over.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the demo keeps its SQLite file (default $TMPDIR/runlane-demo).",
+)
+@click.option("--speed", type=float, default=1.0, hidden=True, help="Time compression factor.")
+@click.option(
+    "--db", default=None, hidden=True, help="Store URL instead of the demo's SQLite file."
+)
+def demo(fresh: bool, directory: Path | None, speed: float, db: str | None) -> None:
+    """The embedded showcase: orders, singleton lanes and quotas, on SQLite; kill it and rerun."""
+    from .demo import run_demo
+
+    if speed <= 0:
+        raise click.BadParameter("must be positive", param_hint="--speed")
+    sys.exit(run_demo(directory=directory, fresh=fresh, speed=speed, db=db))
+
+
+@main.command()
+@click.argument("app")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8080, show_default=True, type=int)
+def serve(app: str, host: str, port: int) -> None:
+    """Serve the HTTP API and the dashboard for the engine APP (module:attribute)."""
+    import uvicorn
+
+    from .http import create_app
+
+    uvicorn.run(create_app(load_engine(app)), host=host, port=port)
+
+
+@main.command()
+@click.argument("app")
+def worker(app: str) -> None:
+    """Run the engine APP (module:attribute) until SIGTERM/SIGINT, then drain."""
+    engine = load_engine(app)
+    run_async(_work(engine))
+
+
+async def _work(engine: Engine) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    click.echo(f"runlane worker {engine.id}: running; SIGTERM or Ctrl-C drains and stops", err=True)
+    async with engine:
+        await stop.wait()
+        click.echo("draining in-flight turns...", err=True)
+    click.echo("stopped", err=True)
+
+
+# ---------------------------------------------------------------- runs
+
+
+@main.group()
+def runs() -> None:
+    """Inspect and administer runs."""
+
+
+def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--app", default=None, help=APP_HELP)(fn)
+    return click.option("--db", default=None, help=DB_HELP)(fn)
+
+
+@runs.command("list")
+@_common
+@click.option("--workflow", default=None)
+@click.option("--status", default=None)
+@click.option("--tag", default=None)
+@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--offset", default=0, type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def runs_list(
+    db: str | None,
+    app: str | None,
+    workflow: str | None,
+    status: str | None,
+    tag: str | None,
+    limit: int,
+    offset: int,
+    as_json: bool,
+) -> None:
+    """List runs, newest first."""
+    found = with_engine(
+        db,
+        app,
+        lambda e: e.list_runs(
+            workflow=workflow, status=status, tag=tag, limit=limit, offset=offset
+        ),
+    )
+    if as_json:
+        from .http.app import run_to_dict
+
+        click.echo(json.dumps([run_to_dict(r) for r in found], indent=2))
+        return
+    Console().print(runs_table(found))
+
+
+@runs.command("show")
+@_common
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> None:
+    """Show one run and its step records."""
+
+    async def read(engine: Engine) -> tuple[Run | None, list[StepRecord]]:
+        return await engine.get_run(run_id), await engine.list_steps(run_id)
+
+    run, steps = with_engine(db, app, read)
+    if run is None:
+        raise click.ClickException(f"no run with id {run_id!r}")
+    if as_json:
+        from .http.app import run_to_dict, step_to_dict
+
+        body = {**run_to_dict(run), "steps": [step_to_dict(s) for s in steps]}
+        click.echo(json.dumps(body, indent=2))
+        return
+    console = Console()
+    console.print(run_details(run))
+    console.print(steps_table(steps))
+
+
+@runs.command("cancel")
+@_common
+@click.argument("run_id")
+def runs_cancel(db: str | None, app: str | None, run_id: str) -> None:
+    """Cancel a run and its children."""
+    if with_engine(db, app, lambda e: e.cancel(run_id)):
+        click.echo(f"cancelled {run_id}")
+    else:
+        click.echo(f"nothing to cancel: {run_id} is unknown or already finished")
+
+
+@runs.command("retry")
+@_common
+@click.argument("run_id")
+def runs_retry(db: str | None, app: str | None, run_id: str) -> None:
+    """Requeue a failed, dead or cancelled run from its checkpoints (needs --app)."""
+    if app is None:
+        raise click.UsageError(
+            "retry needs --app module:attribute: the run's workflow definition must be known"
+        )
+    run = with_engine(db, app, lambda e: e.requeue(run_id))
+    click.echo(f"requeued {run.id} ({run.status})")
+
+
+@runs.command("signal")
+@_common
+@click.argument("run_id")
+@click.argument("name")
+@click.argument("payload", required=False)
+def runs_signal(
+    db: str | None, app: str | None, run_id: str, name: str, payload: str | None
+) -> None:
+    """Send signal NAME to a run, with an optional JSON PAYLOAD."""
+    try:
+        value = json.loads(payload) if payload is not None else None
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="PAYLOAD") from exc
+    with_engine(db, app, lambda e: e.signal(run_id, name, value))
+    click.echo(f"signalled {run_id}: {name}")
+
+
+# ---------------------------------------------------------------- db
+
+
+@main.group()
+def db() -> None:
+    """Database administration."""
+
+
+@db.command("upgrade")
+@click.argument("url", required=False)
+def db_upgrade(url: str | None) -> None:
+    """Apply the schema migrations to URL (default $RUNLANE_DATABASE_URL)."""
+    target = store_url(url)
+    if target.startswith(("postgresql:", "postgres:")):
+        from .stores.postgres import upgrade
+
+        applied = run_async(upgrade(target))
+        click.echo(f"applied {applied} migration(s); schema up to date")
+        return
+    if not target.startswith("sqlite:"):
+        raise click.BadParameter("only sqlite:/// and postgresql:// URLs", param_hint="URL")
+    from .stores import open_store
+
+    async def touch() -> None:
+        store = open_store(target)
+        await store.open()
+        await store.close()
+
+    run_async(touch())
+    click.echo("sqlite schema up to date")
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def runs_table(found: list[Run]) -> Table:
+    table = Table("id", "workflow", "status", "created", "updated", "tags")
+    for run in found:
+        table.add_row(
+            escape(run.id),
+            escape(f"{run.workflow}@{run.version}"),
+            status_text(run.status),
+            _time(run.created_at),
+            _time(run.updated_at),
+            escape(", ".join(run.tags)),
+        )
+    return table
+
+
+def run_details(run: Run) -> Table:
+    table = Table(show_header=False, box=None)
+    rows: list[tuple[str, Any]] = [
+        ("id", run.id),
+        ("workflow", f"{run.workflow}@{run.version}"),
+        ("status", status_text(run.status)),
+        ("created", _time(run.created_at)),
+        ("updated", _time(run.updated_at)),
+        ("wake at", _time(run.wake_at)),
+        ("parent", run.parent_id or ""),
+        ("tags", ", ".join(run.tags)),
+        ("input", json.dumps(run.input)),
+        ("output", json.dumps(run.output)),
+        ("error", json.dumps(run.error) if run.error else ""),
+    ]
+    for name, value in rows:
+        table.add_row(f"[bold]{name}[/]", value if name == "status" else escape(str(value)))
+    return table
+
+
+def steps_table(steps: list[StepRecord]) -> Table:
+    table = Table("seq", "kind", "name", "status", "attempts", "finished", "output")
+    for record in steps:
+        table.add_row(
+            str(record.seq),
+            record.kind,
+            escape(record.name),
+            status_text(record.status),
+            str(record.attempts),
+            _time(record.finished_at),
+            _short(record.output if record.error is None else record.error.get("message")),
+        )
+    return table
+
+
+STATUS_STYLES = {
+    "pending": "yellow",
+    "running": "cyan",
+    "suspended": "blue",
+    "blocked": "magenta",
+    "cancelling": "magenta",
+    "completed": "green",
+    "failed": "red",
+    "dead": "red",
+    "cancelled": "dim",
+}
+
+
+def status_text(status: str) -> str:
+    return f"[{STATUS_STYLES.get(str(status), 'white')}]{status}[/]"
+
+
+def _time(value: Any) -> str:
+    return value.isoformat(timespec="seconds") if value is not None else ""
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return escape(text if len(text) <= width else text[: width - 1] + "…")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
