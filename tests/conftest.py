@@ -46,10 +46,8 @@ def _new_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Sto
 
         return SqliteStore(tmp_path / "runlane.db")
     if kind == "postgres":
-        try:
-            from runlane.stores.postgres import PostgresStore
-        except ImportError:
-            pytest.skip("PostgresStore is not built yet")
+        from runlane.stores.postgres import PostgresStore
+
         url = request.getfixturevalue("pg_url")
         return PostgresStore(url)
     raise ValueError(kind)

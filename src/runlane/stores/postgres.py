@@ -1,0 +1,651 @@
+"""PostgresStore: the store contract on PostgreSQL, for fleets of engines sharing one database.
+
+Every method is one transaction on one pooled connection. Admission is atomic per key: a start
+or claim takes the key's transaction-scoped advisory lock before it counts, so different keys
+never wait on each other and concurrent starts from any number of processes never overshoot a
+quota. Claims lock their row with ``SKIP LOCKED``: a row another instance is claiming is simply
+"not claimable now". The statements live in ``sql/queries/postgres.sql``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from .. import admission
+from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
+from ..models import (
+    Claim,
+    ClaimOutcome,
+    Event,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    Started,
+    StepRecord,
+    Writes,
+)
+from .base import RunCancelling
+from .postgres_rows import (
+    Row,
+    claimable,
+    event_from_row,
+    json_param,
+    load_queries,
+    run_from_row,
+    signal_from_row,
+    spec_params,
+    step_from_row,
+    step_params,
+)
+from .postgres_schema import upgrade
+
+Conn = psycopg.AsyncConnection[DictRow]
+T = TypeVar("T")
+
+SQL = load_queries()
+_LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
+_TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
+_REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
+_ATTEMPTS = 5  # a transaction aborted by a deadlock (or a racing insert) is retried whole
+_CHECKOUT_TIMEOUT = 10.0
+_PURGE_TIMEOUT = 5.0
+
+
+class _Contended(Exception):
+    """Another transaction created the same run id between our check and our insert."""
+
+
+class PostgresStore:
+    """A store on PostgreSQL (psycopg 3, async, pooled). Share one object between engines freely."""
+
+    atomic_admission = True
+
+    def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self.url = url
+        self.min_size = min_size
+        self.max_size = max_size
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._opens = 0
+        self._open_lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str) -> PostgresStore:
+        return cls(url)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.url!r})"
+
+    async def open(self) -> None:
+        """Migrate (once per database, under an advisory lock) and open the pool; counted."""
+        async with self._open_lock:
+            if self._opens == 0:
+                await upgrade(self.url)
+                self._pool = await self._new_pool()
+            self._opens += 1
+
+    async def close(self) -> None:
+        """Close the pool once every ``open`` has been matched; extra calls do nothing."""
+        async with self._open_lock:
+            if self._opens == 0:
+                return
+            self._opens -= 1
+            if self._opens == 0 and self._pool is not None:
+                pool, self._pool = self._pool, None
+                await pool.close()
+
+    async def _new_pool(self) -> AsyncConnectionPool[Conn]:
+        # No `check` callback: a ping per checkout would double the round trips. A broken
+        # connection fails its call instead (the engine retries on its next poll), the pool
+        # drops it on return, and `_purge` then tests the idle ones once.
+        pool = AsyncConnectionPool(
+            _utc_conninfo(self.url),
+            connection_class=psycopg.AsyncConnection[DictRow],
+            kwargs={"row_factory": dict_row},
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=_CHECKOUT_TIMEOUT,
+            name="runlane",
+            open=False,
+        )
+        await pool.open(wait=True)
+        return pool
+
+    async def reset_for_tests(self) -> None:
+        """Empty every runlane table (tests share one database for a whole session)."""
+        await self._tx(lambda conn: self._exec(conn, "reset"))
+
+    # ---------------------------------------------------------------- plumbing
+
+    async def _tx(self, work: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``work`` in one transaction on one pooled connection; commit unless it raises."""
+        if self._pool is None:
+            raise RunlaneError("PostgresStore is not open; await store.open() first")
+        attempt = 1
+        while True:
+            try:
+                async with self._pool.connection() as conn:
+                    return await work(conn)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, _Contended):
+                if attempt >= _ATTEMPTS:
+                    raise
+                attempt += 1
+            except psycopg.OperationalError:
+                await self._purge()
+                raise
+
+    async def _purge(self) -> None:
+        """After a connection failed, test the idle ones once so the next calls get live ones."""
+        if self._pool is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._pool.check(), _PURGE_TIMEOUT)
+
+    async def _exec(self, conn: Conn, name: str, /, **params: Any) -> None:
+        await conn.execute(SQL[name], params)
+
+    async def _all(self, conn: Conn, name: str, /, **params: Any) -> list[Row]:
+        cur = await conn.execute(SQL[name], params)
+        return await cur.fetchall()
+
+    async def _one(self, conn: Conn, name: str, /, **params: Any) -> Row | None:
+        cur = await conn.execute(SQL[name], params)
+        return await cur.fetchone()
+
+    async def _pipeline(self, conn: Conn, *calls: tuple[str, Row]) -> list[list[Row]]:
+        """Several statements in one round trip; each one's rows ([] when it returns none)."""
+        async with conn.pipeline():
+            cursors = [await conn.execute(SQL[name], params) for name, params in calls]
+        return [await cur.fetchall() if cur.description else [] for cur in cursors]
+
+    async def _lock_keys(self, conn: Conn, keys: Sequence[str], run_id: str | None = None) -> None:
+        """Take the admission locks of ``keys`` (and of ``run_id``'s singleton key), in order."""
+        if keys or run_id is not None:
+            await self._exec(conn, "lock_keys", keys=list(keys), run_id=run_id)
+
+    # ---------------------------------------------------------------- starts
+
+    async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+        if not specs:
+            return []
+        return await self._tx(lambda conn: self._create_all(conn, specs, now))
+
+    async def _create_all(
+        self, conn: Conn, specs: Sequence[RunSpec], now: datetime, *, locked: bool = False
+    ) -> list[Started]:
+        if not locked:
+            await self._lock_keys(conn, gate_keys(specs))
+        if len({s.id for s in specs}) < len(specs):
+            # A repeated id makes the batch order-sensitive: one spec at a time, in order.
+            return [await self._create_one(conn, spec, now) for spec in specs]
+        plain = await self._insert_plain(conn, [s for s in specs if not _gated(s)])
+        return [
+            plain[spec.id] if not _gated(spec) else await self._create_one(conn, spec, now)
+            for spec in specs
+        ]
+
+    async def _insert_plain(self, conn: Conn, specs: Sequence[RunSpec]) -> dict[str, Started]:
+        """Ungated specs (no key counts them) in one pipelined batch."""
+        if not specs:
+            return {}
+        inserted: dict[str, Started] = {}
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                SQL["insert_run"], [spec_params(s) for s in specs], returning=True
+            )
+            while True:
+                created = await cur.fetchone()
+                if created is not None:
+                    inserted[created["id"]] = Started(run_from_row(created), created=True)
+                if not cur.nextset():
+                    break
+        missing = [s.id for s in specs if s.id not in inserted]
+        for run in await self._fetch_runs(conn, missing):
+            inserted[run.id] = Started(run, created=False)
+        return inserted
+
+    async def _create_one(self, conn: Conn, spec: RunSpec, now: datetime) -> Started:
+        existing, counts = await self._pipeline(
+            conn, ("get_run", {"id": spec.id}), ("gate_counts", _gate_params(spec))
+        )
+        if existing:
+            return Started(run_from_row(existing[0]), created=False)
+        refusal = _refusal(spec, counts[0])
+        if refusal is not None:
+            return Started(None, created=False, rejected=refusal)
+        if spec.singleton is not None and spec.singleton.replace:
+            for other in await self._all(conn, "active_of_key", key=spec.singleton.key):
+                await self._cancel_one(conn, other["id"], other["status"], now, None)
+        row = await self._one(conn, "insert_run", **spec_params(spec))
+        if row is None:
+            raise _Contended(spec.id)
+        return Started(run_from_row(row), created=True)
+
+    async def _fetch_runs(self, conn: Conn, run_ids: Sequence[str]) -> list[Run]:
+        if not run_ids:
+            return []
+        return [run_from_row(row) for row in await self._all(conn, "get_runs", ids=list(run_ids))]
+
+    # ---------------------------------------------------------------- claims
+
+    async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        return await self._ids("pending_run_ids", now, limit, namespace)
+
+    async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        return await self._ids("due_run_ids", now, limit, namespace)
+
+    async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        return await self._ids("expired_run_ids", now, limit, namespace)
+
+    async def timed_out_run_ids(
+        self, now: datetime, limit: int, namespace: str | None
+    ) -> list[str]:
+        return await self._ids("timed_out_run_ids", now, limit, namespace)
+
+    async def _ids(self, name: str, now: datetime, limit: int, namespace: str | None) -> list[str]:
+        params = {"now": now, "limit": limit, "namespace": namespace}
+        rows = await self._tx(lambda conn: self._all(conn, name, **params))
+        return [row["id"] for row in rows]
+
+    async def claim_run(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        singleton_retry_at: datetime,
+        max_recoveries: int | None = None,
+    ) -> ClaimOutcome:
+        async def work(conn: Conn) -> ClaimOutcome:
+            row = await self._lock_claimable(conn, run_id, now)
+            if row is None:
+                return ClaimOutcome()
+            if row["status"] in _LEASED:
+                settled = await self._recover(conn, row, now, max_recoveries)
+                if settled is not None:
+                    return ClaimOutcome(settled=settled)
+            admit = row["singleton_key"] is not None and not row["holds_slot"]
+            if admit and not await self._admits(conn, row):
+                await self._exec(conn, "park", id=run_id, retry_at=singleton_retry_at, now=now)
+                return ClaimOutcome(parked=True)
+            return await self._lease(conn, run_id, owner, now, lease_until, admit)
+
+        return await self._tx(work)
+
+    async def _lock_claimable(self, conn: Conn, run_id: str, now: datetime) -> Row | None:
+        """The run's row, locked, if it is claimable now (its key lock taken first)."""
+        _, rows = await self._pipeline(
+            conn,
+            ("lock_keys", {"keys": [], "run_id": run_id}),
+            ("lock_run", {"id": run_id}),
+        )
+        return rows[0] if rows and claimable(rows[0], now) else None
+
+    async def _recover(
+        self, conn: Conn, row: Row, now: datetime, max_recoveries: int | None
+    ) -> Run | None:
+        """Count a recovery of an expired lease; the run when that settles it, else None."""
+        bumped = await self._one(conn, "add_recovery", id=row["id"])
+        recoveries = bumped["recoveries"] if bumped is not None else 0
+        if row["status"] == RunStatus.CANCELLING:
+            cancelled = Settlement(RunStatus.CANCELLED, None, row["error"])
+            return await self._finish(conn, row["id"], cancelled, now, [])
+        if max_recoveries is not None and recoveries > max_recoveries:
+            error = {
+                "type": "RecoveryLimitExceeded",
+                "message": f"run recovered {recoveries} times (max {max_recoveries})",
+            }
+            dead = Settlement(RunStatus.DEAD, None, error)
+            return await self._finish(conn, row["id"], dead, now, [])
+        return None
+
+    async def _admits(self, conn: Conn, row: Row) -> bool:
+        counts = await self._one(
+            conn,
+            "admission_counts",
+            key=row["singleton_key"],
+            created_at=row["created_at"],
+            id=row["id"],
+        )
+        assert counts is not None
+        return admission.admits(row["singleton_limit"] or 1, counts["holders"], counts["ahead"])
+
+    async def _lease(
+        self, conn: Conn, run_id: str, owner: str, now: datetime, until: datetime, admit: bool
+    ) -> ClaimOutcome:
+        lease = {"id": run_id, "owner": owner, "now": now, "lease_until": until, "admit": admit}
+        runs, steps, signals = await self._pipeline(
+            conn, ("claim", lease), ("steps_of", {"id": run_id}), ("signals_of", {"id": run_id})
+        )
+        claim = Claim(
+            run_from_row(runs[0]),
+            [step_from_row(s) for s in steps],
+            [signal_from_row(s) for s in signals],
+        )
+        return ClaimOutcome(claim=claim)
+
+    async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
+        params = {"id": run_id, "owner": owner, "lease_until": lease_until}
+        rows = await self._tx(lambda conn: self._all(conn, "renew_lease", **params))
+        return bool(rows)
+
+    # ---------------------------------------------------------------- turn writes (fenced)
+
+    async def checkpoint(
+        self, run_id: str, owner: str, writes: Writes, now: datetime
+    ) -> list[Started]:
+        async def work(conn: Conn) -> list[Started]:
+            await self._lock_keys(conn, gate_keys(writes.children))
+            await self._fenced_writes(conn, run_id, owner, writes, now)
+            return await self._create_children(conn, writes.children, now)
+
+        return await self._tx(work)
+
+    async def suspend_run(
+        self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+    ) -> bool:
+        async def work(conn: Conn) -> bool:
+            await self._lock_keys(conn, gate_keys(writes.children))
+            await self._fenced_writes(conn, run_id, owner, writes, now)
+            await self._create_children(conn, writes.children, now)
+            row = await self._one(conn, "suspend", id=run_id, wake_at=wake_at, now=now)
+            return bool(row and row["rewake"])
+
+        return await self._tx(work)
+
+    async def settle_run(
+        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
+    ) -> list[str]:
+        follow = [settlement.continue_as] if settlement.continue_as is not None else []
+
+        async def work(conn: Conn) -> list[str]:
+            await self._lock_keys(conn, gate_keys([*writes.children, *follow]), run_id)
+            await self._fenced_writes(conn, run_id, owner, writes, now, allow_cancelling=True)
+            await self._create_children(conn, writes.children, now)
+            woken: list[str] = []
+            await self._finish(conn, run_id, settlement, now, woken)
+            # The continuation skips the gates (its predecessor held the place), but its key
+            # stays locked above so concurrent counts see it or wait for it.
+            started = await self._insert_plain(conn, follow)
+            woken.extend(s.run.id for s in started.values() if s.created and s.run is not None)
+            return woken
+
+        return await self._tx(work)
+
+    async def _fenced_writes(
+        self,
+        conn: Conn,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        now: datetime,
+        *,
+        allow_cancelling: bool = False,
+    ) -> None:
+        """Check the lease and flush step records and consumed signals, in one round trip.
+
+        The writes go out with the fence check; when the check fails the raise rolls them back.
+        """
+        async with conn.pipeline():
+            fence = await conn.execute(SQL["fence"], {"id": run_id, "owner": owner})
+            if writes.steps:
+                async with conn.cursor() as cur:
+                    params = [step_params(run_id, record) for record in writes.steps]
+                    await cur.executemany(SQL["upsert_step"], params)
+            if writes.consumed_signals:
+                ids = list(writes.consumed_signals)
+                await self._exec(conn, "consume_signals", id=run_id, ids=ids)
+            await self._exec(conn, "touch", id=run_id, now=now)
+        _check_fence(await fence.fetchone(), run_id, owner, allow_cancelling)
+
+    async def _create_children(
+        self, conn: Conn, specs: Sequence[RunSpec], now: datetime
+    ) -> list[Started]:
+        return await self._create_all(conn, specs, now, locked=True) if specs else []
+
+    async def _finish(
+        self, conn: Conn, run_id: str, settlement: Settlement, now: datetime, woken: list[str]
+    ) -> Run:
+        """Settle a run terminal: release its slot, wake the key's next waiters and its parent.
+
+        The caller holds the run's key lock. Appends the woken ids to ``woken``.
+        """
+        row = await self._one(
+            conn,
+            "finish",
+            id=run_id,
+            status=str(settlement.status),
+            output=json_param(settlement.output),
+            error=json_param(settlement.error),
+            now=now,
+        )
+        assert row is not None, f"finishing unknown run {run_id!r}"
+        run = run_from_row(row)
+        waiters: list[str] = []
+        if row["held_slot"] and run.singleton_key is not None:
+            limit = run.singleton_limit or 1
+            found = await self._all(conn, "waiters_to_wake", key=run.singleton_key, limit=limit)
+            waiters = [w["id"] for w in found]
+        parent = [run.parent_id] if run.parent_id is not None else []
+        awake = await self._wake(conn, [*waiters, *parent], now)
+        woken.extend(waiters)
+        woken.extend(p for p in parent if p in awake)
+        return run
+
+    async def _wake(self, conn: Conn, run_ids: Sequence[str], now: datetime) -> set[str]:
+        """Wake the active runs among ``run_ids``; the ids that were active."""
+        if not run_ids:
+            return set()
+        return {row["id"] for row in await self._all(conn, "wake", ids=list(run_ids), now=now)}
+
+    # ---------------------------------------------------------------- from outside a turn
+
+    async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
+        async def work(conn: Conn) -> bool:
+            target = await self._one(conn, "signal_target", id=run_id, name=name)
+            if target is None:
+                raise RunNotFoundError(run_id)
+            status = RunStatus(target["status"])
+            if status.is_terminal:
+                raise RunFinishedError(run_id, status)
+            signal = {"id": run_id, "name": name, "payload": json_param(payload), "now": now}
+            await self._exec(conn, "insert_signal", **signal)
+            if target["waits"]:
+                return bool(await self._wake(conn, [run_id], now))
+            if status in _LEASED:
+                await self._wake(conn, [run_id], now)
+            return False
+
+        return await self._tx(work)
+
+    async def cancel_run(
+        self, run_id: str, now: datetime, error: dict[str, object] | None
+    ) -> list[str]:
+        async def work(conn: Conn) -> list[str]:
+            tree = await self._all(conn, "run_tree", id=run_id)
+            if not tree:
+                raise RunNotFoundError(run_id)
+            keys = [f"s:{r['singleton_key']}" for r in tree if r["singleton_key"] is not None]
+            await self._lock_keys(conn, keys)
+            locked = await self._all(conn, "lock_runs", ids=[r["id"] for r in tree])
+            status = {r["id"]: r["status"] for r in locked}
+            changed = []
+            for target in _depth_first(run_id, tree):
+                if await self._cancel_one(conn, target, status[target], now, error):
+                    changed.append(target)
+            return changed
+
+        return await self._tx(work)
+
+    async def _cancel_one(
+        self, conn: Conn, run_id: str, status: str, now: datetime, error: dict[str, object] | None
+    ) -> bool:
+        """Cancel one active run (its key lock held): leased ones go to ``cancelling``."""
+        if status in _TERMINAL or status == RunStatus.CANCELLING:
+            return False
+        if status == RunStatus.RUNNING:
+            await self._exec(conn, "mark_cancelling", id=run_id, now=now, error=json_param(error))
+        else:
+            await self._finish(conn, run_id, Settlement(RunStatus.CANCELLED, None, error), now, [])
+        return True
+
+    async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+        async def work(conn: Conn) -> Run:
+            row = await self._one(conn, "lock_run_wait", id=run_id)
+            if row is None:
+                raise RunNotFoundError(run_id)
+            if row["status"] not in _REQUEUEABLE:
+                raise RunlaneError(
+                    f"run {run_id!r} is {row['status']}; only failed, dead or cancelled runs"
+                    " can be requeued"
+                )
+            _, requeued = await self._pipeline(
+                conn,
+                ("drop_unfinished_steps", {"id": run_id}),
+                ("requeue", {"id": run_id, "now": now, "deadline_at": deadline_at}),
+            )
+            return run_from_row(requeued[0])
+
+        return await self._tx(work)
+
+    async def publish_event(
+        self, name: str, payload: object, event_id: str | None, now: datetime
+    ) -> tuple[Event, bool, list[str]]:
+        async def work(conn: Conn) -> tuple[Event, bool, list[str]]:
+            await self._exec(conn, "lock_events")
+            if event_id is not None:
+                first = await self._one(conn, "event_by_id", event_id=event_id)
+                if first is not None:
+                    return event_from_row(first), False, []
+            params = {"event_id": event_id, "name": name, "payload": json_param(payload)}
+            row = await self._one(conn, "insert_event", now=now, **params)
+            assert row is not None
+            waiting = [r["id"] for r in await self._all(conn, "event_waiters", name=name)]
+            awake = await self._wake(conn, waiting, now)
+            return event_from_row(row), True, [w for w in waiting if w in awake]
+
+        return await self._tx(work)
+
+    async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
+        params = {"name": name, "after": after_seq, "limit": limit}
+        rows = await self._tx(lambda conn: self._all(conn, "events_after", **params))
+        return [event_from_row(row) for row in rows]
+
+    async def latest_event_seq(self) -> int:
+        row = await self._tx(lambda conn: self._one(conn, "latest_event_seq"))
+        return int(row["seq"]) if row is not None else 0
+
+    # ---------------------------------------------------------------- reads
+
+    async def get_run(self, run_id: str) -> Run | None:
+        row = await self._tx(lambda conn: self._one(conn, "get_run", id=run_id))
+        return run_from_row(row) if row is not None else None
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        runs = await self._tx(lambda conn: self._fetch_runs(conn, run_ids))
+        return {run.id: run for run in runs}
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        tag: str | None = None,
+        parent_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Run]:
+        filters = {"workflow": workflow, "status": status, "tag": tag, "parent_id": parent_id}
+        given = {k: (str(v) if k == "status" else v) for k, v in filters.items() if v is not None}
+        where = " AND ".join(_LIST_FILTERS[k] for k in given)
+        query = SQL["list_runs"].replace("{filters}", f"WHERE {where}" if where else "")
+
+        async def work(conn: Conn) -> list[Row]:
+            cur = await conn.execute(query, {**given, "limit": limit, "offset": offset})
+            return await cur.fetchall()
+
+        return [run_from_row(row) for row in await self._tx(work)]
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        rows = await self._tx(lambda conn: self._all(conn, "steps_of", id=run_id))
+        return [step_from_row(row) for row in rows]
+
+
+_LIST_FILTERS = {
+    "workflow": "workflow = %(workflow)s",
+    "status": "status = %(status)s",
+    "tag": "%(tag)s = ANY(tags)",
+    "parent_id": "parent_id = %(parent_id)s",
+}
+
+
+def gate_keys(specs: Sequence[RunSpec]) -> list[str]:
+    """The admission lock names of the specs' gates (singleton and quota keys live apart)."""
+    keys = [f"s:{s.singleton.key}" for s in specs if s.singleton is not None]
+    return keys + [f"q:{s.quota.key}" for s in specs if s.quota is not None]
+
+
+def _gated(spec: RunSpec) -> bool:
+    return spec.singleton is not None or spec.quota is not None
+
+
+def _gate_params(spec: RunSpec) -> Row:
+    quota = spec.quota
+    return {
+        "quota_key": quota.key if quota else None,
+        "quota_statuses": sorted(str(s) for s in quota.count_statuses) if quota else [],
+        "singleton_key": spec.singleton.key if spec.singleton else None,
+    }
+
+
+def _refusal(spec: RunSpec, counts: Row) -> Exception | None:
+    if spec.quota is not None:
+        refusal = admission.quota_refusal(spec.workflow, spec.quota, counts["quota_active"])
+        if refusal is not None:
+            return refusal
+    if spec.singleton is not None:
+        return admission.queue_refusal(spec.workflow, spec.singleton, counts["key_active"])
+    return None
+
+
+def _check_fence(row: Row | None, run_id: str, owner: str, allow_cancelling: bool) -> None:
+    if row is None:
+        raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
+    if row["status"] == RunStatus.CANCELLING and not allow_cancelling:
+        raise RunCancelling(f"run {run_id!r} was cancelled")
+
+
+def _depth_first(root: str, tree: Sequence[Row]) -> list[str]:
+    """The tree's ids parents first, each run's children oldest first (as MemoryStore walks)."""
+    children: dict[str, list[str]] = {}
+    for row in tree:
+        if row["id"] != root and row["parent_id"] is not None:
+            children.setdefault(row["parent_id"], []).append(row["id"])
+    order: list[str] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(reversed(children.get(node, [])))
+    return order
+
+
+def _utc_conninfo(url: str) -> str:
+    """``url`` with the session time zone set to UTC, so timestamps read back in UTC."""
+    params = conninfo_to_dict(url)
+    options = f"{params.get('options') or ''} -c TimeZone=UTC".strip()
+    return make_conninfo("", **{**params, "options": options})
+
+
+__all__ = ["PostgresStore", "gate_keys", "upgrade"]

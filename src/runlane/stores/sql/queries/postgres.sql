@@ -1,0 +1,279 @@
+-- Statements of PostgresStore, one per "-- name:" block. Parameters are psycopg's %(name)s.
+-- Lock order, everywhere: per-key advisory locks first (in hash order), then run rows. A
+-- transaction that holds a row never waits for a key, so the two kinds of lock cannot deadlock.
+
+-- name: lock_keys
+-- Admission locks: the given keys plus the singleton key of one run (reading that key
+-- unlocked is safe, a run's key never changes). Taken in hash order, so two transactions never
+-- wait on each other in a cycle; held until commit.
+SELECT pg_advisory_xact_lock(h)
+FROM (
+    SELECT DISTINCT hashtextextended(k, 0) AS h
+    FROM (
+        SELECT unnest(%(keys)s::text[]) AS k
+        UNION ALL
+        SELECT 's:' || singleton_key FROM runlane_runs
+        WHERE id = %(run_id)s AND singleton_key IS NOT NULL
+    ) AS named
+    ORDER BY h
+) AS ordered;
+
+-- name: lock_events
+-- Event publishes take turns, so event seqs become visible in order: a waiter that read the
+-- latest seq can never miss an event committed later with a smaller seq.
+SELECT pg_advisory_xact_lock(hashtextextended('runlane:events', 0));
+
+-- name: insert_run
+INSERT INTO runlane_runs (
+    id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
+    priority, singleton_key, singleton_limit, concurrency_key, deadline_at)
+VALUES (
+    %(id)s, %(workflow)s, %(version)s, 'pending', %(input)s::json, %(tags)s::text[],
+    %(created_at)s, %(created_at)s, %(parent_id)s, %(namespace)s, %(priority)s,
+    %(singleton_key)s, %(singleton_limit)s, %(concurrency_key)s, %(deadline_at)s)
+ON CONFLICT (id) DO NOTHING
+RETURNING *;
+
+-- name: get_run
+SELECT * FROM runlane_runs WHERE id = %(id)s;
+
+-- name: get_runs
+SELECT * FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
+
+-- name: gate_counts
+-- What a gated start competes with (the caller holds both keys' locks).
+SELECT
+    (SELECT count(*) FROM runlane_runs
+     WHERE concurrency_key = %(quota_key)s AND status = ANY(%(quota_statuses)s::text[])
+    ) AS quota_active,
+    (SELECT count(*) FROM runlane_runs
+     WHERE singleton_key = %(singleton_key)s
+       AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    ) AS key_active;
+
+-- name: active_of_key
+SELECT id, status FROM runlane_runs
+WHERE singleton_key = %(key)s
+  AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+ORDER BY created_at, id
+FOR NO KEY UPDATE;
+
+-- name: pending_run_ids
+SELECT id FROM runlane_runs
+WHERE status = 'pending' AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+ORDER BY priority DESC, created_at, id
+LIMIT %(limit)s;
+
+-- name: due_run_ids
+SELECT id FROM runlane_runs
+WHERE status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+ORDER BY wake_at, id
+LIMIT %(limit)s;
+
+-- name: expired_run_ids
+SELECT id FROM runlane_runs
+WHERE status IN ('running', 'cancelling') AND lease_expires_at <= %(now)s
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+ORDER BY lease_expires_at, id
+LIMIT %(limit)s;
+
+-- name: timed_out_run_ids
+SELECT id FROM runlane_runs
+WHERE deadline_at <= %(now)s
+  AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+ORDER BY deadline_at, id
+LIMIT %(limit)s;
+
+-- name: lock_run
+-- A row another transaction holds is "not claimable now": claimers never queue behind each other.
+SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE SKIP LOCKED;
+
+-- name: add_recovery
+UPDATE runlane_runs SET recoveries = recoveries + 1 WHERE id = %(id)s RETURNING recoveries;
+
+-- name: admission_counts
+-- Slot holders of the key, and the waiters ahead of this run in FIFO order.
+SELECT
+    count(*) FILTER (WHERE holds_slot) AS holders,
+    count(*) FILTER (
+        WHERE NOT holds_slot AND status <> 'cancelling'
+          AND (created_at, id) < (%(created_at)s, %(id)s)
+    ) AS ahead
+FROM runlane_runs
+WHERE singleton_key = %(key)s
+  AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling');
+
+-- name: claim
+UPDATE runlane_runs
+SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
+    wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s,
+    holds_slot = holds_slot OR %(admit)s
+WHERE id = %(id)s
+RETURNING *;
+
+-- name: park
+UPDATE runlane_runs
+SET status = 'suspended', wake_at = %(retry_at)s, wake_requested_at = NULL, lease_owner = NULL,
+    lease_expires_at = NULL, updated_at = %(now)s
+WHERE id = %(id)s;
+
+-- name: steps_of
+SELECT * FROM runlane_steps WHERE run_id = %(id)s ORDER BY seq;
+
+-- name: signals_of
+SELECT * FROM runlane_signals WHERE run_id = %(id)s ORDER BY id;
+
+-- name: renew_lease
+UPDATE runlane_runs SET lease_expires_at = %(lease_until)s
+WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
+RETURNING id;
+
+-- name: fence
+-- Locks the run while ``owner`` holds its lease; no row means the lease is lost.
+SELECT status FROM runlane_runs
+WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
+FOR NO KEY UPDATE;
+
+-- name: upsert_step
+INSERT INTO runlane_steps (
+    run_id, seq, name, kind, status, input, output, error, attempts, started_at, finished_at,
+    last_heartbeat_at, wake_at)
+VALUES (
+    %(run_id)s, %(seq)s, %(name)s, %(kind)s, %(status)s, %(input)s::json, %(output)s::json,
+    %(error)s::json, %(attempts)s, %(started_at)s, %(finished_at)s, %(last_heartbeat_at)s,
+    %(wake_at)s)
+ON CONFLICT (run_id, seq) DO UPDATE SET
+    name = EXCLUDED.name, kind = EXCLUDED.kind, status = EXCLUDED.status,
+    input = EXCLUDED.input, output = EXCLUDED.output, error = EXCLUDED.error,
+    attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
+    finished_at = EXCLUDED.finished_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at,
+    wake_at = EXCLUDED.wake_at;
+
+-- name: consume_signals
+DELETE FROM runlane_signals WHERE run_id = %(id)s AND id = ANY(%(ids)s::bigint[]);
+
+-- name: touch
+UPDATE runlane_runs SET updated_at = %(now)s WHERE id = %(id)s;
+
+-- name: suspend
+WITH old AS (SELECT id, wake_requested_at FROM runlane_runs WHERE id = %(id)s)
+UPDATE runlane_runs AS r
+SET status = 'suspended',
+    wake_at = CASE WHEN old.wake_requested_at IS NULL THEN %(wake_at)s ELSE %(now)s END,
+    wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
+FROM old WHERE r.id = old.id
+RETURNING old.wake_requested_at IS NOT NULL AS rewake;
+
+-- name: finish
+-- Terminal settlement; ``held_slot`` tells the caller whether a singleton slot was released.
+WITH old AS (
+    SELECT id, holds_slot FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE
+), dropped AS (
+    DELETE FROM runlane_signals WHERE run_id = %(id)s
+)
+UPDATE runlane_runs AS r
+SET status = %(status)s, output = %(output)s::json, error = %(error)s::json,
+    holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
+    wake_requested_at = NULL, updated_at = %(now)s
+FROM old WHERE r.id = old.id
+RETURNING r.*, old.holds_slot AS held_slot;
+
+-- name: waiters_to_wake
+-- The oldest waiters of a key for its free slots (the caller holds the key lock).
+SELECT id FROM runlane_runs
+WHERE singleton_key = %(key)s AND NOT holds_slot
+  AND status IN ('pending', 'running', 'suspended', 'blocked')
+ORDER BY created_at, id
+LIMIT GREATEST(0, %(limit)s - (
+    SELECT count(*) FROM runlane_runs
+    WHERE singleton_key = %(key)s AND holds_slot
+      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')));
+
+-- name: wake
+-- A waiting run becomes due now; a leased one is told to stay due when its turn suspends.
+UPDATE runlane_runs
+SET wake_at = CASE WHEN status IN ('suspended', 'blocked') THEN %(now)s ELSE wake_at END,
+    updated_at = CASE WHEN status IN ('suspended', 'blocked') THEN %(now)s ELSE updated_at END,
+    wake_requested_at = CASE WHEN status IN ('running', 'cancelling') THEN %(now)s
+                             ELSE wake_requested_at END
+WHERE id = ANY(%(ids)s::text[])
+  AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+RETURNING id;
+
+-- name: run_tree
+-- A run and all its descendants, parents before children.
+WITH RECURSIVE tree AS (
+    SELECT id, parent_id, created_at, 0 AS depth FROM runlane_runs WHERE id = %(id)s
+    UNION ALL
+    SELECT c.id, c.parent_id, c.created_at, t.depth + 1
+    FROM runlane_runs AS c JOIN tree AS t ON c.parent_id = t.id
+)
+SELECT tree.id, tree.parent_id, r.singleton_key
+FROM tree JOIN runlane_runs AS r ON r.id = tree.id
+ORDER BY tree.depth, tree.created_at, tree.id;
+
+-- name: lock_runs
+SELECT id, status FROM runlane_runs WHERE id = ANY(%(ids)s::text[]) ORDER BY id FOR NO KEY UPDATE;
+
+-- name: mark_cancelling
+UPDATE runlane_runs SET status = 'cancelling', updated_at = %(now)s, error = %(error)s::json
+WHERE id = %(id)s;
+
+-- name: lock_run_wait
+SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE;
+
+-- name: drop_unfinished_steps
+DELETE FROM runlane_steps WHERE run_id = %(id)s AND status <> 'completed';
+
+-- name: requeue
+UPDATE runlane_runs
+SET status = 'pending', output = NULL, error = NULL, holds_slot = false, recoveries = 0,
+    lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, wake_requested_at = NULL,
+    deadline_at = %(deadline_at)s, updated_at = %(now)s
+WHERE id = %(id)s
+RETURNING *;
+
+-- name: signal_target
+-- Locks the run and says whether it waits for a signal of this name.
+SELECT status, EXISTS (
+    SELECT 1 FROM runlane_steps
+    WHERE run_id = %(id)s AND kind = 'signal' AND name = %(name)s AND status = 'pending'
+) AS waits
+FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE;
+
+-- name: insert_signal
+INSERT INTO runlane_signals (run_id, name, payload, created_at)
+VALUES (%(id)s, %(name)s, %(payload)s::json, %(now)s);
+
+-- name: event_by_id
+SELECT * FROM runlane_events WHERE id = %(event_id)s;
+
+-- name: insert_event
+INSERT INTO runlane_events (id, name, payload, created_at)
+VALUES (%(event_id)s, %(name)s, %(payload)s::json, %(now)s)
+RETURNING *;
+
+-- name: event_waiters
+SELECT id FROM runlane_runs
+WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+  AND id IN (
+    SELECT run_id FROM runlane_steps
+    WHERE kind = 'event' AND name = %(name)s AND status = 'pending')
+ORDER BY created_at, id;
+
+-- name: events_after
+SELECT * FROM runlane_events WHERE name = %(name)s AND seq > %(after)s ORDER BY seq LIMIT %(limit)s;
+
+-- name: latest_event_seq
+SELECT coalesce(max(seq), 0) AS seq FROM runlane_events;
+
+-- name: list_runs
+-- {filters} is filled from a fixed set of column conditions, see PostgresStore.list_runs.
+SELECT * FROM runlane_runs {filters}
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: reset
+TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs RESTART IDENTITY;
