@@ -1,0 +1,117 @@
+"""Several processes on one SQLite file or one PostgreSQL database: exact per-key control."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runlane import Engine
+from runlane.stores import open_store
+
+APP = Path(__file__).with_name("mp_app.py")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    try:
+        import runlane.stores.postgres  # noqa: F401
+    except ImportError:
+        pytest.skip("PostgresStore is not built yet")
+    url = str(request.getfixturevalue("pg_url"))
+    asyncio.run(_reset(url))
+    return url
+
+
+async def _reset(url: str) -> None:
+    store: Any = open_store(url)
+    await store.open()
+    await store.reset_for_tests()
+    await store.close()
+
+
+def _spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(APP), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.slow
+def test_three_processes_hammering_one_key_never_overlap_and_admit_fifo(
+    backend_url: str, tmp_path: Path
+) -> None:
+    from .mp_app import hot
+
+    log = tmp_path / "marks.log"
+    total, procs = 36, 3
+
+    async def create() -> None:
+        engine = Engine(open_store(backend_url), workflows=[hot], drive=False)
+        async with engine:
+            for n in range(total):
+                await engine.start(hot, None, run_id=f"h{(n * 7) % total:03d}")
+
+    asyncio.run(create())
+    env = {"RUNLANE_MP_LOG": str(log)}
+    children = [_spawn("hammer", backend_url, str(total), env=env) for _ in range(procs)]
+    for child in children:
+        out, _ = child.communicate(timeout=150)
+        assert child.returncode == 0, out
+    events = [line.split() for line in log.read_text().splitlines()]
+    inside, peak, entered = 0, 0, []
+    for kind, run_id, _stamp in sorted(events, key=lambda e: float(e[2])):
+        inside += 1 if kind == "enter" else -1
+        peak = max(peak, inside)
+        if kind == "enter":
+            entered.append(run_id)
+    assert peak == 1
+    assert len(set(entered)) == total
+
+    async def creation_order() -> list[str]:
+        store = open_store(backend_url)
+        await store.open()
+        runs = await store.list_runs(workflow="hot", limit=1000)
+        await store.close()
+        return [r.id for r in sorted(runs, key=lambda r: (r.created_at, r.id))]
+
+    assert _first_entries(entered) == asyncio.run(creation_order())
+
+
+def _first_entries(entered: list[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for run_id in entered:
+        seen.setdefault(run_id, None)
+    return list(seen)
+
+
+@pytest.mark.slow
+def test_200_racing_starts_from_4_processes_admit_exactly_the_limit(backend_url: str) -> None:
+    children = [_spawn("quota", backend_url, "50", str(p)) for p in range(4)]
+    admitted = refused = 0
+    for child in children:
+        out, _ = child.communicate(timeout=120)
+        assert child.returncode == 0, out
+        line = [x for x in out.splitlines() if x.startswith("admitted=")][-1]
+        a, r = (int(part.split("=")[1]) for part in line.split())
+        admitted, refused = admitted + a, refused + r
+    assert (admitted, refused) == (8, 192)
+
+    async def rows() -> int:
+        store = open_store(backend_url)
+        await store.open()
+        runs = await store.list_runs(workflow="quota", limit=1000)
+        await store.close()
+        return len(runs)
+
+    assert asyncio.run(rows()) == 8
