@@ -41,6 +41,7 @@ def load_object(spec: str) -> Any:
     if not sep or not module_name or not attr:
         raise click.BadParameter(f"{spec!r} is not of the form module:attribute", param_hint="APP")
     sys.path.insert(0, os.getcwd())
+    importlib.invalidate_caches()
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
@@ -63,7 +64,13 @@ def load_engine(spec: str) -> Engine:
     """The Engine named by ``spec``: the attribute itself, or what a zero-argument callable returns."""
     obj = load_object(spec)
     if not isinstance(obj, Engine) and callable(obj) and not _is_worker(obj):
-        obj = obj()
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise click.BadParameter(
+                f"calling {spec}() to build the engine failed: {type(exc).__name__}: {exc}",
+                param_hint="APP",
+            ) from exc
     if _is_worker(obj):
         raise click.ClickException(
             f"{spec} is a Worker; remote workers arrive with the transports (not supported yet)"

@@ -1,0 +1,205 @@
+"""The ``runlane`` command line against a real SQLite file, through click's CliRunner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from runlane.cli import main
+
+APP_SOURCE = textwrap.dedent(
+    """
+    import runlane
+
+    @runlane.workflow(name="greet")
+    async def greet(ctx, input):
+        answer = await ctx.wait_for_signal("go")
+        return {"hello": input["name"], "answer": answer}
+
+    def build():
+        return runlane.Engine(store="sqlite:///{db}", workflows=[greet], drive=False)
+
+    engine = build()
+    not_an_engine = 42
+    """
+)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'cli.db'}"
+
+
+@pytest.fixture
+def app(tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An importable module (unique name) defining the engine the CLI loads with --app."""
+    module = f"cli_app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        APP_SOURCE.replace("{db}", db.removeprefix("sqlite:///"))
+    )
+    monkeypatch.chdir(tmp_path)
+    yield module
+
+
+def engine_for(app: str) -> Any:
+    import importlib
+    import sys
+
+    here = str(Path.cwd())
+    sys.path.insert(0, here)
+    importlib.invalidate_caches()
+    try:
+        return importlib.import_module(app).build()
+    finally:
+        sys.path.remove(here)
+
+
+def run_in_engine(app: str, *calls: tuple[str, tuple[Any, ...]]) -> list[Any]:
+    """Call engine methods in order on a fresh non-driving engine of the app."""
+
+    async def go() -> list[Any]:
+        async with engine_for(app) as engine:
+            return [await getattr(engine, name)(*args) for name, args in calls]
+
+    return asyncio.run(go())
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def waiting_run(app: str) -> str:
+    """Run ``r1`` parked waiting for signal "go", and ``r2`` still pending."""
+    run_in_engine(
+        app,
+        ("start", ("greet", {"name": "ada"}, "r1")),
+        ("tick", ()),
+        ("start", ("greet", {"name": "bob"}, "r2")),
+    )
+    return "r1"
+
+
+def test_runs_list_shows_every_run_with_its_status(db: str, waiting_run: str) -> None:
+    result = cli("runs", "list", "--db", db, "--json")
+    assert result.exit_code == 0, result.output
+    runs = {r["id"]: r["status"] for r in json.loads(result.output)}
+    assert runs == {"r1": "suspended", "r2": "pending"}
+    table = cli("runs", "list", "--db", db)
+    assert table.exit_code == 0
+    assert "r1" in table.output and "suspended" in table.output
+
+
+def test_runs_list_reads_the_database_url_from_the_environment(
+    db: str, waiting_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RUNLANE_DATABASE_URL", db)
+    result = cli("runs", "list", "--status", "pending", "--json")
+    assert [r["id"] for r in json.loads(result.output)] == ["r2"]
+
+
+def test_runs_show_lists_the_signal_wait(db: str, waiting_run: str) -> None:
+    result = cli("runs", "show", "r1", "--db", db, "--json")
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert body["status"] == "suspended"
+    assert body["created_at"].endswith("+00:00")
+    assert [(s["kind"], s["name"], s["status"]) for s in body["steps"]] == [
+        ("signal", "go", "pending")
+    ]
+    assert "go" in cli("runs", "show", "r1", "--db", db).output
+
+
+def test_runs_signal_delivers_a_json_payload_that_completes_the_run(
+    db: str, app: str, waiting_run: str
+) -> None:
+    result = cli("runs", "signal", "r1", "go", '{"yes": true}', "--db", db)
+    assert result.exit_code == 0, result.output
+    [_, run] = run_in_engine(app, ("tick", ()), ("get_run", ("r1",)))
+    assert run.status == "completed"
+    assert run.output == {"hello": "ada", "answer": {"yes": True}}
+
+
+def test_runs_signal_rejects_bad_json_and_finished_runs(
+    db: str, app: str, waiting_run: str
+) -> None:
+    bad = cli("runs", "signal", "r1", "go", "{nope", "--db", db)
+    assert bad.exit_code == 2
+    assert "not valid JSON" in bad.output
+    cli("runs", "signal", "r1", "go", "--db", db)
+    run_in_engine(app, ("tick", ()))
+    late = cli("runs", "signal", "r1", "go", "--db", db)
+    assert late.exit_code == 1
+    assert "already completed" in late.output
+
+
+def test_runs_cancel_then_retry_with_the_app(db: str, app: str, waiting_run: str) -> None:
+    assert cli("runs", "cancel", "r2", "--db", db).output.strip() == "cancelled r2"
+    again = cli("runs", "cancel", "r2", "--db", db)
+    assert again.exit_code == 0
+    assert "nothing to cancel" in again.output
+    refused = cli("runs", "retry", "r2", "--db", db)
+    assert refused.exit_code == 2
+    assert "--app" in refused.output
+    retried = cli("runs", "retry", "r2", "--app", f"{app}:engine")
+    assert retried.exit_code == 0, retried.output
+    assert "requeued r2 (pending)" in retried.output
+
+
+def test_runs_show_of_an_unknown_run_fails_clearly(db: str, waiting_run: str) -> None:
+    result = cli("runs", "show", "nope", "--db", db)
+    assert result.exit_code == 1
+    assert "no run with id 'nope'" in result.output
+
+
+def test_commands_without_a_database_say_how_to_name_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RUNLANE_DATABASE_URL", raising=False)
+    result = cli("runs", "list")
+    assert result.exit_code == 2
+    assert "--db" in result.output
+
+
+def test_db_upgrade_on_sqlite_creates_the_schema(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    result = cli("db", "upgrade", url)
+    assert result.exit_code == 0, result.output
+    assert "up to date" in result.output
+    assert (tmp_path / "fresh.db").exists()
+    assert cli("runs", "list", "--db", url, "--json").output.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_module_xyz:engine", "cannot import module 'no_such_module_xyz'"),
+        ("json:no_such_attr", "has no attribute 'no_such_attr'"),
+        ("json", "not of the form module:attribute"),
+        ("json:dumps", "calling json:dumps() to build the engine failed"),
+    ],
+)
+def test_a_bad_app_gives_a_clear_error(spec: str, message: str, db: str) -> None:
+    result = cli("runs", "retry", "r1", "--db", db, "--app", spec)
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.split())
+
+
+def test_an_app_that_is_not_an_engine_is_refused(app: str) -> None:
+    result = cli("worker", f"{app}:not_an_engine")
+    assert result.exit_code == 2
+    assert "is a int, not a runlane.Engine" in " ".join(result.output.split())
+
+
+def test_an_app_given_as_a_factory_is_called(db: str, app: str, waiting_run: str) -> None:
+    result = cli("runs", "list", "--app", f"{app}:build", "--json")
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.output)) == 2

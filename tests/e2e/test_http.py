@@ -1,0 +1,219 @@
+"""The HTTP API over a real SQLite-backed engine, through httpx's ASGI transport."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import runlane
+from runlane.http import create_app
+from runlane.stores.sqlite import SqliteStore
+
+
+@runlane.workflow(name="approval")
+async def approval(ctx: runlane.Context, input: dict[str, Any]) -> dict[str, Any]:
+    decision = await ctx.wait_for_signal("approve")
+    return {"item": input["item"], "decision": decision}
+
+
+@runlane.workflow(
+    name="report", concurrency=runlane.Concurrency(key=lambda i: f"tenant:{i['tenant']}", limit=2)
+)
+async def report(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    await ctx.wait_for_signal("done")
+    return "ok"
+
+
+@runlane.workflow(
+    name="nightly",
+    singleton=runlane.Singleton(key=lambda i: f"store:{i['store']}", max_queue_depth=0),
+)
+async def nightly(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return "synced"
+
+
+@runlane.workflow(name="on-order", on_event=("order.placed",))
+async def on_order(ctx: runlane.Context, input: dict[str, Any]) -> Any:
+    return input
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[runlane.Engine]:
+    engine = runlane.Engine(
+        store=SqliteStore(tmp_path / "http.db"),
+        workflows=[approval, report, nightly, on_order],
+        drive=False,
+    )
+    async with engine:
+        yield engine
+
+
+@pytest.fixture
+async def client(engine: runlane.Engine) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(engine, manage_engine=False))
+    async with httpx.AsyncClient(transport=transport, base_url="http://runlane") as client:
+        yield client
+
+
+async def test_post_runs_creates_a_pending_run_with_utc_timestamps(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post(
+        "/runs",
+        json={"workflow": "approval", "input": {"item": "x"}, "run_id": "a1", "tags": ["web"]},
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert (body["id"], body["status"], body["tags"]) == ("a1", "pending", ["web"])
+    assert datetime.fromisoformat(body["created_at"]).utcoffset() is not None
+    assert body["created_at"].endswith("+00:00")
+
+
+async def test_signal_over_http_completes_a_waiting_run(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    await client.post(
+        "/runs", json={"workflow": "approval", "input": {"item": "x"}, "run_id": "a1"}
+    )
+    await engine.tick()
+    waiting = (await client.get("/runs/a1")).json()
+    assert waiting["status"] == "suspended"
+    assert [(s["kind"], s["name"], s["status"]) for s in waiting["steps"]] == [
+        ("signal", "approve", "pending")
+    ]
+    sent = await client.post("/runs/a1/signal/approve", json={"by": "ops"})
+    assert sent.status_code == 202
+    await engine.tick()
+    done = (await client.get("/runs/a1")).json()
+    assert done["status"] == "completed"
+    assert done["output"] == {"item": "x", "decision": {"by": "ops"}}
+    assert done["steps"][0]["finished_at"].endswith("+00:00")
+
+
+async def test_list_runs_filters_by_status_workflow_and_tag(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    await engine.start("approval", {"item": "x"}, "a1", tags=["vip"])
+    await engine.start("nightly", {"store": "n"}, "n1")
+    await engine.run_pending()
+    assert [r["id"] for r in (await client.get("/runs?status=completed")).json()["runs"]] == ["n1"]
+    assert [r["id"] for r in (await client.get("/runs?workflow=approval")).json()["runs"]] == ["a1"]
+    assert [r["id"] for r in (await client.get("/runs?tag=vip")).json()["runs"]] == ["a1"]
+    assert len((await client.get("/runs?limit=1")).json()["runs"]) == 1
+    assert (await client.get("/runs?limit=many")).status_code == 400
+    assert (await client.get("/runs?status=sleepy")).status_code == 400
+
+
+async def test_a_start_over_the_quota_is_answered_429_with_the_key_and_limit(
+    client: httpx.AsyncClient,
+) -> None:
+    for n in (1, 2):
+        ok = await client.post("/runs", json={"workflow": "report", "input": {"tenant": "acme"}})
+        assert ok.status_code == 201, n
+    refused = await client.post("/runs", json={"workflow": "report", "input": {"tenant": "acme"}})
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    body = refused.json()
+    assert body["error"] == "ConcurrencyLimitError"
+    assert (body["key"], body["limit"], body["active"]) == ("tenant:acme", 2, 2)
+    other = await client.post("/runs", json={"workflow": "report", "input": {"tenant": "globex"}})
+    assert other.status_code == 201
+
+
+async def test_a_full_singleton_backlog_is_answered_429(client: httpx.AsyncClient) -> None:
+    first = await client.post("/runs", json={"workflow": "nightly", "input": {"store": "n"}})
+    assert first.status_code == 201
+    refused = await client.post("/runs", json={"workflow": "nightly", "input": {"store": "n"}})
+    assert refused.status_code == 429
+    body = refused.json()
+    assert (body["error"], body["key"], body["max_queue_depth"]) == (
+        "SingletonQueueFullError",
+        "store:n",
+        0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error"),
+    [
+        ({"workflow": "nope"}, 404, "UnknownWorkflowError"),
+        ({"input": {}}, 400, "BadRequest"),
+        ({"workflow": "approval", "tags": ["runlane:holder"]}, 400, "DefinitionError"),
+        ({"workflow": "approval", "tags": "web"}, 400, "BadRequest"),
+    ],
+)
+async def test_bad_starts_are_client_errors(
+    client: httpx.AsyncClient, body: dict[str, Any], status: int, error: str
+) -> None:
+    response = await client.post("/runs", json=body)
+    assert response.status_code == status
+    assert response.json()["error"] == error
+
+
+async def test_a_body_that_is_not_json_is_a_400(client: httpx.AsyncClient) -> None:
+    response = await client.post("/runs", content=b"{not json")
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["message"]
+
+
+async def test_unknown_and_finished_runs(client: httpx.AsyncClient, engine: runlane.Engine) -> None:
+    assert (await client.get("/runs/missing")).status_code == 404
+    assert (await client.post("/runs/missing/cancel")).status_code == 404
+    assert (await client.post("/runs/missing/signal/approve")).status_code == 404
+    await engine.start("nightly", {"store": "n"}, "n1")
+    await engine.run_pending()
+    late = await client.post("/runs/n1/signal/approve")
+    assert late.status_code == 409
+    assert late.json()["status"] == "completed"
+
+
+async def test_cancel_then_retry_puts_the_run_back_to_pending(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    await engine.start("approval", {"item": "x"}, "a1")
+    cancelled = await client.post("/runs/a1/cancel")
+    assert cancelled.json() == {"run_id": "a1", "cancelled": True}
+    assert (await client.post("/runs/a1/cancel")).json()["cancelled"] is False
+    retried = await client.post("/runs/a1/retry")
+    assert retried.status_code == 200
+    assert retried.json()["status"] == "pending"
+    again = await client.post("/runs/a1/retry")
+    assert again.status_code == 409
+
+
+async def test_publishing_an_event_starts_its_subscribers(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    response = await client.post("/events/order.placed?id=evt-1", json={"order": 7})
+    assert response.status_code == 202
+    assert response.json() == {"event": "order.placed", "touched": 1}
+    duplicate = await client.post("/events/order.placed?id=evt-1", json={"order": 7})
+    assert duplicate.json()["touched"] == 0
+    [run] = await engine.list_runs(workflow="on-order")
+    assert run.input == {"order": 7}
+
+
+async def test_the_dashboard_is_a_page_that_polls_the_runs_api(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.get("/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    assert "runlane runs" in response.text
+    assert 'fetch("runs?' in response.text
+
+
+async def test_the_app_lifespan_runs_the_engine(tmp_path: Path) -> None:
+    engine = runlane.Engine(
+        store=SqliteStore(tmp_path / "life.db"), workflows=[nightly], poll_interval=0.05
+    )
+    app = create_app(engine)
+    async with app.router.lifespan_context(app):
+        run = await engine.start("nightly", {"store": "n"}, "n1")
+        done = await engine.wait_for_run(run.id, timeout=10)
+    assert done.output == "synced"
