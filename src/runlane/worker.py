@@ -1,0 +1,180 @@
+"""The remote step worker: takes a group's tasks off a transport, runs them, returns results.
+
+A worker never touches the store. It runs up to ``concurrency`` steps at once, beats while each
+runs so the dispatching instance knows it is alive, and on ``stop()`` or cancellation it takes
+nothing more but finishes the steps in flight and sends their results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from .concurrency import run_in_thread
+from .definitions import StepDefinition, step_definition
+from .errors import UnknownStepError, error_dict
+from .serialization import normalise
+from .transports.base import Message, Transport
+
+log = logging.getLogger(__name__)
+
+# A result that cannot be sent is retried after these pauses, then given up: the engine's
+# redispatch and reconcile passes cover a result that never arrives.
+SEND_RETRY_DELAYS = (0.25, 1.0, 4.0)
+
+
+class Worker:
+    """Executes the remote steps of one ``group`` that arrive on ``transport``."""
+
+    def __init__(
+        self,
+        group: str,
+        transport: Transport,
+        steps: Iterable[Any] = (),
+        concurrency: int = 8,
+        *,
+        heartbeat_interval: float = 2.0,
+        poll_timeout: float = 1.0,
+        name: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if heartbeat_interval <= 0:
+            raise ValueError("heartbeat_interval must be positive")
+        self.group = group
+        self.transport = transport
+        self.concurrency = concurrency
+        self.heartbeat_interval = heartbeat_interval
+        self.poll_timeout = poll_timeout
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.steps = {d.name: d for d in map(_definition, steps)}
+        self._stopping = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._running = False
+        self._in_flight: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        """Take and execute tasks until ``stop()`` or cancellation, then drain."""
+        await self.transport.open()
+        self._running = True
+        try:
+            while not self._stopping.is_set():
+                await self._take_and_start()
+        finally:
+            # Runs on cancellation too: a step in flight finishes and its result goes out.
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+            self._running = False
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        """Take nothing more; return once the steps in flight have finished and reported."""
+        self._stopping.set()
+        if self._running:
+            await self._stopped.wait()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    async def _take_and_start(self) -> None:
+        free = self.concurrency - len(self._in_flight)
+        if free <= 0:
+            await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
+            return
+        # Not cut short by stop(): a take interrupted after claiming would lose its tasks.
+        for task in await self.transport.take_tasks(self.group, free, self.poll_timeout):
+            running = asyncio.create_task(self._execute(task))
+            self._in_flight.add(running)
+            running.add_done_callback(self._in_flight.discard)
+
+    async def _execute(self, task: Message) -> None:
+        beating = asyncio.create_task(self._beat(task))
+        try:
+            result = await self._outcome(task)
+        finally:
+            beating.cancel()
+        await self._send(result)
+
+    async def _outcome(self, task: Message) -> Message:
+        name = str(task.get("name"))
+        try:
+            definition = self.steps.get(name)
+            if definition is None or definition.fn is None:
+                raise UnknownStepError(name)
+            output = await call_step_body(definition.fn, task.get("input"))
+            output = normalise(output, f"output of step {name!r}")
+        except Exception as exc:
+            return self._result(task, ok=False, error=error_dict(exc))
+        return self._result(task, ok=True, output=output)
+
+    def _result(self, task: Message, *, ok: bool, output: Any = None, error: Any = None) -> Message:
+        return {
+            **_identity(task),
+            "ok": ok,
+            "output": output,
+            "error": error,
+            "attempt": task.get("attempt"),
+            "worker": self.name,
+        }
+
+    async def _beat(self, task: Message) -> None:
+        beat = {**_identity(task), "attempt": task.get("attempt"), "worker": self.name}
+        while True:
+            try:
+                await self.transport.publish_heartbeat({**beat, "at": _now()})
+            except Exception as exc:
+                # A lost beat only narrows the dispatcher's margin; the step goes on.
+                log.warning("worker %s: heartbeat for %s failed: %s", self.name, beat, exc)
+            await asyncio.sleep(self.heartbeat_interval)
+
+    async def _send(self, result: Message) -> None:
+        for delay in (*SEND_RETRY_DELAYS, None):
+            try:
+                await self.transport.send_result(result)
+                return
+            except Exception as exc:
+                if delay is None:
+                    log.error("worker %s: giving up on result %s: %s", self.name, result, exc)
+                    return
+                log.warning("worker %s: sending a result failed (%s); retrying", self.name, exc)
+                await asyncio.sleep(delay)
+
+
+async def call_step_body(fn: Callable[..., Any], input: Any) -> Any:
+    """Call a step body with its input (if it takes one): async on the loop, sync in a thread."""
+    args = (input,) if _takes_input(fn) else ()
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    return await run_in_thread(fn, *args)
+
+
+def _takes_input(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )
+
+
+def _definition(step: Any) -> StepDefinition:
+    return step if isinstance(step, StepDefinition) else step_definition(step)
+
+
+def _identity(task: Message) -> Message:
+    return {"step_id": task.get("step_id"), "run_id": task.get("run_id"), "seq": task.get("seq")}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+__all__ = ["Worker", "call_step_body"]
