@@ -126,6 +126,7 @@ def queue(results: Sequence[Line]) -> list[str]:
             f" (target < 5 ms): {verdict(None if p50 is None else p50 < 5)};"
             f" zero overlap and zero FIFO violations in every runlane run: {verdict(clean if ours else None)}",
         ]
+    verdicts += [handoff_line(results, db, label) for db, label in DBS]
     sample = next((x for x in results if x.get("workload") == "queue"), {})
     title = (
         f"## 3. Per-key serialisation: {sample.get('keys', '?')} keys x {sample.get('per_key', '?')}"
@@ -140,28 +141,36 @@ def queue(results: Sequence[Line]) -> list[str]:
     return [title, "", *rows, "", *verdicts, "", note]
 
 
+def handoff_line(results: Sequence[Line], db: str, label: str) -> str:
+    idle = pick(results, "runlane", "handoff", db)
+    if not idle:
+        return f"- {label}: one-key hand-off not measured in this run."
+    p50 = med(idle, "handoff_p50_ms")
+    return (
+        f"- {label}, one key x {idle[0]['per_key']} runs on an otherwise idle engine: hand-off"
+        f" p50 / p99 {fmt(p50)} / {fmt(med(idle, 'handoff_p99_ms'))} ms (p50 per run:"
+        f" {per_rep(idle, 'handoff_p50_ms')}; target < 5 ms: {verdict(None if p50 is None else p50 < 5)}),"
+        f" overlaps {per_rep(idle, 'overlapping_pairs')},"
+        f" FIFO violations {per_rep(idle, 'fifo_violations_within_key')}"
+    )
+
+
 # ---------------------------------------------------------------- runlane-only workloads
 
 
 def store_cost(results: Sequence[Line], facts: Line) -> list[str]:
     lines = pick(results, "runlane", "store_cost", "pg")
-    out = ["## 4. Store cost on PostgreSQL (commits per run of N steps)", ""]
+    out = ["## 4. Store cost on PostgreSQL (per run of N steps)", ""]
     if not lines:
         return [*out, "Not measured in this run."]
     line = lines[-1]
     out += [
-        "| N steps | target (N + 2) | sequential runs | 200 concurrent runs | verdict |",
-        "|---|---|---|---|---|",
+        f"| N steps | target commits (N + 2) | commits: sequential / {line['runs']} concurrent"
+        " | client statements | statements + BEGIN/COMMIT | the same per step | verdict (commits) |",
+        "|---|---|---|---|---|---|---|",
     ]
-    for key in sorted(k for k in line if k.startswith("target_")):
-        k = int(key.split("_")[1])
-        seq, par = (
-            line[f"commits_per_run_{k}_steps_sequential"],
-            line[f"commits_per_run_{k}_steps_concurrent"],
-        )
-        out.append(
-            f"| {k} | {k + 2} | {fmt(seq)} | {fmt(par)} | {verdict(max(seq, par) <= k + 2)} |"
-        )
+    targets = sorted(int(k.split("_")[1]) for k in line if k.startswith("target_"))
+    out += [store_cost_row(line, k) for k in targets]
     peer = [x for x in results if x.get("side") == "dbos" and x.get("phases") == "throughput"]
     if peer:
         p = peer[-1]
@@ -171,27 +180,47 @@ def store_cost(results: Sequence[Line], facts: Line) -> list[str]:
             f" {fmt(p.get('xact_commit_per_wf'))}, client statements per workflow"
             f" {fmt(p.get('client_stmts_per_wf'))}, pool checkouts {fmt(p.get('pool_checkouts_per_wf'))}.",
         ]
+    return [*out, "", store_cost_method(line, facts)]
+
+
+def store_cost_row(line: Line, k: int) -> str:
+    modes = ("sequential", "concurrent")
+    commits, stmts, trips = (
+        [line.get(f"{name}_per_run_{k}_steps_{m}") for m in modes]
+        for name in ("commits", "statements", "round_trips")
+    )
+    per_step = [None if x is None else round(x / k, 1) for x in trips]
+    ok = None if None in commits else max(commits) <= k + 2
+    cells = [" / ".join(fmt(x) for x in col) for col in (commits, stmts, trips, per_step)]
+    return f"| {k} | {k + 2} | {' | '.join(cells)} | {verdict(ok)} |"
+
+
+def store_cost_method(line: Line, facts: Line) -> str:
     method = (
         "Commits = `pg_stat_database.xact_commit` delta of the bench database over one engine's"
-        " whole life (open, work, close; the backends flush their statistics when they exit),"
-        " minus the delta of an engine that opens and closes with no work"
+        " whole life (open, 20 warm-up runs, work, close; the backends flush their statistics when"
+        " they exit), minus the same for an engine with no work"
         f" ({line.get('open_close_commits')} commits). Read-only transactions count as commits too."
     )
-    stmts = (
-        "Statements per run: pg_stat_statements is installed but not in `shared_preload_libraries`"
-        " on this server, so server-side statement counts are skipped."
-        if not facts.get("pg_stat_statements")
-        else "pg_stat_statements is loaded (see notes)."
+    if facts.get("pg_stat_statements"):
+        return method
+    return method + (
+        " pg_stat_statements is installed but not in `shared_preload_libraries` on this server, so"
+        " server-side statement counts are skipped; statements and round trips are counted"
+        " client-side (`benchmarks/pgcount.py` wraps psycopg's cursor `execute`/`executemany` and"
+        " its internal BEGIN/COMMIT/ROLLBACK). Outside pipeline mode each of those is one round trip;"
+        " the store pipelines some of them, so they are an upper bound on round trips."
+        " Both include each run's `start` and its `wait_for_run` read."
     )
-    return [*out, "", method, stmts]
 
 
 def quota(results: Sequence[Line]) -> list[str]:
     out = [
         "## 5. Quota rejections on a full key (`ConcurrencyLimitError`)",
         "",
-        "| store | refusals/s (median) | us per refusal | runs written by refusals | PG row writes | verdict (writes nothing) |",
-        "|---|---|---|---|---|---|",
+        "| store | refusals/s (median) | us per refusal | statements + BEGIN/COMMIT per refusal"
+        " | runs written by refusals | PG row writes | verdict (one round trip) | verdict (writes nothing) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for db, label in DBS:
         lines = pick(results, "runlane", "quota", db)
@@ -201,11 +230,20 @@ def quota(results: Sequence[Line]) -> list[str]:
             x.get("runs_written_by_refusals", 0) + (x.get("pg_row_writes_by_refusals") or 0)
             for x in lines
         ]
+        counts = lines[-1].get("client_counts_per_refusal") or {}
+        trips = round(sum(v for k, v in counts.items() if k != "waits"), 2) if counts else None
         out.append(
             f"| {label} | {fmt(med(lines, 'refusals_per_s'))} | {fmt(med(lines, 'us_per_refusal'))}"
-            f" | {per_rep(lines, 'runs_written_by_refusals')} | {per_rep(lines, 'pg_row_writes_by_refusals')}"
+            f" | {fmt(trips)} | {per_rep(lines, 'runs_written_by_refusals')}"
+            f" | {per_rep(lines, 'pg_row_writes_by_refusals')}"
+            f" | {verdict(None if trips is None else trips <= 1.05)}"
             f" | {verdict(all(w == 0 for w in writes))} |"
         )
+    out += [
+        "",
+        "Row writes = `n_tup_ins + n_tup_upd + n_tup_del` over the bench database's tables between"
+        " two engine closes: one engine fills the key and closes, a second one is refused and closes.",
+    ]
     return out
 
 

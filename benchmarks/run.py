@@ -35,6 +35,7 @@ FULL: dict[str, Any] = {
     "runlane": {},
     "dbos": [],
     "solo": {
+        "handoff": {"per_key": 50},
         "store_cost": {"n": 200, "steps": [1, 2, 10]},
         "quota": {"attempts": 2000},
         "memory_suspended": {"n": 10_000},
@@ -49,8 +50,20 @@ QUICK: dict[str, Any] = {
         "latency": {"runs": 20},
         "queue": {"keys": 10, "per_key": 5},
     },
-    "dbos": ["--n", "300", "--seq-runs", "20", "--keys", "10", "--per-key", "5"],
+    "dbos": [
+        "--n",
+        "300",
+        "--seq-runs",
+        "20",
+        "--keys",
+        "10",
+        "--per-key",
+        "5",
+        "--stats-settle",
+        "1",
+    ],
     "solo": {
+        "handoff": {"per_key": 20},
         "store_cost": {"n": 40, "steps": [2, 10]},
         "quota": {"attempts": 300},
         "memory_suspended": {"n": 2000},
@@ -59,6 +72,7 @@ QUICK: dict[str, Any] = {
     },
 }
 SOLO_DBS = {
+    "handoff": ["pg", "sqlite"],
     "store_cost": ["pg"],
     "quota": ["pg", "sqlite"],
     "memory_suspended": ["sqlite"],
@@ -95,7 +109,8 @@ def run_child(session: Session, label: str, cmd: list[str], timeout: float) -> l
         return []
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-12:]
-        session.failures.append(f"{label}: exit {proc.returncode}: " + " | ".join(tail))
+        short = [line.strip() for line in tail[-3:]]
+        session.failures.append(f"{label}: exit {proc.returncode}: " + " | ".join(short))
         print("\n".join(tail), flush=True)
     print(f"    {time.monotonic() - t0:.1f}s, load {common.load_avg()}", flush=True)
     return [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
@@ -186,7 +201,10 @@ def main() -> None:
     facts["load_start"] = common.load_avg()
     t0 = time.monotonic()
     if args.from_jsonl:
-        session.results = [json.loads(x) for x in Path(args.from_jsonl).read_text().splitlines()]
+        raw = Path(args.from_jsonl)
+        session.results = [json.loads(x) for x in raw.read_text().splitlines()]
+        facts = json.loads(raw.with_name("facts.json").read_text())
+        command = facts["command"]
     else:
         print(f"raw results: {session.jsonl}", flush=True)
         ensure_peer_venv()
@@ -194,9 +212,14 @@ def main() -> None:
             compared(session)
         if args.only in ("", "solo"):
             solo(session)
-    facts["load_end"] = common.load_avg()
-    facts["wall_seconds"] = round(time.monotonic() - t0)
-    facts["pg_stat_statements"] = common.pg_stat_statements_ready()
+    if not args.from_jsonl:
+        facts["load_end"] = common.load_avg()
+        facts["wall_seconds"] = round(time.monotonic() - t0)
+        facts["pg_stat_statements"] = common.pg_stat_statements_ready()
+        facts["command"] = command
+        facts["failures"] = session.failures
+        session.jsonl.with_name("facts.json").write_text(json.dumps(facts))
+    session.failures = facts.get("failures", [])
     text = report.render(session.results, facts, command, session.quick, session.failures)
     Path(args.out).write_text(text)
     print(f"wrote {args.out} in {facts['wall_seconds']}s; raw results {session.jsonl}")

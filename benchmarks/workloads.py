@@ -16,9 +16,11 @@ import asyncio
 import gc
 import itertools
 import json
+import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any
 
 import common
 import seed
+from pgcount import count_statements
 
 import runlane
 from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton
@@ -157,12 +160,13 @@ async def throughput(target: Target, n: int = 1000, steps: int = 2) -> Figures:
 
 
 async def timed_batch(engine: Engine, n: int, steps: int) -> Figures:
-    t0 = time.perf_counter()
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
     ids = await start_all(engine, steps_wf, [steps] * n)
     started = time.perf_counter()
     await wait_all(engine, ids)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
     return {
+        "py_cpu_ms_per_wf": round(cpu * 1000 / n, 3),
         "n": n,
         "steps": steps,
         "seconds": round(elapsed, 3),
@@ -170,6 +174,11 @@ async def timed_batch(engine: Engine, n: int, steps: int) -> Figures:
         "workflows_per_s": round(n / elapsed, 1),
         "steps_per_s": round(n * steps / elapsed, 1),
     }
+
+
+def cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 # ---------------------------------------------------------------- 2. latency
@@ -228,6 +237,12 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
     }
 
 
+async def handoff(target: Target, per_key: int = 50, step_ms: float = 2.0) -> Figures:
+    """Hand-off latency on an otherwise idle engine: one key, ``per_key`` queued runs."""
+    figures = await queue(target, keys=1, per_key=per_key, step_ms=step_ms)
+    return {k: v for k, v in figures.items() if not k.startswith("enqueue")}
+
+
 def serialisation_checks(probe: KeyProbe, order: dict[str, tuple[Any, str]]) -> Figures:
     """Overlaps and FIFO violations per key, and the hand-off gaps between neighbours."""
     by_key: dict[str, list[tuple[float, float, str]]] = {}
@@ -254,26 +269,38 @@ def serialisation_checks(probe: KeyProbe, order: dict[str, tuple[Any, str]]) -> 
 
 
 async def store_cost(target: Target, steps: Sequence[int] = (1, 2, 10), n: int = 200) -> Figures:
-    """Commits per run on the bench database, sequential and concurrent, for N steps."""
+    """Commits and client statements per run on the bench database, for N steps."""
     target.renew()
-    overhead = await commits_of(target, None)
+    overhead, _ = await commits_of(target, None)
     figures: Figures = {"open_close_commits": overhead, "runs": n}
     for k in steps:
-        seq = await commits_of(target, lambda e, k=k: sequential(e, k, n // 4)) - overhead
-        par = await commits_of(target, lambda e, k=k: concurrent(e, k, n)) - overhead
-        figures[f"commits_per_run_{k}_steps_sequential"] = round(seq / (n // 4), 2)
-        figures[f"commits_per_run_{k}_steps_concurrent"] = round(par / n, 2)
+        modes = (("sequential", n // 4, sequential), ("concurrent", n, concurrent))
+        for mode, runs, fn in modes:
+            commits, counts = await commits_of(target, lambda e, k=k, r=runs, f=fn: f(e, k, r))
+            label = f"{k}_steps_{mode}"
+            figures[f"commits_per_run_{label}"] = round((commits - overhead) / runs, 2)
+            figures[f"statements_per_run_{label}"] = round(counts["statements"] / runs, 2)
+            trips = sum(v for name, v in counts.items() if name != "waits")
+            figures[f"round_trips_per_run_{label}"] = round(trips / runs, 2)
+            figures[f"client_counts_{label}"] = dict(counts)
         figures[f"target_{k}_steps"] = k + 2
     return figures
 
 
-async def commits_of(target: Target, work: Callable[[Engine], Awaitable[None]] | None) -> int:
-    """xact_commit delta of one engine's life (open, work, close); closing flushes the stats."""
+async def commits_of(
+    target: Target, work: Callable[[Engine], Awaitable[None]] | None
+) -> tuple[int, Counter[str]]:
+    """xact_commit delta of one engine's life (open, work, close), and the work's statements.
+
+    Closing the engine ends its backends, which flushes their statistics.
+    """
     before = common.pg_settled_commits()
     async with target.engine(steps_wf) as engine:
-        if work is not None:
-            await work(engine)
-    return common.pg_settled_commits() - before
+        await warm_up(engine)
+        with count_statements() as counts:
+            if work is not None:
+                await work(engine)
+    return common.pg_settled_commits() - before, counts
 
 
 async def sequential(engine: Engine, steps: int, n: int) -> None:
@@ -289,15 +316,21 @@ async def concurrent(engine: Engine, steps: int, n: int) -> None:
 
 
 async def quota(target: Target, attempts: int = 2000) -> Figures:
+    """Refused starts on a full key; one engine fills the key, a second one is refused.
+
+    Each engine's backends exit when it closes, flushing their table statistics, so the row
+    writes counted between the two closes are the refusals' (and the second engine's open).
+    """
     target.renew()
     async with target.engine(quota_wf) as engine:
-        holder = await engine.start(quota_wf, None)
+        await engine.start(quota_wf, None)
+        await until_suspended(engine, 1)
+    writes0 = pg_writes_settled() if target.db == "pg" else None
+    async with target.engine(quota_wf) as engine:
         before = await count_runs(engine)
-        writes0 = common.pg_row_writes() if target.db == "pg" else None
-        refused, elapsed = await refuse_many(engine, attempts)
+        with count_statements() as counts:
+            refused, elapsed = await refuse_many(engine, attempts)
         after = await count_runs(engine)
-        await engine.signal(holder.id, "go")
-        await engine.wait_for_run(holder.id, timeout=30)
     figures: Figures = {
         "attempts": attempts,
         "refused": refused,
@@ -306,7 +339,10 @@ async def quota(target: Target, attempts: int = 2000) -> Figures:
         "runs_written_by_refusals": after - before,
     }
     if writes0 is not None:
-        figures["pg_row_writes_by_refusals"] = pg_writes_since(writes0)
+        figures["pg_row_writes_by_refusals"] = pg_writes_settled() - writes0
+        figures["client_counts_per_refusal"] = {
+            k: round(v / attempts, 2) for k, v in counts.items()
+        }
     return figures
 
 
@@ -321,10 +357,10 @@ async def refuse_many(engine: Engine, attempts: int) -> tuple[int, float]:
     return refused, time.perf_counter() - t0
 
 
-def pg_writes_since(before: int) -> int:
-    """Row writes after ``before``; PG15 backends flush table stats within ~1 s of activity."""
-    time.sleep(1.5)
-    return common.pg_row_writes() - before
+def pg_writes_settled() -> int:
+    """Row writes so far, once the statistics of backends that just exited are visible."""
+    time.sleep(1.0)
+    return common.pg_row_writes()
 
 
 async def count_runs(engine: Engine) -> int:
@@ -413,6 +449,8 @@ async def seed_then_measure(target: Target, n: int, finished: int) -> Figures:
     t0 = time.perf_counter()
     await seed.finished_runs(target.db, store, target.url, target.path, finished)
     seed_seconds = time.perf_counter() - t0
+    sample = await store.get_run("seed-0000001")  # the store must read the seeded rows
+    assert sample is not None and sample.status == runlane.RunStatus.COMPLETED, sample
     await store.close()
     async with target.engine(steps_wf) as engine:
         await warm_up(engine)
@@ -426,6 +464,7 @@ WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "throughput": throughput,
     "latency": latency,
     "queue": queue,
+    "handoff": handoff,
     "store_cost": store_cost,
     "quota": quota,
     "memory_suspended": memory_suspended,
