@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -178,6 +179,11 @@ def serve(app: str, host: str, port: int) -> None:
 def worker(app: str) -> None:
     """Run the engine APP (module:attribute) until SIGTERM/SIGINT, then drain."""
     engine = load_engine(app)
+    if not engine.drive or engine.consumers == "never":
+        raise click.ClickException(
+            f"{app} is a producer-only engine (drive=False or consumers='never'); a worker"
+            " needs an engine that executes runs"
+        )
     run_async(_work(engine))
 
 
@@ -321,8 +327,8 @@ def db_upgrade(url: str | None) -> None:
     if target.startswith(("postgresql:", "postgres:")):
         from .stores.postgres import upgrade
 
-        applied = run_async(upgrade(target))
-        click.echo(f"applied {applied} migration(s); schema up to date")
+        version = run_async(upgrade(target))
+        click.echo(f"postgresql schema up to date (version {version})")
         return
     if not target.startswith("sqlite:"):
         raise click.BadParameter("only sqlite:/// and postgresql:// URLs", param_hint="URL")
@@ -341,14 +347,14 @@ def db_upgrade(url: str | None) -> None:
 
 
 def runs_table(found: list[Run]) -> Table:
-    table = Table("id", "workflow", "status", "created", "updated", "tags")
+    table = Table("id", "workflow", "status", "created (UTC)", "updated (UTC)", "tags")
     for run in found:
         table.add_row(
             escape(run.id),
             escape(f"{run.workflow}@{run.version}"),
             status_text(run.status),
-            _time(run.created_at),
-            _time(run.updated_at),
+            _time(run.created_at, short=True),
+            _time(run.updated_at, short=True),
             escape(", ".join(run.tags)),
         )
     return table
@@ -383,7 +389,7 @@ def steps_table(steps: list[StepRecord]) -> Table:
             escape(record.name),
             status_text(record.status),
             str(record.attempts),
-            _time(record.finished_at),
+            _time(record.finished_at, short=True),
             _short(record.output if record.error is None else record.error.get("message")),
         )
     return table
@@ -406,8 +412,14 @@ def status_text(status: str) -> str:
     return f"[{STATUS_STYLES.get(str(status), 'white')}]{status}[/]"
 
 
-def _time(value: Any) -> str:
-    return value.isoformat(timespec="seconds") if value is not None else ""
+def _time(value: Any, *, short: bool = False) -> str:
+    """ISO-8601 in UTC; ``short`` drops the year and zone to keep tables narrow."""
+    if value is None:
+        return ""
+    value = value.astimezone(UTC)
+    if short:
+        return str(value.strftime("%m-%d %H:%M:%S"))
+    return str(value.isoformat(timespec="seconds"))
 
 
 def _short(value: Any, width: int = 60) -> str:

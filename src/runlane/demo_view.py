@@ -65,7 +65,7 @@ def order_stage(run: Run, steps: list[StepRecord], children: list[Run]) -> str:
         return "shipped" if run.status == RunStatus.COMPLETED else str(run.status)
     if any(s.kind == "child" for s in steps) or children:
         done = sum(c.status == RunStatus.COMPLETED for c in children)
-        return f"shipping: {done}/{len(children)} parcels delivered"
+        return f"shipping: {len(children) - done} of {len(children)} parcels in transit"
     if not steps:
         return "queued"
     last = max(steps, key=lambda s: s.seq)

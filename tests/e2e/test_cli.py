@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +32,7 @@ APP_SOURCE = textwrap.dedent(
         return runlane.Engine(store="sqlite:///{db}", workflows=[greet], drive=False)
 
     engine = build()
+    driving = runlane.Engine(store="sqlite:///{db}", workflows=[greet], poll_interval=0.1)
     not_an_engine = 42
     """
 )
@@ -203,3 +208,40 @@ def test_an_app_given_as_a_factory_is_called(db: str, app: str, waiting_run: str
     result = cli("runs", "list", "--app", f"{app}:build", "--json")
     assert result.exit_code == 0, result.output
     assert len(json.loads(result.output)) == 2
+
+
+def test_db_upgrade_on_postgresql_is_idempotent(pg_url: str) -> None:
+    first = cli("db", "upgrade", pg_url)
+    assert first.exit_code == 0, first.output
+    assert "postgresql schema up to date (version" in first.output
+    again = cli("db", "upgrade", pg_url)
+    assert again.exit_code == 0, again.output
+    assert again.output == first.output
+
+
+def test_worker_runs_the_engine_until_sigterm_then_drains(db: str, app: str) -> None:
+    run_in_engine(app, ("start", ("greet", {"name": "eve"}, "w1")), ("signal", ("w1", "go", 1)))
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "from runlane.cli import main; main()", "worker", f"{app}:driving"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            [run] = run_in_engine(app, ("get_run", ("w1",)))
+            if run.is_terminal:
+                break
+            time.sleep(0.1)
+        assert run.status == "completed", f"worker did not finish w1: {run.status}"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=20)
+    assert worker.returncode == 0, err
+    assert "stopped" in err
+
+
+def test_worker_refuses_a_producer_only_engine(app: str) -> None:
+    result = cli("worker", f"{app}:engine")
+    assert result.exit_code == 1
+    assert "producer-only engine" in result.output
