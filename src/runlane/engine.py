@@ -8,6 +8,7 @@ the bookkeeping that executes each run on at most one local task at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import logging
@@ -368,10 +369,8 @@ class Engine:
             if left is not None and left <= 0:
                 raise TimeoutError(f"run {run_id!r} is still {run.status} after {timeout}s")
             event = self._settled.setdefault(run_id, asyncio.Event())
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), min(0.25, left) if left is not None else 0.25)
-            except TimeoutError:
-                pass
 
     def _notify_many(self, run_ids: Iterable[str]) -> None:
         for run_id in run_ids:
@@ -519,10 +518,8 @@ class Engine:
                 if time.monotonic() - last_error > 60:
                     log.exception("engine loop pass failed; retrying")
                     last_error = time.monotonic()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self._poll_delay())
-            except TimeoutError:
-                pass
 
     def _poll_delay(self) -> float:
         delay = self.options.poll_interval
@@ -545,10 +542,7 @@ class Engine:
         if fn is None:
             raise UnknownStepError(definition.name)
         args = (input,) if _takes_input(fn) else ()
-        if inspect.iscoroutinefunction(fn):
-            call = fn(*args)
-        else:
-            call = run_in_thread(fn, *args)
+        call = fn(*args) if inspect.iscoroutinefunction(fn) else run_in_thread(fn, *args)
         if definition.timeout is None:
             return await call
         try:

@@ -57,5 +57,11 @@ def test_run_statuses_are_strings_with_active_and_terminal_sets() -> None:
     from runlane.models import ACTIVE_STATUSES, TERMINAL_STATUSES
 
     assert runlane.RunStatus("pending") == "pending"
-    assert {s.value for s in ACTIVE_STATUSES} == {"pending", "running", "suspended", "blocked", "cancelling"}
+    assert {s.value for s in ACTIVE_STATUSES} == {
+        "pending",
+        "running",
+        "suspended",
+        "blocked",
+        "cancelling",
+    }
     assert {s.value for s in TERMINAL_STATUSES} == {"completed", "failed", "cancelled", "dead"}
