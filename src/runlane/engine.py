@@ -456,8 +456,11 @@ class Engine:
             while again:
                 self._again.discard(run_id)
                 woken = await self._execute(run_id)
-                again = run_id in woken or run_id in self._again
-                followups.extend(self._spawn(w) for w in woken if w != run_id)
+                # While draining, woken runs stay due in the store for another instance (or the
+                # next start) to pick up; taking them here would keep the drain busy.
+                again = self._accepting and (run_id in woken or run_id in self._again)
+                if self._accepting:
+                    followups.extend(self._spawn(w) for w in woken if w != run_id)
         except Exception:
             log.exception(
                 "executing run %s failed; its lease will expire and it will be recovered", run_id

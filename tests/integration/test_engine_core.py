@@ -503,3 +503,36 @@ async def test_list_runs_is_newest_first_and_filters(make_engine: Any, clock: An
     assert [r.id for r in await engine.list_runs(workflow=steps_wf, limit=2)] == ["s2", "s1"]
     assert [r.id for r in await engine.list_runs(tag="batch", offset=2)] == ["s0"]
     assert [r.id for r in await engine.list_runs(status="pending", workflow="order")] == ["o"]
+
+
+@runlane.step(name="pause")
+async def pause(seconds: float) -> float:
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@runlane.workflow(name="lane", singleton=runlane.Singleton(key=lambda i: "one-lane"))
+async def lane(ctx: runlane.Context, seconds: float) -> float:
+    return await ctx.step(pause, seconds)
+
+
+async def test_drain_finishes_turns_in_flight_and_takes_no_new_work(make_engine: Any) -> None:
+    import asyncio
+
+    from runlane.clock import SystemClock
+
+    engine = await make_engine(lane, drive=True, clock=SystemClock(), poll_interval=0.05)
+    async with engine:
+        for n in range(5):
+            await engine.start(lane, 0.3, run_id=f"l{n}")
+        for _ in range(100):
+            if (await engine.get_run("l0")).status == RunStatus.RUNNING:
+                break
+            await asyncio.sleep(0.01)
+        await engine.drain(timeout=10)
+        statuses = [(await engine.get_run(f"l{n}")).status for n in range(5)]
+    assert statuses[0] == RunStatus.COMPLETED
+    assert statuses.count(RunStatus.COMPLETED) <= 2, statuses
+    assert all(s in (RunStatus.COMPLETED, RunStatus.PENDING, RunStatus.SUSPENDED) for s in statuses)
