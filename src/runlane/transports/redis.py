@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # Values per ZADD/RPUSH inside one pipeline: a bounded request size, still one round trip.
 CHUNK = 1000
-ALL_NAMESPACES_SLICE = 1.0  # takers of every namespace re-read the queue set this often
+ALL_NAMESPACES_SLICE = 0.5  # takers of every namespace re-read the queue set this often
 
 
 class RedisTransport:
