@@ -96,7 +96,14 @@ class Session:
 
 
 def run_child(session: Session, label: str, cmd: list[str], timeout: float) -> list[dict[str, Any]]:
-    """Run one side in its own process; return the JSON lines it appended."""
+    """Run one side in its own process (once more if it fails); return its JSON lines."""
+    lines = run_once(session, label, cmd, timeout)
+    if not lines:
+        lines = run_once(session, f"{label}-retry", cmd, timeout)
+    return lines
+
+
+def run_once(session: Session, label: str, cmd: list[str], timeout: float) -> list[dict[str, Any]]:
     out = session.tmp / f"{label}.jsonl"
     print(f"--> {label}: {' '.join(cmd)}", flush=True)
     t0 = time.monotonic()
