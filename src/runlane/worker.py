@@ -12,6 +12,7 @@ import inspect
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 # A result that cannot be sent is retried after these pauses, then given up: the engine's
 # redispatch and reconcile passes cover a result that never arrives.
 SEND_RETRY_DELAYS = (0.25, 1.0, 4.0)
+TAKE_RETRY_DELAY = 1.0
 
 
 class Worker:
@@ -88,8 +90,19 @@ class Worker:
         if free <= 0:
             await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
             return
-        # Not cut short by stop(): a take interrupted after claiming would lose its tasks.
-        for task in await self.transport.take_tasks(self.group, free, self.poll_timeout):
+        started = time.monotonic()
+        try:
+            # Not cut short by stop(): a take interrupted after claiming would lose its tasks.
+            taken = await self.transport.take_tasks(self.group, free, self.poll_timeout)
+        except Exception as exc:
+            # A transport outage must not kill the worker: tasks wait in the queue meanwhile.
+            log.warning("worker %s: taking tasks failed (%s); retrying", self.name, exc)
+            await asyncio.sleep(TAKE_RETRY_DELAY)
+            return
+        if not taken and time.monotonic() - started < self.poll_timeout / 2:
+            # A closed transport answers at once; do not spin on it until stop().
+            await asyncio.sleep(self.poll_timeout)
+        for task in taken:
             running = asyncio.create_task(self._execute(task))
             self._in_flight.add(running)
             running.add_done_callback(self._in_flight.discard)

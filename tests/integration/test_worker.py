@@ -255,6 +255,32 @@ async def test_worker_takes_only_its_own_groups_tasks() -> None:
     assert len(await transport.take_tasks("mail", 5, 0)) == 1
 
 
+class FlakyTransport(InProcessTransport):
+    """Fails the first take, as a transport does while its server restarts."""
+
+    failed = False
+
+    async def take_tasks(self, group: str, max_items: int, timeout: float) -> list[Any]:
+        if not self.failed:
+            self.failed = True
+            raise ConnectionError("server restarting")
+        return await super().take_tasks(group, max_items, timeout)
+
+
+async def test_worker_survives_a_failed_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("runlane.worker.TAKE_RETRY_DELAY", 0.01)
+    transport = FlakyTransport()
+    worker = Worker("math", transport, steps=STEPS, **FAST)
+    runner = asyncio.create_task(worker.run())
+
+    await transport.send_tasks("math", [task("math.double", 4)])
+
+    [result] = await results(transport, 1)
+    await worker.stop()
+    await runner
+    assert (transport.failed, result["output"]) == (True, 8)
+
+
 def test_worker_refuses_a_concurrency_below_one() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Worker("math", InProcessTransport(), steps=STEPS, concurrency=0)

@@ -77,8 +77,8 @@ class DbTransport:
 
     async def open(self) -> None:
         if not self._opened:
-            self._opened = True
             await self._table.open(self._on_notify)
+            self._opened = True
 
     async def close(self) -> None:
         if self._closed:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.exceptions import RedisError
 
 from ..serialization import dumps, loads
 from .base import Message
@@ -212,13 +213,22 @@ class RedisTransport:
             self._reader = asyncio.create_task(self._read_beats(pubsub))
 
     async def _read_beats(self, pubsub: PubSub) -> None:
-        async for message in pubsub.listen():
-            if message.get("type") != "message":
-                continue
+        while True:
             try:
-                self._heartbeats.deliver(loads(message["data"]))
-            except ValueError:
-                log.warning("dropping a malformed heartbeat: %.200r", message["data"])
+                async for message in pubsub.listen():
+                    self._deliver(message)
+            except RedisError as exc:
+                # redis-py re-subscribes when it reconnects; beats meanwhile are lost, as allowed.
+                log.warning("runlane redis transport: heartbeat subscription lost (%s)", exc)
+                await asyncio.sleep(1.0)
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        if message.get("type") != "message":
+            return
+        try:
+            self._heartbeats.deliver(loads(message["data"]))
+        except ValueError:
+            log.warning("dropping a malformed heartbeat: %.200r", message["data"])
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
