@@ -109,10 +109,12 @@ class Store(Protocol):
         *,
         singleton_retry_at: datetime,
         max_recoveries: int | None = None,
+        handoff: bool = False,
     ) -> ClaimOutcome:
         """Lease a run for one turn, atomically.
 
-        Claimable: ``pending``; ``suspended``/``blocked`` with ``wake_at <= now``; a
+        Claimable: ``pending``; ``suspended``/``blocked`` with ``wake_at <= now`` (with
+        ``handoff=True``, a wake delivered through the run queue, whatever its ``wake_at``); a
         ``running``/``cancelling`` run whose lease expired (a recovery: ``recoveries += 1``).
         Anything else returns an empty outcome and writes nothing.
 
@@ -130,6 +132,51 @@ class Store(Protocol):
 
     async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
         """Extend the lease; False (and nothing written) when ``owner`` no longer holds it."""
+        ...
+
+    async def hand_off_due_runs(
+        self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+    ) -> list[Run]:
+        """Take due runs for hand-off through a run queue, atomically.
+
+        At most ``limit`` suspended/blocked runs with ``wake_at <= now``, most overdue first
+        (rows another instance is taking at the same moment are skipped, not waited for), get
+        ``wake_at = hold_until`` and are returned as they now are. Other instances' polls then do
+        not hand them off again; if the wake message is lost, the run is due again at
+        ``hold_until``.
+        """
+        ...
+
+    # ---------------------------------------------------------------- remote steps (unfenced)
+
+    async def record_step_result(
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        ok: bool,
+        output: object,
+        error: dict[str, object] | None,
+        now: datetime,
+    ) -> str:
+        """Write a remote step's result reported by a worker, outside any lease; wake the run.
+
+        Applies when the run is active and its record at ``seq`` is ``running`` with
+        ``attempts == attempt``: the record becomes ``completed`` with ``output``, or, for a
+        failed attempt, ``pending`` with ``error`` and no ``wake_at`` (the next turn decides on
+        a retry); ``finished_at = now``; then the run is woken. Returns ``"recorded"``.
+        ``"duplicate"``: the record already left ``running`` for that attempt; nothing is
+        written, but a suspended run is woken all the same (whoever settled the step may have
+        died before waking it). ``"dropped"``: unknown or terminal run, no such record, or a
+        stale attempt; nothing written.
+        """
+        ...
+
+    async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
+        """Set ``last_heartbeat_at = at`` on the ``running`` record at ``seq`` for ``attempt``.
+
+        False (nothing written) when there is no such record or the run is terminal.
+        """
         ...
 
     # ---------------------------------------------------------------- turn writes (fenced)
@@ -235,6 +282,10 @@ class Store(Protocol):
         offset: int = 0,
     ) -> list[Run]:
         """Runs matching every filter given, newest first (``created_at``, then id, descending)."""
+        ...
+
+    async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
+        """The run's step record at ``seq``, or None."""
         ...
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:

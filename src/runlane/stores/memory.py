@@ -181,9 +181,10 @@ class MemoryStore:
         *,
         singleton_retry_at: datetime,
         max_recoveries: int | None = None,
+        handoff: bool = False,
     ) -> ClaimOutcome:
         run = self._runs.get(run_id)
-        if run is None or not _claimable(run, now):
+        if run is None or not _claimable(run, now, handoff):
             return ClaimOutcome()
         if run.status in _LEASED:
             run = replace(run, recoveries=run.recoveries + 1)
@@ -235,6 +236,58 @@ class MemoryStore:
         waiters = [r for r in same_key if not r.holds_slot and r.status != RunStatus.CANCELLING]
         rank = next((i for i, r in enumerate(waiters) if r.id == run.id), len(waiters))
         return admission.admits(run.singleton_limit or 1, holders, rank)
+
+    async def hand_off_due_runs(
+        self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+    ) -> list[Run]:
+        taken = []
+        for run_id in await self.due_run_ids(now, limit, namespace):
+            run = replace(self._runs[run_id], wake_at=hold_until)
+            self._runs[run_id] = run
+            taken.append(run)
+        return taken
+
+    async def record_step_result(
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        ok: bool,
+        output: object,
+        error: dict[str, object] | None,
+        now: datetime,
+    ) -> str:
+        run = self._runs.get(run_id)
+        record = self._steps.get(run_id, {}).get(seq)
+        if run is None or run.is_terminal or record is None or record.attempts != attempt:
+            return "dropped"
+        if record.status != StepStatus.RUNNING:
+            self._wake(run_id, now)
+            return "duplicate"
+        settled = replace(
+            record,
+            status=StepStatus.COMPLETED if ok else StepStatus.PENDING,
+            output=output if ok else None,
+            error=None if ok else dict(error or {}),
+            wake_at=None,
+            finished_at=now,
+        )
+        self._steps[run_id][seq] = settled
+        self._wake(run_id, now)
+        return "recorded"
+
+    async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
+        run = self._runs.get(run_id)
+        record = self._steps.get(run_id, {}).get(seq)
+        if run is None or run.is_terminal or record is None:
+            return False
+        if record.status != StepStatus.RUNNING or record.attempts != attempt:
+            return False
+        self._steps[run_id][seq] = replace(record, last_heartbeat_at=at)
+        return True
+
+    async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
+        return self._steps.get(run_id, {}).get(seq)
 
     async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
         run = self._runs.get(run_id)
@@ -481,11 +534,11 @@ class MemoryStore:
         return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
 
 
-def _claimable(run: Run, now: datetime) -> bool:
+def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     if run.status == RunStatus.PENDING:
         return True
     if run.status in _WAITING:
-        return run.wake_at is not None and run.wake_at <= now
+        return handoff or (run.wake_at is not None and run.wake_at <= now)
     if run.status in _LEASED:
         return run.lease_expires_at is not None and run.lease_expires_at <= now
     return False
