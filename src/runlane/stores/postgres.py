@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -37,9 +36,15 @@ from ..models import (
 )
 from .base import RunCancelling
 from .postgres_rows import (
+    LIST_FILTERS,
     Row,
     claimable,
+    depth_first,
     event_from_row,
+    gate_keys,
+    gate_params,
+    gate_refusal,
+    gated,
     json_param,
     load_queries,
     run_from_row,
@@ -47,6 +52,7 @@ from .postgres_rows import (
     spec_params,
     step_from_row,
     step_params,
+    utc_conninfo,
 )
 from .postgres_schema import upgrade
 
@@ -109,7 +115,7 @@ class PostgresStore:
         # connection fails its call instead (the engine retries on its next poll), the pool
         # drops it on return, and `_purge` then tests the idle ones once.
         pool = AsyncConnectionPool(
-            _utc_conninfo(self.url),
+            utc_conninfo(self.url),
             connection_class=psycopg.AsyncConnection[DictRow],
             kwargs={"row_factory": dict_row},
             min_size=self.min_size,
@@ -188,9 +194,9 @@ class PostgresStore:
         if len({s.id for s in specs}) < len(specs):
             # A repeated id makes the batch order-sensitive: one spec at a time, in order.
             return [await self._create_one(conn, spec, now) for spec in specs]
-        plain = await self._insert_plain(conn, [s for s in specs if not _gated(s)])
+        plain = await self._insert_plain(conn, [s for s in specs if not gated(s)])
         return [
-            plain[spec.id] if not _gated(spec) else await self._create_one(conn, spec, now)
+            plain[spec.id] if not gated(spec) else await self._create_one(conn, spec, now)
             for spec in specs
         ]
 
@@ -216,11 +222,11 @@ class PostgresStore:
 
     async def _create_one(self, conn: Conn, spec: RunSpec, now: datetime) -> Started:
         existing, counts = await self._pipeline(
-            conn, ("get_run", {"id": spec.id}), ("gate_counts", _gate_params(spec))
+            conn, ("get_run", {"id": spec.id}), ("gate_counts", gate_params(spec))
         )
         if existing:
             return Started(run_from_row(existing[0]), created=False)
-        refusal = _refusal(spec, counts[0])
+        refusal = gate_refusal(spec, counts[0])
         if refusal is not None:
             return Started(None, created=False, rejected=refusal)
         if spec.singleton is not None and spec.singleton.replace:
@@ -481,7 +487,7 @@ class PostgresStore:
             locked = await self._all(conn, "lock_runs", ids=[r["id"] for r in tree])
             status = {r["id"]: r["status"] for r in locked}
             changed = []
-            for target in _depth_first(run_id, tree):
+            for target in depth_first(run_id, tree):
                 if await self._cancel_one(conn, target, status[target], now, error):
                     changed.append(target)
             return changed
@@ -568,7 +574,7 @@ class PostgresStore:
     ) -> list[Run]:
         filters = {"workflow": workflow, "status": status, "tag": tag, "parent_id": parent_id}
         given = {k: (str(v) if k == "status" else v) for k, v in filters.items() if v is not None}
-        where = " AND ".join(_LIST_FILTERS[k] for k in given)
+        where = " AND ".join(LIST_FILTERS[k] for k in given)
         query = SQL["list_runs"].replace("{filters}", f"WHERE {where}" if where else "")
 
         async def work(conn: Conn) -> list[Row]:
@@ -582,43 +588,6 @@ class PostgresStore:
         return [step_from_row(row) for row in rows]
 
 
-_LIST_FILTERS = {
-    "workflow": "workflow = %(workflow)s",
-    "status": "status = %(status)s",
-    "tag": "%(tag)s = ANY(tags)",
-    "parent_id": "parent_id = %(parent_id)s",
-}
-
-
-def gate_keys(specs: Sequence[RunSpec]) -> list[str]:
-    """The admission lock names of the specs' gates (singleton and quota keys live apart)."""
-    keys = [f"s:{s.singleton.key}" for s in specs if s.singleton is not None]
-    return keys + [f"q:{s.quota.key}" for s in specs if s.quota is not None]
-
-
-def _gated(spec: RunSpec) -> bool:
-    return spec.singleton is not None or spec.quota is not None
-
-
-def _gate_params(spec: RunSpec) -> Row:
-    quota = spec.quota
-    return {
-        "quota_key": quota.key if quota else None,
-        "quota_statuses": sorted(str(s) for s in quota.count_statuses) if quota else [],
-        "singleton_key": spec.singleton.key if spec.singleton else None,
-    }
-
-
-def _refusal(spec: RunSpec, counts: Row) -> Exception | None:
-    if spec.quota is not None:
-        refusal = admission.quota_refusal(spec.workflow, spec.quota, counts["quota_active"])
-        if refusal is not None:
-            return refusal
-    if spec.singleton is not None:
-        return admission.queue_refusal(spec.workflow, spec.singleton, counts["key_active"])
-    return None
-
-
 def _check_fence(row: Row | None, run_id: str, owner: str, allow_cancelling: bool) -> None:
     if row is None:
         raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
@@ -626,26 +595,4 @@ def _check_fence(row: Row | None, run_id: str, owner: str, allow_cancelling: boo
         raise RunCancelling(f"run {run_id!r} was cancelled")
 
 
-def _depth_first(root: str, tree: Sequence[Row]) -> list[str]:
-    """The tree's ids parents first, each run's children oldest first (as MemoryStore walks)."""
-    children: dict[str, list[str]] = {}
-    for row in tree:
-        if row["id"] != root and row["parent_id"] is not None:
-            children.setdefault(row["parent_id"], []).append(row["id"])
-    order: list[str] = []
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        order.append(node)
-        stack.extend(reversed(children.get(node, [])))
-    return order
-
-
-def _utc_conninfo(url: str) -> str:
-    """``url`` with the session time zone set to UTC, so timestamps read back in UTC."""
-    params = conninfo_to_dict(url)
-    options = f"{params.get('options') or ''} -c TimeZone=UTC".strip()
-    return make_conninfo("", **{**params, "options": options})
-
-
-__all__ = ["PostgresStore", "gate_keys", "upgrade"]
+__all__ = ["PostgresStore", "upgrade"]

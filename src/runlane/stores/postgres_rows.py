@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from importlib import resources
 from typing import Any
 
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from .. import admission
 from ..models import Event, Run, RunSpec, RunStatus, Signal, StepRecord
 from ..serialization import dumps
 
@@ -135,10 +139,75 @@ def claimable(row: Row, now: datetime) -> bool:
     return False
 
 
+LIST_FILTERS = {
+    "workflow": "workflow = %(workflow)s",
+    "status": "status = %(status)s",
+    "tag": "%(tag)s = ANY(tags)",
+    "parent_id": "parent_id = %(parent_id)s",
+}
+
+
+def gate_keys(specs: Sequence[RunSpec]) -> list[str]:
+    """The admission lock names of the specs' gates (singleton and quota keys live apart)."""
+    keys = [f"s:{s.singleton.key}" for s in specs if s.singleton is not None]
+    return keys + [f"q:{s.quota.key}" for s in specs if s.quota is not None]
+
+
+def gated(spec: RunSpec) -> bool:
+    return spec.singleton is not None or spec.quota is not None
+
+
+def gate_params(spec: RunSpec) -> Row:
+    quota = spec.quota
+    return {
+        "quota_key": quota.key if quota else None,
+        "quota_statuses": sorted(str(s) for s in quota.count_statuses) if quota else [],
+        "singleton_key": spec.singleton.key if spec.singleton else None,
+    }
+
+
+def gate_refusal(spec: RunSpec, counts: Row) -> Exception | None:
+    if spec.quota is not None:
+        refusal = admission.quota_refusal(spec.workflow, spec.quota, counts["quota_active"])
+        if refusal is not None:
+            return refusal
+    if spec.singleton is not None:
+        return admission.queue_refusal(spec.workflow, spec.singleton, counts["key_active"])
+    return None
+
+
+def depth_first(root: str, tree: Sequence[Row]) -> list[str]:
+    """The tree's ids parents first, each run's children oldest first (as MemoryStore walks)."""
+    children: dict[str, list[str]] = {}
+    for row in tree:
+        if row["id"] != root and row["parent_id"] is not None:
+            children.setdefault(row["parent_id"], []).append(row["id"])
+    order: list[str] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(reversed(children.get(node, [])))
+    return order
+
+
+def utc_conninfo(url: str) -> str:
+    """``url`` with the session time zone set to UTC, so timestamps read back in UTC."""
+    params = conninfo_to_dict(url)
+    options = f"{params.get('options') or ''} -c TimeZone=UTC".strip()
+    return make_conninfo("", **{**params, "options": options})
+
+
 __all__ = [
+    "LIST_FILTERS",
     "Row",
     "claimable",
+    "depth_first",
     "event_from_row",
+    "gate_keys",
+    "gate_params",
+    "gate_refusal",
+    "gated",
     "json_param",
     "load_queries",
     "run_from_row",
@@ -146,4 +215,5 @@ __all__ = [
     "spec_params",
     "step_from_row",
     "step_params",
+    "utc_conninfo",
 ]

@@ -1,0 +1,399 @@
+"""What only the PostgreSQL store promises: migrations, indexes, exact quotas across processes,
+a bounded number of commits per run, and a pool that survives losing its connections."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+import pytest
+
+from runlane.errors import ConcurrencyLimitError, RunlaneError
+from runlane.models import QuotaGate, RunSpec, RunStatus, Settlement, StepRecord, Writes
+from runlane.stores import open_store
+from runlane.stores.migrations import migrations
+from runlane.stores.postgres import SQL, PostgresStore, upgrade
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LATEST = migrations("postgres")[-1][0]
+
+
+@pytest.fixture
+def scratch_url(pg_url: str) -> Iterator[str]:
+    """An empty database of its own, on the session's server, dropped afterwards."""
+    name = f"runlane_scratch_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{pg_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def pg_store(pg_url: str) -> AsyncIterator[PostgresStore]:
+    store = PostgresStore(pg_url)
+    await store.open()
+    await store.reset_for_tests()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def catalog(url: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Tables, columns, indexes and constraints of the runlane schema, comparable as values."""
+    queries = {
+        "columns": """SELECT table_name, column_name, data_type, is_nullable, column_default,
+                             collation_name
+                      FROM information_schema.columns WHERE table_name LIKE 'runlane_%'""",
+        "indexes": "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'runlane_%'",
+        "constraints": """SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint
+                          WHERE conrelid::regclass::text LIKE 'runlane_%'""",
+    }
+    with psycopg.connect(url) as conn:
+        return {what: sorted(conn.execute(sql).fetchall()) for what, sql in queries.items()}
+
+
+def versions(url: str) -> list[int]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT version FROM runlane_schema_version ORDER BY version")
+        return [version for (version,) in rows.fetchall()]
+
+
+# ---------------------------------------------------------------- migrations
+
+
+async def test_applying_the_migrations_by_hand_reproduces_the_schema_a_store_creates(
+    scratch_url: str, pg_url: str
+) -> None:
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        for _, script in migrations("postgres"):
+            conn.execute(script.encode())
+    opened_store = PostgresStore(pg_url)
+    await opened_store.open()
+    await opened_store.close()
+    by_hand, opened = catalog(scratch_url), catalog(pg_url)
+    assert by_hand == opened
+    assert {"runlane_runs", "runlane_steps", "runlane_signals", "runlane_events"} <= {
+        table for table, *_ in by_hand["columns"]
+    }
+
+
+async def test_upgrade_records_every_version_once_and_is_idempotent(scratch_url: str) -> None:
+    assert await upgrade(scratch_url) == LATEST
+    assert await upgrade(scratch_url) == LATEST
+    assert versions(scratch_url) == list(range(1, LATEST + 1))
+
+
+async def test_ten_concurrent_upgrades_migrate_exactly_once(scratch_url: str) -> None:
+    results = await asyncio.gather(*(upgrade(scratch_url) for _ in range(10)))
+    assert results == [LATEST] * 10
+    assert versions(scratch_url) == list(range(1, LATEST + 1))
+
+
+async def test_ten_stores_opening_at_once_on_an_empty_database_all_open(scratch_url: str) -> None:
+    stores = [PostgresStore(scratch_url, max_size=1) for _ in range(10)]
+    await asyncio.gather(*(store.open() for store in stores))
+    try:
+        assert versions(scratch_url) == list(range(1, LATEST + 1))
+        assert await stores[3].get_run("nothing") is None
+    finally:
+        await asyncio.gather(*(store.close() for store in stores))
+
+
+async def test_a_database_with_a_newer_schema_version_is_refused(scratch_url: str) -> None:
+    await upgrade(scratch_url)
+    with psycopg.connect(scratch_url) as conn:
+        conn.execute("INSERT INTO runlane_schema_version (version) VALUES (9999)")
+    store = PostgresStore(scratch_url)
+    with pytest.raises(RunlaneError, match=r"schema version 9999.*upgrade runlane"):
+        await store.open()
+    with pytest.raises(RunlaneError, match="not open"):
+        await store.get_run("never-created")
+    with pytest.raises(RunlaneError, match="schema version 9999"):
+        await upgrade(scratch_url)
+
+
+# ---------------------------------------------------------------- lifecycle
+
+
+async def test_opens_are_counted_and_the_last_close_really_closes(pg_url: str) -> None:
+    store = PostgresStore(pg_url)
+    await store.open()
+    await store.open()
+    await store.close()
+    assert await store.get_run("a") is None
+    await store.close()
+    await store.close()
+    with pytest.raises(RunlaneError, match="not open"):
+        await store.get_run("never-created")
+
+
+def test_open_store_builds_a_postgres_store_from_its_url(pg_url: str) -> None:
+    store = open_store(pg_url)
+    assert isinstance(store, PostgresStore) and store.url == pg_url
+
+
+async def test_timestamps_read_back_in_utc(pg_store: PostgresStore) -> None:
+    local = datetime(2026, 1, 1, 9, 30, tzinfo=timezone(timedelta(hours=5)))
+    [started] = await pg_store.create_runs([RunSpec("a", "wf", "1", None, local)], local)
+    assert started.run is not None
+    assert started.run.created_at == local and started.run.created_at.utcoffset() == timedelta(0)
+
+
+async def test_json_values_keep_their_key_order_and_nul_characters(pg_store: PostgresStore) -> None:
+    value = {"z": 1, "a": [1.5, "x\u0000y", None, True], "m": {"b": 2, "a": 1}}
+    await pg_store.create_runs([RunSpec("a", "wf", "1", value, T0)], T0)
+    run = await pg_store.get_run("a")
+    assert run is not None and run.input == value
+    assert list(run.input) == ["z", "a", "m"] and list(run.input["m"]) == ["b", "a"]
+
+
+async def test_a_terminated_connection_fails_one_call_and_the_pool_recovers(
+    pg_url: str,
+) -> None:
+    store = PostgresStore(pg_url, min_size=3, max_size=3)
+    await store.open()
+    try:
+        await store.get_run("warm")
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute(
+                """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                   WHERE datname = current_database() AND pid <> pg_backend_pid()"""
+            )
+        with pytest.raises(psycopg.OperationalError):
+            await store.get_run("never-created")
+        seen = []
+        for _ in range(5):
+            try:
+                seen.append(await store.get_run("never-created"))
+                break
+            except psycopg.OperationalError as error:
+                seen.append(error)
+        assert seen[-1] is None, f"the pool did not recover: {seen}"
+        assert len(seen) == 1, f"more than one further call failed: {seen}"
+    finally:
+        await store.close()
+
+
+# ---------------------------------------------------------------- indexes
+
+
+async def _explain(conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]) -> str:
+    query = SQL[name]
+    if name == "list_runs":
+        where = " AND ".join(f"{k} = %({k})s" for k in params if k not in ("limit", "offset"))
+        query = query.replace("{filters}", f"WHERE {where}" if where else "")
+    async with psycopg.AsyncClientCursor(conn) as cur:
+        await cur.execute(f"EXPLAIN {query}", params)
+        return "\n".join(row[0] for row in await cur.fetchall())
+
+
+_BULK = """
+INSERT INTO runlane_runs (id, workflow, version, status, input, created_at, updated_at, wake_at,
+    lease_owner, lease_expires_at, deadline_at, parent_id, priority, singleton_key, holds_slot,
+    concurrency_key, namespace)
+SELECT 'run-' || i, 'wf-' || (i % 20), '1',
+       CASE WHEN i % 100 < 5 THEN 'pending' WHEN i % 100 < 10 THEN 'suspended'
+            WHEN i % 100 < 12 THEN 'running' WHEN i % 100 = 12 THEN 'blocked'
+            WHEN i % 100 = 13 THEN 'failed' ELSE 'completed' END,
+       '{}', t, t,
+       CASE WHEN i % 100 BETWEEN 5 AND 9 OR i % 100 = 12 THEN t + interval '1 hour' END,
+       CASE WHEN i % 100 IN (10, 11) THEN 'owner' END,
+       CASE WHEN i % 100 IN (10, 11) THEN t + interval '30 seconds' END,
+       CASE WHEN i % 20 = 0 THEN t + interval '1 day' END,
+       CASE WHEN i % 3 = 0 THEN 'run-' || (i / 3) END,
+       i % 3,
+       CASE WHEN i % 10 = 0 THEN 'key-' || (i % 500) END,
+       i % 100 IN (10, 11) AND i % 10 = 0,
+       CASE WHEN i % 7 = 0 THEN 'tenant-' || (i % 50) END,
+       'ns-' || (i % 4)
+FROM generate_series(1, 100000) AS i,
+     LATERAL (SELECT timestamptz '2026-01-01 00:00:00+00' + i * interval '1 second' AS t) AS c
+"""
+
+_HOT = {
+    "pending pickup": ("pending_run_ids", {"now": T0, "limit": 100, "namespace": None}),
+    "pending pickup of a namespace": (
+        "pending_run_ids",
+        {"now": T0, "limit": 100, "namespace": "ns-1"},
+    ),
+    "due timers": (
+        "due_run_ids",
+        {"now": T0 + timedelta(hours=2), "limit": 500, "namespace": None},
+    ),
+    "expired leases": (
+        "expired_run_ids",
+        {"now": T0 + timedelta(hours=1), "limit": 100, "namespace": None},
+    ),
+    "execution timeouts": (
+        "timed_out_run_ids",
+        {"now": T0 + timedelta(days=1, hours=1), "limit": 100, "namespace": None},
+    ),
+    "key admission counts at start": (
+        "gate_counts",
+        {
+            "quota_key": "tenant-7",
+            "quota_statuses": ["pending", "running", "suspended", "blocked", "cancelling"],
+            "singleton_key": "key-10",
+        },
+    ),
+    "singleton admission at claim": (
+        "admission_counts",
+        {"key": "key-10", "created_at": T0 + timedelta(hours=5), "id": "run-10"},
+    ),
+    "waking the next waiters": ("waiters_to_wake", {"key": "key-10", "limit": 1}),
+    "listing newest first": ("list_runs", {"limit": 100, "offset": 0}),
+    "listing a workflow": ("list_runs", {"workflow": "wf-3", "limit": 100, "offset": 0}),
+    "children of a parent": ("list_runs", {"parent_id": "run-42", "limit": 100, "offset": 0}),
+    "a run tree to cancel": ("run_tree", {"id": "run-7"}),
+}
+
+
+@pytest.mark.slow
+async def test_every_hot_query_uses_an_index_on_100000_runs(scratch_url: str) -> None:
+    await upgrade(scratch_url)
+    async with await psycopg.AsyncConnection.connect(scratch_url, autocommit=True) as conn:
+        await conn.execute(_BULK)
+        await conn.execute("ANALYZE runlane_runs")
+        plans = {what: await _explain(conn, name, params) for what, (name, params) in _HOT.items()}
+    scans = {what: plan for what, plan in plans.items() if "Seq Scan on runlane_runs" in plan}
+    assert not scans, "\n\n".join(f"{what}:\n{plan}" for what, plan in scans.items())
+    assert all("Index" in plan for plan in plans.values()), plans
+
+
+# ---------------------------------------------------------------- an exact quota across processes
+
+QUOTA = QuotaGate("tenant:race", 8)
+
+
+def _start_quota_runs(url: str, worker: int, count: int, barrier: Any, results: Any) -> None:
+    """In a spawned process: start ``count`` runs against the shared quota, all at once."""
+
+    async def main() -> tuple[list[str], list[str]]:
+        store = PostgresStore(url, max_size=10)
+        await store.open()
+        try:
+            specs = [
+                RunSpec(f"w{worker}-{n:03}", "wf", "1", None, T0, quota=QUOTA) for n in range(count)
+            ]
+            barrier.wait(timeout=60)
+            outcomes = await asyncio.gather(*(store.create_runs([s], T0) for s in specs))
+            admitted = [s.id for s, [o] in zip(specs, outcomes, strict=True) if o.created]
+            rejected = [
+                s.id
+                for s, [o] in zip(specs, outcomes, strict=True)
+                if isinstance(o.rejected, ConcurrencyLimitError)
+            ]
+            return admitted, rejected
+        finally:
+            await store.close()
+
+    results.put(asyncio.run(main()))
+
+
+@pytest.mark.slow
+async def test_200_starts_from_4_processes_against_a_quota_of_8_admit_exactly_8(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(4), ctx.Queue()
+    procs = [
+        ctx.Process(target=_start_quota_runs, args=(pg_url, worker, 50, barrier, results))
+        for worker in range(4)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        reports = [results.get(timeout=120) for _ in procs]
+    finally:
+        for proc in procs:
+            proc.join(timeout=30)
+    admitted = [run_id for ids, _ in reports for run_id in ids]
+    rejected = [run_id for _, ids in reports for run_id in ids]
+    assert len(admitted) == QUOTA.limit, admitted
+    assert len(admitted) + len(rejected) == 200
+    assert sorted(run.id for run in await pg_store.list_runs(limit=1000)) == sorted(admitted)
+    assert await pg_store.get_runs(rejected) == {}
+
+
+# ---------------------------------------------------------------- cost per run
+
+
+async def _committed(admin: psycopg.AsyncConnection[Any], database: str) -> int:
+    """The database's committed transactions, once the statistics stop moving.
+
+    A backend publishes its counters when it exits (and lazily while idle), so callers close
+    their stores first and this waits for the exits to land.
+    """
+    query = "SELECT xact_commit FROM pg_stat_database WHERE datname = %s"
+    last, steady_since = -1, time.monotonic()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        await admin.execute("SELECT pg_stat_clear_snapshot()")
+        row = await (await admin.execute(query, [database])).fetchone()
+        value = int(row[0]) if row is not None else 0
+        if value != last:
+            last, steady_since = value, time.monotonic()
+        elif time.monotonic() - steady_since > 0.5:
+            return value
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"xact_commit of {database} kept moving; last seen {last}")
+
+
+async def _commits_of(url: str, admin: psycopg.AsyncConnection[Any], runs: int, n: int) -> int:
+    """Commits of a store's whole life (open, ``runs`` runs of ``n`` checkpoints, close)."""
+    database = url.rsplit("/", 1)[1]
+    before = await _committed(admin, database)
+    store = PostgresStore(url, min_size=1, max_size=1)
+    await store.open()
+    try:
+        for i in range(runs):
+            await _one_run(store, f"run-{runs}-{i}", n)
+    finally:
+        await store.close()
+    return await _committed(admin, database) - before
+
+
+async def _one_run(store: PostgresStore, run_id: str, checkpoints: int) -> None:
+    await store.create_runs([RunSpec(run_id, "wf", "1", {"n": checkpoints}, T0)], T0)
+    outcome = await store.claim_run(
+        run_id, "owner", T0, T0 + timedelta(minutes=5), singleton_retry_at=T0
+    )
+    assert outcome.claim is not None
+    for seq in range(1, checkpoints + 1):
+        record = StepRecord(run_id, seq, f"step{seq}", "step", "completed", output={"seq": seq})
+        await store.checkpoint(run_id, "owner", Writes(steps=(record,)), T0)
+    assert (
+        await store.settle_run(
+            run_id, "owner", Writes(), Settlement(RunStatus.COMPLETED, {"ok": True}), T0
+        )
+        == []
+    )
+
+
+@pytest.mark.slow
+async def test_a_run_of_n_checkpoints_costs_n_plus_3_commits(scratch_url: str, pg_url: str) -> None:
+    checkpoints, runs = 10, 5
+    await upgrade(scratch_url)
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        # Autovacuum's own transactions would be counted too.
+        for table in ("runs", "steps", "signals", "events"):
+            conn.execute(f"ALTER TABLE runlane_{table} SET (autovacuum_enabled = false)")
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+        baseline = await _commits_of(scratch_url, admin, 0, checkpoints)
+        measured = await _commits_of(scratch_url, admin, runs, checkpoints)
+    per_run = (measured - baseline) / runs
+    print(
+        f"\nPostgresStore: {per_run:g} commits per run of {checkpoints} checkpoints"
+        f" (create + claim + {checkpoints} checkpoints + settle; N + 3 = {checkpoints + 3})"
+    )
+    assert per_run == checkpoints + 3
