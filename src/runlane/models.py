@@ -108,6 +108,8 @@ class StepRecord:
     last_heartbeat_at: datetime | None = None
     # When this record next needs attention: a sleep's end, a retry, a wait's timeout.
     wake_at: datetime | None = None
+    # How many times the current attempt of a remote step was sent (re-sends of a lost dispatch).
+    dispatches: int = 0
 
     @property
     def done(self) -> bool:
