@@ -9,16 +9,8 @@ quota. Claims lock their row with ``SKIP LOCKED``: a row another instance is cla
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TypeVar
-
-import psycopg
-from psycopg import errors as pg_errors
-from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool
 
 from .. import admission
 from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
@@ -32,9 +24,21 @@ from ..models import (
     Settlement,
     Started,
     StepRecord,
+    StepStatus,
     Writes,
 )
 from .base import RunCancelling
+from .postgres_db import (
+    SQL,
+    Call,
+    Conn,
+    Contended,
+    Database,
+    execute,
+    fetch_all,
+    fetch_one,
+    pipeline,
+)
 from .postgres_rows import (
     LIST_FILTERS,
     Row,
@@ -46,30 +50,17 @@ from .postgres_rows import (
     gate_refusal,
     gated,
     json_param,
-    load_queries,
     run_from_row,
     signal_from_row,
     spec_params,
     step_from_row,
     step_params,
-    utc_conninfo,
 )
 from .postgres_schema import upgrade
 
-Conn = psycopg.AsyncConnection[DictRow]
-T = TypeVar("T")
-
-SQL = load_queries()
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
-_ATTEMPTS = 5  # a transaction aborted by a deadlock (or a racing insert) is retried whole
-_CHECKOUT_TIMEOUT = 10.0
-_PURGE_TIMEOUT = 5.0
-
-
-class _Contended(Exception):
-    """Another transaction created the same run id between our check and our insert."""
 
 
 class PostgresStore:
@@ -79,11 +70,7 @@ class PostgresStore:
 
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self.url = url
-        self.min_size = min_size
-        self.max_size = max_size
-        self._pool: AsyncConnectionPool[Conn] | None = None
-        self._opens = 0
-        self._open_lock = asyncio.Lock()
+        self._db = Database(url, min_size, max_size)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -94,103 +81,35 @@ class PostgresStore:
 
     async def open(self) -> None:
         """Migrate (once per database, under an advisory lock) and open the pool; counted."""
-        async with self._open_lock:
-            if self._opens == 0:
-                await upgrade(self.url)
-                self._pool = await self._new_pool()
-            self._opens += 1
+        await self._db.open()
 
     async def close(self) -> None:
         """Close the pool once every ``open`` has been matched; extra calls do nothing."""
-        async with self._open_lock:
-            if self._opens == 0:
-                return
-            self._opens -= 1
-            if self._opens == 0 and self._pool is not None:
-                pool, self._pool = self._pool, None
-                await pool.close()
-
-    async def _new_pool(self) -> AsyncConnectionPool[Conn]:
-        # No `check` callback: a ping per checkout would double the round trips. A broken
-        # connection fails its call instead (the engine retries on its next poll), the pool
-        # drops it on return, and `_purge` then tests the idle ones once.
-        pool = AsyncConnectionPool(
-            utc_conninfo(self.url),
-            connection_class=psycopg.AsyncConnection[DictRow],
-            kwargs={"row_factory": dict_row},
-            min_size=self.min_size,
-            max_size=self.max_size,
-            timeout=_CHECKOUT_TIMEOUT,
-            name="runlane",
-            open=False,
-        )
-        await pool.open(wait=True)
-        return pool
+        await self._db.close()
 
     async def reset_for_tests(self) -> None:
         """Empty every runlane table (tests share one database for a whole session)."""
-        await self._tx(lambda conn: self._exec(conn, "reset"))
+        await self._db.tx(lambda conn: execute(conn, "reset"))
 
-    # ---------------------------------------------------------------- plumbing
-
-    async def _tx(self, work: Callable[[Conn], Awaitable[T]]) -> T:
-        """Run ``work`` in one transaction on one pooled connection; commit unless it raises."""
-        if self._pool is None:
-            raise RunlaneError("PostgresStore is not open; await store.open() first")
-        attempt = 1
-        while True:
-            try:
-                async with self._pool.connection() as conn:
-                    return await work(conn)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, _Contended):
-                if attempt >= _ATTEMPTS:
-                    raise
-                attempt += 1
-            except psycopg.OperationalError:
-                await self._purge()
-                raise
-
-    async def _purge(self) -> None:
-        """After a connection failed, test the idle ones once so the next calls get live ones."""
-        if self._pool is None:
-            return
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._pool.check(), _PURGE_TIMEOUT)
-
-    async def _exec(self, conn: Conn, name: str, /, **params: Any) -> None:
-        await conn.execute(SQL[name], params)
-
-    async def _all(self, conn: Conn, name: str, /, **params: Any) -> list[Row]:
-        cur = await conn.execute(SQL[name], params)
-        return await cur.fetchall()
-
-    async def _one(self, conn: Conn, name: str, /, **params: Any) -> Row | None:
-        cur = await conn.execute(SQL[name], params)
-        return await cur.fetchone()
-
-    async def _pipeline(self, conn: Conn, *calls: tuple[str, Row]) -> list[list[Row]]:
-        """Several statements in one round trip; each one's rows ([] when it returns none)."""
-        async with conn.pipeline():
-            cursors = [await conn.execute(SQL[name], params) for name, params in calls]
-        return [await cur.fetchall() if cur.description else [] for cur in cursors]
-
-    async def _lock_keys(self, conn: Conn, keys: Sequence[str], run_id: str | None = None) -> None:
-        """Take the admission locks of ``keys`` (and of ``run_id``'s singleton key), in order."""
-        if keys or run_id is not None:
-            await self._exec(conn, "lock_keys", keys=list(keys), run_id=run_id)
+    async def _lock_keys(self, conn: Conn, keys: Sequence[str]) -> None:
+        """Take the admission locks of ``keys``, in order."""
+        if keys:
+            await execute(conn, "lock_keys", keys=list(keys), run_id=None)
 
     # ---------------------------------------------------------------- starts
 
     async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
         if not specs:
             return []
-        return await self._tx(lambda conn: self._create_all(conn, specs, now))
+        return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
 
     async def _create_all(
         self, conn: Conn, specs: Sequence[RunSpec], now: datetime, *, locked: bool = False
     ) -> list[Started]:
-        if not locked:
-            await self._lock_keys(conn, gate_keys(specs))
+        keys = [] if locked else gate_keys(specs)
+        if len(specs) == 1 and gated(specs[0]):
+            return [await self._create_one(conn, specs[0], now, lock=keys)]
+        await self._lock_keys(conn, keys)
         if len({s.id for s in specs}) < len(specs):
             # A repeated id makes the batch order-sensitive: one spec at a time, in order.
             return [await self._create_one(conn, spec, now) for spec in specs]
@@ -220,9 +139,15 @@ class PostgresStore:
             inserted[run.id] = Started(run, created=False)
         return inserted
 
-    async def _create_one(self, conn: Conn, spec: RunSpec, now: datetime) -> Started:
-        existing, counts = await self._pipeline(
-            conn, ("get_run", {"id": spec.id}), ("gate_counts", gate_params(spec))
+    async def _create_one(
+        self, conn: Conn, spec: RunSpec, now: datetime, *, lock: Sequence[str] = ()
+    ) -> Started:
+        """Check, gate and insert one spec; ``lock`` = keys to lock first (same round trip)."""
+        *_, existing, counts = await pipeline(
+            conn,
+            _lock_call(lock),
+            ("get_run", {"id": spec.id}),
+            ("gate_counts", gate_params(spec)),
         )
         if existing:
             return Started(run_from_row(existing[0]), created=False)
@@ -230,17 +155,17 @@ class PostgresStore:
         if refusal is not None:
             return Started(None, created=False, rejected=refusal)
         if spec.singleton is not None and spec.singleton.replace:
-            for other in await self._all(conn, "active_of_key", key=spec.singleton.key):
+            for other in await fetch_all(conn, "active_of_key", key=spec.singleton.key):
                 await self._cancel_one(conn, other["id"], other["status"], now, None)
-        row = await self._one(conn, "insert_run", **spec_params(spec))
+        row = await fetch_one(conn, "insert_run", **spec_params(spec))
         if row is None:
-            raise _Contended(spec.id)
+            raise Contended(spec.id)
         return Started(run_from_row(row), created=True)
 
     async def _fetch_runs(self, conn: Conn, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
             return []
-        return [run_from_row(row) for row in await self._all(conn, "get_runs", ids=list(run_ids))]
+        return [run_from_row(row) for row in await fetch_all(conn, "get_runs", ids=list(run_ids))]
 
     # ---------------------------------------------------------------- claims
 
@@ -260,7 +185,7 @@ class PostgresStore:
 
     async def _ids(self, name: str, now: datetime, limit: int, namespace: str | None) -> list[str]:
         params = {"now": now, "limit": limit, "namespace": namespace}
-        rows = await self._tx(lambda conn: self._all(conn, name, **params))
+        rows = await self._db.tx(lambda conn: fetch_all(conn, name, **params))
         return [row["id"] for row in rows]
 
     async def claim_run(
@@ -272,9 +197,10 @@ class PostgresStore:
         *,
         singleton_retry_at: datetime,
         max_recoveries: int | None = None,
+        handoff: bool = False,
     ) -> ClaimOutcome:
         async def work(conn: Conn) -> ClaimOutcome:
-            row = await self._lock_claimable(conn, run_id, now)
+            row = await self._lock_claimable(conn, run_id, now, handoff)
             if row is None:
                 return ClaimOutcome()
             if row["status"] in _LEASED:
@@ -283,26 +209,24 @@ class PostgresStore:
                     return ClaimOutcome(settled=settled)
             admit = row["singleton_key"] is not None and not row["holds_slot"]
             if admit and not await self._admits(conn, row):
-                await self._exec(conn, "park", id=run_id, retry_at=singleton_retry_at, now=now)
+                await execute(conn, "park", id=run_id, retry_at=singleton_retry_at, now=now)
                 return ClaimOutcome(parked=True)
             return await self._lease(conn, run_id, owner, now, lease_until, admit)
 
-        return await self._tx(work)
+        return await self._db.tx(work)
 
-    async def _lock_claimable(self, conn: Conn, run_id: str, now: datetime) -> Row | None:
+    async def _lock_claimable(
+        self, conn: Conn, run_id: str, now: datetime, handoff: bool
+    ) -> Row | None:
         """The run's row, locked, if it is claimable now (its key lock taken first)."""
-        _, rows = await self._pipeline(
-            conn,
-            ("lock_keys", {"keys": [], "run_id": run_id}),
-            ("lock_run", {"id": run_id}),
-        )
-        return rows[0] if rows and claimable(rows[0], now) else None
+        *_, rows = await pipeline(conn, _lock_call((), run_id), ("lock_run", {"id": run_id}))
+        return rows[0] if rows and claimable(rows[0], now, handoff) else None
 
     async def _recover(
         self, conn: Conn, row: Row, now: datetime, max_recoveries: int | None
     ) -> Run | None:
         """Count a recovery of an expired lease; the run when that settles it, else None."""
-        bumped = await self._one(conn, "add_recovery", id=row["id"])
+        bumped = await fetch_one(conn, "add_recovery", id=row["id"])
         recoveries = bumped["recoveries"] if bumped is not None else 0
         if row["status"] == RunStatus.CANCELLING:
             cancelled = Settlement(RunStatus.CANCELLED, None, row["error"])
@@ -317,7 +241,7 @@ class PostgresStore:
         return None
 
     async def _admits(self, conn: Conn, row: Row) -> bool:
-        counts = await self._one(
+        counts = await fetch_one(
             conn,
             "admission_counts",
             key=row["singleton_key"],
@@ -331,7 +255,7 @@ class PostgresStore:
         self, conn: Conn, run_id: str, owner: str, now: datetime, until: datetime, admit: bool
     ) -> ClaimOutcome:
         lease = {"id": run_id, "owner": owner, "now": now, "lease_until": until, "admit": admit}
-        runs, steps, signals = await self._pipeline(
+        runs, steps, signals = await pipeline(
             conn, ("claim", lease), ("steps_of", {"id": run_id}), ("signals_of", {"id": run_id})
         )
         claim = Claim(
@@ -341,10 +265,57 @@ class PostgresStore:
         )
         return ClaimOutcome(claim=claim)
 
+    async def hand_off_due_runs(
+        self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+    ) -> list[Run]:
+        params = {"now": now, "limit": limit, "namespace": namespace, "hold_until": hold_until}
+        rows = await self._db.tx(lambda conn: fetch_all(conn, "hand_off_due", **params))
+        rows.sort(key=lambda row: (row["was_due"], row["id"]))
+        return [run_from_row(row) for row in rows]
+
     async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
         params = {"id": run_id, "owner": owner, "lease_until": lease_until}
-        rows = await self._tx(lambda conn: self._all(conn, "renew_lease", **params))
+        rows = await self._db.tx(lambda conn: fetch_all(conn, "renew_lease", **params))
         return bool(rows)
+
+    # ---------------------------------------------------------------- remote steps (unfenced)
+
+    async def record_step_result(
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        ok: bool,
+        output: object,
+        error: dict[str, object] | None,
+        now: datetime,
+    ) -> str:
+        result = {
+            "id": run_id,
+            "seq": seq,
+            "now": now,
+            "status": StepStatus.COMPLETED if ok else StepStatus.PENDING,
+            "output": json_param(output) if ok else None,
+            "error": None if ok else json_param(dict(error or {})),
+        }
+
+        async def work(conn: Conn) -> str:
+            found = await fetch_one(conn, "step_for_result", id=run_id, seq=seq)
+            if found is None or found["run_status"] in _TERMINAL or found["attempts"] != attempt:
+                return "dropped"
+            if found["status"] != StepStatus.RUNNING:
+                await self._wake(conn, [run_id], now)
+                return "duplicate"
+            await pipeline(
+                conn, ("record_step_result", result), ("wake", {"ids": [run_id], "now": now})
+            )
+            return "recorded"
+
+        return await self._db.tx(work)
+
+    async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
+        beat = {"id": run_id, "seq": seq, "attempt": attempt, "at": at}
+        return bool(await self._db.tx(lambda conn: fetch_all(conn, "record_heartbeat", **beat)))
 
     # ---------------------------------------------------------------- turn writes (fenced)
 
@@ -352,42 +323,60 @@ class PostgresStore:
         self, run_id: str, owner: str, writes: Writes, now: datetime
     ) -> list[Started]:
         async def work(conn: Conn) -> list[Started]:
-            await self._lock_keys(conn, gate_keys(writes.children))
-            await self._fenced_writes(conn, run_id, owner, writes, now)
+            lock = _lock_call(gate_keys(writes.children))
+            touch = ("touch", {"id": run_id, "now": now})
+            await self._fenced_writes(conn, run_id, owner, writes, lock=lock, final=touch)
             return await self._create_children(conn, writes.children, now)
 
-        return await self._tx(work)
+        return await self._db.tx(work)
 
     async def suspend_run(
         self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
     ) -> bool:
-        async def work(conn: Conn) -> bool:
-            await self._lock_keys(conn, gate_keys(writes.children))
-            await self._fenced_writes(conn, run_id, owner, writes, now)
-            await self._create_children(conn, writes.children, now)
-            row = await self._one(conn, "suspend", id=run_id, wake_at=wake_at, now=now)
-            return bool(row and row["rewake"])
+        suspend = ("suspend", {"id": run_id, "wake_at": wake_at, "now": now})
 
-        return await self._tx(work)
+        async def work(conn: Conn) -> bool:
+            lock = _lock_call(gate_keys(writes.children))
+            if not writes.children:
+                rows = await self._fenced_writes(
+                    conn, run_id, owner, writes, lock=lock, final=suspend
+                )
+            else:
+                # Children first: a replacing child start may wake this run (a rewake).
+                await self._fenced_writes(conn, run_id, owner, writes, lock=lock)
+                await self._create_children(conn, writes.children, now)
+                rows = await fetch_all(conn, suspend[0], **suspend[1])
+            return bool(rows and rows[0]["rewake"])
+
+        return await self._db.tx(work)
 
     async def settle_run(
         self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
     ) -> list[str]:
         follow = [settlement.continue_as] if settlement.continue_as is not None else []
+        finish = ("finish", _finish_params(run_id, settlement, now))
 
         async def work(conn: Conn) -> list[str]:
-            await self._lock_keys(conn, gate_keys([*writes.children, *follow]), run_id)
-            await self._fenced_writes(conn, run_id, owner, writes, now, allow_cancelling=True)
-            await self._create_children(conn, writes.children, now)
+            lock = _lock_call(gate_keys([*writes.children, *follow]), run_id)
             woken: list[str] = []
-            await self._finish(conn, run_id, settlement, now, woken)
+            if not writes.children:
+                rows = await self._fenced_writes(
+                    conn, run_id, owner, writes, lock=lock, final=finish, allow_cancelling=True
+                )
+                await self._release(conn, rows[0], now, woken)
+            else:
+                await self._fenced_writes(
+                    conn, run_id, owner, writes, lock=lock, allow_cancelling=True
+                )
+                await self._create_children(conn, writes.children, now)
+                await self._finish(conn, run_id, settlement, now, woken)
             # The continuation skips the gates (its predecessor held the place), but its key
-            # stays locked above so concurrent counts see it or wait for it.
+            # is locked above so concurrent counts see it or wait for it.
             started = await self._insert_plain(conn, follow)
             woken.extend(s.run.id for s in started.values() if s.created and s.run is not None)
             return woken
 
-        return await self._tx(work)
+        return await self._db.tx(work)
 
     async def _fenced_writes(
         self,
@@ -395,15 +384,19 @@ class PostgresStore:
         run_id: str,
         owner: str,
         writes: Writes,
-        now: datetime,
         *,
+        lock: Call | None = None,
+        final: Call | None = None,
         allow_cancelling: bool = False,
-    ) -> None:
-        """Check the lease and flush step records and consumed signals, in one round trip.
+    ) -> list[Row]:
+        """Lock, check the lease, flush the records, run ``final``: all in one round trip.
 
-        The writes go out with the fence check; when the check fails the raise rolls them back.
+        Everything goes out with the fence check; when the check fails, the raise rolls it all
+        back. Returns the rows of ``final``.
         """
         async with conn.pipeline():
+            if lock is not None:
+                await conn.execute(SQL[lock[0]], lock[1])
             fence = await conn.execute(SQL["fence"], {"id": run_id, "owner": owner})
             if writes.steps:
                 async with conn.cursor() as cur:
@@ -411,9 +404,10 @@ class PostgresStore:
                     await cur.executemany(SQL["upsert_step"], params)
             if writes.consumed_signals:
                 ids = list(writes.consumed_signals)
-                await self._exec(conn, "consume_signals", id=run_id, ids=ids)
-            await self._exec(conn, "touch", id=run_id, now=now)
+                await execute(conn, "consume_signals", id=run_id, ids=ids)
+            last = await conn.execute(SQL[final[0]], final[1]) if final is not None else None
         _check_fence(await fence.fetchone(), run_id, owner, allow_cancelling)
+        return await last.fetchall() if last is not None and last.description else []
 
     async def _create_children(
         self, conn: Conn, specs: Sequence[RunSpec], now: datetime
@@ -427,21 +421,17 @@ class PostgresStore:
 
         The caller holds the run's key lock. Appends the woken ids to ``woken``.
         """
-        row = await self._one(
-            conn,
-            "finish",
-            id=run_id,
-            status=str(settlement.status),
-            output=json_param(settlement.output),
-            error=json_param(settlement.error),
-            now=now,
-        )
+        row = await fetch_one(conn, "finish", **_finish_params(run_id, settlement, now))
         assert row is not None, f"finishing unknown run {run_id!r}"
+        return await self._release(conn, row, now, woken)
+
+    async def _release(self, conn: Conn, row: Row, now: datetime, woken: list[str]) -> Run:
+        """After a ``finish`` row: wake the key's next waiters and the parent, into ``woken``."""
         run = run_from_row(row)
         waiters: list[str] = []
         if row["held_slot"] and run.singleton_key is not None:
             limit = run.singleton_limit or 1
-            found = await self._all(conn, "waiters_to_wake", key=run.singleton_key, limit=limit)
+            found = await fetch_all(conn, "waiters_to_wake", key=run.singleton_key, limit=limit)
             waiters = [w["id"] for w in found]
         parent = [run.parent_id] if run.parent_id is not None else []
         awake = await self._wake(conn, [*waiters, *parent], now)
@@ -453,38 +443,38 @@ class PostgresStore:
         """Wake the active runs among ``run_ids``; the ids that were active."""
         if not run_ids:
             return set()
-        return {row["id"] for row in await self._all(conn, "wake", ids=list(run_ids), now=now)}
+        return {row["id"] for row in await fetch_all(conn, "wake", ids=list(run_ids), now=now)}
 
     # ---------------------------------------------------------------- from outside a turn
 
     async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
         async def work(conn: Conn) -> bool:
-            target = await self._one(conn, "signal_target", id=run_id, name=name)
+            target = await fetch_one(conn, "signal_target", id=run_id, name=name)
             if target is None:
                 raise RunNotFoundError(run_id)
             status = RunStatus(target["status"])
             if status.is_terminal:
                 raise RunFinishedError(run_id, status)
             signal = {"id": run_id, "name": name, "payload": json_param(payload), "now": now}
-            await self._exec(conn, "insert_signal", **signal)
+            await execute(conn, "insert_signal", **signal)
             if target["waits"]:
                 return bool(await self._wake(conn, [run_id], now))
             if status in _LEASED:
                 await self._wake(conn, [run_id], now)
             return False
 
-        return await self._tx(work)
+        return await self._db.tx(work)
 
     async def cancel_run(
         self, run_id: str, now: datetime, error: dict[str, object] | None
     ) -> list[str]:
         async def work(conn: Conn) -> list[str]:
-            tree = await self._all(conn, "run_tree", id=run_id)
+            tree = await fetch_all(conn, "run_tree", id=run_id)
             if not tree:
                 raise RunNotFoundError(run_id)
             keys = [f"s:{r['singleton_key']}" for r in tree if r["singleton_key"] is not None]
             await self._lock_keys(conn, keys)
-            locked = await self._all(conn, "lock_runs", ids=[r["id"] for r in tree])
+            locked = await fetch_all(conn, "lock_runs", ids=[r["id"] for r in tree])
             status = {r["id"]: r["status"] for r in locked}
             changed = []
             for target in depth_first(run_id, tree):
@@ -492,7 +482,7 @@ class PostgresStore:
                     changed.append(target)
             return changed
 
-        return await self._tx(work)
+        return await self._db.tx(work)
 
     async def _cancel_one(
         self, conn: Conn, run_id: str, status: str, now: datetime, error: dict[str, object] | None
@@ -501,14 +491,14 @@ class PostgresStore:
         if status in _TERMINAL or status == RunStatus.CANCELLING:
             return False
         if status == RunStatus.RUNNING:
-            await self._exec(conn, "mark_cancelling", id=run_id, now=now, error=json_param(error))
+            await execute(conn, "mark_cancelling", id=run_id, now=now, error=json_param(error))
         else:
             await self._finish(conn, run_id, Settlement(RunStatus.CANCELLED, None, error), now, [])
         return True
 
     async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
         async def work(conn: Conn) -> Run:
-            row = await self._one(conn, "lock_run_wait", id=run_id)
+            row = await fetch_one(conn, "lock_run_wait", id=run_id)
             if row is None:
                 raise RunNotFoundError(run_id)
             if row["status"] not in _REQUEUEABLE:
@@ -516,50 +506,50 @@ class PostgresStore:
                     f"run {run_id!r} is {row['status']}; only failed, dead or cancelled runs"
                     " can be requeued"
                 )
-            _, requeued = await self._pipeline(
+            _, requeued = await pipeline(
                 conn,
                 ("drop_unfinished_steps", {"id": run_id}),
                 ("requeue", {"id": run_id, "now": now, "deadline_at": deadline_at}),
             )
             return run_from_row(requeued[0])
 
-        return await self._tx(work)
+        return await self._db.tx(work)
 
     async def publish_event(
         self, name: str, payload: object, event_id: str | None, now: datetime
     ) -> tuple[Event, bool, list[str]]:
         async def work(conn: Conn) -> tuple[Event, bool, list[str]]:
-            await self._exec(conn, "lock_events")
+            await execute(conn, "lock_events")
             if event_id is not None:
-                first = await self._one(conn, "event_by_id", event_id=event_id)
+                first = await fetch_one(conn, "event_by_id", event_id=event_id)
                 if first is not None:
                     return event_from_row(first), False, []
             params = {"event_id": event_id, "name": name, "payload": json_param(payload)}
-            row = await self._one(conn, "insert_event", now=now, **params)
+            row = await fetch_one(conn, "insert_event", now=now, **params)
             assert row is not None
-            waiting = [r["id"] for r in await self._all(conn, "event_waiters", name=name)]
+            waiting = [r["id"] for r in await fetch_all(conn, "event_waiters", name=name)]
             awake = await self._wake(conn, waiting, now)
             return event_from_row(row), True, [w for w in waiting if w in awake]
 
-        return await self._tx(work)
+        return await self._db.tx(work)
 
     async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
         params = {"name": name, "after": after_seq, "limit": limit}
-        rows = await self._tx(lambda conn: self._all(conn, "events_after", **params))
+        rows = await self._db.tx(lambda conn: fetch_all(conn, "events_after", **params))
         return [event_from_row(row) for row in rows]
 
     async def latest_event_seq(self) -> int:
-        row = await self._tx(lambda conn: self._one(conn, "latest_event_seq"))
+        row = await self._db.tx(lambda conn: fetch_one(conn, "latest_event_seq"))
         return int(row["seq"]) if row is not None else 0
 
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:
-        row = await self._tx(lambda conn: self._one(conn, "get_run", id=run_id))
+        row = await self._db.tx(lambda conn: fetch_one(conn, "get_run", id=run_id))
         return run_from_row(row) if row is not None else None
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        runs = await self._tx(lambda conn: self._fetch_runs(conn, run_ids))
+        runs = await self._db.tx(lambda conn: self._fetch_runs(conn, run_ids))
         return {run.id: run for run in runs}
 
     async def list_runs(
@@ -581,11 +571,32 @@ class PostgresStore:
             cur = await conn.execute(query, {**given, "limit": limit, "offset": offset})
             return await cur.fetchall()
 
-        return [run_from_row(row) for row in await self._tx(work)]
+        return [run_from_row(row) for row in await self._db.tx(work)]
+
+    async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
+        row = await self._db.tx(lambda conn: fetch_one(conn, "get_step", id=run_id, seq=seq))
+        return step_from_row(row) if row is not None else None
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
-        rows = await self._tx(lambda conn: self._all(conn, "steps_of", id=run_id))
+        rows = await self._db.tx(lambda conn: fetch_all(conn, "steps_of", id=run_id))
         return [step_from_row(row) for row in rows]
+
+
+def _lock_call(keys: Sequence[str], run_id: str | None = None) -> Call | None:
+    """The ``lock_keys`` statement for ``keys`` and ``run_id``'s singleton key; None if none."""
+    if not keys and run_id is None:
+        return None
+    return ("lock_keys", {"keys": list(keys), "run_id": run_id})
+
+
+def _finish_params(run_id: str, settlement: Settlement, now: datetime) -> Row:
+    return {
+        "id": run_id,
+        "status": str(settlement.status),
+        "output": json_param(settlement.output),
+        "error": json_param(settlement.error),
+        "now": now,
+    }
 
 
 def _check_fence(row: Row | None, run_id: str, owner: str, allow_cancelling: bool) -> None:

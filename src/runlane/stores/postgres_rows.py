@@ -70,6 +70,7 @@ def step_params(run_id: str, record: StepRecord) -> Row:
         "finished_at": record.finished_at,
         "last_heartbeat_at": record.last_heartbeat_at,
         "wake_at": record.wake_at,
+        "dispatches": record.dispatches,
     }
 
 
@@ -116,6 +117,7 @@ def step_from_row(row: Row) -> StepRecord:
         finished_at=row["finished_at"],
         last_heartbeat_at=row["last_heartbeat_at"],
         wake_at=row["wake_at"],
+        dispatches=row["dispatches"],
     )
 
 
@@ -127,13 +129,13 @@ def event_from_row(row: Row) -> Event:
     return Event(row["seq"], row["name"], row["payload"], row["created_at"], row["id"])
 
 
-def claimable(row: Row, now: datetime) -> bool:
+def claimable(row: Row, now: datetime, handoff: bool = False) -> bool:
     """Whether a locked run row may be claimed now (see ``Store.claim_run``)."""
     status = row["status"]
     if status == RunStatus.PENDING:
         return True
     if status in (RunStatus.SUSPENDED, RunStatus.BLOCKED):
-        return row["wake_at"] is not None and row["wake_at"] <= now
+        return handoff or (row["wake_at"] is not None and row["wake_at"] <= now)
     if status in (RunStatus.RUNNING, RunStatus.CANCELLING):
         return row["lease_expires_at"] is not None and row["lease_expires_at"] <= now
     return False

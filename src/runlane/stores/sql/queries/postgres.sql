@@ -119,11 +119,49 @@ SET status = 'suspended', wake_at = %(retry_at)s, wake_requested_at = NULL, leas
     lease_expires_at = NULL, updated_at = %(now)s
 WHERE id = %(id)s;
 
+-- name: step_for_result
+-- Locks the run (a turn's fenced writes lock it too) and reads the record a worker reports on.
+SELECT r.status AS run_status, s.status, s.attempts
+FROM runlane_runs AS r JOIN runlane_steps AS s ON s.run_id = r.id AND s.seq = %(seq)s
+WHERE r.id = %(id)s
+FOR NO KEY UPDATE OF r;
+
+-- name: record_step_result
+UPDATE runlane_steps
+SET status = %(status)s, output = %(output)s::json, error = %(error)s::json, wake_at = NULL,
+    finished_at = %(now)s
+WHERE run_id = %(id)s AND seq = %(seq)s;
+
+-- name: record_heartbeat
+UPDATE runlane_steps AS s SET last_heartbeat_at = %(at)s
+FROM runlane_runs AS r
+WHERE s.run_id = %(id)s AND s.seq = %(seq)s AND s.status = 'running'
+  AND s.attempts = %(attempt)s AND r.id = s.run_id
+  AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+RETURNING s.seq;
+
+-- name: get_step
+SELECT * FROM runlane_steps WHERE run_id = %(id)s AND seq = %(seq)s;
+
 -- name: steps_of
 SELECT * FROM runlane_steps WHERE run_id = %(id)s ORDER BY seq;
 
 -- name: signals_of
 SELECT * FROM runlane_signals WHERE run_id = %(id)s ORDER BY id;
+
+-- name: hand_off_due
+-- Due runs for the run queue: rows another instance is taking are skipped, not waited for.
+WITH due AS (
+    SELECT id, wake_at AS was_due FROM runlane_runs
+    WHERE status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+      AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+    ORDER BY wake_at, id
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE runlane_runs AS r SET wake_at = %(hold_until)s
+FROM due WHERE r.id = due.id
+RETURNING r.*, due.was_due;
 
 -- name: renew_lease
 UPDATE runlane_runs SET lease_expires_at = %(lease_until)s
@@ -139,17 +177,17 @@ FOR NO KEY UPDATE;
 -- name: upsert_step
 INSERT INTO runlane_steps (
     run_id, seq, name, kind, status, input, output, error, attempts, started_at, finished_at,
-    last_heartbeat_at, wake_at)
+    last_heartbeat_at, wake_at, dispatches)
 VALUES (
     %(run_id)s, %(seq)s, %(name)s, %(kind)s, %(status)s, %(input)s::json, %(output)s::json,
     %(error)s::json, %(attempts)s, %(started_at)s, %(finished_at)s, %(last_heartbeat_at)s,
-    %(wake_at)s)
+    %(wake_at)s, %(dispatches)s)
 ON CONFLICT (run_id, seq) DO UPDATE SET
     name = EXCLUDED.name, kind = EXCLUDED.kind, status = EXCLUDED.status,
     input = EXCLUDED.input, output = EXCLUDED.output, error = EXCLUDED.error,
     attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
     finished_at = EXCLUDED.finished_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at,
-    wake_at = EXCLUDED.wake_at;
+    wake_at = EXCLUDED.wake_at, dispatches = EXCLUDED.dispatches;
 
 -- name: consume_signals
 DELETE FROM runlane_signals WHERE run_id = %(id)s AND id = ANY(%(ids)s::bigint[]);

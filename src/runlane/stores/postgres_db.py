@@ -1,0 +1,135 @@
+"""PostgresStore's plumbing: a counted pool, one-transaction units of work, named statements."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ..errors import RunlaneError
+from .postgres_rows import Row, load_queries, utc_conninfo
+from .postgres_schema import upgrade
+
+Conn = psycopg.AsyncConnection[DictRow]
+Call = tuple[str, Row]  # a statement's name in SQL and its parameters
+T = TypeVar("T")
+
+SQL = load_queries()
+_ATTEMPTS = 5  # a transaction aborted by a deadlock (or a racing insert) is retried whole
+_CHECKOUT_TIMEOUT = 10.0
+_PURGE_TIMEOUT = 5.0
+
+
+class Contended(Exception):
+    """Another transaction wrote the same row between our check and our write: retry whole."""
+
+
+class Database:
+    """A connection pool opened by the first ``open`` and closed by the matching last ``close``."""
+
+    def __init__(self, url: str, min_size: int, max_size: int) -> None:
+        self.url = url
+        self.min_size = min_size
+        self.max_size = max_size
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._opens = 0
+        self._open_lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Migrate (once per database, under an advisory lock) and open the pool; counted."""
+        async with self._open_lock:
+            if self._opens == 0:
+                await upgrade(self.url)
+                self._pool = await self._new_pool()
+            self._opens += 1
+
+    async def close(self) -> None:
+        """Close the pool once every ``open`` has been matched; extra calls do nothing."""
+        async with self._open_lock:
+            if self._opens == 0:
+                return
+            self._opens -= 1
+            if self._opens == 0 and self._pool is not None:
+                pool, self._pool = self._pool, None
+                await pool.close()
+
+    async def _new_pool(self) -> AsyncConnectionPool[Conn]:
+        # No `check` callback: a ping per checkout would double the round trips. A broken
+        # connection fails its call instead (the engine retries on its next poll), the pool
+        # drops it on return, and `_purge` then tests the idle ones once.
+        pool = AsyncConnectionPool(
+            utc_conninfo(self.url),
+            connection_class=psycopg.AsyncConnection[DictRow],
+            kwargs={"row_factory": dict_row},
+            min_size=self.min_size,
+            max_size=self.max_size,
+            timeout=_CHECKOUT_TIMEOUT,
+            name="runlane",
+            open=False,
+        )
+        await pool.open(wait=True)
+        return pool
+
+    async def tx(self, work: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``work`` in one transaction on one pooled connection; commit unless it raises."""
+        if self._pool is None:
+            raise RunlaneError("PostgresStore is not open; await store.open() first")
+        attempt = 1
+        while True:
+            try:
+                async with self._pool.connection() as conn:
+                    return await work(conn)
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, Contended):
+                if attempt >= _ATTEMPTS:
+                    raise
+                attempt += 1
+            except psycopg.OperationalError:
+                await self._purge()
+                raise
+
+    async def _purge(self) -> None:
+        """After a connection failed, test the idle ones once so the next calls get live ones."""
+        if self._pool is None:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._pool.check(), _PURGE_TIMEOUT)
+
+
+async def execute(conn: Conn, name: str, /, **params: Any) -> None:
+    await conn.execute(SQL[name], params)
+
+
+async def fetch_all(conn: Conn, name: str, /, **params: Any) -> list[Row]:
+    cur = await conn.execute(SQL[name], params)
+    return await cur.fetchall()
+
+
+async def fetch_one(conn: Conn, name: str, /, **params: Any) -> Row | None:
+    cur = await conn.execute(SQL[name], params)
+    return await cur.fetchone()
+
+
+async def pipeline(conn: Conn, *calls: Call | None) -> list[list[Row]]:
+    """Several statements in one round trip (None = skip); each one's rows, or []."""
+    async with conn.pipeline():
+        cursors = [await conn.execute(SQL[c[0]], c[1]) for c in calls if c is not None]
+    return [await cur.fetchall() if cur.description else [] for cur in cursors]
+
+
+__all__ = [
+    "SQL",
+    "Call",
+    "Conn",
+    "Contended",
+    "Database",
+    "execute",
+    "fetch_all",
+    "fetch_one",
+    "pipeline",
+]
