@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import inspect
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -18,3 +19,21 @@ async def run_in_thread(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, fn, *args, **kwargs)
     return await loop.run_in_executor(None, call)
+
+
+async def call_step_body(fn: Callable[..., Any], input: Any) -> Any:
+    """Call a step body with its input (if it takes one): async on the loop, sync in a thread."""
+    args = (input,) if _takes_input(fn) else ()
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    return await run_in_thread(fn, *args)
+
+
+def _takes_input(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(
+        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
+    )

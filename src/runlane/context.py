@@ -110,7 +110,7 @@ class Context:
                 timeout=seconds(timeout, "timeout") if timeout is not None else definition.timeout,
                 group=group or definition.group,
             )
-        if definition.remote:
+        if definition.remote and turn.host.remote is None:
             raise DefinitionError(
                 f"step {definition.name!r} is remote (group {definition.group!r}); remote steps"
                 " need a transport and a Worker, which this engine does not have"

@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .clock import Clock, SystemClock
-from .concurrency import run_in_thread
+from .concurrency import call_step_body
 from .definitions import Concurrency, StepDefinition, WorkflowDefinition, check_tags
 from .errors import (
     ExecutionTimeoutError,
@@ -45,9 +45,13 @@ from .models import (
 )
 from .options import EngineOptions
 from .registry import Registry
+from .remote import RemoteSteps
+from .runqueue import RunQueue
 from .serialization import normalise
 from .stores import open_store
 from .stores.base import Store
+from .transports import open_transport
+from .transports.base import Transport
 from .turn import Turn
 
 log = logging.getLogger("runlane.engine")
@@ -71,7 +75,16 @@ class Engine:
         if consumers not in ("auto", "always", "never"):
             raise ValueError("consumers must be 'auto', 'always' or 'never'")
         self.store: Store = open_store(store) if isinstance(store, str) or store is None else store
-        self.transport = transport
+        self._owns_transport = isinstance(transport, str)
+        self.transport: Transport | None = (
+            open_transport(transport) if isinstance(transport, str) else transport
+        )
+        self.runqueue = (
+            RunQueue(self, self.transport)
+            if self.transport is not None and self.transport.has_run_queue
+            else None
+        )
+        self.remote = RemoteSteps(self, self.transport) if self.transport is not None else None
         self.registry = Registry(workflows, steps)
         self.clock: Clock = clock or SystemClock()
         self.namespace = namespace
@@ -89,6 +102,8 @@ class Engine:
         self._opened = False
         self._accepting = True
         self._next_wake: datetime | None = None
+        self._room = asyncio.Event()
+        self._consuming = False
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -102,6 +117,8 @@ class Engine:
     async def _ready(self) -> None:
         if not self._opened:
             await self.store.open()
+            if self.transport is not None:
+                await self.transport.open()
             self._opened = True
             self._slots = asyncio.Semaphore(self.options.max_local_runs)
             self._wakeup = asyncio.Event()
@@ -111,7 +128,19 @@ class Engine:
         self._accepting = True
         if self.drive and self._loop_task is None:
             self._loop_task = asyncio.create_task(self._loop(), name=f"runlane-engine-{self.id}")
+        if self.consumers == "always" or (self.consumers == "auto" and self.drive):
+            await self.start_consumers()
         return self
+
+    async def start_consumers(self) -> None:
+        """Consume the run queue, remote step results and heartbeats (if there is a transport)."""
+        await self._ready()
+        self._accepting = True
+        self._consuming = True
+        if self.runqueue is not None:
+            self.runqueue.start_consuming()
+        if self.remote is not None:
+            self.remote.start()
 
     async def __aexit__(
         self,
@@ -120,12 +149,24 @@ class Engine:
         tb: TracebackType | None,
     ) -> None:
         await self.drain()
+        if self.transport is not None and self._owns_transport:
+            await self.transport.close()
         await self.store.close()
         self._opened = False
 
     async def drain(self, timeout: float = 10.0) -> None:
-        """Stop taking new work and wait up to ``timeout`` seconds for turns in flight."""
+        """Stop taking new work and wait up to ``timeout`` seconds for turns in flight.
+
+        The run-queue consumer stops first; runs it took but had not started go back to the
+        queue; then the turns in flight finish (a turn still running at the timeout is cancelled
+        and its lease expires, so another instance recovers it).
+        """
         self._accepting = False
+        self._consuming = False
+        if self.runqueue is not None:
+            await self.runqueue.stop_consuming()
+            await self.runqueue.hand_back()
+            await self.runqueue.flushed()
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
@@ -136,6 +177,8 @@ class Engine:
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
+        if self.remote is not None:
+            await self.remote.stop()
 
     # ---------------------------------------------------------------- starting runs
 
@@ -169,7 +212,7 @@ class Engine:
         if not started.created and if_exists == "fail":
             raise RunExistsError(run.id, run.status)
         if started.created:
-            self._kick([run.id])
+            self._kick_started([run])
         return run
 
     def _started(self, started: Started) -> Run:
@@ -398,6 +441,15 @@ class Engine:
     async def resume_due_timers(self) -> int:
         """Resume suspended runs whose wake time has come, most overdue first."""
         await self._ready()
+        if self._queued and self.runqueue is not None:
+            # Claim the due timers before handing them off, so other polls skip them.
+            now = self.now()
+            hold = now + timedelta(seconds=self.options.lease)
+            runs = await self.store.hand_off_due_runs(
+                now, self.options.timer_batch_size, self.namespace, hold
+            )
+            self.runqueue.publish_wakes(r.id for r in runs)
+            return len(runs)
         limit = min(self.options.timer_batch_size, self._capacity())
         ids = await self.store.due_run_ids(self.now(), limit, self.namespace)
         random.shuffle(ids)
@@ -433,47 +485,93 @@ class Engine:
         await asyncio.gather(*tasks, return_exceptions=True)
         return len(tasks)
 
-    def _kick(self, run_ids: Iterable[str]) -> None:
-        """Execute these runs now if this engine is driving; otherwise the polls find them."""
-        if not (self.drive and self._accepting and self._loop_task is not None):
-            return
-        for run_id in run_ids:
-            self._spawn(run_id)
+    @property
+    def _queued(self) -> bool:
+        """Whether starts and wakes travel through the run queue rather than run here."""
+        return self.runqueue is not None and self._consuming
 
-    def _spawn(self, run_id: str) -> asyncio.Task[None]:
+    def _driving(self) -> bool:
+        return self._accepting and (self._loop_task is not None or self._consuming)
+
+    def _kick_started(self, runs: Sequence[Run]) -> None:
+        if self.runqueue is not None and (self._consuming or not self.drive):
+            # A producer (or any instance of a fleet) hands starts to whoever consumes.
+            self.runqueue.publish_starts(runs)
+        elif self._driving():
+            self.run_locally(r.id for r in runs)
+
+    def _kick(self, run_ids: Iterable[str]) -> None:
+        """Wake these runs: through the run queue, or here when this engine drives alone."""
+        ids = list(run_ids)
+        if not ids:
+            return
+        if self.runqueue is not None and (self._consuming or not self.drive):
+            self.runqueue.publish_wakes(ids)
+        elif self._driving():
+            self.run_locally(ids)
+
+    def wake(self, run_ids: Iterable[str]) -> None:
+        """Make runs that were just woken in the store execute soon (here or via the queue)."""
+        self._kick(run_ids)
+
+    def run_locally(self, run_ids: Iterable[str]) -> None:
+        if self._driving():
+            for run_id in run_ids:
+                self._spawn(run_id)
+
+    def run_from_queue(self, run_id: str, *, handoff: bool) -> None:
+        self._spawn(run_id, handoff=handoff)
+
+    def local_room(self) -> int:
+        return self.options.max_local_runs - len(self._inflight)
+
+    async def room_freed(self) -> None:
+        self._room.clear()
+        await self._room.wait()
+
+    def _spawn(self, run_id: str, *, handoff: bool = False) -> asyncio.Task[None]:
         task = self._inflight.get(run_id)
         if task is not None:
             self._again.add(run_id)
             return task
-        task = asyncio.create_task(self._drive(run_id), name=f"runlane-run-{run_id}")
+        task = asyncio.create_task(self._drive(run_id, handoff), name=f"runlane-run-{run_id}")
         self._inflight[run_id] = task
         return task
 
-    async def _drive(self, run_id: str) -> None:
+    async def _drive(self, run_id: str, handoff: bool = False) -> None:
         followups: list[asyncio.Task[None]] = []
         try:
             again = True
             while again:
                 self._again.discard(run_id)
-                woken = await self._execute(run_id)
+                woken = await self._execute(run_id, handoff)
+                handoff = False
                 # While draining, woken runs stay due in the store for another instance (or the
                 # next start) to pick up; taking them here would keep the drain busy.
                 again = self._accepting and (run_id in woken or run_id in self._again)
-                if self._accepting:
-                    followups.extend(self._spawn(w) for w in woken if w != run_id)
+                others = [w for w in woken if w != run_id]
+                if not self._accepting or not others:
+                    continue
+                if self._queued:
+                    self._kick(others)
+                else:
+                    followups.extend(self._spawn(w) for w in others)
         except Exception:
             log.exception(
                 "executing run %s failed; its lease will expire and it will be recovered", run_id
             )
         finally:
             self._inflight.pop(run_id, None)
+            self._room.set()
         if followups:
             await asyncio.gather(*followups, return_exceptions=True)
 
-    async def _execute(self, run_id: str) -> list[str]:
+    async def _execute(self, run_id: str, handoff: bool = False) -> list[str]:
         """Claim the run and drive one turn; returns runs to execute next (itself when rewoken)."""
         assert self._slots is not None
         async with self._slots:
+            if self.runqueue is not None:
+                self.runqueue.claimed(run_id)
             owner = f"{self.id}:{next(self._tokens)}"
             now = self.now()
             retry = self.options.singleton_retry * random.uniform(0.75, 1.25)
@@ -484,6 +582,7 @@ class Engine:
                 now + timedelta(seconds=self.options.lease),
                 singleton_retry_at=now + timedelta(seconds=retry),
                 max_recoveries=self.options.max_recovery_attempts,
+                handoff=handoff,
             )
             if outcome.settled is not None:
                 self._notify_many([run_id])
@@ -544,8 +643,7 @@ class Engine:
         fn = definition.fn
         if fn is None:
             raise UnknownStepError(definition.name)
-        args = (input,) if _takes_input(fn) else ()
-        call = fn(*args) if inspect.iscoroutinefunction(fn) else run_in_thread(fn, *args)
+        call = call_step_body(fn, input)
         if definition.timeout is None:
             return await call
         try:
@@ -554,16 +652,6 @@ class Engine:
             raise StepTimeoutError(
                 f"step {definition.name!r} did not finish within {definition.timeout}s"
             ) from None
-
-
-def _takes_input(fn: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
-    )
 
 
 __all__ = ["Engine", "RunStatus"]

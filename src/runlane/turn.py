@@ -46,6 +46,8 @@ from .models import (
     StepStatus,
     Writes,
 )
+from .options import EngineOptions
+from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
 from .stores.base import RunCancelling, Store
 
@@ -59,6 +61,8 @@ class TurnHost(Protocol):
     """What a turn needs from its engine."""
 
     store: Store
+    options: EngineOptions
+    remote: RemoteSteps | None
 
     @property
     def lease_seconds(self) -> float: ...
@@ -263,6 +267,9 @@ class Turn:
 
     async def settle_step(self, op: StepOp) -> Settled | None:
         """Run or replay one step; None means it waits (a retry backoff) and the run suspends."""
+        if op.definition.remote:
+            assert self.host.remote is not None
+            return await settle_remote_step(self, op, self.host.remote)
         record = self.recorded(op.seq, StepKind.STEP, op.name)
         if record is not None and record.status == StepStatus.COMPLETED:
             return Settled(True, record.output)

@@ -8,17 +8,16 @@ nothing more but finishes the steps in flight and sends their results.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from .concurrency import run_in_thread
+from .concurrency import call_step_body
 from .definitions import StepDefinition, step_definition
 from .errors import UnknownStepError, error_dict
 from .serialization import normalise
@@ -160,24 +159,6 @@ class Worker:
                 await asyncio.sleep(delay)
 
 
-async def call_step_body(fn: Callable[..., Any], input: Any) -> Any:
-    """Call a step body with its input (if it takes one): async on the loop, sync in a thread."""
-    args = (input,) if _takes_input(fn) else ()
-    if inspect.iscoroutinefunction(fn):
-        return await fn(*args)
-    return await run_in_thread(fn, *args)
-
-
-def _takes_input(fn: Callable[..., Any]) -> bool:
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(
-        p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params
-    )
-
-
 def _definition(step: Any) -> StepDefinition:
     return step if isinstance(step, StepDefinition) else step_definition(step)
 
@@ -190,4 +171,4 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-__all__ = ["Worker", "call_step_body"]
+__all__ = ["Worker"]

@@ -1,0 +1,257 @@
+"""Several engine instances sharing PostgreSQL and a transport (Redis, or the db transport).
+
+Each instance has its own store and transport objects, as separate processes would; the
+backends are real. Run messages, remote step tasks, results and heartbeats cross the transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+import runlane
+from runlane import Engine, Retry, RunStatus
+from runlane.stores import open_store
+from runlane.transports import DbTransport, RedisTransport
+from runlane.transports.base import Transport
+from runlane.worker import Worker
+
+REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
+executed_by: dict[str, list[str]] = {}
+
+
+@runlane.step(name="billing.charge", group="billing", retry=Retry(max_attempts=2, backoff=0.05))
+async def charge(order: dict[str, Any]) -> dict[str, Any]:
+    await asyncio.sleep(order.get("seconds", 0.01))
+    if order.get("fail_first") and not executed_by.setdefault("charge-failed", []):
+        executed_by["charge-failed"].append("x")
+        raise RuntimeError("gateway hiccup")
+    return {"charged": order["amount"]}
+
+
+@runlane.workflow(name="checkout")
+async def checkout(ctx: runlane.Context, order: dict[str, Any]) -> Any:
+    where = await ctx.step("where", None)
+    paid = await ctx.step(charge, order)
+    return {"where": where, **paid}
+
+
+@runlane.workflow(name="checkout-watched")
+async def checkout_watched(ctx: runlane.Context, order: dict[str, Any]) -> Any:
+    return await ctx.step("billing.charge", order, group="billing", timeout=order["timeout"])
+
+
+@runlane.workflow(name="plain")
+async def plain(ctx: runlane.Context, n: int) -> Any:
+    first = await ctx.step("where", None)
+    second = await ctx.step("where", None)
+    return [first, second]
+
+
+@runlane.workflow(name="waiter")
+async def waiter(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.wait_for_signal("go")
+
+
+@runlane.workflow(name="leaf")
+async def leaf(ctx: runlane.Context, n: int) -> int:
+    return n
+
+
+@runlane.workflow(name="wide")
+async def wide(ctx: runlane.Context, n: int) -> int:
+    results = await ctx.all([ctx.child(leaf, i) for i in range(n)])
+    return sum(results)
+
+
+def where_step(name: str) -> Any:
+    @runlane.step(name="where")
+    def where() -> str:
+        executed_by.setdefault(name, []).append("x")
+        return name
+
+    return where
+
+
+@pytest.fixture(autouse=True)
+def clear() -> None:
+    executed_by.clear()
+
+
+@pytest.fixture(params=["redis", "db"])
+async def fleet(request: pytest.FixtureRequest, pg_url: str) -> AsyncIterator[Callable[..., Any]]:
+    """Build engine instances (and workers) on one PostgreSQL database and one transport."""
+    prefix = f"rlfleet-{uuid.uuid4().hex[:8]}"
+    setup: Any = open_store(pg_url)
+    await setup.open()
+    await setup.reset_for_tests()
+    await setup.close()
+    engines: list[Engine] = []
+    workers: list[tuple[Worker, asyncio.Task[None]]] = []
+
+    def transport() -> Transport:
+        if request.param == "redis":
+            return RedisTransport(REDIS_URL, prefix=prefix)
+        return DbTransport(pg_url, prefix=prefix, poll_interval=0.2)
+
+    async def engine(name: str, *, enter: bool = True, **kwargs: Any) -> Engine:
+        kwargs.setdefault("poll_interval", 0.2)
+        built = Engine(
+            open_store(pg_url),
+            transport=transport(),
+            workflows=[checkout, checkout_watched, plain, waiter, wide, leaf],
+            steps=[where_step(name), charge],
+            **kwargs,
+        )
+        engines.append(built)
+        if enter:
+            await built.__aenter__()
+        return built
+
+    async def worker(**kwargs: Any) -> Worker:
+        kwargs.setdefault("heartbeat_interval", 0.1)
+        w = Worker(group="billing", transport=transport(), steps=[charge], **kwargs)
+        workers.append((w, asyncio.create_task(w.run())))
+        return w
+
+    engine.worker = worker  # type: ignore[attr-defined]
+    engine.transport = transport  # type: ignore[attr-defined]
+    yield engine
+    for w, task in workers:
+        await w.stop()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await w.transport.close()
+    for e in engines:
+        await e.__aexit__(None, None, None)
+        if e.transport is not None:
+            await e.transport.close()
+    cleaner: Any = transport()
+    await cleaner.open()
+    await cleaner.purge()
+    await cleaner.close()
+
+
+async def test_runs_started_by_a_producer_spread_over_every_instance(fleet: Any) -> None:
+    producer = await fleet("producer", drive=False, consumers="never")
+    for name in ("a", "b", "c"):
+        await fleet(name)
+    runs = [await producer.start(plain, n, run_id=f"spread-{n}") for n in range(60)]
+    for run in runs:
+        done = await producer.wait_for_run(run.id, timeout=30)
+        assert done.status == RunStatus.COMPLETED
+    assert "producer" not in executed_by
+    assert len([n for n in ("a", "b", "c") if executed_by.get(n)]) >= 2, executed_by
+    assert sum(len(v) for v in executed_by.values()) == 120  # every step exactly once
+
+
+async def test_a_remote_step_runs_on_a_worker_and_its_result_lands_on_another_instance(
+    fleet: Any,
+) -> None:
+    dispatcher = await fleet("dispatcher")
+    other = await fleet("other")
+    await fleet.worker()
+    assert dispatcher.remote is not None
+    await dispatcher.remote.stop()  # only the other instance consumes results now
+    await dispatcher.start(checkout, {"amount": 5}, run_id="remote-1")
+    done = await other.wait_for_run("remote-1", timeout=20)
+    assert done.status == RunStatus.COMPLETED and done.output["charged"] == 5
+    [_, step] = await other.list_steps("remote-1")
+    assert step.status == "completed" and step.attempts == 1
+
+
+async def test_a_failed_remote_attempt_is_retried_per_its_policy(fleet: Any) -> None:
+    engine = await fleet("solo")
+    await fleet.worker()
+    await engine.start(checkout, {"amount": 7, "fail_first": True}, run_id="retry-1")
+    done = await engine.wait_for_run("retry-1", timeout=20)
+    assert done.status == RunStatus.COMPLETED
+    [_, step] = await engine.list_steps("retry-1")
+    assert step.attempts == 2
+
+
+async def test_a_dead_worker_is_detected_within_the_step_timeout(fleet: Any) -> None:
+    engine = await fleet("solo")
+    await engine.start(checkout_watched, {"amount": 1, "timeout": 0.5}, run_id="dead-1")
+    done = await engine.wait_for_run("dead-1", timeout=20)
+    assert done.status == RunStatus.FAILED
+    assert done.error["type"] == "StepTimeoutError"
+
+
+async def test_a_live_worker_is_never_failed_over_when_its_beats_land_elsewhere(fleet: Any) -> None:
+    dispatcher = await fleet("dispatcher")
+    await fleet("listener", heartbeat_persist_throttle=0.1)
+    await fleet.worker()
+    assert dispatcher.remote is not None
+    dispatcher.remote._tasks[1].cancel()  # the dispatcher hears no beat itself
+    await dispatcher.start(
+        checkout_watched, {"amount": 9, "timeout": 0.6, "seconds": 2.0}, run_id="live-1"
+    )
+    done = await dispatcher.wait_for_run("live-1", timeout=20)
+    assert done.status == RunStatus.COMPLETED, done.error
+    [step] = await dispatcher.list_steps("live-1")
+    assert step.attempts == 1
+
+
+async def test_a_lost_dispatch_is_sent_again(fleet: Any) -> None:
+    engine = await fleet("solo", remote_redispatch=0.5, remote_redispatch_max=3)
+    await engine.start(checkout, {"amount": 3}, run_id="lost-1")
+    black_hole: Any = fleet.transport()
+    await black_hole.open()
+    swallowed: list[Any] = []
+    for _ in range(50):
+        swallowed += await black_hole.take_tasks("billing", 10, 0.1)
+        if swallowed:
+            break
+    await black_hole.close()
+    assert swallowed, "the first dispatch never arrived"
+    await fleet.worker()
+    done = await engine.wait_for_run("lost-1", timeout=20)
+    assert done.status == RunStatus.COMPLETED
+    [_, step] = await engine.list_steps("lost-1")
+    assert step.attempts == 1
+
+
+async def test_a_lost_wake_is_reconciled_by_the_timer_poll(fleet: Any) -> None:
+    producer = await fleet("producer", drive=False, consumers="never")
+    await fleet("a")
+    await producer.start(waiter, None, run_id="wake-1")
+    for _ in range(100):
+        if (await producer.get_run("wake-1")).status == RunStatus.SUSPENDED:
+            break
+        await asyncio.sleep(0.05)
+
+    async def lose(messages: Any) -> None:
+        return None
+
+    assert producer.transport is not None
+    producer.transport.enqueue_runs = lose  # type: ignore[method-assign]
+    await producer.signal("wake-1", "go", "late")
+    done = await producer.wait_for_run("wake-1", timeout=20)
+    assert done.output == "late"
+
+
+async def test_drain_during_a_burst_loses_nothing(fleet: Any) -> None:
+    producer = await fleet("producer", drive=False, consumers="never")
+    leaving = await fleet("leaving")
+    await fleet("staying")
+    runs = [await producer.start(plain, n, run_id=f"burst-{n}") for n in range(80)]
+    await asyncio.sleep(0.2)
+    await leaving.drain(timeout=5)
+    for run in runs:
+        assert (await producer.wait_for_run(run.id, timeout=30)).status == RunStatus.COMPLETED
+    assert sum(len(v) for v in executed_by.values()) == 160
+
+
+@pytest.mark.slow
+async def test_a_fan_of_ten_thousand_children_completes(fleet: Any) -> None:
+    engines = [await fleet(name, max_prefetch=256, max_local_runs=512) for name in ("a", "b")]
+    await engines[0].start(wide, 10_000, run_id="wide-1")
+    done = await engines[0].wait_for_run("wide-1", timeout=300)
+    assert done.status == RunStatus.COMPLETED
+    assert done.output == sum(range(10_000))
