@@ -19,10 +19,14 @@ NOTES = Path(__file__).with_name("notes.md")
 
 
 def pick(results: Sequence[Line], side: str, workload: str, db: str) -> list[Line]:
+    """The lines of one side, workload and store; the peer's solo store-cost run is left out."""
     return [
         r
         for r in results
-        if r.get("side") == side and r.get("workload") == workload and r.get("db") == db
+        if r.get("side") == side
+        and r.get("workload") == workload
+        and r.get("db") == db
+        and r.get("phases") != "throughput"
     ]
 
 
