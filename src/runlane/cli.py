@@ -26,6 +26,7 @@ from rich.table import Table
 from .engine import Engine
 from .errors import RunlaneError
 from .models import Run, StepRecord
+from .worker import Worker
 
 T = TypeVar("T")
 
@@ -72,9 +73,9 @@ def load_engine(spec: str) -> Engine:
                 f"calling {spec}() to build the engine failed: {type(exc).__name__}: {exc}",
                 param_hint="APP",
             ) from exc
-    if _is_worker(obj):
+    if isinstance(obj, Worker):
         raise click.ClickException(
-            f"{spec} is a Worker; remote workers arrive with the transports (not supported yet)"
+            f"{spec} is a Worker, not an Engine; use `runlane worker {spec}`"
         )
     if not isinstance(obj, Engine):
         raise click.BadParameter(
@@ -84,7 +85,32 @@ def load_engine(spec: str) -> Engine:
 
 
 def _is_worker(obj: Any) -> bool:
-    return type(obj).__name__ == "Worker" and type(obj).__module__.startswith("runlane")
+    return isinstance(obj, Worker)
+
+
+def load_runnables(spec: str) -> list[Engine | Worker]:
+    """What `runlane worker` runs: a Worker, an Engine, or a list/tuple of them (or a factory)."""
+    obj = load_object(spec)
+    if callable(obj) and not isinstance(obj, Engine | Worker):
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise click.BadParameter(
+                f"calling {spec}() failed: {type(exc).__name__}: {exc}", param_hint="APP"
+            ) from exc
+    items = list(obj) if isinstance(obj, list | tuple) else [obj]
+    for item in items:
+        if not isinstance(item, Engine | Worker):
+            raise click.BadParameter(
+                f"{spec} holds a {type(item).__name__}; expected runlane Engine or Worker objects",
+                param_hint="APP",
+            )
+        if isinstance(item, Engine) and (not item.drive or item.consumers == "never"):
+            raise click.ClickException(
+                f"{spec} is a producer-only engine (drive=False or consumers='never'); a worker"
+                " needs an engine that executes runs"
+            )
+    return items
 
 
 def store_url(db: str | None) -> str:
@@ -177,25 +203,32 @@ def serve(app: str, host: str, port: int) -> None:
 @main.command()
 @click.argument("app")
 def worker(app: str) -> None:
-    """Run the engine APP (module:attribute) until SIGTERM/SIGINT, then drain."""
-    engine = load_engine(app)
-    if not engine.drive or engine.consumers == "never":
-        raise click.ClickException(
-            f"{app} is a producer-only engine (drive=False or consumers='never'); a worker"
-            " needs an engine that executes runs"
-        )
-    run_async(_work(engine))
+    """Run APP (module:attribute): a Worker, an Engine, or a list of them, until SIGTERM/SIGINT.
+
+    Engines execute runs (and consume their transport's run queue); Workers execute the remote
+    steps of their group. On SIGTERM or Ctrl-C both drain: nothing in flight is lost.
+    """
+    run_async(_work(load_runnables(app)))
 
 
-async def _work(engine: Engine) -> None:
+async def _work(items: list[Engine | Worker]) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    click.echo(f"runlane worker {engine.id}: running; SIGTERM or Ctrl-C drains and stops", err=True)
-    async with engine:
-        await stop.wait()
-        click.echo("draining in-flight turns...", err=True)
+    engines = [i for i in items if isinstance(i, Engine)]
+    workers = [i for i in items if isinstance(i, Worker)]
+    for engine in engines:
+        await engine.__aenter__()
+    running = [asyncio.create_task(w.run()) for w in workers]
+    names = ", ".join([f"engine {e.id}" for e in engines] + [f"worker {w.name}" for w in workers])
+    click.echo(f"runlane worker: running {names}; SIGTERM or Ctrl-C drains and stops", err=True)
+    await stop.wait()
+    click.echo("draining in-flight work...", err=True)
+    await asyncio.gather(*(w.stop() for w in workers))
+    await asyncio.gather(*running, return_exceptions=True)
+    for engine in engines:
+        await engine.__aexit__(None, None, None)
     click.echo("stopped", err=True)
 
 

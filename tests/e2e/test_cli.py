@@ -201,7 +201,9 @@ def test_a_bad_app_gives_a_clear_error(spec: str, message: str, db: str) -> None
 def test_an_app_that_is_not_an_engine_is_refused(app: str) -> None:
     result = cli("worker", f"{app}:not_an_engine")
     assert result.exit_code == 2
-    assert "is a int, not a runlane.Engine" in " ".join(result.output.split())
+    assert "holds a int; expected runlane Engine or Worker objects" in " ".join(
+        result.output.split()
+    )
 
 
 def test_an_app_given_as_a_factory_is_called(db: str, app: str, waiting_run: str) -> None:

@@ -1,0 +1,29 @@
+"""An app module for `runlane worker`: a remote step worker on Redis (prefix from the env)."""
+
+from __future__ import annotations
+
+import os
+
+import runlane
+from runlane.transports import RedisTransport
+from runlane.worker import Worker
+
+PREFIX = os.environ.get("RUNLANE_TEST_PREFIX", "rl-e2e")
+REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@runlane.step(name="billing.charge", group="billing")
+def charge(order: dict[str, int]) -> dict[str, int]:
+    return {"charged": order["amount"], "pid": os.getpid()}
+
+
+@runlane.workflow(name="pay")
+async def pay(ctx: runlane.Context, order: dict[str, int]) -> dict[str, int]:
+    return await ctx.step(charge, order)
+
+
+def transport() -> RedisTransport:
+    return RedisTransport(REDIS_URL, prefix=PREFIX)
+
+
+billing = Worker(group="billing", transport=transport(), steps=[charge], heartbeat_interval=0.2)
