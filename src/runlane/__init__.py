@@ -22,6 +22,7 @@ from .errors import (
 )
 from .models import Run, RunStatus, Settled, StepRecord
 from .retry import Retry
+from .worker import Worker
 
 __version__ = "0.1.0"
 
@@ -48,6 +49,7 @@ __all__ = [
     "StepTimeoutError",
     "UnknownWorkflowError",
     "UnsupportedStoreError",
+    "Worker",
     "step",
     "workflow",
 ]

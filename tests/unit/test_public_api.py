@@ -27,6 +27,7 @@ EXPECTED = {
     "StepTimeoutError",
     "UnknownWorkflowError",
     "UnsupportedStoreError",
+    "Worker",
     "step",
     "workflow",
 }
@@ -46,8 +47,14 @@ def test_every_error_derives_from_the_one_root() -> None:
 
 
 def test_stores_and_test_kit_import_as_documented() -> None:
-    from runlane.stores import MemoryStore, open_store
+    from runlane.stores import MemoryStore, PostgresStore, SqliteStore, open_store  # noqa: F401
     from runlane.testing import ManualClock
+    from runlane.transports import (  # noqa: F401
+        DbTransport,
+        InProcessTransport,
+        RedisTransport,
+        open_transport,
+    )
 
     assert isinstance(open_store("memory://"), MemoryStore)
     assert ManualClock().now().tzinfo is not None
