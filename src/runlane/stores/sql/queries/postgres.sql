@@ -120,11 +120,12 @@ SET status = 'suspended', wake_at = %(retry_at)s, wake_requested_at = NULL, leas
 WHERE id = %(id)s;
 
 -- name: step_for_result
--- Locks the run (a turn's fenced writes lock it too) and reads the record a worker reports on.
+-- Locks the run (a turn's fenced writes lock it too) and the record a worker reports on. Both
+-- rows are locked so that, after waiting for a concurrent writer, both are read as it left them.
 SELECT r.status AS run_status, s.status, s.attempts
 FROM runlane_runs AS r JOIN runlane_steps AS s ON s.run_id = r.id AND s.seq = %(seq)s
 WHERE r.id = %(id)s
-FOR NO KEY UPDATE OF r;
+FOR NO KEY UPDATE;
 
 -- name: record_step_result
 UPDATE runlane_steps
@@ -133,11 +134,16 @@ SET status = %(status)s, output = %(output)s::json, error = %(error)s::json, wak
 WHERE run_id = %(id)s AND seq = %(seq)s;
 
 -- name: record_heartbeat
+-- The share lock waits out a concurrent settlement of the run, then sees it terminal.
+WITH run AS (
+    SELECT id FROM runlane_runs
+    WHERE id = %(id)s AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    FOR SHARE
+)
 UPDATE runlane_steps AS s SET last_heartbeat_at = %(at)s
-FROM runlane_runs AS r
-WHERE s.run_id = %(id)s AND s.seq = %(seq)s AND s.status = 'running'
-  AND s.attempts = %(attempt)s AND r.id = s.run_id
-  AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+FROM run
+WHERE s.run_id = run.id AND s.seq = %(seq)s AND s.status = 'running'
+  AND s.attempts = %(attempt)s
 RETURNING s.seq;
 
 -- name: get_step
