@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -74,6 +75,7 @@ async def claim(
     owner: str = "owner-1",
     now: datetime = T0,
     max_recoveries: int | None = None,
+    handoff: bool = False,
 ) -> ClaimOutcome:
     return await store.claim_run(
         run_id,
@@ -82,11 +84,19 @@ async def claim(
         now + LEASE,
         singleton_retry_at=now + RETRY,
         max_recoveries=max_recoveries,
+        handoff=handoff,
     )
 
 
-async def lease(store: Store, run_id: str, *, owner: str = "owner-1", now: datetime = T0) -> Run:
-    outcome = await claim(store, run_id, owner=owner, now=now)
+async def lease(
+    store: Store,
+    run_id: str,
+    *,
+    owner: str = "owner-1",
+    now: datetime = T0,
+    handoff: bool = False,
+) -> Run:
+    outcome = await claim(store, run_id, owner=owner, now=now, handoff=handoff)
     assert outcome.claim is not None, outcome
     return outcome.claim.run
 
@@ -128,6 +138,19 @@ def waits_for_signal(run_id: str, name: str) -> Writes:
 
 def waits_for_event(run_id: str, name: str) -> Writes:
     return Writes(steps=[step(run_id, 1, StepStatus.PENDING, name=name, kind=StepKind.EVENT)])
+
+
+def remote(run_id: str, seq: int = 1, attempt: int = 1, **fields: Any) -> StepRecord:
+    """A remote step's record while a worker runs ``attempt`` of it."""
+    fields.setdefault("started_at", T0)
+    fields.setdefault("dispatches", 1)
+    return step(run_id, seq, StepStatus.RUNNING, input={"n": seq}, attempts=attempt, **fields)
+
+
+async def dispatched(store: Store, run_id: str, *records: StepRecord) -> None:
+    """Create the run and suspend it, until woken, on the remote step ``records``."""
+    await create(store, spec(run_id))
+    await suspend(store, run_id, None, writes=Writes(steps=list(records or [remote(run_id)])))
 
 
 # ---------------------------------------------------------------- open / close
@@ -409,6 +432,158 @@ async def test_renew_lease_fails_once_the_run_is_no_longer_leased(store: Store) 
     await create(store, spec("a"))
     await suspend(store, "a", None)
     assert await store.renew_lease("a", "owner-1", at(100)) is False
+
+
+async def test_a_handoff_claims_a_waiting_run_whatever_its_wake_time(store: Store) -> None:
+    await create(store, spec("later"), spec("asleep"))
+    await suspend(store, "later", at(100))
+    await suspend(store, "asleep", None)
+    for run_id in ("later", "asleep"):
+        assert await claim(store, run_id, now=at(1)) == ClaimOutcome()
+        run = await lease(store, run_id, now=at(1), handoff=True)
+        assert run.status == RunStatus.RUNNING and run.lease_expires_at == at(1) + LEASE
+        assert run.wake_at is None and run.wake_requested_at is None
+
+
+async def test_a_handoff_does_not_claim_a_live_lease_or_a_finished_run(store: Store) -> None:
+    await create(store, spec("live"), spec("done"))
+    await lease(store, "live")
+    await settle(store, "done")
+    before = await store.get_runs(["live", "done"])
+    for run_id in ("live", "done", "unknown"):
+        assert await claim(store, run_id, owner="thief", now=at(1), handoff=True) == ClaimOutcome()
+    assert await store.get_runs(["live", "done"]) == before
+
+
+# ---------------------------------------------------------------- hand_off_due_runs
+
+
+async def test_hand_off_holds_due_runs_until_hold_until_most_overdue_first(store: Store) -> None:
+    await create(store, spec("a"), spec("b"), spec("future"), spec("asleep"), spec("idle"))
+    await suspend(store, "a", at(5))
+    await suspend(store, "b", at(2))
+    await suspend(store, "future", at(50))
+    await suspend(store, "asleep", None)
+    untouched = await store.get_runs(["future", "asleep", "idle"])
+    taken = await store.hand_off_due_runs(at(10), 10, None, at(40))
+    assert [run.id for run in taken] == ["b", "a"]
+    assert all(r.status == RunStatus.SUSPENDED and r.wake_at == at(40) for r in taken)
+    assert taken == [await run_of(store, "b"), await run_of(store, "a")]
+    assert await store.get_runs(["future", "asleep", "idle"]) == untouched
+
+
+async def test_hand_off_takes_at_most_limit_runs_of_the_namespace(store: Store) -> None:
+    await create(store, *(spec(i, namespace="x") for i in "abc"), spec("y", namespace="y"))
+    for n, run_id in enumerate("abcy"):
+        await suspend(store, run_id, at(n))
+    assert [r.id for r in await store.hand_off_due_runs(at(10), 2, "x", at(40))] == ["a", "b"]
+    assert (await run_of(store, "c")).wake_at == at(2)
+    assert (await run_of(store, "y")).wake_at == at(3)
+    assert [r.id for r in await store.hand_off_due_runs(at(10), 10, None, at(40))] == ["c", "y"]
+
+
+async def test_a_second_hand_off_right_after_finds_nothing_until_hold_until(store: Store) -> None:
+    await create(store, spec("a"))
+    await suspend(store, "a", at(5))
+    assert [r.id for r in await store.hand_off_due_runs(at(10), 10, None, at(40))] == ["a"]
+    assert await store.hand_off_due_runs(at(10), 10, None, at(40)) == []
+    assert await store.due_run_ids(at(39), 10, None) == []
+    assert [r.id for r in await store.hand_off_due_runs(at(40), 10, None, at(70))] == ["a"]
+
+
+# ---------------------------------------------------------------- remote step results
+
+
+async def test_a_successful_result_completes_the_record_and_wakes_the_run(store: Store) -> None:
+    record = remote("a", wake_at=at(60))
+    await dispatched(store, "a", record)
+    assert await store.record_step_result("a", 1, 1, True, {"v": 1}, None, at(3)) == "recorded"
+    completed = replace(
+        record, status=StepStatus.COMPLETED, output={"v": 1}, finished_at=at(3), wake_at=None
+    )
+    assert await store.list_steps("a") == [completed]
+    run = await run_of(store, "a")
+    assert (run.status, run.wake_at) == (RunStatus.SUSPENDED, at(3))
+
+
+async def test_a_failed_attempt_returns_the_record_to_pending_with_its_error(
+    store: Store,
+) -> None:
+    record = remote("a", attempt=2, wake_at=at(60))
+    await dispatched(store, "a", record)
+    error = {"type": "Boom", "message": "no"}
+    assert await store.record_step_result("a", 1, 2, False, "ignored", error, at(3)) == "recorded"
+    pending = replace(
+        record, status=StepStatus.PENDING, error=error, finished_at=at(3), wake_at=None
+    )
+    assert await store.list_steps("a") == [pending]
+    assert (await run_of(store, "a")).wake_at == at(3)
+
+
+async def test_a_result_during_a_turn_stamps_a_wake_request(store: Store) -> None:
+    await dispatched(store, "a")
+    await lease(store, "a", now=at(1), handoff=True)
+    assert await store.record_step_result("a", 1, 1, True, 7, None, at(3)) == "recorded"
+    run = await run_of(store, "a")
+    assert (run.status, run.wake_at, run.wake_requested_at) == (RunStatus.RUNNING, None, at(3))
+    assert await store.suspend_run("a", "owner-1", Writes(), None, at(4)) is True
+
+
+async def test_a_duplicate_result_writes_nothing_but_wakes_the_suspended_run(
+    store: Store,
+) -> None:
+    await dispatched(store, "a")
+    assert await store.record_step_result("a", 1, 1, True, "first", None, at(3)) == "recorded"
+    await lease(store, "a", now=at(3))
+    await store.suspend_run("a", "owner-1", Writes(), None, at(4))
+    steps = await store.list_steps("a")
+    assert await store.record_step_result("a", 1, 1, False, None, {"x": 1}, at(5)) == "duplicate"
+    assert await store.list_steps("a") == steps
+    run = await run_of(store, "a")
+    assert (run.status, run.wake_at, run.updated_at) == (RunStatus.SUSPENDED, at(5), at(5))
+
+
+async def test_a_result_for_a_record_left_pending_is_a_duplicate(store: Store) -> None:
+    await dispatched(store, "a", remote("a", attempt=2))
+    assert await store.record_step_result("a", 1, 2, False, None, {"x": 1}, at(3)) == "recorded"
+    steps = await store.list_steps("a")
+    assert await store.record_step_result("a", 1, 2, True, "late", None, at(4)) == "duplicate"
+    assert await store.list_steps("a") == steps
+
+
+async def test_results_for_unknown_or_finished_runs_missing_records_or_stale_attempts_drop(
+    store: Store,
+) -> None:
+    await dispatched(store, "a", remote("a", attempt=2))
+    await create(store, spec("done"))
+    await lease(store, "done")
+    await store.settle_run("done", "owner-1", Writes(steps=[remote("done")]), DONE, T0)
+    before = await store.get_runs(["a", "done"])
+    steps = {run_id: await store.list_steps(run_id) for run_id in ("a", "done")}
+    for run_id, seq, attempt in (("unknown", 1, 1), ("done", 1, 1), ("a", 9, 2), ("a", 1, 1)):
+        verdict = await store.record_step_result(run_id, seq, attempt, True, 1, None, at(3))
+        assert verdict == "dropped", (run_id, seq, attempt)
+    assert await store.get_runs(["a", "done"]) == before
+    assert {run_id: await store.list_steps(run_id) for run_id in ("a", "done")} == steps
+
+
+async def test_a_heartbeat_stamps_only_the_running_record_of_that_attempt(store: Store) -> None:
+    await dispatched(store, "a", remote("a", 1, attempt=2), step("a", 2))
+    assert await store.record_heartbeat("a", 1, 2, at(4)) is True
+    assert (await store.get_step("a", 1)) == remote("a", 1, attempt=2, last_heartbeat_at=at(4))
+    steps = await store.list_steps("a")
+    for seq, attempt in ((1, 1), (1, 3), (2, 0), (9, 2)):
+        assert await store.record_heartbeat("a", seq, attempt, at(5)) is False, (seq, attempt)
+    assert await store.record_heartbeat("unknown", 1, 2, at(5)) is False
+    assert await store.list_steps("a") == steps
+
+
+async def test_a_heartbeat_for_a_finished_run_is_refused(store: Store) -> None:
+    await create(store, spec("done"))
+    await lease(store, "done")
+    await store.settle_run("done", "owner-1", Writes(steps=[remote("done")]), DONE, T0)
+    assert await store.record_heartbeat("done", 1, 1, at(4)) is False
+    assert await store.list_steps("done") == [remote("done")]
 
 
 # ---------------------------------------------------------------- singleton admission
@@ -883,6 +1058,14 @@ async def test_list_steps_of_an_unknown_run_is_empty(store: Store) -> None:
     assert await store.list_steps("unknown") == []
 
 
+async def test_get_step_returns_the_record_at_seq_or_none(store: Store) -> None:
+    await create(store, spec("a"))
+    await suspend(store, "a", None, writes=Writes(steps=[step("a", 1), remote("a", 2)]))
+    assert await store.get_step("a", 2) == remote("a", 2)
+    assert await store.get_step("a", 3) is None
+    assert await store.get_step("unknown", 1) is None
+
+
 async def test_step_records_round_trip_every_field(store: Store) -> None:
     await create(store, spec("a"))
     record = StepRecord(
@@ -899,6 +1082,7 @@ async def test_step_records_round_trip_every_field(store: Store) -> None:
         finished_at=at(2),
         last_heartbeat_at=at(1.5),
         wake_at=at(10),
+        dispatches=3,
     )
     await suspend(store, "a", None, writes=Writes(steps=[record]))
     assert await store.list_steps("a") == [record]

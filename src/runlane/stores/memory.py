@@ -257,24 +257,13 @@ class MemoryStore:
         error: dict[str, object] | None,
         now: datetime,
     ) -> str:
-        run = self._runs.get(run_id)
         record = self._steps.get(run_id, {}).get(seq)
-        if run is None or run.is_terminal or record is None or record.attempts != attempt:
-            return "dropped"
-        if record.status != StepStatus.RUNNING:
+        verdict = report_verdict(self._runs.get(run_id), record, attempt)
+        if verdict == "recorded" and record is not None:
+            self._steps[run_id][seq] = reported_step(record, ok, output, error, now)
+        if verdict != "dropped":
             self._wake(run_id, now)
-            return "duplicate"
-        settled = replace(
-            record,
-            status=StepStatus.COMPLETED if ok else StepStatus.PENDING,
-            output=output if ok else None,
-            error=None if ok else dict(error or {}),
-            wake_at=None,
-            finished_at=now,
-        )
-        self._steps[run_id][seq] = settled
-        self._wake(run_id, now)
-        return "recorded"
+        return verdict
 
     async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
         run = self._runs.get(run_id)
@@ -534,6 +523,27 @@ class MemoryStore:
         return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
 
 
+def report_verdict(run: Run | None, record: StepRecord | None, attempt: int) -> str:
+    """How a worker's report on ``attempt`` of ``record`` lands (``Store.record_step_result``)."""
+    if run is None or run.is_terminal or record is None or record.attempts != attempt:
+        return "dropped"
+    return "recorded" if record.status == StepStatus.RUNNING else "duplicate"
+
+
+def reported_step(
+    record: StepRecord, ok: bool, output: object, error: dict[str, object] | None, now: datetime
+) -> StepRecord:
+    """The record once a worker reported its attempt: completed, or pending for the next turn."""
+    return replace(
+        record,
+        status=StepStatus.COMPLETED if ok else StepStatus.PENDING,
+        output=output if ok else None,
+        error=None if ok else dict(error or {}),
+        wake_at=None,
+        finished_at=now,
+    )
+
+
 def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     if run.status == RunStatus.PENDING:
         return True
@@ -544,4 +554,4 @@ def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     return False
 
 
-__all__ = ["ACTIVE_STATUSES", "MemoryStore", "run_from_spec"]
+__all__ = ["ACTIVE_STATUSES", "MemoryStore", "report_verdict", "reported_step", "run_from_spec"]

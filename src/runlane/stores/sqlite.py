@@ -177,13 +177,45 @@ class SqliteStore:
         *,
         singleton_retry_at: datetime,
         max_recoveries: int | None = None,
+        handoff: bool = False,
     ) -> ClaimOutcome:
         return await self._write(
-            ops.claim_run, run_id, owner, now, lease_until, singleton_retry_at, max_recoveries
+            ops.claim_run,
+            run_id,
+            owner,
+            now,
+            lease_until,
+            singleton_retry_at,
+            max_recoveries,
+            handoff,
         )
 
     async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
         return await self._write(ops.renew_lease, run_id, owner, lease_until)
+
+    async def hand_off_due_runs(
+        self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+    ) -> list[Run]:
+        return await self._write(ops.hand_off_due_runs, now, limit, namespace, hold_until)
+
+    # ---------------------------------------------------------------- remote steps (unfenced)
+
+    async def record_step_result(
+        self,
+        run_id: str,
+        seq: int,
+        attempt: int,
+        ok: bool,
+        output: object,
+        error: dict[str, object] | None,
+        now: datetime,
+    ) -> str:
+        return await self._write(
+            ops.record_step_result, run_id, seq, attempt, ok, output, error, now
+        )
+
+    async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
+        return await self._write(ops.record_heartbeat, run_id, seq, attempt, at)
 
     # ---------------------------------------------------------------- turn writes (fenced)
 
@@ -253,6 +285,9 @@ class SqliteStore:
             limit=limit,
             offset=offset,
         )
+
+    async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
+        return await self._read(reads.get_step, run_id, seq)
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return await self._read(reads.list_steps, run_id)

@@ -23,13 +23,25 @@ from ..models import (
     Settlement,
     Started,
     StepKind,
+    StepRecord,
     StepStatus,
     Writes,
 )
 from ..serialization import dumps
 from .base import RunCancelling
-from .memory import run_from_spec
-from .sqlite_reads import ACTIVE, LEASED, WAITING, Conn, get_run, list_steps, signals
+from .memory import report_verdict, reported_step, run_from_spec
+from .sqlite_reads import (
+    ACTIVE,
+    LEASED,
+    WAITING,
+    Conn,
+    due_run_ids,
+    get_run,
+    get_runs,
+    get_step,
+    list_steps,
+    signals,
+)
 from .sqlite_rows import (
     RUN_COLUMNS,
     STEP_COLUMNS,
@@ -66,6 +78,11 @@ _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
 def _save_run(conn: Conn, run: Run) -> None:
     """Write every column of ``run`` over its row (read-modify-write inside the transaction)."""
     conn.execute(_UPDATE_RUN, (*run_values(run), run.id))
+
+
+def _save_step(conn: Conn, record: StepRecord) -> None:
+    values = step_values(record)
+    conn.execute(f"REPLACE INTO steps ({STEP_COLUMNS}) VALUES {placeholders(values)}", values)
 
 
 # ---------------------------------------------------------------- starts
@@ -120,12 +137,12 @@ def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
 # ---------------------------------------------------------------- claims
 
 
-def _claimable(conn: Conn, run_id: str, now: datetime) -> Run | None:
+def _claimable(conn: Conn, run_id: str, now: datetime, handoff: bool) -> Run | None:
     row = conn.execute(
         "SELECT * FROM runs WHERE id = ? AND (status = 'pending'"
-        f" OR (status IN {WAITING} AND wake_at <= ?)"
+        f" OR (status IN {WAITING} AND (? OR wake_at <= ?))"
         f" OR (status IN {LEASED} AND lease_expires_at <= ?))",
-        (run_id, ts(now), ts(now)),
+        (run_id, int(handoff), ts(now), ts(now)),
     ).fetchone()
     return None if row is None else run_from_row(row)
 
@@ -138,8 +155,9 @@ def claim_run(
     lease_until: datetime,
     singleton_retry_at: datetime,
     max_recoveries: int | None,
+    handoff: bool,
 ) -> ClaimOutcome:
-    run = _claimable(conn, run_id, now)
+    run = _claimable(conn, run_id, now, handoff)
     if run is None:
         return ClaimOutcome()
     if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
@@ -215,6 +233,50 @@ def renew_lease(conn: Conn, run_id: str, owner: str, lease_until: datetime) -> b
     return cursor.rowcount == 1
 
 
+def hand_off_due_runs(
+    conn: Conn, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+) -> list[Run]:
+    # Inside BEGIN IMMEDIATE no other writer can take the same rows between read and write.
+    ids = due_run_ids(conn, now, limit, namespace)
+    conn.execute(
+        f"UPDATE runs SET wake_at = ? WHERE id IN {placeholders(ids)}", (ts(hold_until), *ids)
+    )
+    taken = get_runs(conn, ids)
+    return [taken[run_id] for run_id in ids]
+
+
+# ---------------------------------------------------------------- remote steps (unfenced)
+
+
+def record_step_result(
+    conn: Conn,
+    run_id: str,
+    seq: int,
+    attempt: int,
+    ok: bool,
+    output: object,
+    error: dict[str, object] | None,
+    now: datetime,
+) -> str:
+    record = get_step(conn, run_id, seq)
+    verdict = report_verdict(get_run(conn, run_id), record, attempt)
+    if verdict == "recorded" and record is not None:
+        _save_step(conn, reported_step(record, ok, output, error, now))
+    if verdict != "dropped":
+        _wake(conn, run_id, now)
+    return verdict
+
+
+def record_heartbeat(conn: Conn, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
+    cursor = conn.execute(
+        "UPDATE steps SET last_heartbeat_at = ?"
+        " WHERE run_id = ? AND seq = ? AND status = ? AND attempts = ?"
+        f" AND EXISTS (SELECT 1 FROM runs WHERE id = steps.run_id AND status IN {ACTIVE})",
+        (ts(at), run_id, seq, str(StepStatus.RUNNING), attempt),
+    )
+    return cursor.rowcount == 1
+
+
 # ---------------------------------------------------------------- turn writes
 
 
@@ -230,8 +292,7 @@ def _fenced(conn: Conn, run_id: str, owner: str, *, allow_cancelling: bool = Fal
 
 def _apply(conn: Conn, run_id: str, writes: Writes, now: datetime) -> list[Started]:
     for record in writes.steps:
-        values = step_values(record)
-        conn.execute(f"REPLACE INTO steps ({STEP_COLUMNS}) VALUES {placeholders(values)}", values)
+        _save_step(conn, record)
     consumed = list(writes.consumed_signals)
     conn.execute(
         f"DELETE FROM signals WHERE run_id = ? AND id IN {placeholders(consumed)}",
@@ -459,7 +520,10 @@ __all__ = [
     "claim_run",
     "create_runs",
     "deliver_signal",
+    "hand_off_due_runs",
     "publish_event",
+    "record_heartbeat",
+    "record_step_result",
     "renew_lease",
     "requeue_run",
     "settle_run",

@@ -40,6 +40,11 @@ def get_runs(conn: Conn, run_ids: Sequence[str]) -> dict[str, Run]:
     return {row["id"]: run_from_row(row) for row in rows}
 
 
+def get_step(conn: Conn, run_id: str, seq: int) -> StepRecord | None:
+    row = conn.execute("SELECT * FROM steps WHERE run_id = ? AND seq = ?", (run_id, seq)).fetchone()
+    return None if row is None else step_from_row(row)
+
+
 def list_steps(conn: Conn, run_id: str) -> list[StepRecord]:
     rows = conn.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
     return [step_from_row(row) for row in rows]
@@ -144,6 +149,7 @@ __all__ = [
     "expired_run_ids",
     "get_run",
     "get_runs",
+    "get_step",
     "latest_event_seq",
     "list_runs",
     "list_steps",

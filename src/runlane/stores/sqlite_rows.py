@@ -110,12 +110,13 @@ def step_from_row(row: sqlite3.Row) -> StepRecord:
         finished_at=from_opt_ts(row["finished_at"]),
         last_heartbeat_at=from_opt_ts(row["last_heartbeat_at"]),
         wake_at=from_opt_ts(row["wake_at"]),
+        dispatches=row["dispatches"],
     )
 
 
 STEP_COLUMNS = (
     "run_id, seq, name, kind, status, input, output, error, attempts, started_at, finished_at,"
-    " last_heartbeat_at, wake_at"
+    " last_heartbeat_at, wake_at, dispatches"
 )
 
 
@@ -135,6 +136,7 @@ def step_values(record: StepRecord) -> tuple[Any, ...]:
         ts(record.finished_at),
         ts(record.last_heartbeat_at),
         ts(record.wake_at),
+        record.dispatches,
     )
 
 
