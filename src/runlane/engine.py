@@ -448,7 +448,7 @@ class Engine:
             runs = await self.store.hand_off_due_runs(
                 now, self.options.timer_batch_size, self.namespace, hold
             )
-            self.runqueue.publish_wakes(r.id for r in runs)
+            self.runqueue.publish_timers(runs)
             return len(runs)
         limit = min(self.options.timer_batch_size, self._capacity())
         ids = await self.store.due_run_ids(self.now(), limit, self.namespace)
@@ -570,8 +570,8 @@ class Engine:
         """Claim the run and drive one turn; returns runs to execute next (itself when rewoken)."""
         assert self._slots is not None
         async with self._slots:
-            if self.runqueue is not None:
-                self.runqueue.claimed(run_id)
+            if self.runqueue is not None and not self.runqueue.claiming(run_id):
+                return []
             owner = f"{self.id}:{next(self._tokens)}"
             now = self.now()
             retry = self.options.singleton_retry * random.uniform(0.75, 1.25)

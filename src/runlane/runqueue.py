@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("runlane.runqueue")
 
 FAILURE_LOG_INTERVAL = 60.0
+SEND_RETRY_DELAYS = (0.25, 1.0, 4.0)
 TAKE_TIMEOUT = 1.0
 
 
@@ -59,7 +60,9 @@ class RunQueue:
         self._flush: asyncio.Task[None] | None = None
         self._consumer: asyncio.Task[None] | None = None
         self._failures = RateLimitedLog()
+        self._pending_timer_messages: dict[str, Message] = {}
         self.taken: dict[str, Message] = {}  # taken from the queue, not yet claimed
+        self.handed_back: set[str] = set()
 
     # ---------------------------------------------------------------- publishing
 
@@ -69,7 +72,15 @@ class RunQueue:
         self._schedule()
 
     def publish_wakes(self, run_ids: Iterable[str]) -> None:
+        """Runs already made due in the store (signal, finished child, freed slot, result)."""
         self._wakes.update(run_ids)
+        self._schedule()
+
+    def publish_timers(self, runs: Iterable[Run]) -> None:
+        """Due timers this instance handed off: their wake time was pushed one lease ahead."""
+        for run in runs:
+            self._starts.pop(run.id, None)
+            self._pending_timer_messages[run.id] = message(run, "timer")
         self._schedule()
 
     def _schedule(self) -> None:
@@ -79,18 +90,28 @@ class RunQueue:
 
     async def _send(self) -> None:
         await asyncio.sleep(0)
-        starts, wakes = self._starts, self._wakes
-        self._starts, self._wakes = {}, set()
-        batch = list(starts.values())
-        try:
-            if wakes:
-                runs = await self.engine.store.get_runs(sorted(wakes - set(starts)))
-                batch.extend(message(run, "wake") for run in runs.values() if not run.is_terminal)
-            await self.transport.enqueue_runs(batch)
-        except Exception as exc:
-            # A start stays pending for the pending-run poll; a wake resumes here instead.
-            self._failures.warning("run queue enqueue failed (%s); running wakes locally", exc)
-            self.engine.run_locally(wakes - set(starts))
+        starts, wakes, timers = self._starts, self._wakes, self._pending_timer_messages
+        self._starts, self._wakes, self._pending_timer_messages = {}, set(), {}
+        batch = [*starts.values(), *timers.values()]
+        wakes -= set(starts) | set(timers)
+        for delay in (*SEND_RETRY_DELAYS, None):
+            try:
+                if wakes:
+                    runs = await self.engine.store.get_runs(sorted(wakes))
+                    batch.extend(message(r, "wake") for r in runs.values() if not r.is_terminal)
+                    wakes = set()
+                await self.transport.enqueue_runs(batch)
+                return
+            except Exception as exc:
+                if delay is not None:
+                    await asyncio.sleep(delay)
+                    continue
+                # A start stays pending for the pending-run poll, a timer is due again after
+                # its hold; a wake resumes here instead.
+                self._failures.warning("run queue enqueue failed (%s); running wakes locally", exc)
+                self.engine.run_locally(
+                    [*wakes, *(m["run_id"] for m in batch if m["reason"] == "wake")]
+                )
 
     async def flushed(self) -> None:
         if self._flush is not None:
@@ -115,6 +136,7 @@ class RunQueue:
     async def hand_back(self) -> int:
         """Re-enqueue messages taken but not yet claimed (during a drain)."""
         taken, self.taken = list(self.taken.values()), {}
+        self.handed_back.update(str(m["run_id"]) for m in taken)
         if taken:
             try:
                 await self.transport.enqueue_runs(taken)
@@ -139,7 +161,14 @@ class RunQueue:
             for msg in messages:
                 run_id = str(msg.get("run_id"))
                 self.taken[run_id] = msg
-                engine.run_from_queue(run_id, handoff=msg.get("reason") == "wake")
+                # Only a handed-off timer overrides the stored wake time: every other wake was
+                # made due in the store first, so a late duplicate finds nothing to claim.
+                engine.run_from_queue(run_id, handoff=msg.get("reason") == "timer")
 
-    def claimed(self, run_id: str) -> None:
+    def claiming(self, run_id: str) -> bool:
+        """Called just before a claim; False when the message was handed back meanwhile."""
         self.taken.pop(run_id, None)
+        if run_id in self.handed_back:
+            self.handed_back.discard(run_id)
+            return False
+        return True
