@@ -21,6 +21,7 @@ from runlane.stores.migrations import migrations
 from runlane.stores.postgres import SQL, PostgresStore, upgrade
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LATER = timedelta(seconds=1)
 LATEST = migrations("postgres")[-1][0]
 
 
@@ -397,3 +398,85 @@ async def test_a_run_of_n_checkpoints_costs_n_plus_3_commits(scratch_url: str, p
         f" (create + claim + {checkpoints} checkpoints + settle; N + 3 = {checkpoints + 3})"
     )
     assert per_run == checkpoints + 3
+
+
+# ---------------------------------------------------------------- remote steps under contention
+
+
+async def _suspended_on_remote_step(
+    store: PostgresStore, run_id: str, wake_at: datetime | None = None
+) -> None:
+    """A run suspended (until ``wake_at``) while a worker runs attempt 1 of its step 1."""
+    await store.create_runs([RunSpec(run_id, "wf", "1", None, T0)], T0)
+    outcome = await store.claim_run(
+        run_id, "owner", T0, T0 + timedelta(minutes=5), singleton_retry_at=T0
+    )
+    assert outcome.claim is not None
+    record = StepRecord(run_id, 1, "remote", "step", "running", attempts=1, dispatches=1)
+    await store.suspend_run(run_id, "owner", Writes(steps=(record,)), wake_at, T0)
+
+
+async def _wait_until_blocked(pg_url: str, task: asyncio.Task[Any]) -> None:
+    """Return once ``task`` finished or a backend of the database waits on a lock (5 s at most)."""
+    query = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        deadline = time.monotonic() + 5
+        while not task.done() and time.monotonic() < deadline:
+            row = await (await conn.execute(query)).fetchone()
+            if row is not None and row[0] > 0:
+                return
+            await asyncio.sleep(0.02)
+    assert task.done(), "the call neither finished nor waited on a lock within 5 s"
+
+
+async def test_a_result_waiting_behind_a_concurrent_write_of_the_step_is_a_duplicate(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    await _suspended_on_remote_step(pg_store, "a")
+    async with await psycopg.AsyncConnection.connect(pg_url) as other:
+        # Another report of the same attempt, holding the run's lock while it writes the step.
+        await other.execute("SELECT 1 FROM runlane_runs WHERE id = 'a' FOR NO KEY UPDATE")
+        await other.execute(
+            "UPDATE runlane_steps SET status = 'completed', output = '\"first\"'"
+            " WHERE run_id = 'a' AND seq = 1"
+        )
+        late = asyncio.create_task(
+            pg_store.record_step_result("a", 1, 1, True, "second", None, T0 + LATER)
+        )
+        await _wait_until_blocked(pg_url, late)
+        await other.commit()
+    assert await late == "duplicate"
+    record = await pg_store.get_step("a", 1)
+    assert record is not None and record.output == "first"
+
+
+async def test_a_heartbeat_waiting_behind_a_settlement_of_the_run_is_refused(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    await _suspended_on_remote_step(pg_store, "a")
+    async with await psycopg.AsyncConnection.connect(pg_url) as other:
+        await other.execute("UPDATE runlane_runs SET status = 'cancelled' WHERE id = 'a'")
+        beat = asyncio.create_task(pg_store.record_heartbeat("a", 1, 1, T0 + LATER))
+        await _wait_until_blocked(pg_url, beat)
+        await other.commit()
+    assert await beat is False
+    record = await pg_store.get_step("a", 1)
+    assert record is not None and record.last_heartbeat_at is None
+
+
+async def test_hand_off_skips_a_due_run_another_transaction_holds(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    for run_id in ("a", "b"):
+        await _suspended_on_remote_step(pg_store, run_id, wake_at=T0)
+    async with await psycopg.AsyncConnection.connect(pg_url) as other:
+        await other.execute("SELECT 1 FROM runlane_runs WHERE id = 'a' FOR NO KEY UPDATE")
+        taken = await asyncio.wait_for(
+            pg_store.hand_off_due_runs(T0, 10, None, T0 + LATER), timeout=5
+        )
+        await other.rollback()
+    assert [run.id for run in taken] == ["b"]
+    assert (await pg_store.hand_off_due_runs(T0, 10, None, T0 + LATER))[0].id == "a"
