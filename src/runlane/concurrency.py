@@ -29,6 +29,7 @@ async def call_step_body(fn: Callable[..., Any], input: Any) -> Any:
     return await run_in_thread(fn, *args)
 
 
+@functools.lru_cache(maxsize=4096)
 def _takes_input(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()

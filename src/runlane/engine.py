@@ -95,7 +95,8 @@ class Engine:
         self._tokens = itertools.count(1)
         self._inflight: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
-        self._settled: dict[str, asyncio.Event] = {}
+        # Futures of wait_for_run callers: the settled run when settled here, None otherwise.
+        self._settled: dict[str, asyncio.Future[Run | None]] = {}
         self._slots: asyncio.Semaphore | None = None
         self._wakeup: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
@@ -403,6 +404,10 @@ class Engine:
         await self._ready()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            # Listen before reading, so a settle landing between the two is not missed.
+            waiter = self._settled.get(run_id)
+            if waiter is None or waiter.done():
+                waiter = self._settled[run_id] = asyncio.get_running_loop().create_future()
             run = await self.store.get_run(run_id)
             if run is None:
                 raise RunNotFoundError(run_id)
@@ -411,15 +416,18 @@ class Engine:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"run {run_id!r} is still {run.status} after {timeout}s")
-            event = self._settled.setdefault(run_id, asyncio.Event())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), min(0.25, left) if left is not None else 0.25)
+                settled = await asyncio.wait_for(
+                    asyncio.shield(waiter), min(0.25, left) if left is not None else 0.25
+                )
+                if settled is not None:
+                    return settled
 
-    def _notify_many(self, run_ids: Iterable[str]) -> None:
+    def _notify_many(self, run_ids: Iterable[str], settled: Run | None = None) -> None:
         for run_id in run_ids:
-            event = self._settled.pop(run_id, None)
-            if event is not None:
-                event.set()
+            waiter = self._settled.pop(run_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(settled)
 
     # ---------------------------------------------------------------- the loop phases
 
@@ -479,7 +487,8 @@ class Engine:
         return max(1, self.options.max_local_runs - len(self._inflight))
 
     async def _execute_all(self, ids: Sequence[str]) -> int:
-        tasks = [self._spawn(run_id) for run_id in ids]
+        # A polled run already executing here needs no second turn: the poll saw it mid-way.
+        tasks = [self._spawn(run_id, poll=True) for run_id in ids]
         if self.drive and self._loop_task is not None and asyncio.current_task() is self._loop_task:
             return len(tasks)
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -529,10 +538,13 @@ class Engine:
         self._room.clear()
         await self._room.wait()
 
-    def _spawn(self, run_id: str, *, handoff: bool = False) -> asyncio.Task[None]:
+    def _spawn(
+        self, run_id: str, *, handoff: bool = False, poll: bool = False
+    ) -> asyncio.Task[None]:
         task = self._inflight.get(run_id)
         if task is not None:
-            self._again.add(run_id)
+            if not poll:  # a wake that arrived mid-turn: run one more turn after this one
+                self._again.add(run_id)
             return task
         task = asyncio.create_task(self._drive(run_id, handoff), name=f"runlane-run-{run_id}")
         self._inflight[run_id] = task
@@ -585,7 +597,7 @@ class Engine:
                 handoff=handoff,
             )
             if outcome.settled is not None:
-                self._notify_many([run_id])
+                self._notify_many([run_id], outcome.settled)
                 return []
             if outcome.claim is None:
                 return []
@@ -594,7 +606,7 @@ class Engine:
             )
             result = await Turn(self, outcome.claim, owner, definition).execute()
         if result.state == "settled":
-            self._notify_many([run_id])
+            self._notify_many([run_id], result.settled)
         elif result.state == "rewake":
             return [run_id]
         elif result.wake_at is not None:

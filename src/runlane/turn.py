@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -86,6 +86,7 @@ class TurnOutcome:
     woken: list[str] = field(default_factory=list)
     wake_at: datetime | None = None
     status: RunStatus | None = None
+    settled: Run | None = None  # the run as this turn settled it
 
 
 class Turn:
@@ -447,9 +448,13 @@ class Turn:
         for op in ops:
             if op.turn is not self:
                 raise RunlaneError("an operation was passed to a context it does not belong to")
-        children = await self.settle_children([op for op in ops if isinstance(op, ChildOp)])
+        child_ops = [op for op in ops if isinstance(op, ChildOp)]
+        children = await self.settle_children(child_ops) if child_ops else {}
         steps = [op for op in ops if isinstance(op, StepOp)]
-        results = await asyncio.gather(*(self.settle_step(op) for op in steps))
+        if len(steps) == 1:  # the common case: no task needed for one step
+            results: list[Settled | None] = [await self.settle_step(steps[0])]
+        else:
+            results = list(await asyncio.gather(*(self.settle_step(op) for op in steps)))
         by_seq: dict[int, Settled | None] = {
             **children,
             **dict(zip((op.seq for op in steps), results, strict=True)),
@@ -545,15 +550,28 @@ class Turn:
         if settlement.status == RunStatus.CANCELLED and settlement.error is None:
             current = await self.host.store.get_run(self.run.id)
             settlement = Settlement(RunStatus.CANCELLED, None, current.error if current else None)
+        now = self.now()
         try:
             woken = await self.host.store.settle_run(
-                self.run.id, self.owner, writes, settlement, self.now()
+                self.run.id, self.owner, writes, settlement, now
             )
         except RunCancelling:
             return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
         except LeaseLostError:
             return TurnOutcome("abandoned")
-        return TurnOutcome("settled", woken=woken, status=settlement.status)
+        settled = replace(
+            self.run,
+            status=settlement.status,
+            output=settlement.output,
+            error=settlement.error,
+            updated_at=now,
+            holds_slot=False,
+            lease_owner=None,
+            lease_expires_at=None,
+            wake_at=None,
+            wake_requested_at=None,
+        )
+        return TurnOutcome("settled", woken=woken, status=settlement.status, settled=settled)
 
     async def _renew(self) -> None:
         interval = max(0.05, self.host.lease_seconds / 2)
