@@ -26,6 +26,7 @@ from runlane.transports import (
 )
 
 TRANSPORT_KINDS = ["inprocess", "postgres", "sqlite", "redis"]
+QUEUE_KINDS = [k for k in TRANSPORT_KINDS if k != "inprocess"]  # the in-process one has none
 REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 MakeTransport = Callable[[], Awaitable[Transport]]
@@ -73,12 +74,6 @@ async def make_transport(
 @pytest.fixture
 async def transport(make_transport: MakeTransport) -> Transport:
     return await make_transport()
-
-
-@pytest.fixture
-def needs_run_queue(transport_kind: str) -> None:
-    if transport_kind == "inprocess":
-        pytest.skip("the in-process transport has no run queue")
 
 
 @pytest.fixture
@@ -161,7 +156,7 @@ async def take_all(take: Callable[[int, float], Awaitable[list[Any]]], expected:
 # -------------------------------------------------------------------- runs
 
 
-@pytest.mark.usefixtures("needs_run_queue")
+@pytest.mark.parametrize("transport_kind", QUEUE_KINDS)
 async def test_runs_are_taken_most_urgent_first_then_oldest(transport: Transport) -> None:
     await transport.enqueue_runs(runs(("low-1", 0), ("high-1", 5), ("low-2", 0), ("mid", 1)))
     await transport.enqueue_runs(runs(("high-2", 5)))
@@ -171,7 +166,7 @@ async def test_runs_are_taken_most_urgent_first_then_oldest(transport: Transport
     assert run_ids(taken) == ["high-1", "high-2", "mid", "low-1", "low-2"]
 
 
-@pytest.mark.usefixtures("needs_run_queue")
+@pytest.mark.parametrize("transport_kind", QUEUE_KINDS)
 async def test_run_messages_come_back_as_sent(transport: Transport) -> None:
     sent = runs(("r1", 3), namespace="billing")
 
@@ -180,7 +175,7 @@ async def test_run_messages_come_back_as_sent(transport: Transport) -> None:
     assert await transport.take_runs(["billing"], 5, 1.0) == sent
 
 
-@pytest.mark.usefixtures("needs_run_queue")
+@pytest.mark.parametrize("transport_kind", QUEUE_KINDS)
 async def test_each_run_message_goes_to_exactly_one_of_two_takers(
     make_transport: MakeTransport,
 ) -> None:
@@ -199,7 +194,7 @@ async def test_each_run_message_goes_to_exactly_one_of_two_takers(
     assert len(a + b) == 200
 
 
-@pytest.mark.usefixtures("needs_run_queue")
+@pytest.mark.parametrize("transport_kind", QUEUE_KINDS)
 async def test_namespaces_have_their_own_run_queues(transport: Transport) -> None:
     await transport.enqueue_runs(
         runs(("a1", 0), namespace="a") + runs(("b1", 0), namespace="b") + runs(("n1", 0))
@@ -211,7 +206,7 @@ async def test_namespaces_have_their_own_run_queues(transport: Transport) -> Non
     assert run_ids(await transport.take_runs(None, 10, 0.5)) == ["b1"]
 
 
-@pytest.mark.usefixtures("needs_run_queue")
+@pytest.mark.parametrize("transport_kind", QUEUE_KINDS)
 async def test_taker_of_every_namespace_sees_a_namespace_created_while_it_waits(
     make_transport: MakeTransport,
 ) -> None:
@@ -226,7 +221,7 @@ async def test_taker_of_every_namespace_sees_a_namespace_created_while_it_waits(
     assert time.monotonic() - started < 1.0
 
 
-@pytest.mark.usefixtures("needs_run_queue")
+@pytest.mark.parametrize("transport_kind", QUEUE_KINDS)
 async def test_ten_thousand_runs_go_out_in_a_few_round_trips(
     transport: Transport, round_trips: Callable[[], Any]
 ) -> None:
@@ -242,7 +237,7 @@ async def test_ten_thousand_runs_go_out_in_a_few_round_trips(
     assert sorted(run_ids(taken)) == sorted(run_ids(fan))
 
 
-@pytest.mark.usefixtures("needs_run_queue")
+@pytest.mark.parametrize("transport_kind", QUEUE_KINDS)
 async def test_enqueue_of_nothing_sends_nothing(
     transport: Transport, round_trips: Callable[[], Any]
 ) -> None:
