@@ -1,0 +1,101 @@
+"""One member of a test fleet, run as its own process (see test_fleet_processes.py).
+
+python fleet_app.py engine PG_URL TRANSPORT PREFIX LOG   -> an engine instance, until SIGTERM
+python fleet_app.py worker PG_URL TRANSPORT PREFIX LOG   -> a remote step worker, until SIGTERM
+TRANSPORT is "none", "redis" or "db". Every step execution appends "<run> <seq> <pid>" to LOG.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from typing import Any
+
+import runlane
+from runlane import Engine
+from runlane.stores import open_store
+from runlane.transports import DbTransport, RedisTransport
+from runlane.transports.base import Transport
+from runlane.worker import Worker
+
+REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
+LOG = sys.argv[5] if len(sys.argv) > 5 else os.devnull
+
+
+def _log(run_id: str, seq: int) -> None:
+    with open(LOG, "a") as log:
+        log.write(f"{run_id} {seq} {os.getpid()}\n")
+
+
+@runlane.step(name="fleet.local")
+async def local(args: list[Any]) -> str:
+    _log(args[0], args[1])
+    await asyncio.sleep(0.005)
+    return f"{args[0]}:{args[1]}"
+
+
+@runlane.step(name="fleet.remote", group="fleet", timeout=3.0)
+async def remote(args: list[Any]) -> str:
+    _log(args[0], args[1])
+    await asyncio.sleep(0.01)
+    return f"{args[0]}:{args[1]}:remote"
+
+
+@runlane.workflow(name="fleet.three")
+async def three(ctx: runlane.Context, _: Any) -> list[str]:
+    return [await ctx.step(local, [ctx.run_id, seq]) for seq in (1, 2, 3)]
+
+
+@runlane.workflow(name="fleet.mixed")
+async def mixed(ctx: runlane.Context, _: Any) -> list[str]:
+    first = await ctx.step(local, [ctx.run_id, 1])
+    second = await ctx.step(remote, [ctx.run_id, 2])
+    return [first, second]
+
+
+def transport(kind: str, pg_url: str, prefix: str) -> Transport | None:
+    if kind == "redis":
+        return RedisTransport(REDIS_URL, prefix=prefix)
+    if kind == "db":
+        return DbTransport(pg_url, prefix=prefix, poll_interval=0.2)
+    return None
+
+
+async def serve(role: str, pg_url: str, kind: str, prefix: str) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    if role == "worker":
+        w = Worker(
+            group="fleet",
+            transport=transport(kind, pg_url, prefix) or _none(),
+            steps=[remote],
+            heartbeat_interval=0.3,
+        )
+        running = asyncio.create_task(w.run())
+        print("READY", flush=True)
+        await stop.wait()
+        await w.stop()
+        await running
+        return
+    engine = Engine(
+        open_store(pg_url),
+        transport=transport(kind, pg_url, prefix),
+        workflows=[three, mixed],
+        steps=[local, remote],
+        lease=5.0,
+        poll_interval=0.1,
+    )
+    async with engine:
+        print("READY", flush=True)
+        await stop.wait()
+
+
+def _none() -> Transport:
+    raise SystemExit("a worker needs a transport")
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]))

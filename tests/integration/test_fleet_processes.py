@@ -1,0 +1,132 @@
+"""Fleets of real processes on one PostgreSQL database: one engine is SIGKILLed mid-burst.
+
+Every run must complete exactly once with every checkpoint recorded once; only steps that were
+in flight in the killed process may have executed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runlane import Engine, RunStatus
+from runlane.stores import open_store
+
+from .fleet_app import mixed, three
+
+APP = Path(__file__).with_name("fleet_app.py")
+
+
+def _spawn(role: str, pg_url: str, kind: str, prefix: str, log: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), role, pg_url, kind, prefix, str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "READY" in line, line
+    return proc
+
+
+async def _reset(pg_url: str) -> None:
+    store: Any = open_store(pg_url)
+    await store.open()
+    await store.reset_for_tests()
+    await store.close()
+
+
+async def _start(pg_url: str, workflow: Any, n: int) -> None:
+    engine = Engine(open_store(pg_url), workflows=[workflow], drive=False)
+    async with engine:
+        for i in range(n):
+            await engine.start(workflow, None, run_id=f"f{i:04d}")
+
+
+async def _progress(pg_url: str) -> tuple[int, list[Any]]:
+    store: Any = open_store(pg_url)
+    await store.open()
+    try:
+        runs = await store.list_runs(limit=5000)
+        steps = [await store.list_steps(r.id) for r in runs]
+    finally:
+        await store.close()
+    done = sum(1 for r in runs if r.status == RunStatus.COMPLETED)
+    return done, list(zip(runs, steps, strict=True))
+
+
+def _wait_until(pg_url: str, target: int, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    done = 0
+    while time.monotonic() < deadline:
+        done, _ = asyncio.run(_progress(pg_url))
+        if done >= target:
+            return done
+        time.sleep(0.3)
+    return done
+
+
+def _fleet_run(pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_path: Path) -> None:
+    asyncio.run(_reset(pg_url))
+    prefix = f"rlfleet-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "steps.log"
+    asyncio.run(_start(pg_url, workflow, n))
+    procs = [_spawn("engine", pg_url, kind, prefix, log) for _ in range(3)]
+    if kind != "none":
+        procs += [_spawn("worker", pg_url, kind, prefix, log) for _ in range(2)]
+    try:
+        half = _wait_until(pg_url, n // 2, 120)
+        assert half >= n // 2, f"only {half}/{n} runs completed before the kill"
+        killed = procs[0].pid
+        os.kill(killed, signal.SIGKILL)
+        procs[0].wait(10)
+        done = _wait_until(pg_url, n, 180)
+    finally:
+        for proc in procs[1:]:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs[1:]:
+            proc.communicate(timeout=30)
+    assert done == n, f"{done}/{n} runs completed"
+    _, rows = asyncio.run(_progress(pg_url))
+    for run, records in rows:
+        assert run.status == RunStatus.COMPLETED
+        assert [r.seq for r in records] == list(range(1, steps + 1)), (run.id, records)
+        assert all(r.status == "completed" for r in records)
+    lines = [line.split() for line in log.read_text().splitlines()]
+    executions = Counter(f"{run} {seq}" for run, seq, _ in lines)
+    assert len(executions) == n * steps
+    first_by: dict[str, str] = {}
+    for run, seq, pid in lines:
+        first_by.setdefault(f"{run} {seq}", pid)
+    again = [k for k, v in executions.items() if v > 1]
+    # Only a step in flight in the killed process may run twice: at most once more, at most one
+    # step per run, and its first execution was in the killed process.
+    assert all(executions[k] == 2 for k in again), again
+    assert len({k.split()[0] for k in again}) == len(again), again
+    assert all(first_by[k] == str(killed) for k in again), again
+
+
+@pytest.mark.slow
+def test_three_engine_processes_one_killed_complete_every_run_exactly_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    _fleet_run(pg_url, "none", three, 1000, 3, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["redis", "db"])
+def test_engines_and_workers_over_a_transport_survive_a_killed_engine(
+    pg_url: str, kind: str, tmp_path: Path
+) -> None:
+    _fleet_run(pg_url, kind, mixed, 300, 2, tmp_path)
