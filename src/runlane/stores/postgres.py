@@ -1,10 +1,12 @@
 """PostgresStore: the store contract on PostgreSQL, for fleets of engines sharing one database.
 
-Every method is one transaction on one pooled connection. Admission is atomic per key: a start
-or claim takes the key's transaction-scoped advisory lock before it counts, so different keys
-never wait on each other and concurrent starts from any number of processes never overshoot a
-quota. Claims lock their row with ``SKIP LOCKED``: a row another instance is claiming is simply
-"not claimable now". The statements live in ``sql/queries/postgres.sql``.
+Every method is one atomic unit on one pooled connection: a single statement in autocommit, or
+one transaction (pipelined where no statement waits on another's result). Admission is atomic
+per key: a start or claim takes the key's transaction-scoped advisory lock in a statement before
+the one that counts, so different keys never wait on each other and concurrent starts from any
+number of processes never overshoot a quota. Claims lock their row with ``SKIP LOCKED``: a row
+another instance is claiming is simply "not claimable now". The statements live in
+``sql/queries/postgres.sql``.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class PostgresStore:
 
     async def reset_for_tests(self) -> None:
         """Empty every runlane table (tests share one database for a whole session)."""
-        await self._db.tx(lambda conn: execute(conn, "reset"))
+        await self._db.run(lambda conn: execute(conn, "reset"))
 
     async def _lock_keys(self, conn: Conn, keys: Sequence[str]) -> None:
         """Take the admission locks of ``keys``, in order."""
@@ -185,7 +187,7 @@ class PostgresStore:
 
     async def _ids(self, name: str, now: datetime, limit: int, namespace: str | None) -> list[str]:
         params = {"now": now, "limit": limit, "namespace": namespace}
-        rows = await self._db.tx(lambda conn: fetch_all(conn, name, **params))
+        rows = await self._db.run(lambda conn: fetch_all(conn, name, **params))
         return [row["id"] for row in rows]
 
     async def claim_run(
@@ -269,13 +271,13 @@ class PostgresStore:
         self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
     ) -> list[Run]:
         params = {"now": now, "limit": limit, "namespace": namespace, "hold_until": hold_until}
-        rows = await self._db.tx(lambda conn: fetch_all(conn, "hand_off_due", **params))
+        rows = await self._db.run(lambda conn: fetch_all(conn, "hand_off_due", **params))
         rows.sort(key=lambda row: (row["was_due"], row["id"]))
         return [run_from_row(row) for row in rows]
 
     async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
         params = {"id": run_id, "owner": owner, "lease_until": lease_until}
-        rows = await self._db.tx(lambda conn: fetch_all(conn, "renew_lease", **params))
+        rows = await self._db.run(lambda conn: fetch_all(conn, "renew_lease", **params))
         return bool(rows)
 
     # ---------------------------------------------------------------- remote steps (unfenced)
@@ -315,7 +317,7 @@ class PostgresStore:
 
     async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
         beat = {"id": run_id, "seq": seq, "attempt": attempt, "at": at}
-        return bool(await self._db.tx(lambda conn: fetch_all(conn, "record_heartbeat", **beat)))
+        return bool(await self._db.run(lambda conn: fetch_all(conn, "record_heartbeat", **beat)))
 
     # ---------------------------------------------------------------- turn writes (fenced)
 
@@ -535,21 +537,21 @@ class PostgresStore:
 
     async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
         params = {"name": name, "after": after_seq, "limit": limit}
-        rows = await self._db.tx(lambda conn: fetch_all(conn, "events_after", **params))
+        rows = await self._db.run(lambda conn: fetch_all(conn, "events_after", **params))
         return [event_from_row(row) for row in rows]
 
     async def latest_event_seq(self) -> int:
-        row = await self._db.tx(lambda conn: fetch_one(conn, "latest_event_seq"))
+        row = await self._db.run(lambda conn: fetch_one(conn, "latest_event_seq"))
         return int(row["seq"]) if row is not None else 0
 
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:
-        row = await self._db.tx(lambda conn: fetch_one(conn, "get_run", id=run_id))
+        row = await self._db.run(lambda conn: fetch_one(conn, "get_run", id=run_id))
         return run_from_row(row) if row is not None else None
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        runs = await self._db.tx(lambda conn: self._fetch_runs(conn, run_ids))
+        runs = await self._db.run(lambda conn: self._fetch_runs(conn, run_ids))
         return {run.id: run for run in runs}
 
     async def list_runs(
@@ -571,14 +573,14 @@ class PostgresStore:
             cur = await conn.execute(query, {**given, "limit": limit, "offset": offset})
             return await cur.fetchall()
 
-        return [run_from_row(row) for row in await self._db.tx(work)]
+        return [run_from_row(row) for row in await self._db.run(work)]
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
-        row = await self._db.tx(lambda conn: fetch_one(conn, "get_step", id=run_id, seq=seq))
+        row = await self._db.run(lambda conn: fetch_one(conn, "get_step", id=run_id, seq=seq))
         return step_from_row(row) if row is not None else None
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
-        rows = await self._db.tx(lambda conn: fetch_all(conn, "steps_of", id=run_id))
+        rows = await self._db.run(lambda conn: fetch_all(conn, "steps_of", id=run_id))
         return [step_from_row(row) for row in rows]
 
 

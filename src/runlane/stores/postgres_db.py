@@ -1,4 +1,10 @@
-"""PostgresStore's plumbing: a counted pool, one-transaction units of work, named statements."""
+"""PostgresStore's plumbing: a counted pool, units of work, named statements.
+
+Pooled connections are in autocommit mode: a unit that is one statement (``Database.run``) is
+atomic on its own and costs one round trip, with no BEGIN or COMMIT. Units of several statements
+run in an explicit transaction (``Database.tx``), or are sent with their BEGIN and COMMIT in one
+pipelined round trip when no statement depends on another's result (``Database.batch``).
+"""
 
 from __future__ import annotations
 
@@ -66,7 +72,7 @@ class Database:
         pool = AsyncConnectionPool(
             utc_conninfo(self.url),
             connection_class=psycopg.AsyncConnection[DictRow],
-            kwargs={"row_factory": dict_row},
+            kwargs={"row_factory": dict_row, "autocommit": True},
             min_size=self.min_size,
             max_size=self.max_size,
             timeout=_CHECKOUT_TIMEOUT,
@@ -78,6 +84,31 @@ class Database:
 
     async def tx(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``work`` in one transaction on one pooled connection; commit unless it raises."""
+
+        async def in_transaction(conn: Conn) -> T:
+            async with conn.transaction():
+                return await work(conn)
+
+        return await self.run(in_transaction)
+
+    async def batch(self, *calls: Call | None) -> list[list[Row]]:
+        """Statements in one transaction, sent with its BEGIN and COMMIT in one round trip.
+
+        None = skip. Each statement's rows, or []. Nothing may depend on an earlier result.
+        """
+
+        async def send(conn: Conn) -> list[list[Row]]:
+            async with conn.pipeline(), conn.transaction():
+                cursors = [await _send(conn, call) for call in calls if call is not None]
+            return [await cur.fetchall() if cur.description else [] for cur in cursors]
+
+        return await self.run(send)
+
+    async def run(self, work: Callable[[Conn], Awaitable[T]]) -> T:
+        """Run ``work`` on one pooled connection in autocommit: each statement commits alone.
+
+        For a single statement (atomic by itself), or a unit that opens its own transaction.
+        """
         if self._pool is None:
             raise RunlaneError("PostgresStore is not open; await store.open() first")
         attempt = 1
@@ -101,6 +132,10 @@ class Database:
             await asyncio.wait_for(self._pool.check(), _PURGE_TIMEOUT)
 
 
+async def _send(conn: Conn, call: Call) -> psycopg.AsyncCursor[DictRow]:
+    return await conn.execute(SQL[call[0]], call[1])
+
+
 async def execute(conn: Conn, name: str, /, **params: Any) -> None:
     await conn.execute(SQL[name], params)
 
@@ -118,7 +153,7 @@ async def fetch_one(conn: Conn, name: str, /, **params: Any) -> Row | None:
 async def pipeline(conn: Conn, *calls: Call | None) -> list[list[Row]]:
     """Several statements in one round trip (None = skip); each one's rows, or []."""
     async with conn.pipeline():
-        cursors = [await conn.execute(SQL[c[0]], c[1]) for c in calls if c is not None]
+        cursors = [await _send(conn, call) for call in calls if call is not None]
     return [await cur.fetchall() if cur.description else [] for cur in cursors]
 
 
