@@ -6,8 +6,40 @@ so the policy is written once and every backend applies it the same way.
 
 from __future__ import annotations
 
-from .errors import ConcurrencyLimitError, SingletonQueueFullError
-from .models import QuotaGate, SingletonGate
+import inspect
+from typing import Any
+
+from .definitions import Concurrency, WorkflowDefinition
+from .errors import ConcurrencyLimitError, RunlaneError, SingletonQueueFullError
+from .models import JSON, QuotaGate, SingletonGate
+
+
+def singleton_gate(definition: WorkflowDefinition, input: JSON) -> SingletonGate | None:
+    """The workflow's singleton rule evaluated on a start's input."""
+    rule = definition.singleton
+    if rule is None:
+        return None
+    key = rule.key(input)
+    if not isinstance(key, str) or not key:
+        raise RunlaneError(
+            f"singleton key of {definition.name!r} must be a non-empty string, got {key!r}"
+        )
+    return SingletonGate(key, rule.limit, rule.queue_depth, replace=rule.on_busy == "replace")
+
+
+async def quota_gate(rule: Concurrency | None, input: JSON) -> QuotaGate | None:
+    """A quota rule evaluated on a start's input; None for no rule or a ``None`` key."""
+    if rule is None:
+        return None
+    key = rule.key(input) if callable(rule.key) else rule.key
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise RunlaneError(f"concurrency key must be a string or None, got {key!r}")
+    limit: Any = rule.limit(key) if callable(rule.limit) else rule.limit
+    if inspect.isawaitable(limit):
+        limit = await limit
+    return QuotaGate(key, int(limit), rule.statuses)
 
 
 def quota_refusal(workflow: str, gate: QuotaGate, active: int) -> ConcurrencyLimitError | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import itertools
 import logging
 import random
@@ -20,6 +19,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal
 
+from . import admission
 from .clock import Clock, SystemClock
 from .concurrency import call_step_body
 from .definitions import Concurrency, StepDefinition, WorkflowDefinition, check_tags
@@ -33,13 +33,12 @@ from .errors import (
     UnsupportedStoreError,
     error_dict,
 )
+from .local import LocalRuns
 from .models import (
     JSON,
-    QuotaGate,
     Run,
     RunSpec,
     RunStatus,
-    SingletonGate,
     Started,
     StepRecord,
 )
@@ -93,17 +92,14 @@ class Engine:
         self.options = EngineOptions.from_kwargs(options)
         self.id = uuid.uuid4().hex[:12]
         self._tokens = itertools.count(1)
-        self._inflight: dict[str, asyncio.Task[None]] = {}
-        self._again: set[str] = set()
+        self._local: LocalRuns | None = None
         # Futures of wait_for_run callers: the settled run when settled here, None otherwise.
         self._settled: dict[str, asyncio.Future[Run | None]] = {}
-        self._slots: asyncio.Semaphore | None = None
         self._wakeup: asyncio.Event | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._opened = False
         self._accepting = True
         self._next_wake: datetime | None = None
-        self._room = asyncio.Event()
         self._consuming = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -121,7 +117,9 @@ class Engine:
             if self.transport is not None:
                 await self.transport.open()
             self._opened = True
-            self._slots = asyncio.Semaphore(self.options.max_local_runs)
+            self._local = LocalRuns(
+                self._execute, self._route, lambda: self._accepting, self.options.max_local_runs
+            )
             self._wakeup = asyncio.Event()
 
     async def __aenter__(self) -> Engine:
@@ -172,12 +170,8 @@ class Engine:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
-        tasks = list(self._inflight.values())
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=timeout)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
+        if self._local is not None:
+            await self._local.wait(timeout)
         if self.remote is not None:
             await self.remote.stop()
 
@@ -236,8 +230,8 @@ class Engine:
         """The spec of a new run, with its singleton and quota gates evaluated on ``input``."""
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("run_id must be a non-empty string")
-        singleton = self._singleton_gate(definition, input)
-        quota = await self._quota_gate(concurrency or definition.concurrency, input)
+        singleton = admission.singleton_gate(definition, input)
+        quota = await admission.quota_gate(concurrency or definition.concurrency, input)
         if (singleton or quota) and not self.store.atomic_admission:
             raise UnsupportedStoreError(
                 f"{type(self.store).__name__} cannot admit singleton or quota runs atomically"
@@ -259,36 +253,11 @@ class Engine:
             quota=quota,
         )
 
-    def _singleton_gate(self, definition: WorkflowDefinition, input: JSON) -> SingletonGate | None:
-        rule = definition.singleton
-        if rule is None:
-            return None
-        key = rule.key(input)
-        if not isinstance(key, str) or not key:
-            raise RunlaneError(
-                f"singleton key of {definition.name!r} must be a non-empty string, got {key!r}"
-            )
-        return SingletonGate(key, rule.limit, rule.queue_depth, replace=rule.on_busy == "replace")
-
-    async def _quota_gate(self, rule: Concurrency | None, input: JSON) -> QuotaGate | None:
-        if rule is None:
-            return None
-        key = rule.key(input) if callable(rule.key) else rule.key
-        if key is None:
-            return None
-        if not isinstance(key, str):
-            raise RunlaneError(f"concurrency key must be a string or None, got {key!r}")
-        limit: Any = rule.limit(key) if callable(rule.limit) else rule.limit
-        if inspect.isawaitable(limit):
-            limit = await limit
-        return QuotaGate(key, int(limit), rule.statuses)
-
     async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
         return await self.build_spec(self.registry.workflow(workflow), input, run_id, parent=parent)
 
     async def continuation_spec(self, run: Run, input: JSON) -> RunSpec:
-        base, _, n = run.id.rpartition("~")
-        next_id = f"{base}~{int(n) + 1}" if base and n.isdigit() else f"{run.id}~1"
+        next_id = continuation_id(run.id)
         definition = self.registry.workflow(run.workflow)
         user_tags = tuple(t for t in run.tags if t not in definition.tags)
         return await self.build_spec(
@@ -484,7 +453,7 @@ class Engine:
         return len(ids)
 
     def _capacity(self) -> int:
-        return max(1, self.options.max_local_runs - len(self._inflight))
+        return max(1, self.local_room())
 
     async def _execute_all(self, ids: Sequence[str]) -> int:
         # A polled run already executing here needs no second turn: the poll saw it mid-way.
@@ -524,87 +493,54 @@ class Engine:
         self._kick(run_ids)
 
     def run_locally(self, run_ids: Iterable[str]) -> None:
-        if self._driving():
-            for run_id in run_ids:
-                self._spawn(run_id)
+        if self._driving() and self._local is not None:
+            self._local.spawn_all(run_ids)
 
     def run_from_queue(self, run_id: str, *, handoff: bool) -> None:
         self._spawn(run_id, handoff=handoff)
 
     def local_room(self) -> int:
-        return self.options.max_local_runs - len(self._inflight)
+        return self._local.room() if self._local is not None else 0
 
     async def room_freed(self) -> None:
-        self._room.clear()
-        await self._room.wait()
+        assert self._local is not None
+        await self._local.room_freed()
 
     def _spawn(
         self, run_id: str, *, handoff: bool = False, poll: bool = False
     ) -> asyncio.Task[None]:
-        task = self._inflight.get(run_id)
-        if task is not None:
-            if not poll:  # a wake that arrived mid-turn: run one more turn after this one
-                self._again.add(run_id)
-            return task
-        task = asyncio.create_task(self._drive(run_id, handoff), name=f"runlane-run-{run_id}")
-        self._inflight[run_id] = task
-        return task
+        assert self._local is not None
+        return self._local.spawn(run_id, handoff=handoff, poll=poll)
 
-    async def _drive(self, run_id: str, handoff: bool = False) -> None:
-        followups: list[asyncio.Task[None]] = []
-        try:
-            again = True
-            while again:
-                self._again.discard(run_id)
-                woken = await self._execute(run_id, handoff)
-                handoff = False
-                # While draining, woken runs stay due in the store for another instance (or the
-                # next start) to pick up; taking them here would keep the drain busy.
-                again = self._accepting and (run_id in woken or run_id in self._again)
-                others = [w for w in woken if w != run_id]
-                if not self._accepting or not others:
-                    continue
-                if self._queued:
-                    self._kick(others)
-                else:
-                    followups.extend(self._spawn(w) for w in others)
-        except Exception:
-            log.exception(
-                "executing run %s failed; its lease will expire and it will be recovered", run_id
-            )
-        finally:
-            self._inflight.pop(run_id, None)
-            self._room.set()
-        if followups:
-            await asyncio.gather(*followups, return_exceptions=True)
+    def _route(self, woken: list[str]) -> bool:
+        if self._queued:
+            self._kick(woken)
+            return True
+        return False
 
     async def _execute(self, run_id: str, handoff: bool = False) -> list[str]:
         """Claim the run and drive one turn; returns runs to execute next (itself when rewoken)."""
-        assert self._slots is not None
-        async with self._slots:
-            if self.runqueue is not None and not self.runqueue.claiming(run_id):
-                return []
-            owner = f"{self.id}:{next(self._tokens)}"
-            now = self.now()
-            retry = self.options.singleton_retry * random.uniform(0.75, 1.25)
-            outcome = await self.store.claim_run(
-                run_id,
-                owner,
-                now,
-                now + timedelta(seconds=self.options.lease),
-                singleton_retry_at=now + timedelta(seconds=retry),
-                max_recoveries=self.options.max_recovery_attempts,
-                handoff=handoff,
-            )
-            if outcome.settled is not None:
-                self._notify_many([run_id], outcome.settled)
-                return []
-            if outcome.claim is None:
-                return []
-            definition = self.registry.workflow(
-                outcome.claim.run.workflow, outcome.claim.run.version
-            )
-            result = await Turn(self, outcome.claim, owner, definition).execute()
+        if self.runqueue is not None and not self.runqueue.claiming(run_id):
+            return []
+        owner = f"{self.id}:{next(self._tokens)}"
+        now = self.now()
+        retry = self.options.singleton_retry * random.uniform(0.75, 1.25)
+        outcome = await self.store.claim_run(
+            run_id,
+            owner,
+            now,
+            now + timedelta(seconds=self.options.lease),
+            singleton_retry_at=now + timedelta(seconds=retry),
+            max_recoveries=self.options.max_recovery_attempts,
+            handoff=handoff,
+        )
+        if outcome.settled is not None:
+            self._notify_many([run_id], outcome.settled)
+            return []
+        if outcome.claim is None:
+            return []
+        definition = self.registry.workflow(outcome.claim.run.workflow, outcome.claim.run.version)
+        result = await Turn(self, outcome.claim, owner, definition).execute()
         if result.state == "settled":
             self._notify_many([run_id], result.settled)
         elif result.state == "rewake":
@@ -666,4 +602,10 @@ class Engine:
             ) from None
 
 
-__all__ = ["Engine", "RunStatus"]
+def continuation_id(run_id: str) -> str:
+    """``<id>~1`` for a first continuation, then ``~2``, ``~3``, ..."""
+    base, _, n = run_id.rpartition("~")
+    return f"{base}~{int(n) + 1}" if base and n.isdigit() else f"{run_id}~1"
+
+
+__all__ = ["Engine", "RunStatus", "continuation_id"]

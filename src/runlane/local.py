@@ -1,0 +1,94 @@
+"""The runs this instance is executing: at most one task per run, bounded, with follow-ups.
+
+Each run executes on at most one local task. A wake that arrives while its turn is in flight
+asks for one more turn after it; runs a turn woke (a freed singleton slot's waiter, a parent,
+new children) follow on at once. The bound is ``max_local_runs`` turns at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+log = logging.getLogger("runlane.engine")
+
+Execute = Callable[[str, bool], Awaitable[list[str]]]
+"""Claim a run and drive one turn (``handoff`` for a handed-off timer); returns the woken runs."""
+
+
+class LocalRuns:
+    def __init__(
+        self,
+        execute: Execute,
+        route: Callable[[list[str]], bool],
+        accepting: Callable[[], bool],
+        limit: int,
+    ) -> None:
+        self._execute = execute
+        self._route = route  # sends woken runs elsewhere (the run queue); False = run them here
+        self._accepting = accepting
+        self.limit = limit
+        self.inflight: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self._slots = asyncio.Semaphore(limit)
+        self._room = asyncio.Event()
+
+    def room(self) -> int:
+        return self.limit - len(self.inflight)
+
+    async def room_freed(self) -> None:
+        self._room.clear()
+        await self._room.wait()
+
+    def spawn(
+        self, run_id: str, *, handoff: bool = False, poll: bool = False
+    ) -> asyncio.Task[None]:
+        task = self.inflight.get(run_id)
+        if task is not None:
+            # A wake that arrived mid-turn needs one more turn; a poll only saw the turn running.
+            if not poll:
+                self._again.add(run_id)
+            return task
+        task = asyncio.create_task(self._drive(run_id, handoff), name=f"runlane-run-{run_id}")
+        self.inflight[run_id] = task
+        return task
+
+    def spawn_all(self, run_ids: Iterable[str]) -> list[asyncio.Task[None]]:
+        return [self.spawn(run_id) for run_id in run_ids]
+
+    async def wait(self, timeout: float) -> None:
+        """Wait for the turns in flight; cancel those still running after ``timeout``."""
+        tasks = list(self.inflight.values())
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=timeout)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+
+    async def _drive(self, run_id: str, handoff: bool) -> None:
+        followups: list[asyncio.Task[None]] = []
+        try:
+            again = True
+            while again:
+                self._again.discard(run_id)
+                async with self._slots:
+                    woken = await self._execute(run_id, handoff)
+                handoff = False
+                # While draining, woken runs stay due in the store for another instance (or
+                # the next start) to pick up; taking them here would keep the drain busy.
+                accepting = self._accepting()
+                again = accepting and (run_id in woken or run_id in self._again)
+                others = [w for w in woken if w != run_id]
+                if accepting and others and not self._route(others):
+                    followups.extend(self.spawn_all(others))
+        except Exception:
+            log.exception(
+                "executing run %s failed; its lease will expire and it will be recovered", run_id
+            )
+        finally:
+            self.inflight.pop(run_id, None)
+            self._room.set()
+        if followups:
+            await asyncio.gather(*followups, return_exceptions=True)
