@@ -45,7 +45,7 @@ from .models import (
 from .options import EngineOptions
 from .registry import Registry
 from .remote import RemoteSteps
-from .runqueue import RunQueue
+from .runqueue import RateLimitedLog, RunQueue
 from .serialization import normalise
 from .stores import open_store
 from .stores.base import Store
@@ -93,6 +93,7 @@ class Engine:
         self.id = uuid.uuid4().hex[:12]
         self._tokens = itertools.count(1)
         self._local: LocalRuns | None = None
+        self._outage_log = RateLimitedLog()
         # Futures of wait_for_run callers: the settled run when settled here, None otherwise.
         self._settled: dict[str, asyncio.Future[Run | None]] = {}
         self._wakeup: asyncio.Event | None = None
@@ -377,7 +378,7 @@ class Engine:
             waiter = self._settled.get(run_id)
             if waiter is None or waiter.done():
                 waiter = self._settled[run_id] = asyncio.get_running_loop().create_future()
-            run = await self.store.get_run(run_id)
+            run = await self._read_through_outage(run_id, deadline)
             if run is None:
                 raise RunNotFoundError(run_id)
             if run.is_terminal:
@@ -391,6 +392,21 @@ class Engine:
                 )
                 if settled is not None:
                     return settled
+
+    async def _read_through_outage(self, run_id: str, deadline: float | None) -> Run | None:
+        """Read a run, retrying with backoff while the store is unreachable (until the deadline)."""
+        pause = 0.05
+        while True:
+            try:
+                return await self.store.get_run(run_id)
+            except RunlaneError:
+                raise
+            except Exception as exc:
+                if deadline is not None and time.monotonic() + pause > deadline:
+                    raise
+                self._outage_log.warning("store unreachable while waiting for %s (%s)", run_id, exc)
+                await asyncio.sleep(pause)
+                pause = min(1.0, pause * 2)
 
     def _notify_many(self, run_ids: Iterable[str], settled: Run | None = None) -> None:
         for run_id in run_ids:

@@ -159,3 +159,27 @@ async def test_quota_decides_acceptance_and_singleton_decides_when_it_runs(
         await engine.start(both, None, run_id="c")
     await engine.tick()
     assert [(await engine.get_run(i)).holds_slot for i in "ab"] == [True, False]
+
+
+@runlane.workflow(
+    name="on-signup",
+    on_event=("user.signed_up",),
+    concurrency=Concurrency(key=lambda p: f"tenant:{p['tenant']}", limit=1),
+)
+async def on_signup(ctx: runlane.Context, payload: dict[str, Any]) -> str:
+    return await ctx.wait_for_signal("done")
+
+
+@runlane.workflow(name="audit", on_event=("user.signed_up",))
+async def audit(ctx: runlane.Context, payload: dict[str, Any]) -> Any:
+    return payload
+
+
+async def test_an_event_subscriber_over_quota_is_skipped_and_the_others_start(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(on_signup, audit)
+    assert await engine.publish_event("user.signed_up", {"tenant": "t"}, id="e1") == 2
+    assert await engine.publish_event("user.signed_up", {"tenant": "t"}, id="e2") == 1
+    assert await engine.get_run("on-signup:event:e2") is None
+    assert (await engine.get_run("audit:event:e2")).status == RunStatus.PENDING
