@@ -536,3 +536,32 @@ async def test_drain_finishes_turns_in_flight_and_takes_no_new_work(make_engine:
     assert statuses[0] == RunStatus.COMPLETED
     assert statuses.count(RunStatus.COMPLETED) <= 2, statuses
     assert all(s in (RunStatus.COMPLETED, RunStatus.PENDING, RunStatus.SUSPENDED) for s in statuses)
+
+
+@runlane.workflow(name="long-step")
+async def long_step(ctx: runlane.Context, seconds: float) -> Any:
+    await ctx.step(pause, seconds)
+    await ctx.step(count, "after")
+    return "finished"
+
+
+async def test_a_step_finishing_after_cancel_is_discarded_and_never_revives_the_run(
+    make_engine: Any,
+) -> None:
+    import asyncio
+
+    from runlane.clock import SystemClock
+
+    engine = await make_engine(long_step, drive=True, clock=SystemClock(), poll_interval=0.05)
+    async with engine:
+        await engine.start(long_step, 0.5, run_id="c")
+        for _ in range(200):
+            if (await engine.get_run("c")).status == RunStatus.RUNNING:
+                break
+            await asyncio.sleep(0.01)
+        assert await engine.cancel("c") is True
+        assert (await engine.get_run("c")).status == RunStatus.CANCELLING
+        run = await engine.wait_for_run("c", timeout=10)
+    assert run.status == RunStatus.CANCELLED
+    assert await engine.list_steps("c") == []
+    assert calls["after"] == 0
