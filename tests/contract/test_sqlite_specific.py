@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runlane.errors import RunlaneError
-from runlane.models import RunSpec
+from runlane.errors import ConcurrencyLimitError, LeaseLostError, RunlaneError
+from runlane.models import QuotaGate, RunSpec, Writes
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
 from runlane.stores.sqlite import SqliteStore
@@ -122,11 +125,166 @@ def test_urls_follow_the_sqlalchemy_convention(tmp_path: Path) -> None:
             SqliteStore.from_url(url)
 
 
+# ---------------------------------------------------------------- group commit
+
+
+def spec(run_id: str, input: Any = None, quota: QuotaGate | None = None) -> RunSpec:
+    return RunSpec(run_id, "wf", "1", input, T0, quota=quota)
+
+
+@contextlib.asynccontextmanager
+async def one_batch(store: SqliteStore) -> AsyncIterator[list[str]]:
+    """Hold the store's worker thread, so the calls queued meanwhile are taken as one batch.
+
+    Yields the statements the worker runs from then on.
+    """
+    statements: list[str] = []
+    worker = store._worker
+    assert worker is not None
+    await worker.run(lambda conn: conn.set_trace_callback(statements.append), write=False)
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> None:
+        entered.set()
+        release.wait(timeout=30)
+
+    held = asyncio.ensure_future(worker.run(hold, write=False))
+    await asyncio.to_thread(entered.wait, 30)
+    try:
+        yield statements
+    finally:
+        release.set()
+        await held
+
+
+async def queued(*calls: Awaitable[Any]) -> list[asyncio.Future[Any]]:
+    """Start ``calls`` and let each one queue its job (they wait for their answers)."""
+    futures = [asyncio.ensure_future(call) for call in calls]
+    await asyncio.sleep(0)
+    return futures
+
+
+async def answers(futures: list[asyncio.Future[Any]]) -> list[Any]:
+    return await asyncio.gather(*futures, return_exceptions=True)
+
+
+async def test_a_failing_call_in_a_batch_leaves_the_others_committed(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    await store.create_runs([spec("leased"), spec("full", quota=QuotaGate("q", 1))], T0)
+    await store.claim_run("leased", "me", T0, T0 + timedelta(minutes=5), singleton_retry_at=T0)
+    async with one_batch(store) as statements:
+        futures = await queued(
+            store.create_runs([spec("a")], T0),
+            store.create_runs([spec("half"), spec("bad", input=object())], T0),
+            store.checkpoint("leased", "someone-else", Writes(), T0),
+            store.create_runs([spec("refused", quota=QuotaGate("q", 1))], T0),
+            store.create_runs([spec("b")], T0),
+        )
+    created_a, half, lease_lost, refused, created_b = await answers(futures)
+    assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 1, statements
+    assert created_a[0].created and created_b[0].created
+    assert isinstance(half, TypeError)
+    assert isinstance(lease_lost, LeaseLostError)
+    assert isinstance(refused[0].rejected, ConcurrencyLimitError)
+    runs = await store.get_runs(["a", "b", "half", "bad", "refused"])
+    await store.close()
+    assert sorted(runs) == ["a", "b"]
+
+
+async def test_if_the_batch_commit_fails_every_call_of_the_batch_gets_the_error(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    worker = store._worker
+    assert worker is not None
+
+    def orphan_step_checked_at_commit(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA defer_foreign_keys = ON")
+        conn.execute(
+            "INSERT INTO steps (run_id, seq, name, kind, status, attempts)"
+            " VALUES ('nobody', 0, 's', 'step', 'completed', 1)"
+        )
+
+    async with one_batch(store):
+        futures = await queued(
+            store.create_runs([spec("a")], T0),
+            worker.run(orphan_step_checked_at_commit, write=True),
+        )
+    created, orphan = await answers(futures)
+    assert isinstance(created, sqlite3.IntegrityError)
+    assert isinstance(orphan, sqlite3.IntegrityError)
+    assert await store.get_run("a") is None
+    assert (await store.create_runs([spec("a")], T0))[0].created
+    await store.close()
+
+
+async def test_many_concurrent_calls_are_each_answered_with_their_own_result(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    ids = [f"run-{n:03}" for n in range(600)]
+    created = await asyncio.gather(*(store.create_runs([spec(i, input=i)], T0) for i in ids))
+    read = await asyncio.gather(*(store.get_run(i) for i in reversed(ids)))
+    await store.close()
+    assert [started[0].run.id for started in created] == ids
+    assert [run.input for run in read if run is not None] == ids[::-1]
+
+
+async def test_a_calls_answer_means_its_batch_is_committed_for_other_connections(
+    tmp_path: Path,
+) -> None:
+    writer, reader = SqliteStore(tmp_path / "x.db"), SqliteStore(tmp_path / "x.db")
+    await writer.open()
+    await reader.open()
+    ids = [f"run-{n:03}" for n in range(300)]
+    seen: list[bool] = []
+
+    async def create_then_look(run_id: str) -> None:
+        await writer.create_runs([spec(run_id)], T0)
+        seen.append(await reader.get_run(run_id) is not None)
+
+    await asyncio.gather(*(create_then_look(i) for i in ids))
+    await writer.close()
+    await reader.close()
+    assert seen == [True] * len(ids)
+
+
+async def test_a_call_cancelled_before_its_batch_is_taken_does_not_run(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    async with one_batch(store):
+        (cancelled,) = await queued(store.create_runs([spec("a")], T0))
+        cancelled.cancel()
+        (kept,) = await queued(store.create_runs([spec("b")], T0))
+    await kept
+    assert await store.get_run("a") is None
+    assert await store.get_run("b") is not None
+    await store.close()
+
+
+async def test_closing_answers_every_call_queued_before_it(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    futures = await queued(*(store.create_runs([spec(f"run-{n}")], T0) for n in range(20)))
+    await store.close()
+    assert all(started[0].created for started in await answers(futures))
+    with pytest.raises(RunlaneError, match="not open"):
+        await store.get_run("run-0")
+
+
 # ---------------------------------------------------------------- several processes
 
 
-def _claim_every_pending_run(path: str, owner: str, barrier: Any, results: Any) -> None:
-    """In a spawned process: try to claim every pending run, report the ones won."""
+def _claim_every_pending_run(
+    path: str, owner: str, together: bool, barrier: Any, results: Any
+) -> None:
+    """In a spawned process: try to claim every pending run, report the ones won.
+
+    ``together``: all claims at once (group-committed in batches), else one after another.
+    """
 
     async def main() -> list[str]:
         store = SqliteStore(path)
@@ -134,14 +292,15 @@ def _claim_every_pending_run(path: str, owner: str, barrier: Any, results: Any) 
         try:
             ids = await store.pending_run_ids(T0, 1000, None)
             barrier.wait(timeout=60)
-            won = []
-            for run_id in ids:
-                outcome = await store.claim_run(
-                    run_id, owner, T0, T0 + timedelta(minutes=5), singleton_retry_at=T0
-                )
-                if outcome.claim is not None:
-                    won.append(run_id)
-            return won
+            claims = [
+                store.claim_run(run_id, owner, T0, T0 + timedelta(minutes=5), singleton_retry_at=T0)
+                for run_id in ids
+            ]
+            if together:
+                outcomes = await asyncio.gather(*claims)
+            else:
+                outcomes = [await claim for claim in claims]
+            return [run_id for run_id, o in zip(ids, outcomes, strict=True) if o.claim is not None]
         finally:
             await store.close()
 
@@ -149,8 +308,9 @@ def _claim_every_pending_run(path: str, owner: str, barrier: Any, results: Any) 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("together", [False, True], ids=["one-by-one", "all-at-once"])
 async def test_two_processes_claiming_the_same_runs_never_both_claim_one(
-    tmp_path: Path,
+    tmp_path: Path, together: bool
 ) -> None:
     path = str(tmp_path / "shared.db")
     store = SqliteStore(path)
@@ -161,7 +321,7 @@ async def test_two_processes_claiming_the_same_runs_never_both_claim_one(
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()
     procs = [
-        ctx.Process(target=_claim_every_pending_run, args=(path, owner, barrier, results))
+        ctx.Process(target=_claim_every_pending_run, args=(path, owner, together, barrier, results))
         for owner in ("p1", "p2")
     ]
     for proc in procs:

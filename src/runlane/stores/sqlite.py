@@ -1,18 +1,18 @@
 """SqliteStore: the store contract on one SQLite file, safe for several processes at once.
 
-Each store object owns one connection, used only by its own single worker thread; every store
-method is one synchronous function run there as one transaction. Writes begin with
+Each store object owns one connection, used only by its own worker thread
+(:mod:`runlane.stores.sqlite_worker`); every store method is one synchronous function run there.
+Concurrent calls share a transaction (group commit), each write in its own savepoint, so each
+method stays all or nothing and is answered only once committed. Transactions begin with
 ``BEGIN IMMEDIATE``: the file's write lock is taken before anything is read, so admission and
 claims read and write without another process slipping in between (the point-of-claim rule).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -31,6 +31,7 @@ from ..models import (
 from . import sqlite_ops as ops
 from . import sqlite_reads as reads
 from .migrations import pending_migrations
+from .sqlite_worker import SqliteWorker
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -46,8 +47,7 @@ class SqliteStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         self._opens = 0
-        self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
+        self._worker: SqliteWorker | None = None
 
     @classmethod
     def from_url(cls, url: str) -> SqliteStore:
@@ -66,9 +66,12 @@ class SqliteStore:
         self._opens += 1
         if self._opens > 1:
             return
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="runlane-sqlite")
+        # Not concurrency.run_in_thread: a sqlite3 connection belongs to the thread that made
+        # it, and one thread per store also queues this object's transactions one after another
+        # (and commits them together) instead of making them wait on each other's file lock.
+        self._worker = SqliteWorker(self._connect, name="runlane-sqlite")
         try:
-            await self._submit(self._connect)
+            await self._worker.start()
         except BaseException:
             await self._shut_down()
             raise
@@ -83,51 +86,26 @@ class SqliteStore:
 
     async def _shut_down(self) -> None:
         self._opens = 0
-        executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(executor, self._disconnect)
-        finally:
-            executor.shutdown(wait=False)
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            await worker.stop()
 
-    def _connect(self) -> None:
+    def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA busy_timeout = 30000")
-        conn.execute("PRAGMA journal_mode = WAL")
-        # NORMAL skips the fsync at each commit, not the write: in WAL mode a committed
-        # transaction is in the OS page cache before COMMIT returns, so a crashed *process*
-        # loses nothing. Only an OS crash or power cut can roll back the last commits, and even
-        # then the file stays consistent (never half a transaction).
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        self._conn = conn
-        _transaction(conn, _migrate, conn)
-
-    def _disconnect(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
+        try:
+            _configure(conn)
+            _transaction(conn, _migrate, conn)
+        except BaseException:
             conn.close()
+            raise
+        return conn
 
     # ---------------------------------------------------------------- the worker thread
 
-    async def _submit(self, fn: Callable[[], T]) -> T:
-        executor = self._executor
-        if executor is None:
+    def _running(self) -> SqliteWorker:
+        if self._worker is None:
             raise RunlaneError(f"{self!r} is not open; call open() first")
-        # Not concurrency.run_in_thread: a sqlite3 connection belongs to the thread that made
-        # it, and one thread per store also queues this object's transactions one after another
-        # instead of making them wait on each other's file lock.
-        # The work goes on even if the awaiting task is cancelled: a transaction in flight
-        # commits or rolls back as a whole, never halfway.
-        return await asyncio.get_running_loop().run_in_executor(executor, fn)
-
-    def _connection(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RunlaneError(f"{self!r} is not open; call open() first")
-        return self._conn
+        return self._worker
 
     async def _read(
         self,
@@ -135,7 +113,7 @@ class SqliteStore:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        return await self._submit(lambda: fn(self._connection(), *args, **kwargs))
+        return await self._running().run(lambda conn: fn(conn, *args, **kwargs), write=False)
 
     async def _write(
         self,
@@ -143,9 +121,7 @@ class SqliteStore:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        return await self._submit(
-            lambda: _transaction(self._connection(), fn, self._connection(), *args, **kwargs)
-        )
+        return await self._running().run(lambda conn: fn(conn, *args, **kwargs), write=True)
 
     # ---------------------------------------------------------------- starts
 
@@ -293,10 +269,25 @@ class SqliteStore:
         return await self._read(reads.list_steps, run_id)
 
 
+def _configure(conn: sqlite3.Connection) -> None:
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute("PRAGMA journal_mode = WAL")
+    # NORMAL skips the fsync at each commit, not the write: in WAL mode a committed
+    # transaction is in the OS page cache before COMMIT returns, so a crashed *process*
+    # loses nothing. Only an OS crash or power cut can roll back the last commits, and even
+    # then the file stays consistent (never half a transaction).
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+
+
 def _transaction(
     conn: sqlite3.Connection, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
 ) -> T:
-    """Run ``fn`` in one write transaction: committed if it returns, rolled back if it raises."""
+    """Run ``fn`` in one write transaction: committed if it returns, rolled back if it raises.
+
+    Only the migrations at open use it; store calls go through the worker's batches.
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = fn(*args, **kwargs)
