@@ -19,6 +19,7 @@ from runlane.models import QuotaGate, RunSpec, RunStatus, Settlement, StepRecord
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations
 from runlane.stores.postgres import SQL, PostgresStore, upgrade
+from runlane.stores.postgres_rows import fenced_params
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = timedelta(seconds=1)
@@ -251,7 +252,16 @@ _HOT = {
         "admission_counts",
         {"key": "key-10", "created_at": T0 + timedelta(hours=5), "id": "run-10"},
     ),
-    "waking the next waiters": ("waiters_to_wake", {"key": "key-10", "limit": 1}),
+    "settling, waking the next waiters": (
+        "settle",
+        {
+            **fenced_params("run-10", None, Writes(), allow_cancelling=True),
+            "status": "completed",
+            "output": None,
+            "error": None,
+            "now": T0,
+        },
+    ),
     "listing newest first": ("list_runs", {"limit": 100, "offset": 0}),
     "listing a workflow": ("list_runs", {"workflow": "wf-3", "limit": 100, "offset": 0}),
     "children of a parent": ("list_runs", {"parent_id": "run-42", "limit": 100, "offset": 0}),

@@ -47,6 +47,7 @@ from .postgres_rows import (
     claimable,
     depth_first,
     event_from_row,
+    fenced_params,
     gate_keys,
     gate_params,
     gate_refusal,
@@ -56,13 +57,13 @@ from .postgres_rows import (
     signal_from_row,
     spec_params,
     step_from_row,
-    step_params,
 )
 from .postgres_schema import upgrade
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
+_NONE = Writes()
 
 
 class PostgresStore:
@@ -91,7 +92,7 @@ class PostgresStore:
 
     async def reset_for_tests(self) -> None:
         """Empty every runlane table (tests share one database for a whole session)."""
-        await self._db.run(lambda conn: execute(conn, "reset"))
+        await self._db.rows("reset")
 
     async def _lock_keys(self, conn: Conn, keys: Sequence[str]) -> None:
         """Take the admission locks of ``keys``, in order."""
@@ -187,7 +188,7 @@ class PostgresStore:
 
     async def _ids(self, name: str, now: datetime, limit: int, namespace: str | None) -> list[str]:
         params = {"now": now, "limit": limit, "namespace": namespace}
-        rows = await self._db.run(lambda conn: fetch_all(conn, name, **params))
+        rows = await self._db.rows(name, **params)
         return [row["id"] for row in rows]
 
     async def claim_run(
@@ -232,14 +233,14 @@ class PostgresStore:
         recoveries = bumped["recoveries"] if bumped is not None else 0
         if row["status"] == RunStatus.CANCELLING:
             cancelled = Settlement(RunStatus.CANCELLED, None, row["error"])
-            return await self._finish(conn, row["id"], cancelled, now, [])
+            return await self._finish(conn, row["id"], cancelled, now)
         if max_recoveries is not None and recoveries > max_recoveries:
             error = {
                 "type": "RecoveryLimitExceeded",
                 "message": f"run recovered {recoveries} times (max {max_recoveries})",
             }
             dead = Settlement(RunStatus.DEAD, None, error)
-            return await self._finish(conn, row["id"], dead, now, [])
+            return await self._finish(conn, row["id"], dead, now)
         return None
 
     async def _admits(self, conn: Conn, row: Row) -> bool:
@@ -271,13 +272,13 @@ class PostgresStore:
         self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
     ) -> list[Run]:
         params = {"now": now, "limit": limit, "namespace": namespace, "hold_until": hold_until}
-        rows = await self._db.run(lambda conn: fetch_all(conn, "hand_off_due", **params))
+        rows = await self._db.rows("hand_off_due", **params)
         rows.sort(key=lambda row: (row["was_due"], row["id"]))
         return [run_from_row(row) for row in rows]
 
     async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
         params = {"id": run_id, "owner": owner, "lease_until": lease_until}
-        rows = await self._db.run(lambda conn: fetch_all(conn, "renew_lease", **params))
+        rows = await self._db.rows("renew_lease", **params)
         return bool(rows)
 
     # ---------------------------------------------------------------- remote steps (unfenced)
@@ -317,38 +318,39 @@ class PostgresStore:
 
     async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
         beat = {"id": run_id, "seq": seq, "attempt": attempt, "at": at}
-        return bool(await self._db.run(lambda conn: fetch_all(conn, "record_heartbeat", **beat)))
+        return bool(await self._db.rows("record_heartbeat", **beat))
 
     # ---------------------------------------------------------------- turn writes (fenced)
 
     async def checkpoint(
         self, run_id: str, owner: str, writes: Writes, now: datetime
     ) -> list[Started]:
-        async def work(conn: Conn) -> list[Started]:
+        if writes.children:
             lock = _lock_call(gate_keys(writes.children))
-            touch = ("touch", {"id": run_id, "now": now})
-            await self._fenced_writes(conn, run_id, owner, writes, lock=lock, final=touch)
-            return await self._create_children(conn, writes.children, now)
-
-        return await self._db.tx(work)
+            return await self._db.tx(
+                lambda conn: self._checkpoint_in(conn, run_id, owner, writes, now, lock)
+            )
+        params = {**fenced_params(run_id, owner, writes), "now": now}
+        row = _first(await self._db.rows("checkpoint", **params))
+        _check_fence(row, run_id, owner)
+        return []
 
     async def suspend_run(
         self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
     ) -> bool:
-        suspend = ("suspend", {"id": run_id, "wake_at": wake_at, "now": now})
+        def suspend(flushed: Writes) -> Row:
+            return {**fenced_params(run_id, owner, flushed), "wake_at": wake_at, "now": now}
+
+        if not writes.children:
+            row = _first(await self._db.rows("suspend", **suspend(writes)))
+            return bool(_check_fence(row, run_id, owner)["rewake"])
 
         async def work(conn: Conn) -> bool:
+            # Children first: a replacing child start may wake this run (a rewake).
             lock = _lock_call(gate_keys(writes.children))
-            if not writes.children:
-                rows = await self._fenced_writes(
-                    conn, run_id, owner, writes, lock=lock, final=suspend
-                )
-            else:
-                # Children first: a replacing child start may wake this run (a rewake).
-                await self._fenced_writes(conn, run_id, owner, writes, lock=lock)
-                await self._create_children(conn, writes.children, now)
-                rows = await fetch_all(conn, suspend[0], **suspend[1])
-            return bool(rows and rows[0]["rewake"])
+            await self._checkpoint_in(conn, run_id, owner, writes, now, lock)
+            row = await fetch_one(conn, "suspend", **suspend(Writes()))
+            return bool(_check_fence(row, run_id, owner)["rewake"])
 
         return await self._db.tx(work)
 
@@ -356,22 +358,21 @@ class PostgresStore:
         self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
     ) -> list[str]:
         follow = [settlement.continue_as] if settlement.continue_as is not None else []
-        finish = ("finish", _finish_params(run_id, settlement, now))
+        lock = _lock_call(gate_keys([*writes.children, *follow]), run_id)
+        if not writes.children and not follow:
+            # The common case: the key lock, then the writes, settlement and wakes: one round trip.
+            settle = ("settle", _settle_params(run_id, owner, settlement, now, writes))
+            rows = (await self._db.batch(lock, settle))[-1]
+            return _woken(_check_fence(_first(rows), run_id, owner))
 
         async def work(conn: Conn) -> list[str]:
-            lock = _lock_call(gate_keys([*writes.children, *follow]), run_id)
-            woken: list[str] = []
-            if not writes.children:
-                rows = await self._fenced_writes(
-                    conn, run_id, owner, writes, lock=lock, final=finish, allow_cancelling=True
-                )
-                await self._release(conn, rows[0], now, woken)
-            else:
-                await self._fenced_writes(
-                    conn, run_id, owner, writes, lock=lock, allow_cancelling=True
-                )
-                await self._create_children(conn, writes.children, now)
-                await self._finish(conn, run_id, settlement, now, woken)
+            flushed, settle_lock = writes, lock
+            if writes.children:
+                await self._checkpoint_in(conn, run_id, owner, writes, now, lock, True)
+                flushed, settle_lock = Writes(), None
+            settle = ("settle", _settle_params(run_id, owner, settlement, now, flushed))
+            *_, rows = await pipeline(conn, settle_lock, settle)
+            woken = _woken(_check_fence(_first(rows), run_id, owner))
             # The continuation skips the gates (its predecessor held the place), but its key
             # is locked above so concurrent counts see it or wait for it.
             started = await self._insert_plain(conn, follow)
@@ -380,66 +381,32 @@ class PostgresStore:
 
         return await self._db.tx(work)
 
-    async def _fenced_writes(
+    async def _checkpoint_in(
         self,
         conn: Conn,
         run_id: str,
         owner: str,
         writes: Writes,
-        *,
-        lock: Call | None = None,
-        final: Call | None = None,
+        now: datetime,
+        lock: Call | None,
         allow_cancelling: bool = False,
-    ) -> list[Row]:
-        """Lock, check the lease, flush the records, run ``final``: all in one round trip.
-
-        Everything goes out with the fence check; when the check fails, the raise rolls it all
-        back. Returns the rows of ``final``.
-        """
-        async with conn.pipeline():
-            if lock is not None:
-                await conn.execute(SQL[lock[0]], lock[1])
-            fence = await conn.execute(SQL["fence"], {"id": run_id, "owner": owner})
-            if writes.steps:
-                async with conn.cursor() as cur:
-                    params = [step_params(run_id, record) for record in writes.steps]
-                    await cur.executemany(SQL["upsert_step"], params)
-            if writes.consumed_signals:
-                ids = list(writes.consumed_signals)
-                await execute(conn, "consume_signals", id=run_id, ids=ids)
-            last = await conn.execute(SQL[final[0]], final[1]) if final is not None else None
-        _check_fence(await fence.fetchone(), run_id, owner, allow_cancelling)
-        return await last.fetchall() if last is not None and last.description else []
+    ) -> list[Started]:
+        """Lock, flush ``writes`` fenced and create their children, in the caller's transaction."""
+        params = fenced_params(run_id, owner, writes, allow_cancelling=allow_cancelling)
+        *_, rows = await pipeline(conn, lock, ("checkpoint", {**params, "now": now}))
+        _check_fence(_first(rows), run_id, owner)
+        return await self._create_children(conn, writes.children, now)
 
     async def _create_children(
         self, conn: Conn, specs: Sequence[RunSpec], now: datetime
     ) -> list[Started]:
         return await self._create_all(conn, specs, now, locked=True) if specs else []
 
-    async def _finish(
-        self, conn: Conn, run_id: str, settlement: Settlement, now: datetime, woken: list[str]
-    ) -> Run:
-        """Settle a run terminal: release its slot, wake the key's next waiters and its parent.
-
-        The caller holds the run's key lock. Appends the woken ids to ``woken``.
-        """
-        row = await fetch_one(conn, "finish", **_finish_params(run_id, settlement, now))
-        assert row is not None, f"finishing unknown run {run_id!r}"
-        return await self._release(conn, row, now, woken)
-
-    async def _release(self, conn: Conn, row: Row, now: datetime, woken: list[str]) -> Run:
-        """After a ``finish`` row: wake the key's next waiters and the parent, into ``woken``."""
-        run = run_from_row(row)
-        waiters: list[str] = []
-        if row["held_slot"] and run.singleton_key is not None:
-            limit = run.singleton_limit or 1
-            found = await fetch_all(conn, "waiters_to_wake", key=run.singleton_key, limit=limit)
-            waiters = [w["id"] for w in found]
-        parent = [run.parent_id] if run.parent_id is not None else []
-        awake = await self._wake(conn, [*waiters, *parent], now)
-        woken.extend(waiters)
-        woken.extend(p for p in parent if p in awake)
-        return run
+    async def _finish(self, conn: Conn, run_id: str, settlement: Settlement, now: datetime) -> Run:
+        """Settle a run terminal outside a turn, as ``settle_run`` does (its key lock held)."""
+        row = await fetch_one(conn, "settle", **_settle_params(run_id, None, settlement, now))
+        assert row is not None and row["written"], f"finishing unknown run {run_id!r}"
+        return run_from_row(row)
 
     async def _wake(self, conn: Conn, run_ids: Sequence[str], now: datetime) -> set[str]:
         """Wake the active runs among ``run_ids``; the ids that were active."""
@@ -495,7 +462,7 @@ class PostgresStore:
         if status == RunStatus.RUNNING:
             await execute(conn, "mark_cancelling", id=run_id, now=now, error=json_param(error))
         else:
-            await self._finish(conn, run_id, Settlement(RunStatus.CANCELLED, None, error), now, [])
+            await self._finish(conn, run_id, Settlement(RunStatus.CANCELLED, None, error), now)
         return True
 
     async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
@@ -537,21 +504,22 @@ class PostgresStore:
 
     async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
         params = {"name": name, "after": after_seq, "limit": limit}
-        rows = await self._db.run(lambda conn: fetch_all(conn, "events_after", **params))
+        rows = await self._db.rows("events_after", **params)
         return [event_from_row(row) for row in rows]
 
     async def latest_event_seq(self) -> int:
-        row = await self._db.run(lambda conn: fetch_one(conn, "latest_event_seq"))
+        row = _first(await self._db.rows("latest_event_seq"))
         return int(row["seq"]) if row is not None else 0
 
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:
-        row = await self._db.run(lambda conn: fetch_one(conn, "get_run", id=run_id))
+        row = _first(await self._db.rows("get_run", id=run_id))
         return run_from_row(row) if row is not None else None
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        runs = await self._db.run(lambda conn: self._fetch_runs(conn, run_ids))
+        rows = await self._db.rows("get_runs", ids=list(run_ids)) if run_ids else []
+        runs = [run_from_row(row) for row in rows]
         return {run.id: run for run in runs}
 
     async def list_runs(
@@ -576,11 +544,11 @@ class PostgresStore:
         return [run_from_row(row) for row in await self._db.run(work)]
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
-        row = await self._db.run(lambda conn: fetch_one(conn, "get_step", id=run_id, seq=seq))
+        row = _first(await self._db.rows("get_step", id=run_id, seq=seq))
         return step_from_row(row) if row is not None else None
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
-        rows = await self._db.run(lambda conn: fetch_all(conn, "steps_of", id=run_id))
+        rows = await self._db.rows("steps_of", id=run_id)
         return [step_from_row(row) for row in rows]
 
 
@@ -591,9 +559,12 @@ def _lock_call(keys: Sequence[str], run_id: str | None = None) -> Call | None:
     return ("lock_keys", {"keys": list(keys), "run_id": run_id})
 
 
-def _finish_params(run_id: str, settlement: Settlement, now: datetime) -> Row:
+def _settle_params(
+    run_id: str, owner: str | None, settlement: Settlement, now: datetime, writes: Writes = _NONE
+) -> Row:
+    """``settle``'s parameters; ``owner=None`` settles outside a turn (no lease to check)."""
     return {
-        "id": run_id,
+        **fenced_params(run_id, owner, writes, allow_cancelling=True),
         "status": str(settlement.status),
         "output": json_param(settlement.output),
         "error": json_param(settlement.error),
@@ -601,11 +572,24 @@ def _finish_params(run_id: str, settlement: Settlement, now: datetime) -> Row:
     }
 
 
-def _check_fence(row: Row | None, run_id: str, owner: str, allow_cancelling: bool) -> None:
+def _first(rows: list[Row]) -> Row | None:
+    return rows[0] if rows else None
+
+
+def _check_fence(row: Row | None, run_id: str, owner: str | None) -> Row:
+    """A fenced statement's row, once it shows that the writes went ahead."""
     if row is None:
         raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
-    if row["status"] == RunStatus.CANCELLING and not allow_cancelling:
+    if not row["written"]:
+        # Only a cancellation stops a held lease from writing (see ``fenced_writes``).
         raise RunCancelling(f"run {run_id!r} was cancelled")
+    return row
+
+
+def _woken(settled: Row) -> list[str]:
+    """The runs a ``settle`` woke: the key's next waiters, then the parent if it was waiting."""
+    parent = [settled["parent_id"]] if settled["parent_woken"] else []
+    return [*settled["waiters"], *parent]
 
 
 __all__ = ["PostgresStore", "upgrade"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -96,13 +96,16 @@ class Database:
 
         None = skip. Each statement's rows, or []. Nothing may depend on an earlier result.
         """
+        return await self.run(lambda conn: _pipelined(conn, calls, atomic=True))
 
-        async def send(conn: Conn) -> list[list[Row]]:
-            async with conn.pipeline(), conn.transaction():
-                cursors = [await _send(conn, call) for call in calls if call is not None]
-            return [await cur.fetchall() if cur.description else [] for cur in cursors]
+    async def rows(self, name: str, /, **params: Any) -> list[Row]:
+        """One statement, atomic by itself: one round trip and no BEGIN/COMMIT.
 
-        return await self.run(send)
+        Sent in pipeline mode so that psycopg's prepare of a statement it sees often travels
+        with the execution, rather than as a round trip (and a transaction) of its own.
+        """
+        [rows] = await self.run(lambda conn: _pipelined(conn, [(name, params)], atomic=False))
+        return rows
 
     async def run(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``work`` on one pooled connection in autocommit: each statement commits alone.
@@ -130,6 +133,26 @@ class Database:
             return
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._pool.check(), _PURGE_TIMEOUT)
+
+
+async def _pipelined(conn: Conn, calls: Sequence[Call | None], *, atomic: bool) -> list[list[Row]]:
+    """Send ``calls`` in one round trip (in one transaction if ``atomic``); each one's rows."""
+    # BEGIN and COMMIT as plain statements: psycopg's transaction() syncs the pipeline on the
+    # way in and out, which would cost three more round trips.
+    try:
+        async with conn.pipeline():
+            if atomic:
+                await conn.execute("BEGIN")
+            cursors = [await _send(conn, call) for call in calls if call is not None]
+            if atomic:
+                await conn.execute("COMMIT")
+    except BaseException:
+        # A failed statement leaves the transaction aborted; a broken connection is dropped by
+        # the pool anyway.
+        with contextlib.suppress(psycopg.Error):
+            await conn.rollback()
+        raise
+    return [await cur.fetchall() if cur.description else [] for cur in cursors]
 
 
 async def _send(conn: Conn, call: Call) -> psycopg.AsyncCursor[DictRow]:

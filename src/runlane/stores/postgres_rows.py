@@ -11,19 +11,25 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .. import admission
-from ..models import Event, Run, RunSpec, RunStatus, Signal, StepRecord
+from ..models import Event, Run, RunSpec, RunStatus, Signal, StepRecord, Writes
 from ..serialization import dumps
 
 Row = dict[str, Any]
 
 _BLOCK = re.compile(r"^-- name: (\w+)\n", re.MULTILINE)
+_FRAGMENT = re.compile(r"\{(\w+)\}")
 
 
 def load_queries() -> dict[str, str]:
     """The statements of ``sql/queries/postgres.sql``, by their ``-- name:``."""
     text = (resources.files(__package__) / "sql" / "queries" / "postgres.sql").read_text("utf-8")
     parts = _BLOCK.split(text)  # [preamble, name1, body1, name2, body2, ...]
-    return {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    blocks = {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+    # ``{name}`` of another block pastes it in: statements share fragments, not copies.
+    return {
+        name: _FRAGMENT.sub(lambda m: blocks.get(m.group(1), m.group(0)), body)
+        for name, body in blocks.items()
+    }
 
 
 def _statement(body: str) -> str:
@@ -55,22 +61,29 @@ def spec_params(spec: RunSpec) -> Row:
     }
 
 
-def step_params(run_id: str, record: StepRecord) -> Row:
+def fenced_params(
+    run_id: str, owner: str | None, writes: Writes, *, allow_cancelling: bool = False
+) -> Row:
+    """The parameters of ``fenced_writes``: the fence, and the records as one array a column."""
+    steps = writes.steps
     return {
-        "run_id": run_id,
-        "seq": record.seq,
-        "name": record.name,
-        "kind": str(record.kind),
-        "status": str(record.status),
-        "input": json_param(record.input),
-        "output": json_param(record.output),
-        "error": json_param(record.error),
-        "attempts": record.attempts,
-        "started_at": record.started_at,
-        "finished_at": record.finished_at,
-        "last_heartbeat_at": record.last_heartbeat_at,
-        "wake_at": record.wake_at,
-        "dispatches": record.dispatches,
+        "id": run_id,
+        "owner": owner,
+        "allow_cancelling": allow_cancelling,
+        "seqs": [r.seq for r in steps],
+        "names": [r.name for r in steps],
+        "kinds": [str(r.kind) for r in steps],
+        "statuses": [str(r.status) for r in steps],
+        "inputs": [json_param(r.input) for r in steps],
+        "outputs": [json_param(r.output) for r in steps],
+        "errors": [json_param(r.error) for r in steps],
+        "attempts": [r.attempts for r in steps],
+        "started": [r.started_at for r in steps],
+        "finished": [r.finished_at for r in steps],
+        "beats": [r.last_heartbeat_at for r in steps],
+        "wakes": [r.wake_at for r in steps],
+        "dispatches": [r.dispatches for r in steps],
+        "signal_ids": list(writes.consumed_signals),
     }
 
 
@@ -206,6 +219,7 @@ __all__ = [
     "claimable",
     "depth_first",
     "event_from_row",
+    "fenced_params",
     "gate_keys",
     "gate_params",
     "gate_refusal",
@@ -216,6 +230,5 @@ __all__ = [
     "signal_from_row",
     "spec_params",
     "step_from_row",
-    "step_params",
     "utc_conninfo",
 ]

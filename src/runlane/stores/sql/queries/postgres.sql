@@ -174,74 +174,115 @@ UPDATE runlane_runs SET lease_expires_at = %(lease_until)s
 WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
 RETURNING id;
 
--- name: fence
--- Locks the run while ``owner`` holds its lease; no row means the lease is lost.
-SELECT status FROM runlane_runs
-WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
-FOR NO KEY UPDATE;
+-- name: fenced_writes
+-- (A fragment of the statements below.) Locks the run while ``owner`` holds its lease (with
+-- ``owner`` NULL: whatever its state, for settlements outside a turn; the caller holds the
+-- run's key lock). ``ok`` is the fenced row when the writes may go ahead: every write below
+-- reads it, so a lost lease (or a cancellation the caller may not write through) writes nothing.
+WITH fence AS (
+    SELECT id, status, holds_slot, singleton_key, singleton_limit, parent_id, wake_requested_at
+    FROM runlane_runs
+    WHERE id = %(id)s
+      AND (%(owner)s::text IS NULL
+           OR (lease_owner = %(owner)s AND status IN ('running', 'cancelling')))
+    FOR NO KEY UPDATE
+), ok AS (
+    SELECT * FROM fence WHERE status <> 'cancelling' OR %(allow_cancelling)s
+), upserted AS (
+    INSERT INTO runlane_steps (
+        run_id, seq, name, kind, status, input, output, error, attempts, started_at,
+        finished_at, last_heartbeat_at, wake_at, dispatches)
+    SELECT ok.id, s.seq, s.name, s.kind, s.status, s.input::json, s.output::json,
+           s.error::json, s.attempts, s.started_at, s.finished_at, s.last_heartbeat_at,
+           s.wake_at, s.dispatches
+    FROM ok, unnest(
+        %(seqs)s::integer[], %(names)s::text[], %(kinds)s::text[], %(statuses)s::text[],
+        %(inputs)s::text[], %(outputs)s::text[], %(errors)s::text[], %(attempts)s::integer[],
+        %(started)s::timestamptz[], %(finished)s::timestamptz[], %(beats)s::timestamptz[],
+        %(wakes)s::timestamptz[], %(dispatches)s::integer[]
+    ) AS s (seq, name, kind, status, input, output, error, attempts, started_at, finished_at,
+            last_heartbeat_at, wake_at, dispatches)
+    ON CONFLICT (run_id, seq) DO UPDATE SET
+        name = EXCLUDED.name, kind = EXCLUDED.kind, status = EXCLUDED.status,
+        input = EXCLUDED.input, output = EXCLUDED.output, error = EXCLUDED.error,
+        attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
+        finished_at = EXCLUDED.finished_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at,
+        wake_at = EXCLUDED.wake_at, dispatches = EXCLUDED.dispatches
+), consumed AS (
+    DELETE FROM runlane_signals
+    WHERE run_id IN (SELECT id FROM ok) AND id = ANY(%(signal_ids)s::bigint[])
+)
 
--- name: upsert_step
-INSERT INTO runlane_steps (
-    run_id, seq, name, kind, status, input, output, error, attempts, started_at, finished_at,
-    last_heartbeat_at, wake_at, dispatches)
-VALUES (
-    %(run_id)s, %(seq)s, %(name)s, %(kind)s, %(status)s, %(input)s::json, %(output)s::json,
-    %(error)s::json, %(attempts)s, %(started_at)s, %(finished_at)s, %(last_heartbeat_at)s,
-    %(wake_at)s, %(dispatches)s)
-ON CONFLICT (run_id, seq) DO UPDATE SET
-    name = EXCLUDED.name, kind = EXCLUDED.kind, status = EXCLUDED.status,
-    input = EXCLUDED.input, output = EXCLUDED.output, error = EXCLUDED.error,
-    attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
-    finished_at = EXCLUDED.finished_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at,
-    wake_at = EXCLUDED.wake_at, dispatches = EXCLUDED.dispatches;
-
--- name: consume_signals
-DELETE FROM runlane_signals WHERE run_id = %(id)s AND id = ANY(%(ids)s::bigint[]);
-
--- name: touch
-UPDATE runlane_runs SET updated_at = %(now)s WHERE id = %(id)s;
+-- name: checkpoint
+-- One statement, so one round trip and one commit: the fence, the records, the consumed
+-- signals and the run's touch. ``status`` tells the caller which fence failed, if one did.
+{fenced_writes}, touched AS (
+    UPDATE runlane_runs AS r SET updated_at = %(now)s FROM ok WHERE r.id = ok.id
+)
+SELECT status, EXISTS (SELECT 1 FROM ok) AS written FROM fence;
 
 -- name: suspend
-WITH old AS (SELECT id, wake_requested_at FROM runlane_runs WHERE id = %(id)s)
-UPDATE runlane_runs AS r
-SET status = 'suspended',
-    wake_at = CASE WHEN old.wake_requested_at IS NULL THEN %(wake_at)s ELSE %(now)s END,
-    wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
-FROM old WHERE r.id = old.id
-RETURNING old.wake_requested_at IS NOT NULL AS rewake;
-
--- name: finish
--- Terminal settlement; ``held_slot`` tells the caller whether a singleton slot was released.
-WITH old AS (
-    SELECT id, holds_slot FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE
-), dropped AS (
-    DELETE FROM runlane_signals WHERE run_id = %(id)s
+-- The writes and the suspension in one statement; a wake requested during the turn leaves the
+-- run due now (``rewake``).
+{fenced_writes}, suspended AS (
+    UPDATE runlane_runs AS r
+    SET status = 'suspended',
+        wake_at = CASE WHEN ok.wake_requested_at IS NULL THEN %(wake_at)s ELSE %(now)s END,
+        wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
+        updated_at = %(now)s
+    FROM ok WHERE r.id = ok.id
+    RETURNING ok.wake_requested_at IS NOT NULL AS rewake
 )
-UPDATE runlane_runs AS r
-SET status = %(status)s, output = %(output)s::json, error = %(error)s::json,
-    holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
-    wake_requested_at = NULL, updated_at = %(now)s
-FROM old WHERE r.id = old.id
-RETURNING r.*, old.holds_slot AS held_slot;
+SELECT status, EXISTS (SELECT 1 FROM ok) AS written, (SELECT rewake FROM suspended) AS rewake
+FROM fence;
 
--- name: waiters_to_wake
--- The oldest waiters of a key for its free slots (the caller holds the key lock).
-SELECT id FROM runlane_runs
-WHERE singleton_key = %(key)s AND NOT holds_slot
-  AND status IN ('pending', 'running', 'suspended', 'blocked')
-ORDER BY created_at, id
-LIMIT GREATEST(0, %(limit)s - (
-    SELECT count(*) FROM runlane_runs
-    WHERE singleton_key = %(key)s AND holds_slot
-      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')));
+-- name: settle
+-- The writes and a terminal settlement in one statement: the run's signals go, its singleton
+-- slot is released and the oldest waiters for the freed slots are woken, and so is its parent.
+-- The caller holds the key lock (taken in an earlier statement, so this statement's snapshot
+-- sees every run of the key as the last lock holder left it). The snapshot still shows this
+-- run holding its slot, hence the ``id <> ok.id`` below.
+{fenced_writes}, dropped AS (
+    DELETE FROM runlane_signals WHERE run_id IN (SELECT id FROM ok)
+), finished AS (
+    UPDATE runlane_runs AS r
+    SET status = %(status)s, output = %(output)s::json, error = %(error)s::json,
+        holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
+        wake_requested_at = NULL, updated_at = %(now)s
+    FROM ok WHERE r.id = ok.id
+    RETURNING r.*
+), waiters AS (
+    SELECT w.id, w.created_at FROM runlane_runs AS w
+    WHERE w.singleton_key = (SELECT singleton_key FROM ok WHERE holds_slot)
+      AND NOT w.holds_slot AND w.status IN ('pending', 'running', 'suspended', 'blocked')
+    ORDER BY w.created_at, w.id
+    LIMIT (
+        SELECT GREATEST(0, coalesce(nullif(ok.singleton_limit, 0), 1) - count(h.id))
+        FROM ok LEFT JOIN runlane_runs AS h
+          ON h.singleton_key = ok.singleton_key AND h.holds_slot AND h.id <> ok.id
+         AND h.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+        GROUP BY ok.id, ok.singleton_limit)
+), woken AS (
+    UPDATE runlane_runs {wake_set}
+    WHERE id IN (SELECT id FROM waiters UNION ALL SELECT parent_id FROM ok)
+      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    RETURNING id
+)
+SELECT f.*, fence.status AS fence_status, f.id IS NOT NULL AS written,
+       ARRAY(SELECT id FROM waiters ORDER BY created_at, id) AS waiters,
+       fence.parent_id IN (SELECT id FROM woken) AS parent_woken
+FROM fence LEFT JOIN finished AS f ON true;
 
--- name: wake
--- A waiting run becomes due now; a leased one is told to stay due when its turn suspends.
-UPDATE runlane_runs
+-- name: wake_set
+-- (A fragment.) A waiting run becomes due now; a leased one is told to stay due when its turn
+-- suspends.
 SET wake_at = CASE WHEN status IN ('suspended', 'blocked') THEN %(now)s ELSE wake_at END,
     updated_at = CASE WHEN status IN ('suspended', 'blocked') THEN %(now)s ELSE updated_at END,
     wake_requested_at = CASE WHEN status IN ('running', 'cancelling') THEN %(now)s
                              ELSE wake_requested_at END
+
+-- name: wake
+UPDATE runlane_runs {wake_set}
 WHERE id = ANY(%(ids)s::text[])
   AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
 RETURNING id;
