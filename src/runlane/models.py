@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -211,6 +211,22 @@ class Settlement:
     output: JSON = None
     error: dict[str, Any] | None = None
     continue_as: RunSpec | None = None
+
+
+def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
+    """The run as a terminal settlement leaves it: outcome recorded, slot, lease and wake cleared."""
+    return replace(
+        run,
+        status=settlement.status,
+        output=settlement.output,
+        error=settlement.error,
+        holds_slot=False,
+        lease_owner=None,
+        lease_expires_at=None,
+        wake_at=None,
+        wake_requested_at=None,
+        updated_at=now,
+    )
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -45,6 +45,7 @@ from .models import (
     StepRecord,
     StepStatus,
     Writes,
+    settled_run,
 )
 from .options import EngineOptions
 from .remote import RemoteSteps, settle_remote_step
@@ -559,18 +560,7 @@ class Turn:
             return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
         except LeaseLostError:
             return TurnOutcome("abandoned")
-        settled = replace(
-            self.run,
-            status=settlement.status,
-            output=settlement.output,
-            error=settlement.error,
-            updated_at=now,
-            holds_slot=False,
-            lease_owner=None,
-            lease_expires_at=None,
-            wake_at=None,
-            wake_requested_at=None,
-        )
+        settled = settled_run(self.run, settlement, now)
         return TurnOutcome("settled", woken=woken, status=settlement.status, settled=settled)
 
     async def _renew(self) -> None:

@@ -27,6 +27,7 @@ from ..models import (
     StepRecord,
     StepStatus,
     Writes,
+    settled_run,
 )
 from .base import RunCancelling
 
@@ -350,18 +351,7 @@ class MemoryStore:
         self, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None
     ) -> Run:
         woken = [] if woken is None else woken
-        done = replace(
-            run,
-            status=settlement.status,
-            output=settlement.output,
-            error=settlement.error,
-            holds_slot=False,
-            lease_owner=None,
-            lease_expires_at=None,
-            wake_at=None,
-            wake_requested_at=None,
-            updated_at=now,
-        )
+        done = settled_run(run, settlement, now)
         self._runs[run.id] = done
         self._signals.pop(run.id, None)
         if run.holds_slot and run.singleton_key is not None:

@@ -26,6 +26,7 @@ from ..models import (
     StepRecord,
     StepStatus,
     Writes,
+    settled_run,
 )
 from ..serialization import dumps
 from .base import RunCancelling
@@ -347,18 +348,7 @@ def finish(
 ) -> Run:
     """Settle ``run`` terminal: release its slot, wake the waiters for it and its parent."""
     woken = [] if woken is None else woken
-    done = replace(
-        run,
-        status=settlement.status,
-        output=settlement.output,
-        error=settlement.error,
-        holds_slot=False,
-        lease_owner=None,
-        lease_expires_at=None,
-        wake_at=None,
-        wake_requested_at=None,
-        updated_at=now,
-    )
+    done = settled_run(run, settlement, now)
     _save_run(conn, done)
     conn.execute("DELETE FROM signals WHERE run_id = ?", (run.id,))
     if run.holds_slot and run.singleton_key is not None:
