@@ -202,6 +202,18 @@ class PostgresStore:
         max_recoveries: int | None = None,
         handoff: bool = False,
     ) -> ClaimOutcome:
+        lease = {"id": run_id, "owner": owner, "now": now, "lease_until": lease_until}
+        plain = ("claim_plain", {**lease, "handoff": handoff})
+        # Most claims need no key lock: claim, read steps and signals, commit, one round trip.
+        found, steps, signals = await self._db.batch(
+            plain, ("steps_of", {"id": run_id}), ("signals_of", {"id": run_id})
+        )
+        row = _first(found)
+        if row is not None and row["id"] is not None:
+            return _claimed(row, steps, signals)
+        if row is None or not _needs_key_lock(_peeked(row), now, handoff):
+            return ClaimOutcome()
+
         async def work(conn: Conn) -> ClaimOutcome:
             row = await self._lock_claimable(conn, run_id, now, handoff)
             if row is None:
@@ -214,7 +226,7 @@ class PostgresStore:
             if admit and not await self._admits(conn, row):
                 await execute(conn, "park", id=run_id, retry_at=singleton_retry_at, now=now)
                 return ClaimOutcome(parked=True)
-            return await self._lease(conn, run_id, owner, now, lease_until, admit)
+            return await self._lease(conn, {**lease, "admit": admit})
 
         return await self._db.tx(work)
 
@@ -254,19 +266,12 @@ class PostgresStore:
         assert counts is not None
         return admission.admits(row["singleton_limit"] or 1, counts["holders"], counts["ahead"])
 
-    async def _lease(
-        self, conn: Conn, run_id: str, owner: str, now: datetime, until: datetime, admit: bool
-    ) -> ClaimOutcome:
-        lease = {"id": run_id, "owner": owner, "now": now, "lease_until": until, "admit": admit}
+    async def _lease(self, conn: Conn, lease: Row) -> ClaimOutcome:
+        run_id = lease["id"]
         runs, steps, signals = await pipeline(
             conn, ("claim", lease), ("steps_of", {"id": run_id}), ("signals_of", {"id": run_id})
         )
-        claim = Claim(
-            run_from_row(runs[0]),
-            [step_from_row(s) for s in steps],
-            [signal_from_row(s) for s in signals],
-        )
-        return ClaimOutcome(claim=claim)
+        return _claimed(runs[0], steps, signals)
 
     async def hand_off_due_runs(
         self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
@@ -570,6 +575,32 @@ def _settle_params(
         "error": json_param(settlement.error),
         "now": now,
     }
+
+
+def _claimed(run: Row, steps: list[Row], signals: list[Row]) -> ClaimOutcome:
+    return ClaimOutcome(
+        claim=Claim(
+            run_from_row(run),
+            [step_from_row(s) for s in steps],
+            [signal_from_row(s) for s in signals],
+        )
+    )
+
+
+def _peeked(row: Row) -> Row:
+    """The unlocked view of the run that came back with a ``claim_plain`` that claimed nothing."""
+    return {
+        key.removeprefix("peek_"): value for key, value in row.items() if key.startswith("peek_")
+    }
+
+
+def _needs_key_lock(peek: Row, now: datetime, handoff: bool) -> bool:
+    """Whether a run ``claim_plain`` left alone may be claimable by admission or recovery."""
+    if not claimable(peek, now, handoff):
+        return False
+    return peek["status"] in _LEASED or (
+        peek["singleton_key"] is not None and not peek["holds_slot"]
+    )
 
 
 def _first(rows: list[Row]) -> Row | None:

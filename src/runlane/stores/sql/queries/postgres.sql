@@ -90,6 +90,33 @@ LIMIT %(limit)s;
 -- A row another transaction holds is "not claimable now": claimers never queue behind each other.
 SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE SKIP LOCKED;
 
+-- name: claim_plain
+-- The claim of a run that needs no admission (no singleton key, or one whose slot it holds) and
+-- is no recovery, in one statement; nothing when the run is locked (``SKIP LOCKED``: not
+-- claimable now) or not claimable this way. ``peek_*`` is the row as the statement's snapshot
+-- saw it, unlocked, so the caller can tell whether the slower path (admission or recovery,
+-- which takes the key lock first) might claim it.
+WITH peek AS (
+    SELECT id, status, wake_at, lease_expires_at, singleton_key, holds_slot
+    FROM runlane_runs WHERE id = %(id)s
+), target AS (
+    SELECT id FROM runlane_runs
+    WHERE id = %(id)s AND (singleton_key IS NULL OR holds_slot)
+      AND (status = 'pending'
+           OR (status IN ('suspended', 'blocked') AND (%(handoff)s OR wake_at <= %(now)s)))
+    FOR NO KEY UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE runlane_runs AS r
+    SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
+        wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s
+    FROM target WHERE r.id = target.id
+    RETURNING r.*
+)
+SELECT c.*, p.status AS peek_status, p.wake_at AS peek_wake_at,
+       p.lease_expires_at AS peek_lease_expires_at, p.singleton_key AS peek_singleton_key,
+       p.holds_slot AS peek_holds_slot
+FROM peek AS p LEFT JOIN claimed AS c ON true;
+
 -- name: add_recovery
 UPDATE runlane_runs SET recoveries = recoveries + 1 WHERE id = %(id)s RETURNING recoveries;
 
