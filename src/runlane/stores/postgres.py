@@ -55,7 +55,7 @@ from .postgres_rows import (
     json_param,
     run_from_row,
     signal_from_row,
-    spec_params,
+    specs_params,
     step_from_row,
 )
 from .postgres_schema import upgrade
@@ -104,15 +104,36 @@ class PostgresStore:
     async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
         if not specs:
             return []
+        if len({s.id for s in specs}) == len(specs) and not any(gated(s) for s in specs):
+            # One statement, atomic by itself: no transaction, one round trip.
+            found = _started_by_id(await self._db.rows("insert_runs", **specs_params(specs)))
+            missing = [s.id for s in specs if s.id not in found]
+            found.update((run.id, Started(run, created=False)) for run in await self._runs(missing))
+            return [found[spec.id] for spec in specs]
+        if len(specs) == 1 and not _replaces(specs[0]):
+            return [await self._create_gated(specs[0])]
         return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
+
+    async def _create_gated(self, spec: RunSpec) -> Started:
+        """One gated start: [BEGIN; key locks; count and insert; COMMIT] in one round trip.
+
+        The locks come in a statement of their own: a statement's snapshot is taken when it
+        starts, so counting in the statement that waited for the locks could miss a start
+        committed by the previous holder.
+        """
+        gate = ("insert_gated", {**specs_params([spec]), **gate_params(spec)})
+        row = _first((await self._db.batch(_lock_call(gate_keys([spec])), gate))[-1])
+        started = _gated_outcome(spec, row)
+        if started is None:  # the id was inserted by a start that committed meanwhile
+            run = await self.get_run(spec.id)
+            assert run is not None, f"run {spec.id!r} neither inserted nor found"
+            started = Started(run, created=False)
+        return started
 
     async def _create_all(
         self, conn: Conn, specs: Sequence[RunSpec], now: datetime, *, locked: bool = False
     ) -> list[Started]:
-        keys = [] if locked else gate_keys(specs)
-        if len(specs) == 1 and gated(specs[0]):
-            return [await self._create_one(conn, specs[0], now, lock=keys)]
-        await self._lock_keys(conn, keys)
+        await self._lock_keys(conn, [] if locked else gate_keys(specs))
         if len({s.id for s in specs}) < len(specs):
             # A repeated id makes the batch order-sensitive: one spec at a time, in order.
             return [await self._create_one(conn, spec, now) for spec in specs]
@@ -123,47 +144,38 @@ class PostgresStore:
         ]
 
     async def _insert_plain(self, conn: Conn, specs: Sequence[RunSpec]) -> dict[str, Started]:
-        """Ungated specs (no key counts them) in one pipelined batch."""
+        """Ungated specs (no key counts them) in one statement."""
         if not specs:
             return {}
-        inserted: dict[str, Started] = {}
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                SQL["insert_run"], [spec_params(s) for s in specs], returning=True
-            )
-            while True:
-                created = await cur.fetchone()
-                if created is not None:
-                    inserted[created["id"]] = Started(run_from_row(created), created=True)
-                if not cur.nextset():
-                    break
-        missing = [s.id for s in specs if s.id not in inserted]
+        found = _started_by_id(await fetch_all(conn, "insert_runs", **specs_params(specs)))
+        missing = [s.id for s in specs if s.id not in found]
         for run in await self._fetch_runs(conn, missing):
-            inserted[run.id] = Started(run, created=False)
-        return inserted
+            found[run.id] = Started(run, created=False)
+        return found
 
-    async def _create_one(
-        self, conn: Conn, spec: RunSpec, now: datetime, *, lock: Sequence[str] = ()
-    ) -> Started:
-        """Check, gate and insert one spec; ``lock`` = keys to lock first (same round trip)."""
-        *_, existing, counts = await pipeline(
-            conn,
-            _lock_call(lock),
-            ("get_run", {"id": spec.id}),
-            ("gate_counts", gate_params(spec)),
+    async def _create_one(self, conn: Conn, spec: RunSpec, now: datetime) -> Started:
+        """Check, gate and insert one spec (its keys locked) inside the caller's transaction."""
+        if not _replaces(spec):
+            row = await fetch_one(conn, "insert_gated", **specs_params([spec]), **gate_params(spec))
+            started = _gated_outcome(spec, row)
+            if started is None:
+                raise Contended(spec.id)
+            return started
+        existing, counts = await pipeline(
+            conn, ("get_run", {"id": spec.id}), ("gate_counts", gate_params(spec))
         )
         if existing:
             return Started(run_from_row(existing[0]), created=False)
         refusal = gate_refusal(spec, counts[0])
         if refusal is not None:
             return Started(None, created=False, rejected=refusal)
-        if spec.singleton is not None and spec.singleton.replace:
-            for other in await fetch_all(conn, "active_of_key", key=spec.singleton.key):
-                await self._cancel_one(conn, other["id"], other["status"], now, None)
-        row = await fetch_one(conn, "insert_run", **spec_params(spec))
-        if row is None:
+        key = gate_params(spec)["singleton_key"]
+        for other in await fetch_all(conn, "active_of_key", key=key):
+            await self._cancel_one(conn, other["id"], other["status"], now, None)
+        inserted = await self._insert_plain(conn, [spec])
+        if not inserted[spec.id].created:
             raise Contended(spec.id)
-        return Started(run_from_row(row), created=True)
+        return inserted[spec.id]
 
     async def _fetch_runs(self, conn: Conn, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
@@ -523,9 +535,12 @@ class PostgresStore:
         return run_from_row(row) if row is not None else None
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        rows = await self._db.rows("get_runs", ids=list(run_ids)) if run_ids else []
-        runs = [run_from_row(row) for row in rows]
+        runs = await self._runs(run_ids)
         return {run.id: run for run in runs}
+
+    async def _runs(self, run_ids: Sequence[str]) -> list[Run]:
+        rows = await self._db.rows("get_runs", ids=list(run_ids)) if run_ids else []
+        return [run_from_row(row) for row in rows]
 
     async def list_runs(
         self,
@@ -575,6 +590,24 @@ def _settle_params(
         "error": json_param(settlement.error),
         "now": now,
     }
+
+
+def _started_by_id(rows: list[Row]) -> dict[str, Started]:
+    """An ``insert_runs`` result: the new runs and the existing ones, by id."""
+    return {row["id"]: Started(run_from_row(row), created=row["created"]) for row in rows}
+
+
+def _replaces(spec: RunSpec) -> bool:
+    return spec.singleton is not None and spec.singleton.replace
+
+
+def _gated_outcome(spec: RunSpec, row: Row | None) -> Started | None:
+    """What an ``insert_gated`` row means; None when the id was taken by a concurrent start."""
+    assert row is not None
+    if row["id"] is not None:
+        return Started(run_from_row(row), created=row["created"])
+    refusal = gate_refusal(spec, row)
+    return None if refusal is None else Started(None, created=False, rejected=refusal)
 
 
 def _claimed(run: Row, steps: list[Row], signals: list[Row]) -> ClaimOutcome:

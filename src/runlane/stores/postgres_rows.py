@@ -43,21 +43,22 @@ def json_param(value: Any) -> str | None:
     return None if value is None else dumps(value)
 
 
-def spec_params(spec: RunSpec) -> Row:
+def specs_params(specs: Sequence[RunSpec]) -> Row:
+    """The parameters of ``spec_rows``: the specs, one array a column."""
     return {
-        "id": spec.id,
-        "workflow": spec.workflow,
-        "version": spec.version,
-        "input": json_param(spec.input),
-        "tags": list(spec.tags),
-        "created_at": spec.created_at,
-        "parent_id": spec.parent_id,
-        "namespace": spec.namespace,
-        "priority": spec.priority,
-        "singleton_key": spec.singleton.key if spec.singleton else None,
-        "singleton_limit": spec.singleton.limit if spec.singleton else None,
-        "concurrency_key": spec.quota.key if spec.quota else None,
-        "deadline_at": spec.deadline_at,
+        "ids": [s.id for s in specs],
+        "workflows": [s.workflow for s in specs],
+        "versions": [s.version for s in specs],
+        "inputs": [json_param(s.input) for s in specs],
+        "tags": [dumps(list(s.tags)) for s in specs],
+        "created": [s.created_at for s in specs],
+        "parents": [s.parent_id for s in specs],
+        "namespaces": [s.namespace for s in specs],
+        "priorities": [s.priority for s in specs],
+        "singleton_keys": [s.singleton.key if s.singleton else None for s in specs],
+        "singleton_limits": [s.singleton.limit if s.singleton else None for s in specs],
+        "concurrency_keys": [s.quota.key if s.quota else None for s in specs],
+        "deadlines": [s.deadline_at for s in specs],
     }
 
 
@@ -173,11 +174,15 @@ def gated(spec: RunSpec) -> bool:
 
 
 def gate_params(spec: RunSpec) -> Row:
-    quota = spec.quota
+    """The parameters of ``gate_counts``, and the limits ``insert_gated`` applies to them."""
+    quota, singleton = spec.quota, spec.singleton
+    depth = singleton.max_queue_depth if singleton and not singleton.replace else None
     return {
         "quota_key": quota.key if quota else None,
         "quota_statuses": sorted(str(s) for s in quota.count_statuses) if quota else [],
-        "singleton_key": spec.singleton.key if spec.singleton else None,
+        "quota_limit": quota.limit if quota else None,
+        "singleton_key": singleton.key if singleton else None,
+        "queue_capacity": singleton.limit + depth if singleton and depth is not None else None,
     }
 
 
@@ -228,7 +233,7 @@ __all__ = [
     "load_queries",
     "run_from_row",
     "signal_from_row",
-    "spec_params",
+    "specs_params",
     "step_from_row",
     "utc_conninfo",
 ]

@@ -23,16 +23,53 @@ FROM (
 -- latest seq can never miss an event committed later with a smaller seq.
 SELECT pg_advisory_xact_lock(hashtextextended('runlane:events', 0));
 
--- name: insert_run
+-- name: spec_rows
+-- (A fragment.) The specs to create, one array a column; ``tags`` are JSON arrays, since an
+-- array of arrays would not unnest into rows.
+SELECT * FROM unnest(
+    %(ids)s::text[], %(workflows)s::text[], %(versions)s::text[], %(inputs)s::text[],
+    %(tags)s::text[], %(created)s::timestamptz[], %(parents)s::text[], %(namespaces)s::text[],
+    %(priorities)s::integer[], %(singleton_keys)s::text[], %(singleton_limits)s::integer[],
+    %(concurrency_keys)s::text[], %(deadlines)s::timestamptz[]
+) AS g (id, workflow, version, input, tags, created_at, parent_id, namespace, priority,
+        singleton_key, singleton_limit, concurrency_key, deadline_at)
+
+-- name: insert_given
+-- (A fragment.) Insert the rows of ``given`` as pending runs; an existing id is left alone.
 INSERT INTO runlane_runs (
     id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
     priority, singleton_key, singleton_limit, concurrency_key, deadline_at)
-VALUES (
-    %(id)s, %(workflow)s, %(version)s, 'pending', %(input)s::json, %(tags)s::text[],
-    %(created_at)s, %(created_at)s, %(parent_id)s, %(namespace)s, %(priority)s,
-    %(singleton_key)s, %(singleton_limit)s, %(concurrency_key)s, %(deadline_at)s)
+SELECT id, workflow, version, 'pending', input::json,
+       ARRAY(SELECT json_array_elements_text(tags::json)), created_at, created_at, parent_id,
+       namespace, priority, singleton_key, singleton_limit, concurrency_key, deadline_at
+FROM given
 ON CONFLICT (id) DO NOTHING
-RETURNING *;
+RETURNING *
+
+-- name: insert_runs
+-- Ungated specs in one statement: the new runs (``created``), then the ones that existed.
+-- An id inserted by a transaction that committed after this statement began is in neither.
+WITH given AS ({spec_rows}), inserted AS ({insert_given})
+SELECT *, true AS created FROM inserted
+UNION ALL
+SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
+
+-- name: insert_gated
+-- One gated spec (its keys locked by an earlier statement of the transaction, so the counts
+-- see every start that held the locks before): the existing run; or the new one when the gates
+-- admit it (see ``admission``); or neither, with the counts the refusal is built from.
+WITH existing AS (
+    SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[])
+), counts AS ({gate_counts}), given AS (
+    SELECT g.* FROM ({spec_rows}) AS g, counts AS c
+    WHERE NOT EXISTS (SELECT 1 FROM existing)
+      AND (%(quota_limit)s::integer IS NULL
+           OR (%(quota_limit)s > 0 AND c.quota_active < %(quota_limit)s))
+      AND (%(queue_capacity)s::integer IS NULL OR c.key_active < %(queue_capacity)s)
+), inserted AS ({insert_given})
+SELECT r.*, c.quota_active, c.key_active
+FROM counts AS c
+LEFT JOIN (SELECT *, true AS created FROM inserted UNION ALL SELECT * FROM existing) AS r ON true;
 
 -- name: get_run
 SELECT * FROM runlane_runs WHERE id = %(id)s;
