@@ -378,6 +378,11 @@ class Engine:
             waiter = self._settled.get(run_id)
             if waiter is None or waiter.done():
                 waiter = self._settled[run_id] = asyncio.get_running_loop().create_future()
+            if self._executing(run_id):
+                # A turn of it runs here: its settlement will come to the waiter without a read.
+                settled = await self._wait_settled(waiter, deadline)
+                if settled is not None:
+                    return settled
             run = await self._read_through_outage(run_id, deadline)
             if run is None:
                 raise RunNotFoundError(run_id)
@@ -386,12 +391,23 @@ class Engine:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"run {run_id!r} is still {run.status} after {timeout}s")
-            with contextlib.suppress(TimeoutError):
-                settled = await asyncio.wait_for(
-                    asyncio.shield(waiter), min(0.25, left) if left is not None else 0.25
-                )
-                if settled is not None:
-                    return settled
+            settled = await self._wait_settled(waiter, deadline)
+            if settled is not None:
+                return settled
+
+    def _executing(self, run_id: str) -> bool:
+        return self._local is not None and run_id in self._local.inflight
+
+    async def _wait_settled(
+        self, waiter: asyncio.Future[Run | None], deadline: float | None
+    ) -> Run | None:
+        """The run if it settles here within the next poll slice (0.25 s), else None."""
+        left = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+        if left <= 0:
+            return None
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(asyncio.shield(waiter), left)
+        return None
 
     async def _read_through_outage(self, run_id: str, deadline: float | None) -> Run | None:
         """Read a run, retrying with backoff while the store is unreachable (until the deadline)."""
