@@ -36,6 +36,8 @@ from .errors import (
 from .local import LocalRuns
 from .models import (
     JSON,
+    Claim,
+    Lease,
     Run,
     RunSpec,
     RunStatus,
@@ -550,16 +552,35 @@ class Engine:
             return True
         return False
 
-    async def _execute(self, run_id: str, handoff: bool = False) -> list[str]:
-        """Claim the run and drive one turn; returns runs to execute next (itself when rewoken)."""
+    async def _execute(
+        self, run_id: str, handoff: bool = False, claim: Claim | None = None
+    ) -> list[str]:
+        """Claim the run (or use ``claim``) and drive one turn; returns runs to execute next."""
+        if claim is None:
+            claim = await self._claim(run_id, handoff)
+            if claim is None:
+                return []
+        definition = self.registry.workflow(claim.run.workflow, claim.run.version)
+        owner = claim.run.lease_owner or ""
+        result = await Turn(self, claim, owner, definition).execute()
+        if result.successor is not None and self._local is not None:
+            self._local.spawn(result.successor.run.id, claim=result.successor)
+        if result.state == "settled":
+            self._notify_many([run_id], result.settled)
+        elif result.state == "rewake":
+            return [run_id]
+        elif result.wake_at is not None:
+            self._note_wake(result.wake_at)
+        return result.woken
+
+    async def _claim(self, run_id: str, handoff: bool) -> Claim | None:
         if self.runqueue is not None and not self.runqueue.claiming(run_id):
-            return []
-        owner = f"{self.id}:{next(self._tokens)}"
+            return None
         now = self.now()
         retry = self.options.singleton_retry * random.uniform(0.75, 1.25)
         outcome = await self.store.claim_run(
             run_id,
-            owner,
+            f"{self.id}:{next(self._tokens)}",
             now,
             now + timedelta(seconds=self.options.lease),
             singleton_retry_at=now + timedelta(seconds=retry),
@@ -568,18 +589,14 @@ class Engine:
         )
         if outcome.settled is not None:
             self._notify_many([run_id], outcome.settled)
-            return []
-        if outcome.claim is None:
-            return []
-        definition = self.registry.workflow(outcome.claim.run.workflow, outcome.claim.run.version)
-        result = await Turn(self, outcome.claim, owner, definition).execute()
-        if result.state == "settled":
-            self._notify_many([run_id], result.settled)
-        elif result.state == "rewake":
-            return [run_id]
-        elif result.wake_at is not None:
-            self._note_wake(result.wake_at)
-        return result.woken
+        return outcome.claim
+
+    def successor_lease(self) -> Lease | None:
+        """A lease for a singleton waiter a settlement here hands its slot to (None: don't)."""
+        if not self._driving() or self.local_room() <= 0:
+            return None
+        until = self.now() + timedelta(seconds=self.options.lease)
+        return Lease(f"{self.id}:{next(self._tokens)}", until)
 
     def _note_wake(self, when: datetime) -> None:
         if self._next_wake is None or when < self._next_wake:

@@ -11,10 +11,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
+from .models import Claim
+
 log = logging.getLogger("runlane.engine")
 
-Execute = Callable[[str, bool], Awaitable[list[str]]]
-"""Claim a run and drive one turn (``handoff`` for a handed-off timer); returns the woken runs."""
+Execute = Callable[[str, bool, Claim | None], Awaitable[list[str]]]
+"""Claim a run (or use the claim given) and drive one turn; returns the woken runs.
+``handoff`` marks the wake of a handed-off timer."""
 
 
 class LocalRuns:
@@ -31,6 +34,7 @@ class LocalRuns:
         self.limit = limit
         self.inflight: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        self._claims: dict[str, Claim] = {}
         self._slots = asyncio.Semaphore(limit)
         self._room = asyncio.Event()
 
@@ -42,15 +46,19 @@ class LocalRuns:
         await self._room.wait()
 
     def spawn(
-        self, run_id: str, *, handoff: bool = False, poll: bool = False
+        self, run_id: str, *, handoff: bool = False, poll: bool = False, claim: Claim | None = None
     ) -> asyncio.Task[None]:
         task = self.inflight.get(run_id)
         if task is not None:
             # A wake that arrived mid-turn needs one more turn; a poll only saw the turn running.
             if not poll:
                 self._again.add(run_id)
+            if claim is not None:  # leased to us already: the next turn of that task uses it
+                self._claims[run_id] = claim
             return task
-        task = asyncio.create_task(self._drive(run_id, handoff), name=f"runlane-run-{run_id}")
+        task = asyncio.create_task(
+            self._drive(run_id, handoff, claim), name=f"runlane-run-{run_id}"
+        )
         self.inflight[run_id] = task
         return task
 
@@ -67,19 +75,21 @@ class LocalRuns:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
 
-    async def _drive(self, run_id: str, handoff: bool) -> None:
+    async def _drive(self, run_id: str, handoff: bool, claim: Claim | None) -> None:
         followups: list[asyncio.Task[None]] = []
         try:
             again = True
             while again:
                 self._again.discard(run_id)
                 async with self._slots:
-                    woken = await self._execute(run_id, handoff)
-                handoff = False
+                    woken = await self._execute(run_id, handoff, claim)
+                handoff, claim = False, self._claims.pop(run_id, None)
                 # While draining, woken runs stay due in the store for another instance (or
                 # the next start) to pick up; taking them here would keep the drain busy.
                 accepting = self._accepting()
-                again = accepting and (run_id in woken or run_id in self._again)
+                again = claim is not None or (
+                    accepting and (run_id in woken or run_id in self._again)
+                )
                 others = [w for w in woken if w != run_id]
                 if accepting and others and not self._route(others):
                     followups.extend(self.spawn_all(others))

@@ -213,6 +213,22 @@ class Settlement:
     continue_as: RunSpec | None = None
 
 
+@dataclass(frozen=True)
+class Lease:
+    """A lease to grant: the claim token and when it expires."""
+
+    owner: str
+    until: datetime
+
+
+@dataclass(frozen=True)
+class SettleResult:
+    """What a settlement set in motion: runs woken or created, and a successor leased."""
+
+    woken: list[str] = field(default_factory=list)
+    successor: Claim | None = None
+
+
 def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
     """The run as a terminal settlement leaves it: outcome recorded, slot, lease and wake cleared."""
     return replace(

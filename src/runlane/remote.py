@@ -246,7 +246,11 @@ async def _watch(
     timeout: float,
     first: float,
 ) -> Message | None:
-    """Wait for the result while the worker is alive; None when it fell silent everywhere."""
+    """Wait for the result while the worker is alive; None when it fell silent everywhere.
+
+    Each time the window runs out the checkpoint is read first: a result another instance
+    recorded ends the wait even while beats keep re-arming the window.
+    """
     deadline = time.monotonic() + first
     while True:
         left = deadline - time.monotonic()
@@ -255,10 +259,6 @@ async def _watch(
                 return await asyncio.wait_for(asyncio.shield(waiter), left)
             except TimeoutError:
                 pass
-        heard = remote.heard_at(key)
-        if heard + timeout > time.monotonic():
-            deadline = heard + timeout
-            continue
         stored = await turn.host.store.get_step(turn.run.id, op.seq)
         if stored is not None and stored.status != StepStatus.RUNNING:
             return {
@@ -266,6 +266,10 @@ async def _watch(
                 "output": stored.output,
                 "error": stored.error,
             }
+        heard = remote.heard_at(key)
+        if heard + timeout > time.monotonic():
+            deadline = heard + timeout
+            continue
         extra = _persisted_grace(turn, stored, timeout)
         if extra <= 0:
             return None

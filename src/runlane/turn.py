@@ -34,6 +34,7 @@ from .models import (
     JSON,
     Claim,
     Event,
+    Lease,
     Run,
     RunSpec,
     RunStatus,
@@ -70,6 +71,10 @@ class TurnHost(Protocol):
 
     def now(self) -> datetime: ...
 
+    def successor_lease(self) -> Lease | None:
+        """A lease for the next singleton waiter, when this engine can run it now."""
+        ...
+
     def resolve_step(
         self, fn_or_name: Callable[..., Any] | str, group: str | None
     ) -> StepDefinition: ...
@@ -88,6 +93,7 @@ class TurnOutcome:
     wake_at: datetime | None = None
     status: RunStatus | None = None
     settled: Run | None = None  # the run as this turn settled it
+    successor: Claim | None = None  # the singleton waiter the settlement leased to this engine
 
 
 class Turn:
@@ -108,6 +114,7 @@ class Turn:
         self.created: list[str] = []  # children started by this turn, to execute right away
         self._seq = 0
         self._lock = asyncio.Lock()
+        self._finished = False
 
     # ---------------------------------------------------------------- bookkeeping
 
@@ -503,6 +510,7 @@ class Turn:
         try:
             outcome = await self._execute()
         finally:
+            self._finished = True
             renew.cancel()
         outcome.woken = [*self.created, *outcome.woken]
         return outcome
@@ -552,20 +560,27 @@ class Turn:
             current = await self.host.store.get_run(self.run.id)
             settlement = Settlement(RunStatus.CANCELLED, None, current.error if current else None)
         now = self.now()
+        # The slot this run frees can go straight to the next waiter, leased to this engine.
+        successor = self.host.successor_lease() if self.run.holds_slot else None
         try:
-            woken = await self.host.store.settle_run(
-                self.run.id, self.owner, writes, settlement, now
+            result = await self.host.store.settle_run(
+                self.run.id, self.owner, writes, settlement, now, successor=successor
             )
         except RunCancelling:
             return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
         except LeaseLostError:
             return TurnOutcome("abandoned")
-        settled = settled_run(self.run, settlement, now)
-        return TurnOutcome("settled", woken=woken, status=settlement.status, settled=settled)
+        return TurnOutcome(
+            "settled",
+            woken=result.woken,
+            status=settlement.status,
+            settled=settled_run(self.run, settlement, now),
+            successor=result.successor,
+        )
 
     async def _renew(self) -> None:
         interval = max(0.05, self.host.lease_seconds / 2)
-        while True:
+        while not self._finished:
             await asyncio.sleep(interval)
             until = self.now() + timedelta(seconds=self.host.lease_seconds)
             try:
@@ -573,4 +588,6 @@ class Turn:
                     log.warning("lost the lease on run %s; its turn will be abandoned", self.run.id)
                     return
             except Exception:
+                if self._finished:  # a cancellation surfacing as a driver error: stop here
+                    return
                 log.exception("lease renewal for run %s failed", self.run.id)

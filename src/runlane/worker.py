@@ -8,6 +8,7 @@ nothing more but finishes the steps in flight and sends their results.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -107,10 +108,14 @@ class Worker:
             running.add_done_callback(self._in_flight.discard)
 
     async def _execute(self, task: Message) -> None:
-        beating = asyncio.create_task(self._beat(task))
+        done = asyncio.Event()
+        beating = asyncio.create_task(self._beat(task, done))
         try:
             result = await self._outcome(task)
         finally:
+            # An event, not only a cancel: a cancellation landing inside a transport call can
+            # come out as that library's own error, and the beat loop must stop all the same.
+            done.set()
             beating.cancel()
         await self._send(result)
 
@@ -136,15 +141,18 @@ class Worker:
             "worker": self.name,
         }
 
-    async def _beat(self, task: Message) -> None:
+    async def _beat(self, task: Message, done: asyncio.Event) -> None:
         beat = {**_identity(task), "attempt": task.get("attempt"), "worker": self.name}
-        while True:
+        while not done.is_set():
             try:
                 await self.transport.publish_heartbeat({**beat, "at": _now()})
             except Exception as exc:
+                if done.is_set():
+                    return
                 # A lost beat only narrows the dispatcher's margin; the step goes on.
                 log.warning("worker %s: heartbeat for %s failed: %s", self.name, beat, exc)
-            await asyncio.sleep(self.heartbeat_interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), self.heartbeat_interval)
 
     async def _send(self, result: Message) -> None:
         for delay in (*SEND_RETRY_DELAYS, None):

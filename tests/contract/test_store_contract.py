@@ -18,6 +18,7 @@ from runlane.errors import (
 )
 from runlane.models import (
     ClaimOutcome,
+    Lease,
     QuotaGate,
     Run,
     RunSpec,
@@ -119,7 +120,7 @@ async def settle(
 ) -> list[str]:
     """Claim the run and settle it, as one turn would."""
     await lease(store, run_id, now=now)
-    return await store.settle_run(run_id, "owner-1", Writes(), settlement, now)
+    return (await store.settle_run(run_id, "owner-1", Writes(), settlement, now)).woken
 
 
 async def run_of(store: Store, run_id: str) -> Run:
@@ -651,9 +652,51 @@ async def test_a_cancelling_holder_keeps_its_slot_until_it_settles(store: Store)
     await lease(store, "a")
     await store.cancel_run("a", T0, None)
     assert (await claim(store, "b")).parked
-    woken = await store.settle_run("a", "owner-1", Writes(), Settlement(RunStatus.CANCELLED), at(1))
+    woken = (
+        await store.settle_run("a", "owner-1", Writes(), Settlement(RunStatus.CANCELLED), at(1))
+    ).woken
     assert woken == ["b"]
     assert (await lease(store, "b", now=at(1))).holds_slot
+
+
+async def test_a_settlement_hands_the_freed_slot_to_the_oldest_waiter_leased_to_the_successor(
+    store: Store,
+) -> None:
+    await create(
+        store,
+        spec("holder", singleton=key()),
+        spec("next", created=1, singleton=key()),
+        spec("later", created=2, singleton=key()),
+    )
+    await lease(store, "holder")
+    assert (await claim(store, "later", now=at(1))).parked
+    await store.deliver_signal("next", "go", "payload", at(1))
+    result = await store.settle_run(
+        "holder", "owner-1", Writes(), DONE, at(2), successor=Lease("heir", at(32))
+    )
+    assert result.successor is not None and result.woken == []
+    heir = result.successor.run
+    assert (heir.id, heir.status, heir.holds_slot) == ("next", RunStatus.RUNNING, True)
+    assert (heir.lease_owner, heir.lease_expires_at) == ("heir", at(32))
+    assert [s.payload for s in result.successor.signals] == ["payload"]
+    assert await run_of(store, "next") == heir
+    assert not (await run_of(store, "later")).holds_slot
+    await store.checkpoint("next", "heir", Writes(steps=[step("next", 1)]), at(3))
+
+
+async def test_no_successor_without_a_freed_slot_or_when_none_is_asked(store: Store) -> None:
+    await create(
+        store, spec("plain"), spec("h", singleton=key()), spec("w", created=1, singleton=key())
+    )
+    await lease(store, "plain")
+    plain = await store.settle_run(
+        "plain", "owner-1", Writes(), DONE, T0, successor=Lease("x", at(30))
+    )
+    assert plain.successor is None
+    await lease(store, "h")
+    result = await store.settle_run("h", "owner-1", Writes(), DONE, at(1))
+    assert result.successor is None and result.woken == ["w"]
+    assert (await run_of(store, "w")).status == RunStatus.PENDING
 
 
 # ---------------------------------------------------------------- fenced turn writes
@@ -781,7 +824,7 @@ async def test_settle_finishes_the_run_and_releases_the_lease(store: Store) -> N
     await create(store, spec("a"))
     await lease(store, "a")
     writes = Writes(steps=[step("a", 1)])
-    assert await store.settle_run("a", "owner-1", writes, DONE, at(3)) == []
+    assert (await store.settle_run("a", "owner-1", writes, DONE, at(3))).woken == []
     run = await run_of(store, "a")
     assert (run.status, run.output, run.updated_at) == (RunStatus.COMPLETED, {"ok": True}, at(3))
     assert run.lease_owner is None and run.lease_expires_at is None and run.wake_at is None
@@ -795,7 +838,7 @@ async def test_settle_releases_the_slot_and_wakes_the_oldest_waiters(store: Stor
     await lease(store, "b")
     for waiter in ("e", "d", "c"):
         assert (await claim(store, waiter)).parked
-    woken = await store.settle_run("a", "owner-1", Writes(), DONE, at(1))
+    woken = (await store.settle_run("a", "owner-1", Writes(), DONE, at(1))).woken
     assert woken == ["c"]
     assert (await run_of(store, "c")).wake_at == at(1)
     assert (await run_of(store, "d")).wake_at == T0 + RETRY
@@ -827,7 +870,7 @@ async def test_settle_creates_the_continuation_without_gates(store: Store) -> No
     )
     settlement = Settlement(RunStatus.COMPLETED, {"continued_as": "a~1"}, None, continuation)
     await create(store, spec("other", quota=QuotaGate("q", limit=9)))
-    woken = await store.settle_run("a", "owner-1", Writes(), settlement, at(1))
+    woken = (await store.settle_run("a", "owner-1", Writes(), settlement, at(1))).woken
     assert woken == ["a~1"]
     assert await status_of(store, "a~1") == RunStatus.PENDING
     assert await status_of(store, "busy") == RunStatus.PENDING

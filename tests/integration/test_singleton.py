@@ -244,10 +244,10 @@ async def test_the_retry_timer_admits_a_waiter_whose_release_wake_went_elsewhere
         "r0", "other:1", now, now + timedelta(seconds=30), singleton_retry_at=now
     )
     assert claim.claim is not None
-    woken = await engine.store.settle_run(
+    settled = await engine.store.settle_run(
         "r0", "other:1", Writes(), Settlement(RunStatus.COMPLETED), now
     )
-    assert woken == ["r1"]
+    assert settled.woken == ["r1"]
     await engine.cancel("r1")
     await engine.resume_due_timers()
     r2 = await engine.get_run("r2")

@@ -284,3 +284,37 @@ async def test_worker_survives_a_failed_take(monkeypatch: pytest.MonkeyPatch) ->
 def test_worker_refuses_a_concurrency_below_one() -> None:
     with pytest.raises(ValueError, match="concurrency"):
         Worker("math", InProcessTransport(), steps=STEPS, concurrency=0)
+
+
+class CancelSwallowingBeats(InProcessTransport):
+    """Heartbeats whose publish turns a cancellation into a driver error, as some drivers do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.beats_after_result = 0
+        self.result_sent = False
+
+    async def publish_heartbeat(self, beat: dict[str, Any]) -> None:
+        if self.result_sent:
+            self.beats_after_result += 1
+        try:
+            await asyncio.sleep(0.3)  # still publishing when the step ends
+        except asyncio.CancelledError:
+            raise RuntimeError("query cancelled") from None
+
+    async def send_result(self, result: dict[str, Any]) -> None:
+        self.result_sent = True
+        await super().send_result(result)
+
+
+async def test_beats_stop_with_the_step_even_when_a_cancel_surfaces_as_an_error() -> None:
+    transport = CancelSwallowingBeats()
+    worker = Worker(group="math", transport=transport, steps=STEPS, **FAST)
+    running = asyncio.create_task(worker.run())
+    await transport.send_tasks("math", [task("math.slow", 0.12)])
+    [result] = await transport.take_results(1, 5.0)
+    assert result["ok"]
+    await asyncio.sleep(0.8)
+    await worker.stop()
+    await running
+    assert transport.beats_after_result == 0

@@ -29,10 +29,12 @@ from ..errors import LeaseLostError
 from ..models import (
     ClaimOutcome,
     Event,
+    Lease,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
+    SettleResult,
     Started,
     StepRecord,
     Writes,
@@ -202,14 +204,27 @@ class Store(Protocol):
         ...
 
     async def settle_run(
-        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
-    ) -> list[str]:
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        settlement: Settlement,
+        now: datetime,
+        *,
+        successor: Lease | None = None,
+    ) -> SettleResult:
         """Flush ``writes`` and finish the run with a terminal status; release the lease.
 
         Fenced, but allowed while ``cancelling``. In the same transaction: the singleton slot is
         released and the oldest waiters for the freed slots are woken; the parent is woken; a
-        ``continue_as`` spec is created (without gates). Returns the ids woken or created, so
-        the caller may run them at once.
+        ``continue_as`` spec is created (without gates). ``woken`` lists the ids woken or
+        created, so the caller may run them at once.
+
+        With ``successor``, the oldest waiter the release admits, if it is not leased (pending,
+        suspended or blocked), is claimed in the same transaction: it holds the slot, is leased
+        to ``successor.owner`` until ``successor.until``, and comes back as ``successor`` (a
+        claim exactly as :meth:`claim_run` returns one) instead of in ``woken``. Stores may
+        grant it only where the settlement needs no children or continuation written.
         """
         ...
 

@@ -17,10 +17,12 @@ from ..models import (
     Claim,
     ClaimOutcome,
     Event,
+    Lease,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
+    SettleResult,
     Signal,
     Started,
     StepKind,
@@ -215,19 +217,21 @@ class MemoryStore:
                 self._runs[run_id] = parked
                 return ClaimOutcome(parked=True)
             run = replace(run, holds_slot=True)
-        run = replace(
+        return ClaimOutcome(claim=self._lease(run, Lease(owner, lease_until), now))
+
+    def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
+        leased = replace(
             run,
             status=RunStatus.RUNNING,
-            lease_owner=owner,
-            lease_expires_at=lease_until,
+            lease_owner=lease.owner,
+            lease_expires_at=lease.until,
             wake_at=None,
             wake_requested_at=None,
             updated_at=now,
         )
-        self._runs[run_id] = run
-        steps = sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
-        signals = [s for s in self._signals.get(run_id, [])]
-        return ClaimOutcome(claim=Claim(run, steps, signals))
+        self._runs[run.id] = leased
+        steps = sorted(self._steps.get(run.id, {}).values(), key=lambda s: s.seq)
+        return Claim(leased, steps, list(self._signals.get(run.id, [])))
 
     def _admit(self, run: Run) -> bool:
         key = run.singleton_key
@@ -335,17 +339,40 @@ class MemoryStore:
         return rewake
 
     async def settle_run(
-        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
-    ) -> list[str]:
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        settlement: Settlement,
+        now: datetime,
+        *,
+        successor: Lease | None = None,
+    ) -> SettleResult:
         self._fenced(run_id, owner, allow_cancelling=True)
         self._apply(run_id, writes, now)
         woken: list[str] = []
-        self._finish(self._runs[run_id], settlement, now, woken)
+        if not self._runs[run_id].holds_slot:
+            successor = None  # nothing released, nobody to hand over to
+        settled = self._finish(self._runs[run_id], settlement, now, woken)
         if settlement.continue_as is not None:
             started = self._create(settlement.continue_as, now, gated=False)
             if started.created:
                 woken.append(settlement.continue_as.id)
-        return woken
+            successor = None
+        claim = self._hand_over(settled, woken, successor, now)
+        return SettleResult([w for w in woken if claim is None or w != claim.run.id], claim)
+
+    def _hand_over(
+        self, settled: Run, woken: list[str], successor: Lease | None, now: datetime
+    ) -> Claim | None:
+        """Lease the oldest waiter the release admitted to ``successor``, if it is not leased."""
+        key = settled.singleton_key
+        if successor is None or key is None:
+            return None
+        waiter = next((self._runs[w] for w in woken if self._runs[w].singleton_key == key), None)
+        if waiter is None or waiter.status not in (RunStatus.PENDING, *_WAITING):
+            return None
+        return self._lease(replace(waiter, holds_slot=True), successor, now)
 
     def _finish(
         self, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None

@@ -20,10 +20,12 @@ from ..models import (
     Claim,
     ClaimOutcome,
     Event,
+    Lease,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
+    SettleResult,
     Started,
     StepRecord,
     StepStatus,
@@ -372,17 +374,27 @@ class PostgresStore:
         return await self._db.tx(work)
 
     async def settle_run(
-        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
-    ) -> list[str]:
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        settlement: Settlement,
+        now: datetime,
+        *,
+        successor: Lease | None = None,
+    ) -> SettleResult:
         follow = [settlement.continue_as] if settlement.continue_as is not None else []
         lock = _lock_call(gate_keys([*writes.children, *follow]), run_id)
         if not writes.children and not follow:
-            # The common case: the key lock, then the writes, settlement and wakes: one round trip.
+            # The common case: the key lock, the writes, settlement and wakes, and the hand-over
+            # of the freed slot: one round trip.
             settle = ("settle", _settle_params(run_id, owner, settlement, now, writes))
-            rows = (await self._db.batch(lock, settle))[-1]
-            return _woken(_check_fence(_first(rows), run_id, owner))
+            handed = _hand_over_calls(run_id, successor, now)
+            rows = await self._db.batch(lock, settle, *handed)
+            woken = _woken(_check_fence(_first(rows[1]), run_id, owner))
+            return _handed(woken, rows[2:]) if handed else SettleResult(woken)
 
-        async def work(conn: Conn) -> list[str]:
+        async def work(conn: Conn) -> SettleResult:
             flushed, settle_lock = writes, lock
             if writes.children:
                 await self._checkpoint_in(conn, run_id, owner, writes, now, lock, True)
@@ -394,7 +406,7 @@ class PostgresStore:
             # is locked above so concurrent counts see it or wait for it.
             started = await self._insert_plain(conn, follow)
             woken.extend(s.run.id for s in started.values() if s.created and s.run is not None)
-            return woken
+            return SettleResult(woken)
 
         return await self._db.tx(work)
 
@@ -648,6 +660,28 @@ def _check_fence(row: Row | None, run_id: str, owner: str | None) -> Row:
         # Only a cancellation stops a held lease from writing (see ``fenced_writes``).
         raise RunCancelling(f"run {run_id!r} was cancelled")
     return row
+
+
+def _hand_over_calls(run_id: str, successor: Lease | None, now: datetime) -> list[Call]:
+    if successor is None:
+        return []
+    params = {
+        "id": run_id,
+        "successor": successor.owner,
+        "successor_until": successor.until,
+        "now": now,
+    }
+    return [("hand_over", params), ("handed_steps", params), ("handed_signals", params)]
+
+
+def _handed(woken: list[str], rows: list[list[Row]]) -> SettleResult:
+    """A settlement's result with the successor its hand-over leased, if any."""
+    leased, steps, signals = rows
+    if not leased:
+        return SettleResult(woken)
+    run = run_from_row(leased[0])
+    claim = Claim(run, [step_from_row(s) for s in steps], [signal_from_row(s) for s in signals])
+    return SettleResult([w for w in woken if w != run.id], claim)
 
 
 def _woken(settled: Row) -> list[str]:

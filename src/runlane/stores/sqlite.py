@@ -20,10 +20,12 @@ from ..errors import RunlaneError
 from ..models import (
     ClaimOutcome,
     Event,
+    Lease,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
+    SettleResult,
     Started,
     StepRecord,
     Writes,
@@ -206,9 +208,16 @@ class SqliteStore:
         return await self._write(ops.suspend_run, run_id, owner, writes, wake_at, now)
 
     async def settle_run(
-        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
-    ) -> list[str]:
-        return await self._write(ops.settle_run, run_id, owner, writes, settlement, now)
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        settlement: Settlement,
+        now: datetime,
+        *,
+        successor: Lease | None = None,
+    ) -> SettleResult:
+        return await self._write(ops.settle_run, run_id, owner, writes, settlement, now, successor)
 
     # ---------------------------------------------------------------- from outside a turn
 

@@ -17,10 +17,12 @@ from ..models import (
     Claim,
     ClaimOutcome,
     Event,
+    Lease,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
+    SettleResult,
     Started,
     StepKind,
     StepRecord,
@@ -330,17 +332,41 @@ def suspend_run(
 
 
 def settle_run(
-    conn: Conn, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
-) -> list[str]:
-    _fenced(conn, run_id, owner, allow_cancelling=True)
+    conn: Conn,
+    run_id: str,
+    owner: str,
+    writes: Writes,
+    settlement: Settlement,
+    now: datetime,
+    successor: Lease | None = None,
+) -> SettleResult:
+    run = _fenced(conn, run_id, owner, allow_cancelling=True)
     _apply(conn, run_id, writes, now)
     woken: list[str] = []
-    finish(conn, _existing(conn, run_id), settlement, now, woken)
+    settled = finish(conn, _existing(conn, run_id), settlement, now, woken)
     if settlement.continue_as is not None:
         started = create(conn, settlement.continue_as, now, gated=False)
         if started.created:
             woken.append(settlement.continue_as.id)
-    return woken
+        successor = None
+    claim = _hand_over(conn, settled, woken, successor, now) if run.holds_slot else None
+    return SettleResult([w for w in woken if claim is None or w != claim.run.id], claim)
+
+
+def _hand_over(
+    conn: Conn, settled: Run, woken: list[str], successor: Lease | None, now: datetime
+) -> Claim | None:
+    """Lease the oldest waiter the release admitted to ``successor``, if it is not leased."""
+    if successor is None or settled.singleton_key is None:
+        return None
+    for run_id in woken:
+        waiter = _existing(conn, run_id)
+        if waiter.singleton_key != settled.singleton_key:
+            continue
+        if waiter.status not in (RunStatus.PENDING, RunStatus.SUSPENDED, RunStatus.BLOCKED):
+            return None
+        return _lease(conn, replace(waiter, holds_slot=True), successor.owner, successor.until, now)
+    return None
 
 
 def finish(

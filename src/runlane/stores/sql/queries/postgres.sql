@@ -426,3 +426,43 @@ LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs RESTART IDENTITY;
+
+-- name: hand_over
+-- After a ``settle`` in the same transaction (the key lock still held, and this statement's
+-- snapshot sees the settlement): the oldest waiter of the released key, when the release left a
+-- slot for it and it is not leased, takes the slot and is leased to the successor.
+WITH key AS (
+    SELECT singleton_key, coalesce(nullif(singleton_limit, 0), 1) AS lim
+    FROM runlane_runs
+    WHERE id = %(id)s AND status IN ('completed', 'failed', 'cancelled', 'dead')
+      AND updated_at = %(now)s  -- settled by the statement before, not earlier by another
+), first AS (
+    SELECT w.id, w.status FROM runlane_runs AS w, key
+    WHERE w.singleton_key = key.singleton_key AND NOT w.holds_slot
+      AND w.status IN ('pending', 'running', 'suspended', 'blocked')
+    ORDER BY w.created_at, w.id
+    LIMIT 1
+), holders AS (
+    SELECT count(*) AS n FROM runlane_runs AS h, key
+    WHERE h.singleton_key = key.singleton_key AND h.holds_slot
+      AND h.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+)
+UPDATE runlane_runs AS r
+SET status = 'running', holds_slot = true, lease_owner = %(successor)s,
+    lease_expires_at = %(successor_until)s, wake_at = NULL, wake_requested_at = NULL,
+    updated_at = %(now)s
+FROM first, holders, key
+WHERE r.id = first.id AND first.status IN ('pending', 'suspended', 'blocked') AND holders.n < key.lim
+RETURNING r.*;
+
+-- name: handed_steps
+SELECT * FROM runlane_steps
+WHERE run_id = (SELECT id FROM runlane_runs WHERE lease_owner = %(successor)s
+                AND singleton_key = (SELECT singleton_key FROM runlane_runs WHERE id = %(id)s))
+ORDER BY seq;
+
+-- name: handed_signals
+SELECT * FROM runlane_signals
+WHERE run_id = (SELECT id FROM runlane_runs WHERE lease_owner = %(successor)s
+                AND singleton_key = (SELECT singleton_key FROM runlane_runs WHERE id = %(id)s))
+ORDER BY id;
