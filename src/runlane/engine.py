@@ -386,12 +386,15 @@ class Engine:
                 if settled is not None:
                     return settled
             run = await self._read_through_outage(run_id, deadline)
+            if run is None or run.is_terminal:
+                self._settled.pop(run_id, None)  # nobody else may be listening; don't keep it
             if run is None:
                 raise RunNotFoundError(run_id)
             if run.is_terminal:
                 return run
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
+                self._settled.pop(run_id, None)
                 raise TimeoutError(f"run {run_id!r} is still {run.status} after {timeout}s")
             settled = await self._wait_settled(waiter, deadline)
             if settled is not None:
