@@ -29,6 +29,7 @@ from typing import Any
 import common
 import seed
 from pgcount import count_statements
+from roundtrips import RoundTripProxy
 
 import runlane
 from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton
@@ -326,10 +327,14 @@ async def quota(target: Target, attempts: int = 2000) -> Figures:
         await engine.start(quota_wf, None)
         await until_suspended(engine, 1)
     writes0 = pg_writes_settled() if target.db == "pg" else None
-    async with target.engine(quota_wf) as engine:
+    proxy = RoundTripProxy() if target.db == "pg" else None
+    store = Target(target.db, target.tmp, proxy.url(target.url)).store() if proxy else None
+    async with target.engine(quota_wf, store=store) as engine:
         before = await count_runs(engine)
+        trips0 = proxy.trips if proxy else 0
         with count_statements() as counts:
             refused, elapsed = await refuse_many(engine, attempts)
+        trips = (proxy.trips - trips0) if proxy else 0
         after = await count_runs(engine)
     figures: Figures = {
         "attempts": attempts,
@@ -340,6 +345,7 @@ async def quota(target: Target, attempts: int = 2000) -> Figures:
     }
     if writes0 is not None:
         figures["pg_row_writes_by_refusals"] = pg_writes_settled() - writes0
+        figures["round_trips_per_refusal"] = round(trips / attempts, 2)
         figures["client_counts_per_refusal"] = {
             k: round(v / attempts, 2) for k, v in counts.items()
         }
