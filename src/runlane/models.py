@@ -245,6 +245,24 @@ def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
     )
 
 
+def requeued_run(run: Run, now: datetime, deadline_at: datetime | None) -> Run:
+    """The run as a requeue leaves it: pending again, outcome, lease, slot and recoveries cleared."""
+    return replace(
+        run,
+        status=RunStatus.PENDING,
+        output=None,
+        error=None,
+        holds_slot=False,
+        recoveries=0,
+        lease_owner=None,
+        lease_expires_at=None,
+        wake_at=None,
+        wake_requested_at=None,
+        deadline_at=deadline_at,
+        updated_at=now,
+    )
+
+
 @dataclass(frozen=True)
 class Writes:
     """Records a turn flushes with its next write, in one transaction."""

@@ -29,6 +29,7 @@ from ..models import (
     StepRecord,
     StepStatus,
     Writes,
+    requeued_run,
     settled_run,
 )
 from .base import RunCancelling
@@ -468,20 +469,7 @@ class MemoryStore:
         records = self._steps.setdefault(run_id, {})
         for seq in [s.seq for s in records.values() if s.status != StepStatus.COMPLETED]:
             del records[seq]
-        requeued = replace(
-            run,
-            status=RunStatus.PENDING,
-            output=None,
-            error=None,
-            holds_slot=False,
-            recoveries=0,
-            lease_owner=None,
-            lease_expires_at=None,
-            wake_at=None,
-            wake_requested_at=None,
-            deadline_at=deadline_at,
-            updated_at=now,
-        )
+        requeued = requeued_run(run, now, deadline_at)
         self._runs[run_id] = requeued
         return requeued
 

@@ -28,6 +28,7 @@ from ..models import (
     StepRecord,
     StepStatus,
     Writes,
+    requeued_run,
     settled_run,
 )
 from ..serialization import dumps
@@ -483,20 +484,7 @@ def requeue_run(conn: Conn, run_id: str, now: datetime, deadline_at: datetime | 
     conn.execute(
         "DELETE FROM steps WHERE run_id = ? AND status != ?", (run_id, str(StepStatus.COMPLETED))
     )
-    requeued = replace(
-        run,
-        status=RunStatus.PENDING,
-        output=None,
-        error=None,
-        holds_slot=False,
-        recoveries=0,
-        lease_owner=None,
-        lease_expires_at=None,
-        wake_at=None,
-        wake_requested_at=None,
-        deadline_at=deadline_at,
-        updated_at=now,
-    )
+    requeued = requeued_run(run, now, deadline_at)
     _save_run(conn, requeued)
     return requeued
 
