@@ -18,7 +18,6 @@ from .errors import (
     DefinitionError,
     EventTimeoutError,
     SignalTimeoutError,
-    raise_stored,
 )
 from .models import JSON, Settled, StepKind, StepStatus
 from .retry import Retry
@@ -260,4 +259,4 @@ class Context:
         raise ContinueAsNew(normalise(input, "continue_as_new input"))
 
 
-__all__ = ["ChildOp", "Context", "Operation", "StepOp", "raise_stored"]
+__all__ = ["ChildOp", "Context", "Operation", "StepOp"]
