@@ -30,6 +30,7 @@ log = logging.getLogger("runlane.remote")
 
 Key = tuple[str, int]  # (step id, attempt)
 RESULT_BATCH = 64
+STOP_TIMEOUT = 5.0  # a consumer stuck in a driver call is left behind rather than waited on
 TAKE_TIMEOUT = 1.0
 
 
@@ -48,8 +49,12 @@ class RemoteSteps:
         self._persisted: dict[Key, float] = {}  # monotonic time a beat was last written
         self._tasks: list[asyncio.Task[None]] = []
         self._failures = RateLimitedLog()
+        # Loops check this too: a cancel landing inside a driver call can surface as that
+        # driver's own error, and a loop that retries on errors would then never end.
+        self._stopping = False
 
     def start(self) -> None:
+        self._stopping = False
         if not self._tasks:
             self._tasks = [
                 asyncio.create_task(self._take_results(), name="runlane-results"),
@@ -57,9 +62,11 @@ class RemoteSteps:
             ]
 
     async def stop(self) -> None:
+        self._stopping = True
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT)
         self._tasks = []
 
     # ---------------------------------------------------------------- dispatch and waiting
@@ -87,10 +94,12 @@ class RemoteSteps:
     # ---------------------------------------------------------------- consumers
 
     async def _take_results(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 results = await self.transport.take_results(RESULT_BATCH, TAKE_TIMEOUT)
             except Exception as exc:
+                if self._stopping:
+                    return
                 self._failures.warning("taking step results failed (%s); retrying", exc)
                 await asyncio.sleep(TAKE_TIMEOUT)
                 continue
@@ -122,7 +131,7 @@ class RemoteSteps:
             self.engine.wake([run_id])
 
     async def _hear_beats(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 async with self.transport.heartbeats() as feed:
                     async for beat in feed:
@@ -130,6 +139,8 @@ class RemoteSteps:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if self._stopping:
+                    return
                 self._failures.warning("heartbeat feed failed (%s); resubscribing", exc)
                 await asyncio.sleep(TAKE_TIMEOUT)
 

@@ -63,6 +63,7 @@ class RunQueue:
         self._pending_timer_messages: dict[str, Message] = {}
         self.taken: dict[str, Message] = {}  # taken from the queue, not yet claimed
         self.handed_back: set[str] = set()
+        self._stopping = False
 
     # ---------------------------------------------------------------- publishing
 
@@ -124,13 +125,15 @@ class RunQueue:
         return self._consumer is not None and not self._consumer.done()
 
     def start_consuming(self) -> None:
+        self._stopping = False
         if not self.consuming:
             self._consumer = asyncio.create_task(self._consume(), name="runlane-run-queue")
 
     async def stop_consuming(self) -> None:
+        self._stopping = True  # see RemoteSteps: a cancel may surface as a driver error
         if self._consumer is not None:
             self._consumer.cancel()
-            await asyncio.gather(self._consumer, return_exceptions=True)
+            await asyncio.wait([self._consumer], timeout=5.0)
             self._consumer = None
 
     async def hand_back(self) -> int:
@@ -147,7 +150,7 @@ class RunQueue:
     async def _consume(self) -> None:
         engine = self.engine
         namespaces = None if engine.namespace is None else [engine.namespace]
-        while True:
+        while not self._stopping:
             room = min(engine.options.max_prefetch - len(self.taken), engine.local_room())
             if room <= 0:
                 await engine.room_freed()
@@ -155,6 +158,8 @@ class RunQueue:
             try:
                 messages = await self.transport.take_runs(namespaces, room, TAKE_TIMEOUT)
             except Exception as exc:
+                if self._stopping:
+                    return
                 self._failures.warning("taking from the run queue failed (%s); retrying", exc)
                 await asyncio.sleep(TAKE_TIMEOUT)
                 continue
