@@ -114,6 +114,7 @@ async def make_engine(
             if not engines and store_kind == "postgres":
                 await st.open()
                 await _truncate(st)
+                await st.close()
             shared.setdefault("store", st)
         kwargs.setdefault("clock", clock)
         kwargs.setdefault("drive", False)
