@@ -7,7 +7,7 @@ costs latency, never correctness. Delivery is at-least-once at best and may be a
 
 Every message is a JSON object (see docs/wire.md), so a worker can be written in any language:
 
-* run message  ``{"run_id", "namespace", "priority", "reason"}`` (reason: start | wake)
+* run message  ``{"run_id", "namespace", "priority", "reason"}`` (reason: start | wake | timer)
 * task         ``{"step_id", "run_id", "seq", "name", "group", "input", "attempt", "dispatched_at"}``
 * result       ``{"step_id", "run_id", "seq", "ok", "output", "error", "attempt", "worker"}``
 * heartbeat    ``{"step_id", "run_id", "seq", "attempt", "worker", "at"}``
