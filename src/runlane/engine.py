@@ -505,11 +505,16 @@ class Engine:
         """Whether starts and wakes travel through the run queue rather than run here."""
         return self.runqueue is not None and self._consuming
 
+    @property
+    def _publishes(self) -> bool:
+        """Whether new starts and wakes go to the run queue (a consumer, or a pure producer)."""
+        return self._consuming or not self.drive
+
     def _driving(self) -> bool:
         return self._accepting and (self._loop_task is not None or self._consuming)
 
     def _kick_started(self, runs: Sequence[Run]) -> None:
-        if self.runqueue is not None and (self._consuming or not self.drive):
+        if self.runqueue is not None and self._publishes:
             # A producer (or any instance of a fleet) hands starts to whoever consumes.
             self.runqueue.publish_starts(runs)
         elif self._driving():
@@ -520,7 +525,7 @@ class Engine:
         ids = list(run_ids)
         if not ids:
             return
-        if self.runqueue is not None and (self._consuming or not self.drive):
+        if self.runqueue is not None and self._publishes:
             self.runqueue.publish_wakes(ids)
         elif self._driving():
             self.run_locally(ids)

@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import FatalError, StepTimeoutError, error_dict, raise_stored
+from .errors import StepTimeoutError, error_dict, raise_stored
 from .models import JSON, Settled, StepKind, StepRecord, StepStatus
 from .runqueue import RateLimitedLog
 from .transports.base import Message, Transport
@@ -315,9 +315,9 @@ def _resolve(turn: Turn, op: StepOp, record: StepRecord, result: Message | None)
 def _attempt_failed(
     turn: Turn, op: StepOp, record: StepRecord, error: dict[str, Any]
 ) -> Settled | None:
-    retryable = error.get("type") != FatalError.__name__ and record.attempts < op.retry.max_attempts
-    if retryable:
-        wake = turn.now() + timedelta(seconds=op.retry.delay(record.attempts))
+    retry_in = op.retry.retry_in(record.attempts, str(error.get("type")))
+    if retry_in is not None:
+        wake = turn.now() + timedelta(seconds=retry_in)
         turn.stage(_pending_retry(record, error, wake, turn.now()))
         turn.wakes.append(wake)
         return None

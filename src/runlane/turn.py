@@ -21,7 +21,6 @@ from .errors import (
     Cancelled,
     ChildFailedError,
     ContinueAsNew,
-    FatalError,
     GatherError,
     LeaseLostError,
     NonDeterminismError,
@@ -311,8 +310,9 @@ class Turn:
     def _step_failed(
         self, op: StepOp, record: StepRecord | None, attempt: int, started: datetime, exc: Exception
     ) -> Settled | None:
-        if not isinstance(exc, FatalError) and attempt < op.retry.max_attempts:
-            wake = self.now() + timedelta(seconds=op.retry.delay(attempt))
+        retry_in = op.retry.retry_in(attempt, type(exc).__name__)
+        if retry_in is not None:
+            wake = self.now() + timedelta(seconds=retry_in)
             self._record(
                 op.seq,
                 StepKind.STEP,

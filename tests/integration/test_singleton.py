@@ -72,6 +72,14 @@ async def latest(ctx: runlane.Context, i: dict[str, Any]) -> str:
     return ctx.run_id
 
 
+async def queue_up(engine: Any, clock: Any, ids: list[str], workflow: Any = sync) -> None:
+    """Start runs on key store:A one after the other (distinct created_at), then one tick."""
+    for run_id in ids:
+        await engine.start(workflow, {"store": "A"}, run_id=run_id)
+        clock.advance(0.001)
+    await engine.tick()
+
+
 async def statuses(engine: Any, *ids: str) -> list[str]:
     return [(await engine.get_run(i)).status.value for i in ids]
 
@@ -96,10 +104,7 @@ async def test_a_chain_of_three_hands_over_without_any_timer_advance(
     make_engine: Any, clock: Any
 ) -> None:
     engine = await make_engine(sync)
-    for n in range(3):
-        await engine.start(sync, {"store": "A"}, run_id=f"r{n}")
-        clock.advance(0.001)
-    await engine.tick()
+    await queue_up(engine, clock, [f"r{n}" for n in range(3)])
     for n in range(3):
         assert await statuses(engine, f"r{n}") == ["suspended"]
         assert (await engine.get_run(f"r{n}")).holds_slot
@@ -215,10 +220,7 @@ async def test_cancelling_a_holder_frees_the_slot_and_cancelling_a_waiter_does_n
     make_engine: Any, clock: Any
 ) -> None:
     engine = await make_engine(sync)
-    for n in range(3):
-        await engine.start(sync, {"store": "A"}, run_id=f"r{n}")
-        clock.advance(0.001)
-    await engine.tick()
+    await queue_up(engine, clock, [f"r{n}" for n in range(3)])
     await engine.cancel("r1")
     await engine.tick()
     assert [(await engine.get_run(f"r{n}")).holds_slot for n in range(3)] == [True, False, False]
@@ -231,10 +233,7 @@ async def test_the_retry_timer_admits_a_waiter_whose_release_wake_went_elsewhere
     make_engine: Any, clock: Any
 ) -> None:
     engine = await make_engine(sync)
-    for n in range(3):
-        await engine.start(sync, {"store": "A"}, run_id=f"r{n}")
-        clock.advance(0.001)
-    await engine.tick()
+    await queue_up(engine, clock, [f"r{n}" for n in range(3)])
     # Another instance settles r0 and dies before telling anyone; the release woke r1 (the
     # oldest waiter), which is then cancelled before it runs, so nobody tells r2 the slot is
     # free: only its retry timer can admit it.

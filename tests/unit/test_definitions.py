@@ -83,6 +83,13 @@ def test_retry_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
     assert 6.4 <= retry.delay(9) <= 8.0
 
 
+def test_retry_in_is_none_once_attempts_run_out_or_for_a_fatal_error() -> None:
+    retry = Retry(max_attempts=3, backoff=1.0, jitter=0.0)
+    assert retry.retry_in(1, "ValueError") == 1.0
+    assert retry.retry_in(3, "ValueError") is None
+    assert retry.retry_in(1, "FatalError") is None
+
+
 def test_engine_rejects_unknown_options() -> None:
     with pytest.raises(TypeError, match="unknown engine option"):
         runlane.Engine(None, leese=3)

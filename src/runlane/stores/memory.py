@@ -234,12 +234,17 @@ class MemoryStore:
         steps = sorted(self._steps.get(run.id, {}).values(), key=lambda s: s.seq)
         return Claim(leased, steps, list(self._signals.get(run.id, [])))
 
-    def _admit(self, run: Run) -> bool:
-        key = run.singleton_key
-        assert key is not None
+    def _slots_of(self, key: str) -> tuple[int, list[Run]]:
+        """The key's slot holders, and its waiters FIFO (a cancelling run never waits for one)."""
         same_key = self._active_of_key(key)
         holders = sum(1 for r in same_key if r.holds_slot)
         waiters = [r for r in same_key if not r.holds_slot and r.status != RunStatus.CANCELLING]
+        return holders, waiters
+
+    def _admit(self, run: Run) -> bool:
+        key = run.singleton_key
+        assert key is not None
+        holders, waiters = self._slots_of(key)
         rank = next((i for i, r in enumerate(waiters) if r.id == run.id), len(waiters))
         return admission.admits(run.singleton_limit or 1, holders, rank)
 
@@ -389,9 +394,7 @@ class MemoryStore:
         return done
 
     def _wake_waiters(self, key: str, limit: int, now: datetime) -> list[str]:
-        same_key = self._active_of_key(key)
-        holders = sum(1 for r in same_key if r.holds_slot)
-        waiters = [r for r in same_key if not r.holds_slot and r.status != RunStatus.CANCELLING]
+        holders, waiters = self._slots_of(key)
         chosen = waiters[: admission.free_slots(limit, holders)]
         for waiter in chosen:
             self._wake(waiter.id, now)
