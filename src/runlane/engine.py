@@ -33,6 +33,7 @@ from .errors import (
     UnsupportedStoreError,
     error_dict,
 )
+from .leases import LeaseKeeper
 from .local import LocalRuns
 from .models import (
     JSON,
@@ -92,6 +93,7 @@ class Engine:
         self.drive = drive
         self.consumers = consumers
         self.options = EngineOptions.from_kwargs(options)
+        self.leases = LeaseKeeper(self.store, self.now, lambda: self.options.lease)
         self.id = uuid.uuid4().hex[:12]
         self._tokens = itertools.count(1)
         self._local: LocalRuns | None = None
@@ -106,10 +108,6 @@ class Engine:
         self._consuming = False
 
     # ---------------------------------------------------------------- lifecycle
-
-    @property
-    def lease_seconds(self) -> float:
-        return self.options.lease
 
     def now(self) -> datetime:
         return self.clock.now()
@@ -177,6 +175,7 @@ class Engine:
             await self._local.wait(timeout)
         if self.remote is not None:
             await self.remote.stop()
+        await self.leases.stop()
 
     # ---------------------------------------------------------------- starting runs
 

@@ -8,7 +8,6 @@ always before the next side effect starts, so a crash re-executes at most the st
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,6 +28,7 @@ from .errors import (
     error_dict,
     raise_stored,
 )
+from .leases import LeaseKeeper
 from .models import (
     JSON,
     Claim,
@@ -52,8 +52,6 @@ from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
 from .stores.base import RunCancelling, Store
 
-log = logging.getLogger("runlane.turn")
-
 BATCH = 500
 """Children are started and checked in batches of this many, so wide fans stay few writes."""
 
@@ -64,9 +62,7 @@ class TurnHost(Protocol):
     store: Store
     options: EngineOptions
     remote: RemoteSteps | None
-
-    @property
-    def lease_seconds(self) -> float: ...
+    leases: LeaseKeeper
 
     def now(self) -> datetime: ...
 
@@ -113,7 +109,6 @@ class Turn:
         self.created: list[str] = []  # children started by this turn, to execute right away
         self._seq = 0
         self._lock = asyncio.Lock()
-        self._finished = False
 
     # ---------------------------------------------------------------- bookkeeping
 
@@ -506,12 +501,11 @@ class Turn:
     # ---------------------------------------------------------------- the turn
 
     async def execute(self) -> TurnOutcome:
-        renew = asyncio.create_task(self._renew())
+        self.host.leases.hold(self.run.id, self.owner)
         try:
             outcome = await self._execute()
         finally:
-            self._finished = True
-            renew.cancel()
+            self.host.leases.release(self.run.id, self.owner)
         outcome.woken = [*self.created, *outcome.woken]
         return outcome
 
@@ -577,17 +571,3 @@ class Turn:
             settled=settled_run(self.run, settlement, now),
             successor=result.successor,
         )
-
-    async def _renew(self) -> None:
-        interval = max(0.05, self.host.lease_seconds / 2)
-        while not self._finished:
-            await asyncio.sleep(interval)
-            until = self.now() + timedelta(seconds=self.host.lease_seconds)
-            try:
-                if not await self.host.store.renew_lease(self.run.id, self.owner, until):
-                    log.warning("lost the lease on run %s; its turn will be abandoned", self.run.id)
-                    return
-            except Exception:
-                if self._finished:  # a cancellation surfacing as a driver error: stop here
-                    return
-                log.exception("lease renewal for run %s failed", self.run.id)

@@ -419,20 +419,23 @@ async def test_a_recovery_beyond_max_recoveries_settles_the_run_dead(store: Stor
     assert twice.settled.lease_owner is None
 
 
-async def test_renew_lease_extends_only_for_the_current_owner(store: Store) -> None:
-    await create(store, spec("a"))
+async def test_renew_leases_extends_only_for_the_current_owners(store: Store) -> None:
+    await create(store, spec("a"), spec("b"))
     await lease(store, "a")
-    assert await store.renew_lease("a", "owner-1", at(100)) is True
+    await lease(store, "b")
+    assert await store.renew_leases({"a": "owner-1", "b": "owner-1"}, at(100)) == {"a", "b"}
     assert (await run_of(store, "a")).lease_expires_at == at(100)
-    assert await store.renew_lease("a", "thief", at(200)) is False
-    assert await store.renew_lease("unknown", "owner-1", at(200)) is False
+    kept = await store.renew_leases({"a": "thief", "b": "owner-1", "unknown": "owner-1"}, at(200))
+    assert kept == {"b"}
     assert (await run_of(store, "a")).lease_expires_at == at(100)
+    assert (await run_of(store, "b")).lease_expires_at == at(200)
+    assert await store.renew_leases({}, at(300)) == set()
 
 
-async def test_renew_lease_fails_once_the_run_is_no_longer_leased(store: Store) -> None:
+async def test_renew_leases_skips_a_run_no_longer_leased(store: Store) -> None:
     await create(store, spec("a"))
     await suspend(store, "a", None)
-    assert await store.renew_lease("a", "owner-1", at(100)) is False
+    assert await store.renew_leases({"a": "owner-1"}, at(100)) == set()
 
 
 async def test_a_handoff_claims_a_waiting_run_whatever_its_wake_time(store: Store) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from runlane import (
     SignalTimeoutError,
     UnknownWorkflowError,
 )
+from runlane.clock import SystemClock
 from runlane.errors import RunFinishedError, RunNotFoundError
 
 from ..helpers import Calls, settle
@@ -437,6 +439,32 @@ async def test_an_expired_lease_is_recovered_and_a_poison_run_goes_dead(
     run = await engine.get_run("r")
     assert run.status == RunStatus.DEAD
     assert run.error["type"] == "RecoveryLimitExceeded"
+
+
+@runlane.step(name="outlasting")
+async def outlasting_step(name: str) -> int:
+    await asyncio.sleep(0.8)
+    return calls.hit(name)
+
+
+@runlane.workflow(name="long-turn")
+async def long_wf(ctx: runlane.Context, name: str) -> int:
+    return int(await ctx.step(outlasting_step, name))
+
+
+async def test_a_turn_longer_than_its_lease_keeps_it(make_engine: Any) -> None:
+    """The lease keeper renews every lease in flight; another engine never recovers them."""
+    real = {"clock": SystemClock(), "lease": 0.3, "poll_interval": 0.05}
+    busy = await make_engine(long_wf, **real)
+    other = await make_engine(long_wf, **real, drive=True)
+    await other.__aenter__()
+    names = [f"long-{n}" for n in range(5)]
+    for name in names:
+        await busy.start(long_wf, name, run_id=name)
+    await busy.tick()  # claims all five and runs their turns, 0.8 s each, at once
+    for name in names:
+        assert (await other.wait_for_run(name, timeout=10)).status == RunStatus.COMPLETED
+    assert all(calls.counts[name] == 1 for name in names), calls.counts
 
 
 @runlane.workflow(name="slow", execution_timeout=30)

@@ -96,7 +96,8 @@ def _fleet_run(pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_pa
         for proc in procs[1:]:
             proc.send_signal(signal.SIGTERM)
         for proc in procs[1:]:
-            proc.communicate(timeout=30)
+            out, _ = proc.communicate(timeout=30)
+            (tmp_path / f"proc-{proc.pid}.out").write_text(out)
     assert done == n, f"{done}/{n} runs completed"
     _, rows = asyncio.run(_progress(pg_url))
     for run, records in rows:
@@ -114,7 +115,7 @@ def _fleet_run(pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_pa
     # step per run, and its first execution was in the killed process.
     assert all(executions[k] == 2 for k in again), again
     assert len({k.split()[0] for k in again}) == len(again), again
-    assert all(first_by[k] == str(killed) for k in again), again
+    assert all(first_by[k] == str(killed) for k in again), (killed, again)
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ Vocabulary:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -132,8 +132,12 @@ class Store(Protocol):
         """
         ...
 
-    async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
-        """Extend the lease; False (and nothing written) when ``owner`` no longer holds it."""
+    async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:
+        """Extend the leases of ``leases`` (run id -> owner) to ``lease_until``, in one call.
+
+        Returns the ids extended; a run its owner no longer holds (taken over, settled, unknown)
+        is left alone and missing from the result.
+        """
         ...
 
     async def hand_off_due_runs(

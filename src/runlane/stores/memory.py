@@ -6,7 +6,7 @@ Every method runs without awaiting in between, so each is atomic on the event lo
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -289,12 +289,14 @@ class MemoryStore:
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         return self._steps.get(run_id, {}).get(seq)
 
-    async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
-        run = self._runs.get(run_id)
-        if run is None or run.lease_owner != owner or run.status not in _LEASED:
-            return False
-        self._runs[run_id] = replace(run, lease_expires_at=lease_until)
-        return True
+    async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:
+        kept: set[str] = set()
+        for run_id, owner in leases.items():
+            run = self._runs.get(run_id)
+            if run is not None and run.lease_owner == owner and run.status in _LEASED:
+                self._runs[run_id] = replace(run, lease_expires_at=lease_until)
+                kept.add(run_id)
+        return kept
 
     # ---------------------------------------------------------------- turn writes
 

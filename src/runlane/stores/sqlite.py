@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -168,8 +168,8 @@ class SqliteStore:
             handoff,
         )
 
-    async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
-        return await self._write(ops.renew_lease, run_id, owner, lease_until)
+    async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:
+        return await self._write(ops.renew_leases, dict(leases), lease_until)
 
     async def hand_off_due_runs(
         self, now: datetime, limit: int, namespace: str | None, hold_until: datetime

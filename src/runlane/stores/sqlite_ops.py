@@ -228,13 +228,17 @@ def _lease(conn: Conn, run: Run, owner: str, lease_until: datetime, now: datetim
     return Claim(leased, list_steps(conn, run.id), signals(conn, run.id))
 
 
-def renew_lease(conn: Conn, run_id: str, owner: str, lease_until: datetime) -> bool:
-    cursor = conn.execute(
-        "UPDATE runs SET lease_expires_at = ?"
-        f" WHERE id = ? AND lease_owner = ? AND status IN {LEASED}",
-        (ts(lease_until), run_id, owner),
-    )
-    return cursor.rowcount == 1
+def renew_leases(conn: Conn, leases: dict[str, str], lease_until: datetime) -> set[str]:
+    kept: set[str] = set()
+    for run_id, owner in leases.items():
+        cursor = conn.execute(
+            "UPDATE runs SET lease_expires_at = ?"
+            f" WHERE id = ? AND lease_owner = ? AND status IN {LEASED}",
+            (ts(lease_until), run_id, owner),
+        )
+        if cursor.rowcount == 1:
+            kept.add(run_id)
+    return kept
 
 
 def hand_off_due_runs(
@@ -528,7 +532,7 @@ __all__ = [
     "publish_event",
     "record_heartbeat",
     "record_step_result",
-    "renew_lease",
+    "renew_leases",
     "requeue_run",
     "settle_run",
     "suspend_run",
