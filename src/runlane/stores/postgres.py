@@ -11,7 +11,7 @@ another instance is claiming is simply "not claimable now". The statements live 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from .. import admission
@@ -217,15 +217,26 @@ class PostgresStore:
         handoff: bool = False,
     ) -> ClaimOutcome:
         lease = {"id": run_id, "owner": owner, "now": now, "lease_until": lease_until}
+        # One round trip for every claim but a recovery: the run's key lock (none without a
+        # singleton key), then the plain claim (no admission needed) or the admission claim (a
+        # waiter: admitted or parked), whichever applies; and the claimed run's history.
         plain = ("claim_plain", {**lease, "handoff": handoff})
-        # Most claims need no key lock: claim, read steps and signals, commit, one round trip.
-        found, steps, signals = await self._db.batch(
-            plain, ("steps_of", {"id": run_id}), ("signals_of", {"id": run_id})
+        admit = ("claim_admit", {**lease, "handoff": handoff, "retry_at": singleton_retry_at})
+        _, found, admitted, steps, signals = await self._db.batch(
+            _lock_call((), run_id),
+            plain,
+            admit,
+            ("steps_of", {"id": run_id}),
+            ("signals_of", {"id": run_id}),
         )
-        row = _first(found)
+        row, waiter = _first(found), _first(admitted)
         if row is not None and row["id"] is not None:
             return _claimed(row, steps, signals)
-        if row is None or not _needs_key_lock(_peeked(row), now, handoff):
+        if waiter is not None and waiter["id"] is not None:
+            return _claimed(waiter, steps, signals)
+        if waiter is not None and waiter["parked"]:
+            return ClaimOutcome(parked=True)
+        if row is None or not _recoverable(_peeked(row), now):
             return ClaimOutcome()
 
         async def work(conn: Conn) -> ClaimOutcome:
@@ -295,10 +306,11 @@ class PostgresStore:
         rows.sort(key=lambda row: (row["was_due"], row["id"]))
         return [run_from_row(row) for row in rows]
 
-    async def renew_lease(self, run_id: str, owner: str, lease_until: datetime) -> bool:
-        params = {"id": run_id, "owner": owner, "lease_until": lease_until}
-        rows = await self._db.rows("renew_lease", **params)
-        return bool(rows)
+    async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:
+        if not leases:
+            return set()
+        params = {"ids": list(leases), "owners": list(leases.values()), "lease_until": lease_until}
+        return {row["id"] for row in await self._db.rows("renew_leases", **params)}
 
     # ---------------------------------------------------------------- remote steps (unfenced)
 
@@ -639,13 +651,9 @@ def _peeked(row: Row) -> Row:
     }
 
 
-def _needs_key_lock(peek: Row, now: datetime, handoff: bool) -> bool:
-    """Whether a run ``claim_plain`` left alone may be claimable by admission or recovery."""
-    if not claimable(peek, now, handoff):
-        return False
-    return peek["status"] in _LEASED or (
-        peek["singleton_key"] is not None and not peek["holds_slot"]
-    )
+def _recoverable(peek: Row, now: datetime) -> bool:
+    """Whether a run the one-round-trip claim left alone has an expired lease to recover."""
+    return peek["status"] in _LEASED and claimable(peek, now)
 
 
 def _first(rows: list[Row]) -> Row | None:

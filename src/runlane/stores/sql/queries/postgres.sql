@@ -154,6 +154,45 @@ SELECT c.*, p.status AS peek_status, p.wake_at AS peek_wake_at,
        p.holds_slot AS peek_holds_slot
 FROM peek AS p LEFT JOIN claimed AS c ON true;
 
+-- name: claim_admit
+-- The claim of a singleton run that does not hold a slot yet and is no recovery, after the key
+-- lock (an earlier statement of the transaction, so this snapshot sees every run of the key as
+-- the last lock holder left it): admitted when a slot is free for its FIFO rank (claimed, and
+-- it takes the slot), else parked until ``retry_at``. No row when the run is not claimable this
+-- way; always one row: the claimed run's columns (NULL when none) and whether it was parked.
+WITH target AS (
+    SELECT id, singleton_key, created_at, coalesce(nullif(singleton_limit, 0), 1) AS lim
+    FROM runlane_runs
+    WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot
+      AND (status = 'pending'
+           OR (status IN ('suspended', 'blocked') AND (%(handoff)s OR wake_at <= %(now)s)))
+    FOR NO KEY UPDATE SKIP LOCKED
+), decision AS (
+    SELECT t.id, count(*) FILTER (
+               WHERE NOT k.holds_slot AND k.status <> 'cancelling'
+                 AND (k.created_at, k.id) < (t.created_at, t.id)
+           ) < GREATEST(0, t.lim - count(*) FILTER (WHERE k.holds_slot)) AS admit
+    FROM target AS t
+    LEFT JOIN runlane_runs AS k
+      ON k.singleton_key = t.singleton_key
+     AND k.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    GROUP BY t.id, t.created_at, t.lim
+), claimed AS (
+    UPDATE runlane_runs AS r
+    SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
+        wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s, holds_slot = true
+    FROM decision AS d WHERE r.id = d.id AND d.admit
+    RETURNING r.*
+), parked AS (
+    UPDATE runlane_runs AS r
+    SET status = 'suspended', wake_at = %(retry_at)s, wake_requested_at = NULL,
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
+    FROM decision AS d WHERE r.id = d.id AND NOT d.admit
+    RETURNING r.id
+)
+SELECT c.*, EXISTS (SELECT 1 FROM parked) AS parked FROM (SELECT 1) AS one
+LEFT JOIN claimed AS c ON true;
+
 -- name: add_recovery
 UPDATE runlane_runs SET recoveries = recoveries + 1 WHERE id = %(id)s RETURNING recoveries;
 
@@ -233,10 +272,12 @@ UPDATE runlane_runs AS r SET wake_at = %(hold_until)s
 FROM due WHERE r.id = due.id
 RETURNING r.*, due.was_due;
 
--- name: renew_lease
-UPDATE runlane_runs SET lease_expires_at = %(lease_until)s
-WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
-RETURNING id;
+-- name: renew_leases
+-- Every lease an engine holds, in one statement; a run no longer held by its owner is skipped.
+UPDATE runlane_runs AS r SET lease_expires_at = %(lease_until)s
+FROM unnest(%(ids)s::text[], %(owners)s::text[]) AS l (id, owner)
+WHERE r.id = l.id AND r.lease_owner = l.owner AND r.status IN ('running', 'cancelling')
+RETURNING r.id;
 
 -- name: fenced_writes
 -- (A fragment of the statements below.) Locks the run while ``owner`` holds its lease (with
