@@ -2,8 +2,8 @@
 
 Pooled connections are in autocommit mode: a unit that is one statement (``Database.run``) is
 atomic on its own and costs one round trip, with no BEGIN or COMMIT. Units of several statements
-run in an explicit transaction (``Database.tx``), or are sent with their BEGIN and COMMIT in one
-pipelined round trip when no statement depends on another's result (``Database.batch``).
+run in an explicit transaction (``Database.tx``), or, when no statement depends on another's
+result, as one pipeline: one round trip and one implicit transaction (``Database.batch``).
 """
 
 from __future__ import annotations
@@ -94,11 +94,11 @@ class Database:
         return await self.run(in_transaction)
 
     async def batch(self, *calls: Call | None) -> list[list[Row]]:
-        """Statements in one transaction, sent with its BEGIN and COMMIT in one round trip.
+        """Statements in one transaction, sent in one round trip (see ``_pipelined``).
 
         None = skip. Each statement's rows, or []. Nothing may depend on an earlier result.
         """
-        return await self.run(lambda conn: _pipelined(conn, calls, atomic=True))
+        return await self.run(lambda conn: _pipelined(conn, calls))
 
     async def rows(self, name: str, /, **params: Any) -> list[Row]:
         """One statement, atomic by itself: one round trip and no BEGIN/COMMIT.
@@ -106,7 +106,7 @@ class Database:
         Sent in pipeline mode so that psycopg's prepare of a statement it sees often travels
         with the execution, rather than as a round trip (and a transaction) of its own.
         """
-        [rows] = await self.run(lambda conn: _pipelined(conn, [(name, params)], atomic=False))
+        [rows] = await self.run(lambda conn: _pipelined(conn, [(name, params)]))
         return rows
 
     async def run(self, work: Callable[[Conn], Awaitable[T]]) -> T:
@@ -137,20 +137,19 @@ class Database:
             await asyncio.wait_for(self._pool.check(), _PURGE_TIMEOUT)
 
 
-async def _pipelined(conn: Conn, calls: Sequence[Call | None], *, atomic: bool) -> list[list[Row]]:
-    """Send ``calls`` in one round trip (in one transaction if ``atomic``); each one's rows."""
-    # BEGIN and COMMIT as plain statements: psycopg's transaction() syncs the pipeline on the
-    # way in and out, which would cost three more round trips.
+async def _pipelined(conn: Conn, calls: Sequence[Call | None]) -> list[list[Row]]:
+    """Send ``calls`` in one round trip, as one transaction; each one's rows.
+
+    No BEGIN or COMMIT: PostgreSQL runs the statements of a pipeline up to its Sync (sent when
+    the block exits) as one implicit transaction, committed at the Sync and rolled back whole
+    if a statement fails. Transaction-scoped advisory locks last until then, and each statement
+    still takes its own snapshot, so a statement after a lock sees what the last holder wrote.
+    """
     try:
         async with conn.pipeline():
-            if atomic:
-                await conn.execute("BEGIN")
             cursors = [await _send(conn, call) for call in calls if call is not None]
-            if atomic:
-                await conn.execute("COMMIT")
     except BaseException:
-        # A failed statement leaves the transaction aborted; a broken connection is dropped by
-        # the pool anyway.
+        # A broken connection is dropped by the pool; a failed statement ended its transaction.
         with contextlib.suppress(psycopg.Error):
             await conn.rollback()
         raise
