@@ -44,48 +44,62 @@ def json_param(value: Any) -> str | None:
 
 
 def specs_params(specs: Sequence[RunSpec]) -> Row:
-    """The parameters of ``spec_rows``: the specs, one array a column."""
-    return {
-        "ids": [s.id for s in specs],
-        "workflows": [s.workflow for s in specs],
-        "versions": [s.version for s in specs],
-        "inputs": [json_param(s.input) for s in specs],
-        "tags": [dumps(list(s.tags)) for s in specs],
-        "created": [s.created_at for s in specs],
-        "parents": [s.parent_id for s in specs],
-        "namespaces": [s.namespace for s in specs],
-        "priorities": [s.priority for s in specs],
-        "singleton_keys": [s.singleton.key if s.singleton else None for s in specs],
-        "singleton_limits": [s.singleton.limit if s.singleton else None for s in specs],
-        "concurrency_keys": [s.quota.key if s.quota else None for s in specs],
-        "deadlines": [s.deadline_at for s in specs],
-    }
+    """The parameters of ``spec_rows``: the specs as one JSON document (JSON values as JSON
+    text inside it), and their ids."""
+    rows = [
+        {
+            "id": s.id,
+            "workflow": s.workflow,
+            "version": s.version,
+            "input": json_param(s.input),
+            "tags": dumps(list(s.tags)),
+            "created_at": _iso(s.created_at),
+            "parent_id": s.parent_id,
+            "namespace": s.namespace,
+            "priority": s.priority,
+            "singleton_key": s.singleton.key if s.singleton else None,
+            "singleton_limit": s.singleton.limit if s.singleton else None,
+            "concurrency_key": s.quota.key if s.quota else None,
+            "deadline_at": _iso(s.deadline_at),
+        }
+        for s in specs
+    ]
+    return {"specs": dumps(rows), "ids": [s.id for s in specs]}
 
 
 def fenced_params(
     run_id: str, owner: str | None, writes: Writes, *, allow_cancelling: bool = False
 ) -> Row:
-    """The parameters of ``fenced_writes``: the fence, and the records as one array a column."""
-    steps = writes.steps
+    """The parameters of ``fenced_writes``: the fence, and the records as one JSON document."""
+    steps = [
+        {
+            "seq": r.seq,
+            "name": r.name,
+            "kind": str(r.kind),
+            "status": str(r.status),
+            "input": json_param(r.input),
+            "output": json_param(r.output),
+            "error": json_param(r.error),
+            "attempts": r.attempts,
+            "started_at": _iso(r.started_at),
+            "finished_at": _iso(r.finished_at),
+            "last_heartbeat_at": _iso(r.last_heartbeat_at),
+            "wake_at": _iso(r.wake_at),
+            "dispatches": r.dispatches,
+        }
+        for r in writes.steps
+    ]
     return {
         "id": run_id,
         "owner": owner,
         "allow_cancelling": allow_cancelling,
-        "seqs": [r.seq for r in steps],
-        "names": [r.name for r in steps],
-        "kinds": [str(r.kind) for r in steps],
-        "statuses": [str(r.status) for r in steps],
-        "inputs": [json_param(r.input) for r in steps],
-        "outputs": [json_param(r.output) for r in steps],
-        "errors": [json_param(r.error) for r in steps],
-        "attempts": [r.attempts for r in steps],
-        "started": [r.started_at for r in steps],
-        "finished": [r.finished_at for r in steps],
-        "beats": [r.last_heartbeat_at for r in steps],
-        "wakes": [r.wake_at for r in steps],
-        "dispatches": [r.dispatches for r in steps],
+        "steps": dumps(steps),
         "signal_ids": list(writes.consumed_signals),
     }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
 
 
 def run_from_row(row: Row) -> Run:
