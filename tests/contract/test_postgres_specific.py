@@ -4,7 +4,9 @@ a bounded number of commits per run, and a pool that survives losing its connect
 from __future__ import annotations
 
 import asyncio
+import itertools
 import multiprocessing
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -189,13 +191,30 @@ async def test_a_terminated_connection_fails_one_call_and_the_pool_recovers(
 # ---------------------------------------------------------------- indexes
 
 
+_PREPARED = itertools.count()
+
+
 async def _explain(conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any]) -> str:
+    """The generic plan of a hot statement: the store's sessions force generic plans (each
+    statement is planned once per connection), so that is the plan that must use indexes."""
     query = SQL[name]
     if name == "list_runs":
         where = " AND ".join(f"{k} = %({k})s" for k in params if k not in ("limit", "offset"))
         query = query.replace("{filters}", f"WHERE {where}" if where else "")
+    names: list[str] = []
+
+    def placeholder(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    statement = re.sub(r"%\((\w+)\)s", placeholder, query).rstrip().rstrip(";")
+    prepared = f"hot_{next(_PREPARED)}"
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+    await conn.execute(f"PREPARE {prepared} AS {statement}")
     async with psycopg.AsyncClientCursor(conn) as cur:
-        await cur.execute(f"EXPLAIN {query}", params)
+        args = ", ".join(["%s"] * len(names))
+        await cur.execute(f"EXPLAIN EXECUTE {prepared}({args})", [params[n] for n in names])
         return "\n".join(row[0] for row in await cur.fetchall())
 
 

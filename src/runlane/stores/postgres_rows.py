@@ -228,7 +228,7 @@ def depth_first(root: str, tree: Sequence[Row]) -> list[str]:
 def utc_conninfo(url: str) -> str:
     """``url`` with the session time zone set to UTC, so timestamps read back in UTC."""
     params = conninfo_to_dict(url)
-    options = f"{params.get('options') or ''} -c TimeZone=UTC".strip()
+    options = f"{params.get('options') or ''} -c TimeZone=UTC -c plan_cache_mode=force_generic_plan".strip()
     return make_conninfo("", **{**params, "options": options})
 
 
