@@ -60,6 +60,12 @@ def queue_refusal(
     return None
 
 
+def waits_at_start(gate: SingletonGate | None, ahead: int) -> bool:
+    """Whether a new run of ``gate``'s key, with ``ahead`` runs in front of it (holders and
+    waiters that are not cancelling), would be refused a slot at once."""
+    return gate is not None and not gate.replace and ahead >= gate.limit
+
+
 def free_slots(limit: int, holders: int) -> int:
     return max(0, limit - holders)
 

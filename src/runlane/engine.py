@@ -208,7 +208,7 @@ class Engine:
         run = self._started(started)
         if not started.created and if_exists == "fail":
             raise RunExistsError(run.id, run.status)
-        if started.created:
+        if started.created and not started.waiting:
             self._kick_started([run])
         return run
 
@@ -307,7 +307,8 @@ class Engine:
                     "event %s: subscriber %s skipped: %s", name, spec.workflow, result.rejected
                 )
         new = [s.run.id for s in started if s.created and s.run is not None]
-        self._kick([*woken, *new])
+        ready = [s.run.id for s in started if s.created and not s.waiting and s.run is not None]
+        self._kick([*woken, *ready])
         return len(woken) + len(new) if created or new else 0
 
     async def cancel(self, run_id: str) -> bool:

@@ -167,6 +167,9 @@ class Started:
     run: Run | None
     created: bool
     rejected: Exception | None = None
+    # A singleton run created behind a full key: a claim now would only park it. The engine
+    # leaves it to the release of a slot (which wakes or hands it over) or to the pending poll.
+    waiting: bool = False
 
 
 @dataclass(frozen=True)

@@ -376,7 +376,9 @@ class Turn:
                 for op in chunk
             ]
             started = await self.flush(specs)
-            self.created.extend(s.run.id for s in started if s.created and s.run is not None)
+            self.created.extend(
+                s.run.id for s in started if s.created and not s.waiting and s.run is not None
+            )
             pairs.extend(zip(chunk, started, strict=True))
         return pairs
 

@@ -233,6 +233,24 @@ async def test_queue_depth_refuses_when_the_key_has_limit_plus_depth_active_runs
     assert admitted.created
 
 
+async def test_a_start_behind_a_full_key_is_created_waiting(store: Store) -> None:
+    gate = key(limit=2)
+    [first, second] = await store.create_runs(
+        [spec("a", singleton=gate), spec("b", created=1, singleton=gate)], T0
+    )
+    assert not first.waiting and not second.waiting  # two slots: both admissible at once
+    [third] = await store.create_runs([spec("c", created=2, singleton=gate)], T0)
+    assert third.created and third.waiting
+    assert third.run is not None and third.run.status == RunStatus.PENDING
+    [plain] = await store.create_runs([spec("plain", created=3)], T0)
+    assert not plain.waiting
+    await settle(store, "a")
+    [fourth] = await store.create_runs([spec("d", created=4, singleton=gate)], T0)
+    assert fourth.waiting  # b holds or waits, c waits: two ahead of d
+    [again] = await store.create_runs([spec("c", created=2, singleton=gate)], T0)
+    assert not again.created and not again.waiting
+
+
 async def test_replace_cancels_the_key_active_runs_leased_ones_go_to_cancelling(
     store: Store,
 ) -> None:

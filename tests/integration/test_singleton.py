@@ -10,6 +10,7 @@ import pytest
 
 import runlane
 from runlane import RunStatus, Singleton, SingletonQueueFullError
+from runlane.clock import SystemClock
 from runlane.models import Settlement, Writes
 
 from ..helpers import settle
@@ -98,6 +99,30 @@ async def test_second_start_for_busy_key_waits_and_other_keys_run(
     assert a2.status == RunStatus.SUSPENDED and a2.wake_at is not None
     assert timedelta(seconds=0.75) <= a2.wake_at - clock.now() <= timedelta(seconds=1.25)
     assert await engine.list_steps("a2") == []
+
+
+async def test_a_start_behind_a_busy_key_is_left_to_the_release(make_engine: Any) -> None:
+    """No claim is spent on a start the store already knows is queued behind the holder."""
+    engine = await make_engine(sync, drive=True, clock=SystemClock(), poll_interval=30)
+    await engine.__aenter__()
+    await engine.start(sync, {"store": "A"}, run_id="holder")
+    for _ in range(200):
+        if (await engine.get_run("holder")).status == RunStatus.SUSPENDED:
+            break
+        await asyncio.sleep(0.01)
+    await engine.start(sync, {"store": "A"}, run_id="queued")
+    await asyncio.sleep(0.2)
+    queued = await engine.get_run("queued")
+    assert queued.status == RunStatus.PENDING and queued.wake_at is None  # never claimed
+    await engine.signal("holder", "done")
+    for _ in range(200):
+        if (await engine.get_run("queued")).status == RunStatus.SUSPENDED:
+            break
+        await asyncio.sleep(0.01)
+    queued = await engine.get_run("queued")
+    assert queued.holds_slot and queued.status == RunStatus.SUSPENDED  # handed the slot
+    await engine.signal("queued", "done")
+    assert (await engine.wait_for_run("queued", timeout=10)).status == RunStatus.COMPLETED
 
 
 async def test_a_chain_of_three_hands_over_without_any_timer_advance(
@@ -270,7 +295,6 @@ async def tiny_pause(_: Any) -> None:
 
 
 async def test_three_engines_hammering_one_key_never_exceed_the_limit(make_engine: Any) -> None:
-    from runlane.clock import SystemClock
 
     engines = [
         await make_engine(

@@ -76,6 +76,10 @@ class Store(Protocol):
 
         A refused spec yields ``Started(None, False, rejected=error)`` and writes nothing; other
         specs in the batch are unaffected. Gates of different keys never wait on each other.
+
+        A new singleton run (not ``replace``) whose key already has ``limit`` or more runs ahead
+        of it (slot holders, and waiters that are not cancelling) is ``waiting=True``: it is
+        created ``pending`` all the same, but admission would refuse it now.
         """
         ...
 

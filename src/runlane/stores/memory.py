@@ -99,10 +99,17 @@ class MemoryStore:
         if gated and spec.singleton is not None and spec.singleton.replace:
             for other in self._active_of_key(spec.singleton.key):
                 self._cancel_one(other, now, None)
+        waiting = gated and admission.waits_at_start(spec.singleton, self._ahead(spec))
         run = run_from_spec(spec)
         self._runs[run.id] = run
         self._steps[run.id] = {}
-        return Started(run, created=True)
+        return Started(run, created=True, waiting=waiting)
+
+    def _ahead(self, spec: RunSpec) -> int:
+        if spec.singleton is None:
+            return 0
+        key = self._active_of_key(spec.singleton.key)
+        return sum(1 for r in key if r.holds_slot or r.status != RunStatus.CANCELLING)
 
     def _refusal(self, spec: RunSpec) -> Exception | None:
         if spec.quota is not None:

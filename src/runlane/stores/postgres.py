@@ -629,7 +629,8 @@ def _gated_outcome(spec: RunSpec, row: Row | None) -> Started | None:
     """What an ``insert_gated`` row means; None when the id was taken by a concurrent start."""
     assert row is not None
     if row["id"] is not None:
-        return Started(run_from_row(row), created=row["created"])
+        waiting = row["created"] and admission.waits_at_start(spec.singleton, row["key_ahead"])
+        return Started(run_from_row(row), created=row["created"], waiting=waiting)
     refusal = gate_refusal(spec, row)
     return None if refusal is None else Started(None, created=False, rejected=refusal)
 

@@ -107,9 +107,22 @@ def create(conn: Conn, spec: RunSpec, now: datetime, *, gated: bool = True) -> S
         if spec.singleton is not None and spec.singleton.replace:
             for other_id in _active_ids_of_key(conn, spec.singleton.key):
                 cancel_one(conn, _existing(conn, other_id), now, None)
+    waiting = gated and admission.waits_at_start(spec.singleton, _ahead(conn, spec))
     run = run_from_spec(spec)
     _insert_run(conn, run)
-    return Started(run, created=True)
+    return Started(run, created=True, waiting=waiting)
+
+
+def _ahead(conn: Conn, spec: RunSpec) -> int:
+    """Runs ahead of a new one of ``spec``'s singleton key: holders, and waiters not cancelling."""
+    if spec.singleton is None:
+        return 0
+    (count,) = conn.execute(
+        f"SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}"
+        " AND (holds_slot OR status <> 'cancelling')",
+        (spec.singleton.key,),
+    ).fetchone()
+    return int(count)
 
 
 def _refusal(conn: Conn, spec: RunSpec) -> Exception | None:

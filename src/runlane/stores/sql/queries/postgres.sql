@@ -65,7 +65,7 @@ WITH existing AS (
            OR (%(quota_limit)s > 0 AND c.quota_active < %(quota_limit)s))
       AND (%(queue_capacity)s::integer IS NULL OR c.key_active < %(queue_capacity)s)
 ), inserted AS ({insert_given})
-SELECT r.*, c.quota_active, c.key_active
+SELECT r.*, c.quota_active, c.key_active, c.key_ahead
 FROM counts AS c
 LEFT JOIN (SELECT *, true AS created FROM inserted UNION ALL SELECT * FROM existing) AS r ON true;
 
@@ -84,7 +84,12 @@ SELECT
     (SELECT count(*) FROM runlane_runs
      WHERE singleton_key = %(singleton_key)s
        AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
-    ) AS key_active;
+    ) AS key_active,
+    (SELECT count(*) FROM runlane_runs
+     WHERE singleton_key = %(singleton_key)s
+       AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+       AND (holds_slot OR status <> 'cancelling')
+    ) AS key_ahead;
 
 -- name: active_of_key
 SELECT id, status FROM runlane_runs
