@@ -3,15 +3,20 @@
 A remote step's attempt is recorded ``running`` (a checkpoint) before its task is sent, so a
 result can always be matched to it. Without a ``timeout`` the run then suspends durably and the
 result, taken by whichever instance consumes it, is written with ``record_step_result`` and wakes
-the run. With a ``timeout`` the turn waits in memory inside a liveness window that heartbeats
-re-arm; when the window runs out, the checkpoint is read again before anything is declared dead.
+the run. With a ``timeout`` the turn waits in memory. The liveness window starts when a worker
+takes the task (its first heartbeat, sent the moment it starts): time spent queued behind busy
+workers is not counted, and a task nobody takes is re-sent after ``remote_redispatch`` (else
+``reconcile_interval``) seconds. Once taken, heartbeats re-arm the window; when it runs out, the
+checkpoint is read again before anything is declared dead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -24,6 +29,7 @@ from .transports.base import Message, Transport
 if TYPE_CHECKING:
     from .context import StepOp
     from .engine import Engine
+    from .options import EngineOptions
     from .turn import Turn
 
 log = logging.getLogger("runlane.remote")
@@ -46,6 +52,7 @@ class RemoteSteps:
         self.transport = transport
         self._waiters: dict[Key, asyncio.Future[Message]] = {}
         self._heard: dict[Key, float] = {}  # monotonic time of the last beat heard, per waiter
+        self._taken: set[Key] = set()  # waiters whose task a worker took (a beat was heard)
         self._persisted: dict[Key, float] = {}  # monotonic time a beat was last written
         self._tasks: list[asyncio.Task[None]] = []
         self._failures = RateLimitedLog()
@@ -78,18 +85,25 @@ class RemoteSteps:
             # The attempt is recorded running; redispatch or reconcile re-sends it.
             self._failures.warning("dispatching %s failed (%s)", task.get("step_id"), exc)
 
-    def expect(self, key: Key) -> asyncio.Future[Message]:
+    @contextlib.contextmanager
+    def expecting(self, key: Key) -> Iterator[asyncio.Future[Message]]:
+        """A future for the attempt's result, and its beats heard, while the block runs."""
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiters[key] = future
         self._heard[key] = time.monotonic()
-        return future
-
-    def forget(self, key: Key) -> None:
-        self._waiters.pop(key, None)
-        self._heard.pop(key, None)
+        try:
+            yield future
+        finally:
+            self._waiters.pop(key, None)
+            self._heard.pop(key, None)
+            self._taken.discard(key)
 
     def heard_at(self, key: Key) -> float:
         return self._heard.get(key, 0.0)
+
+    def taken(self, key: Key) -> bool:
+        """A worker took the awaited attempt's task: one of its beats was heard here."""
+        return key in self._taken
 
     # ---------------------------------------------------------------- consumers
 
@@ -148,6 +162,7 @@ class RemoteSteps:
         key = (str(beat.get("step_id")), int(beat.get("attempt") or 0))
         if key in self._waiters:
             self._heard[key] = time.monotonic()
+            self._taken.add(key)
             return
         throttle = self.engine.options.heartbeat_persist_throttle
         if time.monotonic() - self._persisted.get(key, -throttle) < throttle:
@@ -216,14 +231,32 @@ def _running(
 
 def _next_check(turn: Turn, op: StepOp, since: datetime) -> datetime:
     options = turn.host.options
-    window = options.remote_redispatch or options.reconcile_interval
+    window = _redispatch_window(options)
     return since + timedelta(seconds=min(window, options.reconcile_interval))
 
 
-async def _send_and_wait(
-    turn: Turn, op: StepOp, remote: RemoteSteps, record: StepRecord
-) -> Settled | None:
-    task = {
+def _redispatch_window(options: EngineOptions) -> float:
+    """Seconds after which a dispatch nobody answered may have been lost, and is sent again."""
+    return options.remote_redispatch or options.reconcile_interval
+
+
+def _out_of_dispatches(options: EngineOptions, record: StepRecord) -> bool:
+    limit = options.remote_redispatch_max
+    return limit is not None and record.dispatches > limit
+
+
+async def _redispatched(turn: Turn, op: StepOp, record: StepRecord) -> StepRecord:
+    """The same attempt recorded as sent once more, durably before it is sent."""
+    again = _running(
+        turn, op, record, record.attempts, dispatches=record.dispatches + 1, started=turn.now()
+    )
+    turn.stage(again)
+    await turn.flush()
+    return again
+
+
+def _task(turn: Turn, op: StepOp, record: StepRecord) -> Message:
+    return {
         "step_id": step_id(turn.run.id, op.seq),
         "run_id": turn.run.id,
         "seq": op.seq,
@@ -233,58 +266,130 @@ async def _send_and_wait(
         "attempt": record.attempts,
         "dispatched_at": turn.now().isoformat(),
     }
-    key = (task["step_id"], record.attempts)
-    if op.definition.timeout is None:
-        await remote.dispatch(str(op.definition.group), task)
+
+
+async def _send_and_wait(
+    turn: Turn, op: StepOp, remote: RemoteSteps, record: StepRecord
+) -> Settled | None:
+    timeout = op.definition.timeout
+    if timeout is None:
+        await remote.dispatch(str(op.definition.group), _task(turn, op, record))
         turn.wakes.append(record.wake_at or turn.now())
         return None
-    waiter = remote.expect(key)
-    try:
-        await remote.dispatch(str(op.definition.group), task)
-        timeout = op.definition.timeout
-        result = await _watch(turn, op, remote, key, waiter, timeout, timeout)
-    finally:
-        remote.forget(key)
-    return _resolve(turn, op, record, result)
+    first = min(timeout, _redispatch_window(turn.host.options))
+    return await _watched(turn, op, remote, record, timeout, first=first, send=True)
 
 
-async def _watch(
+async def _watched(
     turn: Turn,
     op: StepOp,
     remote: RemoteSteps,
-    key: Key,
-    waiter: asyncio.Future[Message],
+    record: StepRecord,
     timeout: float,
+    *,
     first: float,
-) -> Message | None:
-    """Wait for the result while the worker is alive; None when it fell silent everywhere.
+    send: bool = False,
+) -> Settled | None:
+    """Wait in memory for an attempt's result (sending its task first when ``send``)."""
+    watch = _Watch(turn, op, remote, record, timeout)
+    # Expect before sending: the beat a worker sends as it takes the task must not be missed.
+    with remote.expecting(watch.key) as waiter:
+        if send:
+            await watch.send()
+        result = await watch.result(waiter, first)
+    return _resolve(turn, op, watch.record, result)
 
-    Each time the window runs out the checkpoint is read first: a result another instance
-    recorded ends the wait even while beats keep re-arming the window.
+
+class _Watch:
+    """The in-memory wait for one attempt of a remote step with a ``timeout``.
+
+    Until a worker takes the task (a beat heard here, or persisted by another instance for this
+    attempt) it is only queued and the liveness window does not run: the checkpoint is read every
+    ``timeout`` seconds, and the task is re-sent when nobody took it for the redispatch window.
+    Once it is taken, silence longer than ``timeout`` everywhere ends the wait.
     """
-    deadline = time.monotonic() + first
-    while True:
-        left = deadline - time.monotonic()
-        if left > 0:
-            try:
-                return await asyncio.wait_for(asyncio.shield(waiter), left)
-            except TimeoutError:
-                pass
-        stored = await turn.host.store.get_step(turn.run.id, op.seq)
-        if stored is not None and stored.status != StepStatus.RUNNING:
-            return {
-                "ok": stored.status == StepStatus.COMPLETED,
-                "output": stored.output,
-                "error": stored.error,
-            }
-        heard = remote.heard_at(key)
-        if heard + timeout > time.monotonic():
-            deadline = heard + timeout
-            continue
-        extra = _persisted_grace(turn, stored, timeout)
-        if extra <= 0:
-            return None
-        deadline = time.monotonic() + extra
+
+    def __init__(
+        self, turn: Turn, op: StepOp, remote: RemoteSteps, record: StepRecord, timeout: float
+    ) -> None:
+        self.turn = turn
+        self.op = op
+        self.remote = remote
+        self.record = record  # a re-send replaces it (one more dispatch of the same attempt)
+        self.timeout = timeout
+        self.key = (step_id(turn.run.id, op.seq), record.attempts)
+
+    async def send(self) -> None:
+        await self.remote.dispatch(
+            str(self.op.definition.group), _task(self.turn, self.op, self.record)
+        )
+
+    async def result(self, waiter: asyncio.Future[Message], first: float) -> Message | None:
+        """The worker's (or the checkpoint's) result; None when the worker fell silent.
+
+        Each time the wait runs out the checkpoint is read first: a result another instance
+        recorded ends the wait even while beats keep it going.
+        """
+        wait = first
+        while True:
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    return await asyncio.wait_for(asyncio.shield(waiter), wait)
+            stored = await self.turn.host.store.get_step(self.turn.run.id, self.op.seq)
+            if stored is not None and stored.status != StepStatus.RUNNING:
+                return _stored_result(stored)
+            if waiter.done():  # it landed while the checkpoint was read
+                return waiter.result()
+            if self._taken(stored):
+                wait = self._alive_for(stored)
+                if wait <= 0:
+                    return None
+            else:
+                queued = await self._queued()
+                if queued is None:
+                    return self._not_taken()
+                wait = queued
+
+    def _taken(self, stored: StepRecord | None) -> bool:
+        if self.remote.taken(self.key):
+            return True
+        return (
+            stored is not None
+            and stored.attempts == self.record.attempts
+            and stored.last_heartbeat_at is not None
+        )
+
+    def _alive_for(self, stored: StepRecord | None) -> float:
+        """Seconds of silence the worker still has, from beats heard here or persisted elsewhere."""
+        heard = self.remote.heard_at(self.key) + self.timeout - time.monotonic()
+        return max(heard, _persisted_grace(self.turn, stored, self.timeout))
+
+    async def _queued(self) -> float | None:
+        """Seconds until a task nobody took is looked at again (re-sent if due); None: give up."""
+        options = self.turn.host.options
+        window = _redispatch_window(options)
+        due = window - _since(self.turn, self.record.started_at)
+        if due <= 0:
+            if _out_of_dispatches(options, self.record):
+                return None
+            self.record = await _redispatched(self.turn, self.op, self.record)
+            await self.send()
+            due = window
+        return min(self.timeout, due)
+
+    def _not_taken(self) -> Message:
+        error = StepTimeoutError(
+            f"no worker took remote step {self.op.name!r} after {self.record.dispatches} dispatches"
+        )
+        return {"ok": False, "error": error_dict(error, with_traceback=False)}
+
+
+def _stored_result(stored: StepRecord) -> Message:
+    return {
+        "ok": stored.status == StepStatus.COMPLETED,
+        "output": stored.output,
+        "error": stored.error,
+    }
 
 
 def _persisted_grace(turn: Turn, stored: StepRecord | None, timeout: float) -> float:
@@ -340,44 +445,48 @@ async def _in_flight(
     turn: Turn, op: StepOp, remote: RemoteSteps, record: StepRecord
 ) -> Settled | None:
     """A dispatched attempt with no result yet (this turn was woken, or another instance died)."""
-    options = turn.host.options
-    now = turn.now()
-    last = max(record.started_at or now, record.last_heartbeat_at or record.started_at or now)
-    silent = (now - last).total_seconds()
     timeout = op.definition.timeout
     if timeout is not None:
-        if silent < timeout:
-            # The dispatching instance is gone; keep watching the same attempt here.
-            return await _rewatch(turn, op, remote, record, timeout, timeout - silent)
-        return _attempt_failed(turn, op, record, _timed_out(op, silent))
+        return await _watch_again(turn, op, remote, record, timeout)
+    options = turn.host.options
+    last = _last_sign(turn, record)
+    silent = _since(turn, last)
     window = options.remote_redispatch
     if window is None or silent < window:
-        wake = _next_check(turn, op, now) if window is None else last + timedelta(seconds=window)
+        wake = (
+            _next_check(turn, op, turn.now())
+            if window is None
+            else last + timedelta(seconds=window)
+        )
         turn.wakes.append(wake)
         return None
-    if (
-        options.remote_redispatch_max is not None
-        and record.dispatches > options.remote_redispatch_max
-    ):
+    if _out_of_dispatches(options, record):
         return _attempt_failed(turn, op, record, _timed_out(op, silent))
-    resend = _running(
-        turn, op, record, record.attempts, dispatches=record.dispatches + 1, started=now
-    )
-    turn.stage(resend)
-    await turn.flush()
-    return await _send_and_wait(turn, op, remote, resend)
+    return await _send_and_wait(turn, op, remote, await _redispatched(turn, op, record))
 
 
-async def _rewatch(
-    turn: Turn, op: StepOp, remote: RemoteSteps, record: StepRecord, timeout: float, left: float
+async def _watch_again(
+    turn: Turn, op: StepOp, remote: RemoteSteps, record: StepRecord, timeout: float
 ) -> Settled | None:
-    key = (step_id(turn.run.id, op.seq), record.attempts)
-    waiter = remote.expect(key)
-    try:
-        result = await _watch(turn, op, remote, key, waiter, timeout, left)
-    finally:
-        remote.forget(key)
-    return _resolve(turn, op, record, result)
+    """Keep watching an attempt another turn sent (its instance is gone)."""
+    if record.last_heartbeat_at is None:
+        # No worker took it yet as far as anyone recorded: queued time is not silence, so the
+        # rules for an untaken task apply, counted from its last dispatch.
+        return await _watched(turn, op, remote, record, timeout, first=0.0)
+    silent = _since(turn, _last_sign(turn, record))
+    if silent >= timeout:
+        return _attempt_failed(turn, op, record, _timed_out(op, silent))
+    return await _watched(turn, op, remote, record, timeout, first=timeout - silent)
+
+
+def _since(turn: Turn, at: datetime | None) -> float:
+    return (turn.now() - at).total_seconds() if at is not None else 0.0
+
+
+def _last_sign(turn: Turn, record: StepRecord) -> datetime:
+    """When the attempt was last sent, or last heard from (a beat another instance persisted)."""
+    sent = record.started_at or turn.now()
+    return max(sent, record.last_heartbeat_at or sent)
 
 
 def _timed_out(op: StepOp, silent: float) -> dict[str, Any]:

@@ -36,7 +36,9 @@ async def local(args: list[Any]) -> str:
     return f"{args[0]}:{args[1]}"
 
 
-@runlane.step(name="fleet.remote", group="fleet", timeout=3.0)
+# A result is taken off the transport once; one taken by an engine that is then killed is lost,
+# the attempt falls silent and is retried, as a dead worker's would be.
+@runlane.step(name="fleet.remote", group="fleet", timeout=3.0, retry=runlane.Retry(max_attempts=3))
 async def remote(args: list[Any]) -> str:
     _log(args[0], args[1])
     await asyncio.sleep(0.01)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -175,12 +177,83 @@ async def test_a_failed_remote_attempt_is_retried_per_its_policy(fleet: Any) -> 
     assert step.attempts == 2
 
 
-async def test_a_dead_worker_is_detected_within_the_step_timeout(fleet: Any) -> None:
+async def test_a_worker_that_dies_after_taking_a_task_is_detected_within_the_step_timeout(
+    fleet: Any,
+) -> None:
     engine = await fleet("solo")
-    await engine.start(checkout_watched, {"amount": 1, "timeout": 0.5}, run_id="dead-1")
-    done = await engine.wait_for_run("dead-1", timeout=20)
+    doomed: Any = fleet.transport()
+    await doomed.open()
+    try:
+        await engine.start(checkout_watched, {"amount": 1, "timeout": 0.5}, run_id="dead-1")
+        # A worker takes the task, beats once as a worker does on taking it, then dies (SIGKILL).
+        await doomed.publish_heartbeat(beat_for(await take_task(doomed, 1)))
+        taken = time.monotonic()
+        second = await take_task(doomed, 2)  # billing.charge has Retry(max_attempts=2)
+        assert time.monotonic() - taken < 5 * 0.5, "attempt 1 was failed late"
+        await doomed.publish_heartbeat(beat_for(second))
+        taken = time.monotonic()
+        done = await engine.wait_for_run("dead-1", timeout=20)
+        assert time.monotonic() - taken < 5 * 0.5, "attempt 2 was failed late"
+    finally:
+        await doomed.close()
     assert done.status == RunStatus.FAILED
-    assert done.error["type"] == "StepTimeoutError"
+    assert done.error["type"] == "StepTimeoutError", done.error
+    assert "no result or heartbeat" in done.error["message"]
+
+
+async def test_a_task_queued_longer_than_its_timeout_runs_once_a_worker_comes(fleet: Any) -> None:
+    engine = await fleet("solo")
+    await engine.start(checkout_watched, {"amount": 4, "timeout": 0.3}, run_id="queued-1")
+    await asyncio.sleep(1.5)  # five step timeouts while no worker runs: queued is not dead
+    [step] = await engine.list_steps("queued-1")
+    assert (step.status, step.attempts, step.dispatches) == ("running", 1, 1), step
+    await fleet.worker()
+    done = await engine.wait_for_run("queued-1", timeout=20)
+    assert done.status == RunStatus.COMPLETED, done.error
+    [step] = await engine.list_steps("queued-1")
+    assert step.attempts == 1, step
+
+
+async def test_a_task_no_worker_takes_fails_once_its_redispatches_are_spent(fleet: Any) -> None:
+    engine = await fleet("solo", remote_redispatch=0.3, remote_redispatch_max=2)
+    # A timeout longer than the whole test: what fails the step is that nobody took it.
+    await engine.start(checkout_watched, {"amount": 2, "timeout": 30.0}, run_id="untaken-1")
+    done = await engine.wait_for_run("untaken-1", timeout=20)
+    assert done.status == RunStatus.FAILED
+    assert done.error["type"] == "StepTimeoutError", done.error
+    assert "no worker took" in done.error["message"]
+    [step] = await engine.list_steps("untaken-1")
+    assert step.attempts == 2 and step.dispatches == 3, step  # each attempt: 1 send, 2 re-sends
+    queue: Any = fleet.transport()
+    await queue.open()
+    try:
+        tasks = await queue.take_tasks("billing", 100, 1.0)
+    finally:
+        await queue.close()
+    assert sorted(t["attempt"] for t in tasks) == [1, 1, 1, 2, 2, 2], tasks
+
+
+async def take_task(transport: Any, attempt: int) -> Any:
+    """Take the billing task of ``attempt`` off the queue as a worker would (bounded poll)."""
+    seen: list[Any] = []
+    for _ in range(100):
+        seen += await transport.take_tasks("billing", 10, 0.1)
+        found = [t for t in seen if t["attempt"] == attempt]
+        if found:
+            return found[0]
+    raise AssertionError(f"no task for attempt {attempt} came; saw {seen}")
+
+
+def beat_for(task: Any) -> Any:
+    """The heartbeat a worker publishes for ``task`` (see Worker._beat)."""
+    return {
+        "step_id": task["step_id"],
+        "run_id": task["run_id"],
+        "seq": task["seq"],
+        "attempt": task["attempt"],
+        "worker": "doomed",
+        "at": datetime.now(UTC).isoformat(),
+    }
 
 
 async def test_a_live_worker_is_never_failed_over_when_its_beats_land_elsewhere(fleet: Any) -> None:

@@ -1,7 +1,9 @@
 """Fleets of real processes on one PostgreSQL database: one engine is SIGKILLed mid-burst.
 
-Every run must complete exactly once with every checkpoint recorded once; only steps that were
-in flight in the killed process may have executed twice.
+Every run must complete exactly once with every checkpoint recorded once. A local step runs
+twice only if it was in flight in the killed process; a remote step runs twice only when its
+attempt fell silent (a result the killed engine had taken off the transport is lost with it,
+and the attempt is retried), and never more than once more.
 """
 
 from __future__ import annotations
@@ -77,7 +79,9 @@ def _wait_until(pg_url: str, target: int, timeout: float) -> int:
     return done
 
 
-def _fleet_run(pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_path: Path) -> None:
+def _fleet_run(
+    pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_path: Path, remote: int = 0
+) -> None:
     asyncio.run(_reset(pg_url))
     prefix = f"rlfleet-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "steps.log"
@@ -86,18 +90,19 @@ def _fleet_run(pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_pa
     if kind != "none":
         procs += [_spawn("worker", pg_url, kind, prefix, log) for _ in range(2)]
     try:
-        half = _wait_until(pg_url, n // 2, 120)
+        half = _wait_until(pg_url, n // 2, 60)
         assert half >= n // 2, f"only {half}/{n} runs completed before the kill"
         killed = procs[0].pid
         os.kill(killed, signal.SIGKILL)
         procs[0].wait(10)
-        done = _wait_until(pg_url, n, 180)
+        done = _wait_until(pg_url, n, 150)
     finally:
-        for proc in procs[1:]:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs[1:]:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
             out, _ = proc.communicate(timeout=30)
-            (tmp_path / f"proc-{proc.pid}.out").write_text(out)
+            (tmp_path / f"proc-{proc.pid}.out").write_text(out or "")
     assert done == n, f"{done}/{n} runs completed"
     _, rows = asyncio.run(_progress(pg_url))
     for run, records in rows:
@@ -115,10 +120,12 @@ def _fleet_run(pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_pa
     # step per run, and its first execution was in the killed process.
     assert all(executions[k] == 2 for k in again), again
     assert len({k.split()[0] for k in again}) == len(again), again
-    assert all(first_by[k] == str(killed) for k in again), (killed, again)
+    local_again = [k for k in again if int(k.split()[1]) != remote]
+    assert all(first_by[k] == str(killed) for k in local_again), (killed, again)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_three_engine_processes_one_killed_complete_every_run_exactly_once(
     pg_url: str, tmp_path: Path
 ) -> None:
@@ -126,8 +133,9 @@ def test_three_engine_processes_one_killed_complete_every_run_exactly_once(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", ["redis", "db"])
 def test_engines_and_workers_over_a_transport_survive_a_killed_engine(
     pg_url: str, kind: str, tmp_path: Path
 ) -> None:
-    _fleet_run(pg_url, kind, mixed, 300, 2, tmp_path)
+    _fleet_run(pg_url, kind, mixed, 300, 2, tmp_path, remote=2)
