@@ -105,8 +105,9 @@ def latency(results: Sequence[Line]) -> list[str]:
 
 def queue(results: Sequence[Line]) -> list[str]:
     rows = [
-        "| store | side | total s | hand-off p50 / p99 ms | overlaps | FIFO violations | runs | load |",
-        "|---|---|---|---|---|---|---|---|",
+        "| store | side | total s | hand-off p50 / p99 ms | hand-offs | overlaps | FIFO violations"
+        " | runs | load |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     verdicts = []
     for db, label in DBS:
@@ -115,7 +116,7 @@ def queue(results: Sequence[Line]) -> list[str]:
             handoff = f"{fmt(med(lines, 'handoff_p50_ms'))} / {fmt(med(lines, 'handoff_p99_ms'))}"
             rows.append(
                 f"| {label} | {side} | {fmt(med(lines, 'total_seconds'))} | {handoff}"
-                f" | {per_rep(lines, 'overlapping_pairs')} | {per_rep(lines, 'fifo_violations_within_key')}"
+                f" | {per_rep(lines, 'handoffs')} | {per_rep(lines, 'overlapping_pairs')} | {per_rep(lines, 'fifo_violations_within_key')}"
                 f" | {per_rep(lines, 'total_seconds')} | {loads(lines)} |"
             )
         r = ratio(med(theirs, "total_seconds"), med(ours, "total_seconds"))
@@ -139,7 +140,9 @@ def queue(results: Sequence[Line]) -> list[str]:
     note = (
         "Hand-off = from the holder's body finishing its step to the next same-key body starting"
         " (runlane: timestamps recorded in the bodies, so it includes the holder's settle write and"
-        " the waiter's claim). FIFO = admission order within a key vs `(created_at, id)`."
+        " the waiter's claim), counted only where the next run was already queued when the holder"
+        " finished (`hand-offs` per run): a run started after its predecessor finished measures"
+        " the start loop, not a hand-off. FIFO = admission order within a key vs `(created_at, id)`."
         " DBOS reports no hand-off figure; its FIFO check is submission order within a key."
     )
     return [title, "", *rows, "", *verdicts, "", note]
@@ -169,9 +172,10 @@ def store_cost(results: Sequence[Line], facts: Line) -> list[str]:
         return [*out, "Not measured in this run."]
     line = lines[-1]
     out += [
-        f"| N steps | target commits (N + 2) | commits: sequential / {line['runs']} concurrent"
-        " | client statements | statements + BEGIN/COMMIT | the same per step | verdict (commits) |",
-        "|---|---|---|---|---|---|---|",
+        f"| N steps | target commits (N + 2) | engine commits: sequential / {line['runs']} concurrent"
+        " | all commits (+ the benchmark's wait reads) | client statements | statements +"
+        " BEGIN/COMMIT | the same per step | verdict (engine commits) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     targets = sorted(int(k.split("_")[1]) for k in line if k.startswith("target_"))
     out += [store_cost_row(line, k) for k in targets]
@@ -189,13 +193,15 @@ def store_cost(results: Sequence[Line], facts: Line) -> list[str]:
 
 def store_cost_row(line: Line, k: int) -> str:
     modes = ("sequential", "concurrent")
-    commits, stmts, trips = (
+    engine, commits, stmts, trips = (
         [line.get(f"{name}_per_run_{k}_steps_{m}") for m in modes]
-        for name in ("commits", "statements", "round_trips")
+        for name in ("engine_commits", "commits", "statements", "round_trips")
     )
     per_step = [None if x is None else round(x / k, 1) for x in trips]
-    ok = None if None in commits else max(commits) <= k + 2
-    cells = [" / ".join(fmt(x) for x in col) for col in (commits, stmts, trips, per_step)]
+    # 0.1 of slack: a lease renewal or poll of the engine's life lands in the figure now and then.
+    ok = None if None in engine else max(engine) <= k + 2.1
+    columns = (engine, commits, stmts, trips, per_step)
+    cells = [" / ".join(fmt(x) for x in col) for col in columns]
     return f"| {k} | {k + 2} | {' | '.join(cells)} | {verdict(ok)} |"
 
 
@@ -214,7 +220,9 @@ def store_cost_method(line: Line, facts: Line) -> str:
         " client-side (`benchmarks/pgcount.py` wraps psycopg's cursor `execute`/`executemany` and"
         " its internal BEGIN/COMMIT/ROLLBACK). Outside pipeline mode each of those is one round trip;"
         " the store pipelines some of them, so they are an upper bound on round trips."
-        " Both include each run's `start` and its `wait_for_run` read."
+        " Both include each run's `start` and its `wait_for_run` read. Engine commits = all"
+        " commits minus the benchmark's `wait_for_run` reads of runs that had already settled"
+        " (counted by wrapping the store's `get_run`): what the engine itself writes per run."
     )
 
 
