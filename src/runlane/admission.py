@@ -66,6 +66,12 @@ def waits_at_start(gate: SingletonGate | None, ahead: int) -> bool:
     return gate is not None and not gate.replace and ahead >= gate.limit
 
 
+def claimed_at_start(gate: SingletonGate | None, waiting: bool) -> bool:
+    """Whether a new run may be claimed in the write that creates it: nothing to wait for (a
+    replacing start waits for the runs it cancels to settle)."""
+    return not waiting and not (gate is not None and gate.replace)
+
+
 def free_slots(limit: int, holders: int) -> int:
     return max(0, limit - holders)
 

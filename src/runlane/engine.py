@@ -204,11 +204,15 @@ class Engine:
             priority=priority,
             tags=check_tags(tags),
         )
-        [started] = await self.store.create_runs([spec], self.now())
+        # A run this instance will execute at once is claimed in the write that creates it.
+        lease = None if self.runqueue is not None and self._publishes else self.successor_lease()
+        [started] = await self.store.create_runs([spec], self.now(), lease=lease)
         run = self._started(started)
         if not started.created and if_exists == "fail":
             raise RunExistsError(run.id, run.status)
-        if started.created and not started.waiting:
+        if started.claim is not None and self._local is not None:
+            self._local.spawn(run.id, claim=started.claim)
+        elif started.created and not started.waiting:
             self._kick_started([run])
         return run
 
@@ -600,7 +604,8 @@ class Engine:
         return outcome.claim
 
     def successor_lease(self) -> Lease | None:
-        """A lease for a singleton waiter a settlement here hands its slot to (None: don't)."""
+        """A lease for a run this engine can execute at once: a singleton waiter a settlement
+        here hands its slot to, or a run it starts (None: don't)."""
         if not self._driving() or self.local_room() <= 0:
             return None
         until = self.now() + timedelta(seconds=self.options.lease)

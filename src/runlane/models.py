@@ -170,6 +170,9 @@ class Started:
     # A singleton run created behind a full key: a claim now would only park it. The engine
     # leaves it to the release of a slot (which wakes or hands it over) or to the pending poll.
     waiting: bool = False
+    # The new run, already leased to the creator (``create_runs(..., lease=...)``); ``run`` is
+    # the run as it was created, ``pending``.
+    claim: Claim | None = None
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,17 @@ class SettleResult:
 
     woken: list[str] = field(default_factory=list)
     successor: Claim | None = None
+
+
+def leased_run(run: Run, lease: Lease) -> Run:
+    """A run just created, claimed by ``lease`` in the same write (taking its slot, if keyed)."""
+    return replace(
+        run,
+        status=RunStatus.RUNNING,
+        lease_owner=lease.owner,
+        lease_expires_at=lease.until,
+        holds_slot=run.singleton_key is not None,
+    )
 
 
 def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:

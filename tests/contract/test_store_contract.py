@@ -251,6 +251,47 @@ async def test_a_start_behind_a_full_key_is_created_waiting(store: Store) -> Non
     assert not again.created and not again.waiting
 
 
+async def test_a_start_with_a_lease_is_created_claimed_by_it(store: Store) -> None:
+    mine = Lease("starter:1", at(30))
+    [started] = await store.create_runs([spec("a", quota=QuotaGate("q", 5))], T0, lease=mine)
+    assert started.created and started.claim is not None
+    assert started.run is not None and started.run.status == RunStatus.PENDING
+    claimed = started.claim.run
+    assert claimed.status == RunStatus.RUNNING and claimed.lease_owner == "starter:1"
+    assert claimed.lease_expires_at == at(30) and not claimed.holds_slot
+    assert list(started.claim.steps) == [] and list(started.claim.signals) == []
+    stored = await run_of(store, "a")
+    assert stored.status == RunStatus.RUNNING and stored.lease_owner == "starter:1"
+    assert (await claim(store, "a", owner="other")).claim is None  # leased: not claimable
+    await store.settle_run("a", "starter:1", Writes(), DONE, T0)
+    assert await status_of(store, "a") == RunStatus.COMPLETED
+
+
+async def test_a_keyed_start_with_a_lease_takes_its_slot_only_when_admitted(store: Store) -> None:
+    gate = key(limit=1)
+    [first] = await store.create_runs([spec("a", singleton=gate)], T0, lease=Lease("s:1", at(30)))
+    assert first.claim is not None and first.claim.run.holds_slot
+    assert (await run_of(store, "a")).holds_slot
+    [second] = await store.create_runs(
+        [spec("b", created=1, singleton=gate)], T0, lease=Lease("s:2", at(30))
+    )
+    assert second.created and second.waiting and second.claim is None
+    assert await status_of(store, "b") == RunStatus.PENDING
+    replacing = key(limit=1, replace=True)
+    [third] = await store.create_runs(
+        [spec("c", created=2, singleton=replacing)], T0, lease=Lease("s:3", at(30))
+    )
+    assert third.created and third.claim is None  # waits for the runs it cancelled to settle
+    [again] = await store.create_runs([spec("a", singleton=gate)], T0, lease=Lease("s:4", at(30)))
+    assert not again.created and again.claim is None
+
+
+async def test_a_lease_claims_the_run_of_one_spec_only(store: Store) -> None:
+    with pytest.raises(ValueError):
+        await store.create_runs([spec("a"), spec("b")], T0, lease=Lease("s:1", at(30)))
+    assert await store.get_run("a") is None
+
+
 async def test_replace_cancels_the_key_active_runs_leased_ones_go_to_cancelling(
     store: Store,
 ) -> None:

@@ -467,6 +467,32 @@ async def test_a_turn_longer_than_its_lease_keeps_it(make_engine: Any) -> None:
     assert all(calls.counts[name] == 1 for name in names), calls.counts
 
 
+@runlane.workflow(name="direct")
+async def direct_wf(ctx: runlane.Context, x: int) -> int:
+    return int(await ctx.step(double, x))
+
+
+async def test_a_run_started_on_a_driving_engine_is_claimed_by_its_start(
+    make_engine: Any,
+) -> None:
+    """The start leases the run to the engine that will execute it: no claim of its own."""
+    engine = await make_engine(direct_wf, drive=True, clock=SystemClock(), poll_interval=0.05)
+    await engine.__aenter__()
+    claims: list[str] = []
+    claim_run = engine.store.claim_run
+
+    async def counted(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        claims.append(run_id)
+        return await claim_run(run_id, *args, **kwargs)
+
+    engine.store.claim_run = counted
+    runs = [await engine.start(direct_wf, n, run_id=f"d{n}") for n in range(10)]
+    assert all(run.status == RunStatus.PENDING for run in runs)
+    done = [await engine.wait_for_run(run.id, timeout=10) for run in runs]
+    assert [d.output for d in done] == [2 * n for n in range(10)]
+    assert claims == []
+
+
 @runlane.workflow(name="slow", execution_timeout=30)
 async def slow_wf(ctx: runlane.Context, _: Any) -> Any:
     await ctx.child(signals_wf, None)

@@ -60,7 +60,9 @@ class Store(Protocol):
 
     # ---------------------------------------------------------------- starts
 
-    async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+    async def create_runs(
+        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+    ) -> list[Started]:
         """Create runs as ``pending``, one :class:`Started` per spec, in order.
 
         Per spec, atomically: if a run with ``spec.id`` exists, return it (``created=False``)
@@ -80,6 +82,11 @@ class Store(Protocol):
         A new singleton run (not ``replace``) whose key already has ``limit`` or more runs ahead
         of it (slot holders, and waiters that are not cancelling) is ``waiting=True``: it is
         created ``pending`` all the same, but admission would refuse it now.
+
+        ``lease`` (one spec only): a run created now that a claim would admit at once (no
+        singleton key, or one that is not ``waiting`` nor ``replace``) is also claimed for
+        ``lease`` in the same write, taking its slot if keyed; ``Started.claim`` carries it
+        (``Started.run`` is the run as created, ``pending``).
         """
         ...
 

@@ -29,6 +29,7 @@ from ..models import (
     StepRecord,
     StepStatus,
     Writes,
+    leased_run,
     requeued_run,
     settled_run,
 )
@@ -86,10 +87,16 @@ class MemoryStore:
 
     # ---------------------------------------------------------------- starts
 
-    async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
-        return [self._create(spec, now) for spec in specs]
+    async def create_runs(
+        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+    ) -> list[Started]:
+        if lease is not None and len(specs) != 1:
+            raise ValueError("a lease can claim the run of a single spec only")
+        return [self._create(spec, now, lease=lease) for spec in specs]
 
-    def _create(self, spec: RunSpec, now: datetime, *, gated: bool = True) -> Started:
+    def _create(
+        self, spec: RunSpec, now: datetime, *, gated: bool = True, lease: Lease | None = None
+    ) -> Started:
         existing = self._runs.get(spec.id)
         if existing is not None:
             return Started(existing, created=False)
@@ -101,9 +108,12 @@ class MemoryStore:
                 self._cancel_one(other, now, None)
         waiting = gated and admission.waits_at_start(spec.singleton, self._ahead(spec))
         run = run_from_spec(spec)
-        self._runs[run.id] = run
+        claim = None
+        if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
+            claim = Claim(leased_run(run, lease), [], [])
+        self._runs[run.id] = claim.run if claim is not None else run
         self._steps[run.id] = {}
-        return Started(run, created=True, waiting=waiting)
+        return Started(run, created=True, waiting=waiting, claim=claim)
 
     def _ahead(self, spec: RunSpec) -> int:
         if spec.singleton is None:

@@ -12,6 +12,7 @@ another instance is claiming is simply "not claimable now". The statements live 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from .. import admission
@@ -103,27 +104,32 @@ class PostgresStore:
 
     # ---------------------------------------------------------------- starts
 
-    async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+    async def create_runs(
+        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+    ) -> list[Started]:
+        if lease is not None and len(specs) != 1:
+            raise ValueError("a lease can claim the run of a single spec only")
         if not specs:
             return []
         if len({s.id for s in specs}) == len(specs) and not any(gated(s) for s in specs):
             # One statement, atomic by itself: no transaction, one round trip.
-            found = _started_by_id(await self._db.rows("insert_runs", **specs_params(specs)))
+            params = specs_params(specs, lease)
+            found = _started_by_id(await self._db.rows("insert_runs", **params))
             missing = [s.id for s in specs if s.id not in found]
             found.update((run.id, Started(run, created=False)) for run in await self._runs(missing))
             return [found[spec.id] for spec in specs]
         if len(specs) == 1 and not _replaces(specs[0]):
-            return [await self._create_gated(specs[0])]
+            return [await self._create_gated(specs[0], lease)]
         return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
 
-    async def _create_gated(self, spec: RunSpec) -> Started:
+    async def _create_gated(self, spec: RunSpec, lease: Lease | None = None) -> Started:
         """One gated start: [BEGIN; key locks; count and insert; COMMIT] in one round trip.
 
         The locks come in a statement of their own: a statement's snapshot is taken when it
         starts, so counting in the statement that waited for the locks could miss a start
         committed by the previous holder.
         """
-        gate = ("insert_gated", {**specs_params([spec]), **gate_params(spec)})
+        gate = ("insert_gated", {**specs_params([spec], lease), **gate_params(spec)})
         row = _first((await self._db.batch(_lock_call(gate_keys([spec])), gate))[-1])
         started = _gated_outcome(spec, row)
         if started is None:  # the id was inserted by a start that committed meanwhile
@@ -618,7 +624,18 @@ def _settle_params(
 
 def _started_by_id(rows: list[Row]) -> dict[str, Started]:
     """An ``insert_runs`` result: the new runs and the existing ones, by id."""
-    return {row["id"]: Started(run_from_row(row), created=row["created"]) for row in rows}
+    return {row["id"]: _new_or_found(row) for row in rows}
+
+
+def _new_or_found(row: Row, waiting: bool = False) -> Started:
+    """A created or existing run; a run created already leased comes with its claim."""
+    run = run_from_row(row)
+    if not row["created"] or run.status != RunStatus.RUNNING:
+        return Started(run, created=row["created"], waiting=waiting)
+    as_created = replace(
+        run, status=RunStatus.PENDING, lease_owner=None, lease_expires_at=None, holds_slot=False
+    )
+    return Started(as_created, created=True, claim=Claim(run, [], []))
 
 
 def _replaces(spec: RunSpec) -> bool:
@@ -630,7 +647,7 @@ def _gated_outcome(spec: RunSpec, row: Row | None) -> Started | None:
     assert row is not None
     if row["id"] is not None:
         waiting = row["created"] and admission.waits_at_start(spec.singleton, row["key_ahead"])
-        return Started(run_from_row(row), created=row["created"], waiting=waiting)
+        return _new_or_found(row, waiting)
     refusal = gate_refusal(spec, row)
     return None if refusal is None else Started(None, created=False, rejected=refusal)
 

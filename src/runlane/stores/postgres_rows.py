@@ -11,7 +11,7 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .. import admission
-from ..models import Event, Run, RunSpec, RunStatus, Signal, StepRecord, Writes
+from ..models import Event, Lease, Run, RunSpec, RunStatus, Signal, StepRecord, Writes
 from ..serialization import dumps
 
 Row = dict[str, Any]
@@ -43,7 +43,7 @@ def json_param(value: Any) -> str | None:
     return None if value is None else dumps(value)
 
 
-def specs_params(specs: Sequence[RunSpec]) -> Row:
+def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
     """The parameters of ``spec_rows``: the specs as one JSON document (JSON values as JSON
     text inside it), and their ids."""
     rows = [
@@ -61,6 +61,8 @@ def specs_params(specs: Sequence[RunSpec]) -> Row:
             "singleton_limit": s.singleton.limit if s.singleton else None,
             "concurrency_key": s.quota.key if s.quota else None,
             "deadline_at": _iso(s.deadline_at),
+            "lease_owner": lease.owner if lease else None,
+            "lease_until": _iso(lease.until) if lease else None,
         }
         for s in specs
     ]

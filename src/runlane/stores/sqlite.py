@@ -127,8 +127,10 @@ class SqliteStore:
 
     # ---------------------------------------------------------------- starts
 
-    async def create_runs(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
-        return await self._write(ops.create_runs, specs, now)
+    async def create_runs(
+        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+    ) -> list[Started]:
+        return await self._write(ops.create_runs, specs, now, lease)
 
     # ---------------------------------------------------------------- claims
 

@@ -28,6 +28,7 @@ from ..models import (
     StepRecord,
     StepStatus,
     Writes,
+    leased_run,
     requeued_run,
     settled_run,
 )
@@ -92,11 +93,17 @@ def _save_step(conn: Conn, record: StepRecord) -> None:
 # ---------------------------------------------------------------- starts
 
 
-def create_runs(conn: Conn, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
-    return [create(conn, spec, now) for spec in specs]
+def create_runs(
+    conn: Conn, specs: Sequence[RunSpec], now: datetime, lease: Lease | None = None
+) -> list[Started]:
+    if lease is not None and len(specs) != 1:
+        raise ValueError("a lease can claim the run of a single spec only")
+    return [create(conn, spec, now, lease=lease) for spec in specs]
 
 
-def create(conn: Conn, spec: RunSpec, now: datetime, *, gated: bool = True) -> Started:
+def create(
+    conn: Conn, spec: RunSpec, now: datetime, *, gated: bool = True, lease: Lease | None = None
+) -> Started:
     existing = get_run(conn, spec.id)
     if existing is not None:
         return Started(existing, created=False)
@@ -109,8 +116,11 @@ def create(conn: Conn, spec: RunSpec, now: datetime, *, gated: bool = True) -> S
                 cancel_one(conn, _existing(conn, other_id), now, None)
     waiting = gated and admission.waits_at_start(spec.singleton, _ahead(conn, spec))
     run = run_from_spec(spec)
-    _insert_run(conn, run)
-    return Started(run, created=True, waiting=waiting)
+    claim = None
+    if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
+        claim = Claim(leased_run(run, lease), [], [])
+    _insert_run(conn, claim.run if claim is not None else run)
+    return Started(run, created=True, waiting=waiting, claim=claim)
 
 
 def _ahead(conn: Conn, spec: RunSpec) -> int:

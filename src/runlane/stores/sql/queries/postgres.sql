@@ -30,16 +30,20 @@ SELECT pg_advisory_xact_lock(hashtextextended('runlane:events', 0));
 SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
     id text, workflow text, version text, input text, tags text, created_at timestamptz,
     parent_id text, namespace text, priority integer, singleton_key text, singleton_limit integer,
-    concurrency_key text, deadline_at timestamptz)
+    concurrency_key text, deadline_at timestamptz, lease_owner text, lease_until timestamptz)
 
 -- name: insert_given
--- (A fragment.) Insert the rows of ``given`` as pending runs; an existing id is left alone.
+-- (A fragment.) Insert the rows of ``given`` as pending runs, or as running ones leased to
+-- their creator where ``claimed`` (taking the slot, if keyed); an existing id is left alone.
 INSERT INTO runlane_runs (
     id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
-    priority, singleton_key, singleton_limit, concurrency_key, deadline_at)
-SELECT id, workflow, version, 'pending', input::json,
+    priority, singleton_key, singleton_limit, concurrency_key, deadline_at, lease_owner,
+    lease_expires_at, holds_slot)
+SELECT id, workflow, version, CASE WHEN claimed THEN 'running' ELSE 'pending' END, input::json,
        ARRAY(SELECT json_array_elements_text(tags::json)), created_at, created_at, parent_id,
-       namespace, priority, singleton_key, singleton_limit, concurrency_key, deadline_at
+       namespace, priority, singleton_key, singleton_limit, concurrency_key, deadline_at,
+       CASE WHEN claimed THEN lease_owner END, CASE WHEN claimed THEN lease_until END,
+       claimed AND singleton_key IS NOT NULL
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -47,7 +51,9 @@ RETURNING *
 -- name: insert_runs
 -- Ungated specs in one statement: the new runs (``created``), then the ones that existed.
 -- An id inserted by a transaction that committed after this statement began is in neither.
-WITH given AS ({spec_rows}), inserted AS ({insert_given})
+WITH given AS (
+    SELECT s.*, s.lease_owner IS NOT NULL AS claimed FROM ({spec_rows}) AS s
+), inserted AS ({insert_given})
 SELECT *, true AS created FROM inserted
 UNION ALL
 SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
@@ -59,7 +65,10 @@ SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
 WITH existing AS (
     SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[])
 ), counts AS ({gate_counts}), given AS (
-    SELECT g.* FROM ({spec_rows}) AS g, counts AS c
+    -- Claimed at once when a lease came with it and a claim would admit it now.
+    SELECT g.*, g.lease_owner IS NOT NULL
+                AND (g.singleton_key IS NULL OR c.key_ahead < g.singleton_limit) AS claimed
+    FROM ({spec_rows}) AS g, counts AS c
     WHERE NOT EXISTS (SELECT 1 FROM existing)
       AND (%(quota_limit)s::integer IS NULL
            OR (%(quota_limit)s > 0 AND c.quota_active < %(quota_limit)s))
