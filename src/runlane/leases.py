@@ -43,9 +43,6 @@ class LeaseKeeper:
         if self._held.get(run_id) == owner:
             del self._held[run_id]
 
-    def holds(self, run_id: str, owner: str) -> bool:
-        return self._held.get(run_id) == owner
-
     async def stop(self) -> None:
         self._stopping = True
         task, self._task = self._task, None
