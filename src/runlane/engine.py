@@ -205,7 +205,7 @@ class Engine:
             tags=check_tags(tags),
         )
         # A run this instance will execute at once is claimed in the write that creates it.
-        lease = None if self.runqueue is not None and self._publishes else self.successor_lease()
+        lease = None if self._outbound() is not None else self.successor_lease()
         [started] = await self.store.create_runs([spec], self.now(), lease=lease)
         run = self._started(started)
         if not started.created and if_exists == "fail":
@@ -509,18 +509,18 @@ class Engine:
         """Whether starts and wakes travel through the run queue rather than run here."""
         return self.runqueue is not None and self._consuming
 
-    @property
-    def _publishes(self) -> bool:
-        """Whether new starts and wakes go to the run queue (a consumer, or a pure producer)."""
-        return self._consuming or not self.drive
+    def _outbound(self) -> RunQueue | None:
+        """The run queue new starts and wakes go to (a consumer, or a pure producer), if any."""
+        return self.runqueue if self._consuming or not self.drive else None
 
     def _driving(self) -> bool:
         return self._accepting and (self._loop_task is not None or self._consuming)
 
     def _kick_started(self, runs: Sequence[Run]) -> None:
-        if self.runqueue is not None and self._publishes:
+        queue = self._outbound()
+        if queue is not None:
             # A producer (or any instance of a fleet) hands starts to whoever consumes.
-            self.runqueue.publish_starts(runs)
+            queue.publish_starts(runs)
         elif self._driving():
             self.run_locally(r.id for r in runs)
 
@@ -529,8 +529,9 @@ class Engine:
         ids = list(run_ids)
         if not ids:
             return
-        if self.runqueue is not None and self._publishes:
-            self.runqueue.publish_wakes(ids)
+        queue = self._outbound()
+        if queue is not None:
+            queue.publish_wakes(ids)
         elif self._driving():
             self.run_locally(ids)
 

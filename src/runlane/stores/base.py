@@ -45,6 +45,12 @@ class RunCancelling(LeaseLostError):
     """The run was cancelled while this turn held its lease; settle it as cancelled."""
 
 
+def check_lease(specs: Sequence[RunSpec], lease: Lease | None) -> None:
+    """``create_runs``'s ``lease`` claims the run of a single spec only."""
+    if lease is not None and len(specs) != 1:
+        raise ValueError("a lease can claim the run of a single spec only")
+
+
 @runtime_checkable
 class Store(Protocol):
     """Durable state for an engine. Every method is a single atomic unit of work."""

@@ -33,7 +33,7 @@ from ..models import (
     requeued_run,
     settled_run,
 )
-from .base import RunCancelling
+from .base import RunCancelling, check_lease
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
@@ -90,8 +90,7 @@ class MemoryStore:
     async def create_runs(
         self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
     ) -> list[Started]:
-        if lease is not None and len(specs) != 1:
-            raise ValueError("a lease can claim the run of a single spec only")
+        check_lease(specs, lease)
         return [self._create(spec, now, lease=lease) for spec in specs]
 
     def _create(

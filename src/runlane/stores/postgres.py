@@ -32,7 +32,7 @@ from ..models import (
     StepStatus,
     Writes,
 )
-from .base import RunCancelling
+from .base import RunCancelling, check_lease
 from .postgres_db import (
     SQL,
     Call,
@@ -107,8 +107,7 @@ class PostgresStore:
     async def create_runs(
         self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
     ) -> list[Started]:
-        if lease is not None and len(specs) != 1:
-            raise ValueError("a lease can claim the run of a single spec only")
+        check_lease(specs, lease)
         if not specs:
             return []
         if len({s.id for s in specs}) == len(specs) and not any(gated(s) for s in specs):

@@ -33,7 +33,7 @@ from ..models import (
     settled_run,
 )
 from ..serialization import dumps
-from .base import RunCancelling
+from .base import RunCancelling, check_lease
 from .memory import report_verdict, reported_step, run_from_spec
 from .sqlite_reads import (
     ACTIVE,
@@ -96,8 +96,7 @@ def _save_step(conn: Conn, record: StepRecord) -> None:
 def create_runs(
     conn: Conn, specs: Sequence[RunSpec], now: datetime, lease: Lease | None = None
 ) -> list[Started]:
-    if lease is not None and len(specs) != 1:
-        raise ValueError("a lease can claim the run of a single spec only")
+    check_lease(specs, lease)
     return [create(conn, spec, now, lease=lease) for spec in specs]
 
 
