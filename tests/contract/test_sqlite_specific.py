@@ -19,6 +19,7 @@ from runlane.models import QuotaGate, RunSpec, Writes
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
 from runlane.stores.sqlite import SqliteStore
+from runlane.stores.sqlite_worker import SqliteWorker
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -339,3 +340,13 @@ async def test_two_processes_claiming_the_same_runs_never_both_claim_one(
     await store.close()
     assert all(owners[run_id] == "p1" for run_id in won["p1"])
     assert all(owners[run_id] == "p2" for run_id in won["p2"])
+
+
+async def test_a_worker_that_cannot_connect_reports_why_however_fast_it_fails() -> None:
+    def refuse() -> sqlite3.Connection:
+        raise RunlaneError("no database here")
+
+    # The thread may fail before start() has queued anything; the caller still learns why.
+    for _ in range(50):
+        with pytest.raises(RunlaneError, match="no database here"):
+            await SqliteWorker(refuse, name="refusing").start()

@@ -57,8 +57,11 @@ class SqliteWorker:
         """Start the thread; returns once it has connected (raises what connecting raised)."""
         # A daemon, unlike ThreadPoolExecutor's: an engine that never closes its store must not
         # hang interpreter exit. A batch cut off there is rolled back whole by SQLite.
+        # The first call is queued before the thread starts: if connecting fails, the thread
+        # answers it with that error rather than closing the queue before it arrives.
+        call = self._enqueue(_nothing, write=False)
         threading.Thread(target=self._main, name=self._name, daemon=True).start()
-        await self.run(_nothing, write=False)
+        await self._answer_of(call)
 
     async def stop(self) -> None:
         """Run everything queued so far, then close the connection and end the thread."""
@@ -70,11 +73,17 @@ class SqliteWorker:
         return cast(T, await self._put(fn, write))
 
     async def _put(self, fn: Job | None, write: bool) -> Any:
+        return await self._answer_of(self._enqueue(fn, write))
+
+    def _enqueue(self, fn: Job | None, write: bool) -> _Call:
         call = _Call(fn, write, asyncio.get_running_loop())
         with self._lock:
             if self._closed:
                 raise _not_open()
             self._queue.put(call)
+        return call
+
+    async def _answer_of(self, call: _Call) -> Any:
         try:
             return await call.future
         except asyncio.CancelledError:
