@@ -744,6 +744,11 @@ async def test_a_settlement_hands_the_freed_slot_to_the_oldest_waiter_leased_to_
     assert await run_of(store, "next") == heir
     assert not (await run_of(store, "later")).holds_slot
     await store.checkpoint("next", "heir", Writes(steps=[step("next", 1)]), at(3))
+    last = await store.settle_run(
+        "next", "heir", Writes(), DONE, at(4), successor=Lease("h2", at(34))
+    )
+    assert last.successor is not None and last.successor.run.id == "later"
+    assert (last.successor.steps, last.successor.signals) == ([], [])
 
 
 async def test_no_successor_without_a_freed_slot_or_when_none_is_asked(store: Store) -> None:
@@ -1130,6 +1135,21 @@ async def test_get_run_and_get_runs_return_only_what_exists(store: Store) -> Non
     runs = await store.get_runs(["b", "unknown", "a"])
     assert set(runs) == {"a", "b"} and runs["a"].id == "a"
     assert await store.get_runs([]) == {}
+
+
+AWKWARD_IDS = ['quote"d', "back\\slash", "a,b", "{brace}", "NULL", "", " spaced ", "ünï"]
+
+
+async def test_ids_and_keys_of_any_text_round_trip(store: Store) -> None:
+    await create(store, *[spec(run_id, singleton=SingletonGate(run_id)) for run_id in AWKWARD_IDS])
+    assert set(await store.get_runs([*AWKWARD_IDS, "other"])) == set(AWKWARD_IDS)
+    for run_id in AWKWARD_IDS:
+        await lease(store, run_id)
+    owners = dict.fromkeys(AWKWARD_IDS, "owner-1")
+    assert await store.renew_leases(owners, at(100)) == set(AWKWARD_IDS)
+    settled = await store.settle_run('quote"d', "owner-1", Writes(), DONE, at(1))
+    assert settled.woken == []
+    assert (await run_of(store, 'quote"d')).status == RunStatus.COMPLETED
 
 
 async def test_list_runs_is_newest_first_then_by_id_descending(store: Store) -> None:

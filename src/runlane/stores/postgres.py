@@ -56,6 +56,7 @@ from .postgres_rows import (
     gate_refusal,
     gated,
     json_param,
+    pg_array,
     run_from_row,
     signal_from_row,
     specs_params,
@@ -100,7 +101,7 @@ class PostgresStore:
     async def _lock_keys(self, conn: Conn, keys: Sequence[str]) -> None:
         """Take the admission locks of ``keys``, in order."""
         if keys:
-            await execute(conn, "lock_keys", keys=list(keys), run_id=None)
+            await execute(conn, "lock_keys", keys=pg_array(keys), run_id=None)
 
     # ---------------------------------------------------------------- starts
 
@@ -187,7 +188,9 @@ class PostgresStore:
     async def _fetch_runs(self, conn: Conn, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
             return []
-        return [run_from_row(row) for row in await fetch_all(conn, "get_runs", ids=list(run_ids))]
+        return [
+            run_from_row(row) for row in await fetch_all(conn, "get_runs", ids=pg_array(run_ids))
+        ]
 
     # ---------------------------------------------------------------- claims
 
@@ -314,7 +317,11 @@ class PostgresStore:
     async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:
         if not leases:
             return set()
-        params = {"ids": list(leases), "owners": list(leases.values()), "lease_until": lease_until}
+        params = {
+            "ids": pg_array(leases),
+            "owners": pg_array(leases.values()),
+            "lease_until": lease_until,
+        }
         return {row["id"] for row in await self._db.rows("renew_leases", **params)}
 
     # ---------------------------------------------------------------- remote steps (unfenced)
@@ -346,7 +353,9 @@ class PostgresStore:
                 await self._wake(conn, [run_id], now)
                 return "duplicate"
             await pipeline(
-                conn, ("record_step_result", result), ("wake", {"ids": [run_id], "now": now})
+                conn,
+                ("record_step_result", result),
+                ("wake", {"ids": pg_array([run_id]), "now": now}),
             )
             return "recorded"
 
@@ -406,10 +415,14 @@ class PostgresStore:
             # The common case: the key lock, the writes, settlement and wakes, and the hand-over
             # of the freed slot: one round trip.
             settle = ("settle", _settle_params(run_id, owner, settlement, now, writes))
-            handed = _hand_over_calls(run_id, successor, now)
-            rows = await self._db.batch(lock, settle, *handed)
+            hand_over = _hand_over_call(run_id, successor, now)
+            rows = await self._db.batch(lock, settle, hand_over)
             woken = _woken(_check_fence(_first(rows[1]), run_id, owner))
-            return _handed(woken, rows[2:]) if handed else SettleResult(woken)
+            leased = _first(rows[2]) if hand_over is not None else None
+            if leased is None:
+                return SettleResult(woken)
+            claim = await self._handed_claim(leased)
+            return SettleResult([w for w in woken if w != claim.run.id], claim)
 
         async def work(conn: Conn) -> SettleResult:
             flushed, settle_lock = writes, lock
@@ -426,6 +439,20 @@ class PostgresStore:
             return SettleResult(woken)
 
         return await self._db.tx(work)
+
+    async def _handed_claim(self, leased: Row) -> Claim:
+        """The claim of the waiter a settlement leased: its history read only if it has one.
+
+        The successor's lease is held from the settlement's commit on, so nothing else writes
+        its steps meanwhile; a signal sent since is read here, as a later claim would.
+        """
+        run = run_from_row(leased)
+        if not leased["has_history"]:
+            return Claim(run, [], [])
+        steps, signals = await self._db.batch(
+            ("steps_of", {"id": run.id}), ("signals_of", {"id": run.id})
+        )
+        return Claim(run, [step_from_row(s) for s in steps], [signal_from_row(s) for s in signals])
 
     async def _checkpoint_in(
         self,
@@ -458,7 +485,7 @@ class PostgresStore:
         """Wake the active runs among ``run_ids``; the ids that were active."""
         if not run_ids:
             return set()
-        return {row["id"] for row in await fetch_all(conn, "wake", ids=list(run_ids), now=now)}
+        return {row["id"] for row in await fetch_all(conn, "wake", ids=pg_array(run_ids), now=now)}
 
     # ---------------------------------------------------------------- from outside a turn
 
@@ -489,7 +516,7 @@ class PostgresStore:
                 raise RunNotFoundError(run_id)
             keys = [f"s:{r['singleton_key']}" for r in tree if r["singleton_key"] is not None]
             await self._lock_keys(conn, keys)
-            locked = await fetch_all(conn, "lock_runs", ids=[r["id"] for r in tree])
+            locked = await fetch_all(conn, "lock_runs", ids=pg_array(r["id"] for r in tree))
             status = {r["id"]: r["status"] for r in locked}
             changed = []
             for target in depth_first(run_id, tree):
@@ -568,7 +595,7 @@ class PostgresStore:
         return {run.id: run for run in runs}
 
     async def _runs(self, run_ids: Sequence[str]) -> list[Run]:
-        rows = await self._db.rows("get_runs", ids=list(run_ids)) if run_ids else []
+        rows = await self._db.rows("get_runs", ids=pg_array(run_ids)) if run_ids else []
         return [run_from_row(row) for row in rows]
 
     async def list_runs(
@@ -605,7 +632,7 @@ def _lock_call(keys: Sequence[str], run_id: str | None = None) -> Call | None:
     """The ``lock_keys`` statement for ``keys`` and ``run_id``'s singleton key; None if none."""
     if not keys and run_id is None:
         return None
-    return ("lock_keys", {"keys": list(keys), "run_id": run_id})
+    return ("lock_keys", {"keys": pg_array(keys), "run_id": run_id})
 
 
 def _settle_params(
@@ -687,26 +714,16 @@ def _check_fence(row: Row | None, run_id: str, owner: str | None) -> Row:
     return row
 
 
-def _hand_over_calls(run_id: str, successor: Lease | None, now: datetime) -> list[Call]:
+def _hand_over_call(run_id: str, successor: Lease | None, now: datetime) -> Call | None:
     if successor is None:
-        return []
+        return None
     params = {
         "id": run_id,
         "successor": successor.owner,
         "successor_until": successor.until,
         "now": now,
     }
-    return [("hand_over", params), ("handed_steps", params), ("handed_signals", params)]
-
-
-def _handed(woken: list[str], rows: list[list[Row]]) -> SettleResult:
-    """A settlement's result with the successor its hand-over leased, if any."""
-    leased, steps, signals = rows
-    if not leased:
-        return SettleResult(woken)
-    run = run_from_row(leased[0])
-    claim = Claim(run, [step_from_row(s) for s in steps], [signal_from_row(s) for s in signals])
-    return SettleResult([w for w in woken if w != run.id], claim)
+    return ("hand_over", params)
 
 
 def _woken(settled: Row) -> list[str]:

