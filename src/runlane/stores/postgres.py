@@ -123,14 +123,9 @@ class PostgresStore:
         return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
 
     async def _create_gated(self, spec: RunSpec, lease: Lease | None = None) -> Started:
-        """One gated start: [BEGIN; key locks; count and insert; COMMIT] in one round trip.
-
-        The locks come in a statement of their own: a statement's snapshot is taken when it
-        starts, so counting in the statement that waited for the locks could miss a start
-        committed by the previous holder.
-        """
-        gate = ("insert_gated", {**specs_params([spec], lease), **gate_params(spec)})
-        row = _first((await self._db.batch(_lock_call(gate_keys([spec])), gate))[-1])
+        """One gated start: the key locks, the counts and the insert in one statement."""
+        params = {**specs_params([spec], lease), **gate_params(spec)}
+        row = _first(await self._db.rows("insert_gated", **params))
         started = _gated_outcome(spec, row)
         if started is None:  # the id was inserted by a start that committed meanwhile
             run = await self.get_run(spec.id)
@@ -414,15 +409,12 @@ class PostgresStore:
         if not writes.children and not follow:
             # The common case: the key lock, the writes, settlement and wakes, and the hand-over
             # of the freed slot: one round trip.
-            settle = ("settle", _settle_params(run_id, owner, settlement, now, writes))
-            hand_over = _hand_over_call(run_id, successor, now)
-            rows = await self._db.batch(lock, settle, hand_over)
-            woken = _woken(_check_fence(_first(rows[1]), run_id, owner))
-            leased = _first(rows[2]) if hand_over is not None else None
-            if leased is None:
-                return SettleResult(woken)
-            claim = await self._handed_claim(leased)
-            return SettleResult([w for w in woken if w != claim.run.id], claim)
+            params = _settle_params(run_id, owner, settlement, now, writes, successor)
+            _, settled = await self._db.batch(lock, ("settle", params))
+            row = _check_fence(_first(settled), run_id, owner)
+            if row["id"] is None:
+                return SettleResult(_woken(row))
+            return SettleResult(_woken(row), await self._handed_claim(row))
 
         async def work(conn: Conn) -> SettleResult:
             flushed, settle_lock = writes, lock
@@ -479,7 +471,9 @@ class PostgresStore:
         """Settle a run terminal outside a turn, as ``settle_run`` does (its key lock held)."""
         row = await fetch_one(conn, "settle", **_settle_params(run_id, None, settlement, now))
         assert row is not None and row["written"], f"finishing unknown run {run_id!r}"
-        return run_from_row(row)
+        run = await fetch_one(conn, "get_run", id=run_id)
+        assert run is not None
+        return run_from_row(run)
 
     async def _wake(self, conn: Conn, run_ids: Sequence[str], now: datetime) -> set[str]:
         """Wake the active runs among ``run_ids``; the ids that were active."""
@@ -636,7 +630,12 @@ def _lock_call(keys: Sequence[str], run_id: str | None = None) -> Call | None:
 
 
 def _settle_params(
-    run_id: str, owner: str | None, settlement: Settlement, now: datetime, writes: Writes = _NONE
+    run_id: str,
+    owner: str | None,
+    settlement: Settlement,
+    now: datetime,
+    writes: Writes = _NONE,
+    successor: Lease | None = None,
 ) -> Row:
     """``settle``'s parameters; ``owner=None`` settles outside a turn (no lease to check)."""
     return {
@@ -645,6 +644,8 @@ def _settle_params(
         "output": json_param(settlement.output),
         "error": json_param(settlement.error),
         "now": now,
+        "successor": successor.owner if successor else None,
+        "successor_until": successor.until if successor else None,
     }
 
 
@@ -714,21 +715,9 @@ def _check_fence(row: Row | None, run_id: str, owner: str | None) -> Row:
     return row
 
 
-def _hand_over_call(run_id: str, successor: Lease | None, now: datetime) -> Call | None:
-    if successor is None:
-        return None
-    params = {
-        "id": run_id,
-        "successor": successor.owner,
-        "successor_until": successor.until,
-        "now": now,
-    }
-    return ("hand_over", params)
-
-
 def _woken(settled: Row) -> list[str]:
     """The runs a ``settle`` woke: the key's next waiters, then the parent if it was waiting."""
-    parent = [settled["parent_id"]] if settled["parent_woken"] else []
+    parent = [settled["fence_parent_id"]] if settled["parent_woken"] else []
     return [*settled["waiters"], *parent]
 
 

@@ -33,8 +33,10 @@ def load_queries() -> dict[str, str]:
 
 
 def _statement(body: str) -> str:
-    # Comments go: psycopg would read a placeholder mentioned in one as a parameter.
-    lines = [line for line in body.splitlines() if not line.lstrip().startswith("--")]
+    # Comments go: psycopg would read a placeholder mentioned in one as a parameter. So does
+    # indentation: psycopg caches the parsing of a statement only up to 4,096 characters
+    # (``MAX_CACHED_STATEMENT_LENGTH``) and parses a longer one again at every execution.
+    lines = [line.strip() for line in body.splitlines() if not line.lstrip().startswith("--")]
     return "\n".join(lines).strip().rstrip(";")
 
 
@@ -205,10 +207,12 @@ def gated(spec: RunSpec) -> bool:
 
 
 def gate_params(spec: RunSpec) -> Row:
-    """The parameters of ``gate_counts``, and the limits ``insert_gated`` applies to them."""
+    """The parameters of ``gate_counts`` (which takes the spec's admission locks first), and
+    the limits ``insert_gated`` applies to them."""
     quota, singleton = spec.quota, spec.singleton
     depth = singleton.max_queue_depth if singleton and not singleton.replace else None
     return {
+        "lock_keys": pg_array(gate_keys([spec])),
         "quota_key": quota.key if quota else None,
         "quota_statuses": pg_array(sorted(str(s) for s in quota.count_statuses) if quota else []),
         "quota_limit": quota.limit if quota else None,

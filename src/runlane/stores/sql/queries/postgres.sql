@@ -59,9 +59,11 @@ UNION ALL
 SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
 
 -- name: insert_gated
--- One gated spec (its keys locked by an earlier statement of the transaction, so the counts
+-- One gated spec, its admission locks taken by ``gate_counts`` before it counts (so the counts
 -- see every start that held the locks before): the existing run; or the new one when the gates
--- admit it (see ``admission``); or neither, with the counts the refusal is built from.
+-- admit it (see ``admission``); or neither, with the counts the refusal is built from. The
+-- existing run is looked for in this statement's snapshot, taken before the locks: a run of the
+-- same id committed meanwhile makes the insert do nothing, and the caller reads it.
 WITH existing AS (
     SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[])
 ), counts AS ({gate_counts}), given AS (
@@ -85,20 +87,11 @@ SELECT * FROM runlane_runs WHERE id = %(id)s;
 SELECT * FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
 
 -- name: gate_counts
--- What a gated start competes with (the caller holds both keys' locks).
-SELECT
-    (SELECT count(*) FROM runlane_runs
-     WHERE concurrency_key = %(quota_key)s AND status = ANY(%(quota_statuses)s::text[])
-    ) AS quota_active,
-    (SELECT count(*) FROM runlane_runs
-     WHERE singleton_key = %(singleton_key)s
-       AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
-    ) AS key_active,
-    (SELECT count(*) FROM runlane_runs
-     WHERE singleton_key = %(singleton_key)s
-       AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
-       AND (holds_slot OR status <> 'cancelling')
-    ) AS key_ahead;
+-- What a gated start competes with, once it holds ``lock_keys`` (see migration 0003). The
+-- caller may hold them already: taking them again costs nothing.
+SELECT quota_active, key_active, key_ahead
+FROM runlane_gate_counts(
+    %(lock_keys)s::text[], %(quota_key)s, %(quota_statuses)s::text[], %(singleton_key)s);
 
 -- name: active_of_key
 SELECT id, status FROM runlane_runs
@@ -353,9 +346,12 @@ FROM fence;
 -- name: settle
 -- The writes and a terminal settlement in one statement: the run's signals go, its singleton
 -- slot is released and the oldest waiters for the freed slots are woken, and so is its parent.
+-- With a successor lease, the first of those waiters is not woken but takes the slot at once,
+-- leased to the successor (unless another claimer holds its lease: then it is woken).
 -- The caller holds the key lock (taken in an earlier statement, so this statement's snapshot
 -- sees every run of the key as the last lock holder left it). The snapshot still shows this
--- run holding its slot, hence the ``id <> ok.id`` below.
+-- run holding its slot, hence the ``id <> ok.id`` below. The row's run columns are the
+-- successor's, or NULL.
 {fenced_writes}, dropped AS (
     DELETE FROM runlane_signals WHERE run_id IN (SELECT id FROM ok)
 ), finished AS (
@@ -364,9 +360,9 @@ FROM fence;
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
         wake_requested_at = NULL, updated_at = %(now)s
     FROM ok WHERE r.id = ok.id
-    RETURNING r.*
+    RETURNING r.id
 ), waiters AS (
-    SELECT w.id, w.created_at FROM runlane_runs AS w
+    SELECT w.id, w.status, w.created_at FROM runlane_runs AS w
     WHERE w.singleton_key = (SELECT singleton_key FROM ok WHERE holds_slot)
       AND NOT w.holds_slot AND w.status IN ('pending', 'running', 'suspended', 'blocked')
     ORDER BY w.created_at, w.id
@@ -376,16 +372,32 @@ FROM fence;
           ON h.singleton_key = ok.singleton_key AND h.holds_slot AND h.id <> ok.id
          AND h.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
         GROUP BY ok.id, ok.singleton_limit)
+), handed AS (
+    UPDATE runlane_runs AS r
+    SET status = 'running', holds_slot = true, lease_owner = %(successor)s,
+        lease_expires_at = %(successor_until)s, wake_at = NULL, wake_requested_at = NULL,
+        updated_at = %(now)s
+    FROM (SELECT id, status FROM waiters ORDER BY created_at, id LIMIT 1) AS first
+    WHERE r.id = first.id AND %(successor)s::text IS NOT NULL
+      AND first.status IN ('pending', 'suspended', 'blocked')
+      AND EXISTS (SELECT FROM finished)
+    RETURNING r.*,
+        -- A waiter that never ran and was sent nothing (the common case) needs no second read.
+        EXISTS (SELECT FROM runlane_steps WHERE run_id = r.id)
+            OR EXISTS (SELECT FROM runlane_signals WHERE run_id = r.id) AS has_history
 ), woken AS (
     UPDATE runlane_runs {wake_set}
     WHERE id IN (SELECT id FROM waiters UNION ALL SELECT parent_id FROM ok)
+      AND id NOT IN (SELECT id FROM handed)
       AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
     RETURNING id
 )
-SELECT f.*, fence.status AS fence_status, f.id IS NOT NULL AS written,
-       ARRAY(SELECT id FROM waiters ORDER BY created_at, id) AS waiters,
+SELECT h.*, fence.status AS fence_status, fence.parent_id AS fence_parent_id,
+       f.id IS NOT NULL AS written,
+       ARRAY(SELECT id FROM waiters WHERE id NOT IN (SELECT id FROM handed)
+             ORDER BY created_at, id) AS waiters,
        fence.parent_id IN (SELECT id FROM woken) AS parent_woken
-FROM fence LEFT JOIN finished AS f ON true;
+FROM fence LEFT JOIN finished AS f ON true LEFT JOIN handed AS h ON true;
 
 -- name: wake_set
 -- (A fragment.) A waiting run becomes due now; a leased one is told to stay due when its turn
@@ -476,34 +488,3 @@ LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs RESTART IDENTITY;
-
--- name: hand_over
--- After a ``settle`` in the same transaction (the key lock still held, and this statement's
--- snapshot sees the settlement): the oldest waiter of the released key, when the release left a
--- slot for it and it is not leased, takes the slot and is leased to the successor.
-WITH key AS (
-    SELECT singleton_key, coalesce(nullif(singleton_limit, 0), 1) AS lim
-    FROM runlane_runs
-    WHERE id = %(id)s AND status IN ('completed', 'failed', 'cancelled', 'dead')
-      AND updated_at = %(now)s  -- settled by the statement before, not earlier by another
-), first AS (
-    SELECT w.id, w.status FROM runlane_runs AS w, key
-    WHERE w.singleton_key = key.singleton_key AND NOT w.holds_slot
-      AND w.status IN ('pending', 'running', 'suspended', 'blocked')
-    ORDER BY w.created_at, w.id
-    LIMIT 1
-), holders AS (
-    SELECT count(*) AS n FROM runlane_runs AS h, key
-    WHERE h.singleton_key = key.singleton_key AND h.holds_slot
-      AND h.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
-)
-UPDATE runlane_runs AS r
-SET status = 'running', holds_slot = true, lease_owner = %(successor)s,
-    lease_expires_at = %(successor_until)s, wake_at = NULL, wake_requested_at = NULL,
-    updated_at = %(now)s
-FROM first, holders, key
-WHERE r.id = first.id AND first.status IN ('pending', 'suspended', 'blocked') AND holders.n < key.lim
-RETURNING r.*,
-    -- A waiter that never ran and was sent nothing (the common case) needs no second read.
-    EXISTS (SELECT FROM runlane_steps WHERE run_id = r.id)
-        OR EXISTS (SELECT FROM runlane_signals WHERE run_id = r.id) AS has_history;
