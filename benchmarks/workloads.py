@@ -78,6 +78,8 @@ class KeyProbe:
     entered: dict[str, tuple[str, float]] = field(default_factory=dict)  # run id -> (key, t)
     left: dict[str, float] = field(default_factory=dict)
     queued: dict[str, float] = field(default_factory=dict)  # run id -> when its start returned
+    expected: int = 0
+    all_left: asyncio.Event = field(default_factory=asyncio.Event)
 
     def enter(self, key: str, run_id: str) -> None:
         if run_id in self.entered:  # a replay of a run already inside
@@ -89,6 +91,8 @@ class KeyProbe:
     def leave(self, key: str, run_id: str) -> None:
         self.left[run_id] = time.perf_counter()
         self.inside[key] -= 1
+        if len(self.left) >= self.expected:
+            self.all_left.set()
 
 
 def keyed_workflow(probe: KeyProbe, step_ms: float) -> Callable[..., Any]:
@@ -219,6 +223,7 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
     keyed = keyed_workflow(probe, step_ms)
     names = [f"key-{k:03d}" for k in range(keys)]
     inputs = [{"key": k, "seq": j} for j in range(per_key) for k in names]
+    probe.expected = len(inputs)
     async with target.engine(keyed) as engine:
         t0 = time.perf_counter()
         ids = []
@@ -226,9 +231,8 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
             ids.append((await engine.start(keyed, i)).id)
             probe.queued[ids[-1]] = time.perf_counter()
         enqueued = time.perf_counter()
-        await wait_all(engine, ids)
+        runs = await wait_settled(engine, probe, ids)
         elapsed = time.perf_counter() - t0
-        runs = await engine.store.get_runs(ids)
     order = {rid: (r.created_at, rid) for rid, r in runs.items()}
     return {
         "keys": keys,
@@ -240,6 +244,26 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
         "max_inflight_any_key": max(probe.peak.values()),
         **serialisation_checks(probe, order),
     }
+
+
+async def wait_settled(
+    engine: Engine, probe: KeyProbe, ids: Sequence[str], timeout: float = 600
+) -> dict[str, runlane.Run]:
+    """Until every body has reported in-process (as the peer's side waits), then until every
+    run reads back completed: batched reads of all of them, not one read per run."""
+    await asyncio.wait_for(probe.all_left.wait(), timeout)
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = await engine.store.get_runs(ids)
+        if all(r.is_terminal for r in runs.values()) and len(runs) == len(ids):
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{sum(not r.is_terminal for r in runs.values())} runs unsettled")
+        await asyncio.sleep(0.005)
+    failed = [r for r in runs.values() if r.status != runlane.RunStatus.COMPLETED]
+    if failed:
+        raise RuntimeError(f"run {failed[0].id} ended {failed[0].status}: {failed[0].error}")
+    return runs
 
 
 async def handoff(target: Target, per_key: int = 50, step_ms: float = 2.0) -> Figures:
