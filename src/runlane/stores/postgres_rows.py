@@ -247,9 +247,12 @@ def depth_first(root: str, tree: Sequence[Row]) -> list[str]:
 
 
 def utc_conninfo(url: str) -> str:
-    """``url`` with the session time zone set to UTC, so timestamps read back in UTC."""
+    """``url`` with the store's session settings: time zone UTC (timestamps read back in UTC),
+    generic plans (see ``Database``), and no JIT compilation: the store's statements touch a
+    few rows each, and a cost misestimate would compile one for hundreds of milliseconds."""
     params = conninfo_to_dict(url)
-    options = f"{params.get('options') or ''} -c TimeZone=UTC -c plan_cache_mode=force_generic_plan".strip()
+    settings = "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan -c jit=off"
+    options = f"{params.get('options') or ''} {settings}".strip()
     return make_conninfo("", **{**params, "options": options})
 
 
