@@ -20,12 +20,13 @@ BEGIN
     RETURN QUERY SELECT
         (SELECT count(*) FROM runlane_runs AS r
          WHERE r.concurrency_key = p_quota_key AND r.status = ANY(p_quota_statuses)),
-        (SELECT count(*) FROM runlane_runs AS r
-         WHERE r.singleton_key = p_singleton_key
-           AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')),
-        (SELECT count(*) FROM runlane_runs AS r
-         WHERE r.singleton_key = p_singleton_key
-           AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
-           AND (r.holds_slot OR r.status <> 'cancelling'));
+        k.active, k.ahead
+    FROM (
+        SELECT count(*) AS active,
+               count(*) FILTER (WHERE r.holds_slot OR r.status <> 'cancelling') AS ahead
+        FROM runlane_runs AS r
+        WHERE r.singleton_key = p_singleton_key
+          AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    ) AS k;
 END
 $$;
