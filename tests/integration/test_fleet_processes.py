@@ -103,8 +103,13 @@ def _fleet_run(
         for proc in procs:
             out, _ = proc.communicate(timeout=30)
             (tmp_path / f"proc-{proc.pid}.out").write_text(out or "")
-    assert done == n, f"{done}/{n} runs completed"
     _, rows = asyncio.run(_progress(pg_url))
+    unfinished = [
+        (run.id, run.status, run.error, [(r.seq, r.status, r.attempts) for r in records])
+        for run, records in rows
+        if run.status != RunStatus.COMPLETED
+    ]
+    assert done == n, f"{done}/{n} runs completed; the others: {unfinished[:10]}"
     for run, records in rows:
         assert run.status == RunStatus.COMPLETED
         assert [r.seq for r in records] == list(range(1, steps + 1)), (run.id, records)
