@@ -89,6 +89,10 @@ async def serve(role: str, pg_url: str, kind: str, prefix: str) -> None:
         steps=[local, remote],
         lease=5.0,
         poll_interval=0.1,
+        # A task, beat or result the killed engine took off the transport is lost with it; a
+        # run whose remote step heard nothing yet re-sends it after this, not after the
+        # reconcile interval (5 minutes by default, longer than the test waits).
+        remote_redispatch=5.0,
     )
     async with engine:
         print("READY", flush=True)
