@@ -116,11 +116,11 @@ class Database:
         """
 
         async def one(conn: Conn) -> list[Row]:
-            seen = self._prepared.setdefault(conn, set())
-            if name in seen:
+            seen = self._prepared.get(conn)
+            if seen is not None and name in seen:
                 return await _rows_of(await conn.execute(SQL[name], params))
             [rows] = await _pipelined(conn, [(name, params)])
-            seen.add(name)
+            self._prepared.setdefault(conn, set()).add(name)
             return rows
 
         return await self.run(one)
@@ -162,14 +162,12 @@ async def _pipelined(conn: Conn, calls: Sequence[Call | None]) -> list[list[Row]
     still takes its own snapshot, so a statement after a lock sees what the last holder wrote.
     """
     try:
-        async with conn.pipeline():
-            cursors = [await _send(conn, call) for call in calls if call is not None]
+        return await pipeline(conn, *calls)
     except BaseException:
         # A broken connection is dropped by the pool; a failed statement ended its transaction.
         with contextlib.suppress(psycopg.Error):
             await conn.rollback()
         raise
-    return [await _rows_of(cur) for cur in cursors]
 
 
 async def _rows_of(cur: psycopg.AsyncCursor[DictRow]) -> list[Row]:
