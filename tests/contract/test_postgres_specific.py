@@ -17,11 +17,19 @@ import psycopg
 import pytest
 
 from runlane.errors import ConcurrencyLimitError, RunlaneError
-from runlane.models import QuotaGate, RunSpec, RunStatus, Settlement, StepRecord, Writes
+from runlane.models import (
+    QuotaGate,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    SingletonGate,
+    StepRecord,
+    Writes,
+)
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations
 from runlane.stores.postgres import SQL, PostgresStore, upgrade
-from runlane.stores.postgres_rows import fenced_params
+from runlane.stores.postgres_rows import fenced_params, gate_params, specs_params, utc_conninfo
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = timedelta(seconds=1)
@@ -273,7 +281,19 @@ FROM generate_series(1, 100000) AS i,
      LATERAL (SELECT timestamptz '2026-01-01 00:00:00+00' + i * interval '1 second' AS t) AS c
 """
 
+_GATED = RunSpec(
+    "new-run",
+    "wf-3",
+    "1",
+    None,
+    T0,
+    singleton=SingletonGate("key-10", max_queue_depth=5),
+    quota=QuotaGate("tenant-7", 8),
+)
+
 _HOT = {
+    "runs by id": ("get_runs", {"ids": "{run-10,run-11}"}),
+    "a gated start": ("insert_gated", {**specs_params([_GATED]), **gate_params(_GATED)}),
     "pending pickup": ("pending_run_ids", {"now": T0, "limit": 100, "namespace": None}),
     "pending pickup of a namespace": (
         "pending_run_ids",
@@ -333,6 +353,19 @@ async def test_every_hot_query_uses_an_index_on_100000_runs(scratch_url: str) ->
     scans = {what: plan for what, plan in plans.items() if "Seq Scan on runlane_runs" in plan}
     assert not scans, "\n\n".join(f"{what}:\n{plan}" for what, plan in scans.items())
     assert all("Index" in plan for plan in plans.values()), plans
+
+
+async def test_hot_queries_use_indexes_when_planned_on_empty_tables(scratch_url: str) -> None:
+    # A store's first statements on a new database are planned while its tables are empty,
+    # and those generic plans stay cached on the connection: with seq scans allowed they would
+    # scan runlane_runs until autovacuum's first ANALYZE replaced them.
+    await upgrade(scratch_url)
+    async with await psycopg.AsyncConnection.connect(
+        utc_conninfo(scratch_url), autocommit=True
+    ) as conn:
+        plans = {what: await _explain(conn, name, params) for what, (name, params) in _HOT.items()}
+    scans = {what: plan for what, plan in plans.items() if "Seq Scan on runlane_runs" in plan}
+    assert not scans, "\n\n".join(f"{what}:\n{plan}" for what, plan in scans.items())
 
 
 # ---------------------------------------------------------------- an exact quota across processes
