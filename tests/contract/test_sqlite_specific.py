@@ -18,7 +18,7 @@ from runlane.errors import ConcurrencyLimitError, LeaseLostError, RunlaneError
 from runlane.models import QuotaGate, RunSpec, Writes
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
-from runlane.stores.sqlite import SqliteStore
+from runlane.stores.sqlite import SqliteStore, _configure
 from runlane.stores.sqlite_worker import SqliteWorker
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -350,3 +350,37 @@ async def test_a_worker_that_cannot_connect_reports_why_however_fast_it_fails() 
     for _ in range(50):
         with pytest.raises(RunlaneError, match="no database here"):
             await SqliteWorker(refuse, name="refusing").start()
+
+
+def _configure_at_once(path: str, barrier: Any, results: Any) -> None:
+    """In a forked process: set up a connection to ``path`` (as a store's open does, minus
+    the thread hop, whose jitter would keep the processes from meeting) when the others do."""
+    barrier.wait(timeout=30)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+        _configure(conn)
+        conn.execute("CREATE TABLE IF NOT EXISTS t (a)")
+        conn.close()
+        results.put("ok")
+    except Exception as error:
+        results.put(repr(error))
+
+
+@pytest.mark.slow
+def test_processes_opening_a_new_file_at_once_all_switch_it_to_wal(tmp_path: Path) -> None:
+    # Switching a new file to WAL mode can be refused at once ("database is locked", whatever
+    # the busy timeout) while another process switches it: about one trial in ten failed so.
+    ctx = multiprocessing.get_context("fork")
+    for trial in range(40):
+        path = str(tmp_path / f"new-{trial}.db")
+        barrier, results = ctx.Barrier(6), ctx.Queue()
+        procs = [
+            ctx.Process(target=_configure_at_once, args=(path, barrier, results)) for _ in range(6)
+        ]
+        for proc in procs:
+            proc.start()
+        outcomes = [results.get(timeout=60) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=30)
+        assert outcomes == ["ok"] * 6, (trial, outcomes)
+        assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)

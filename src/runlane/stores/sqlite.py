@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec, TypeVar
@@ -34,6 +35,8 @@ from . import sqlite_ops as ops
 from . import sqlite_reads as reads
 from .migrations import pending_migrations
 from .sqlite_worker import SqliteWorker
+
+_BUSY_TIMEOUT = 30.0  # seconds a connection waits for another's write lock
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -282,14 +285,33 @@ class SqliteStore:
 
 def _configure(conn: sqlite3.Connection) -> None:
     conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA busy_timeout = 30000")
-    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT * 1000)}")
+    _use_wal(conn)
     # NORMAL skips the fsync at each commit, not the write: in WAL mode a committed
     # transaction is in the OS page cache before COMMIT returns, so a crashed *process*
     # loses nothing. Only an OS crash or power cut can roll back the last commits, and even
     # then the file stays consistent (never half a transaction).
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the file to WAL mode (it stays so once switched).
+
+    The switch needs the file to itself. When several processes open a new file at once,
+    SQLite may answer "database is locked" at once instead of waiting out the busy timeout
+    (waiting could deadlock two connections that both want to take the lock up), so the
+    switch is tried again until the busy timeout has passed.
+    """
+    deadline = time.monotonic() + _BUSY_TIMEOUT
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)
 
 
 def _transaction(
