@@ -495,6 +495,69 @@ async def test_a_run_of_n_checkpoints_costs_n_plus_3_commits(scratch_url: str, p
     assert per_run == checkpoints + 3
 
 
+# ---------------------------------------------------------------- group commit of checkpoints
+
+
+async def _leased(store: PostgresStore, *run_ids: str) -> None:
+    await store.create_runs([RunSpec(r, "wf", "1", None, T0) for r in run_ids], T0)
+    for r in run_ids:
+        outcome = await store.claim_run(
+            r, "owner", T0, T0 + timedelta(minutes=5), singleton_retry_at=T0
+        )
+        assert outcome.claim is not None
+
+
+def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the single statements ``store`` sends from now on."""
+    sent: list[str] = []
+    rows = store._db.rows
+
+    async def recorded(name: str, /, **params: Any) -> Any:
+        sent.append(name)
+        return await rows(name, **params)
+
+    monkeypatch.setattr(store._db, "rows", recorded)
+    return sent
+
+
+def _record(run_id: str, **fields: Any) -> Writes:
+    return Writes(steps=(StepRecord(run_id, 1, "s", "step", "completed", output=run_id, **fields),))
+
+
+async def test_checkpoints_made_while_one_is_in_flight_are_written_by_one_statement(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = [f"run-{i:02}" for i in range(30)]
+    await _leased(pg_store, *runs)
+    sent = _statements(pg_store, monkeypatch)
+    await asyncio.gather(*(pg_store.checkpoint(r, "owner", _record(r), T0) for r in runs))
+    # The first goes alone at once; the other 29 wait for it, then go together.
+    assert sent == ["checkpoint", "checkpoint_many"]
+    for r in runs:
+        [written] = await pg_store.list_steps(r)
+        assert written.output == r
+    sent.clear()
+    await pg_store.checkpoint("run-00", "owner", _record("run-00"), T0)
+    assert sent == ["checkpoint"]
+
+
+async def test_a_run_whose_records_fail_the_group_statement_fails_alone(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = ["lead", "good-1", "bad", "good-2"]
+    await _leased(pg_store, *runs)
+    sent = _statements(pg_store, monkeypatch)
+    writes = {r: _record(r, attempts=2**40 if r == "bad" else 1) for r in runs}
+    outcomes = await asyncio.gather(
+        *(pg_store.checkpoint(r, "owner", writes[r], T0) for r in runs), return_exceptions=True
+    )
+    expected = ["checkpoint", "checkpoint_many", "checkpoint", "checkpoint", "checkpoint"]
+    assert sent == expected, (sent, outcomes)
+    assert isinstance(outcomes[2], psycopg.errors.NumericValueOutOfRange)
+    assert [outcomes[i] for i in (0, 1, 3)] == [[], [], []]
+    assert [len(await pg_store.list_steps(r)) for r in runs] == [1, 1, 0, 1]
+
+
 # ---------------------------------------------------------------- remote steps under contention
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -809,6 +810,29 @@ async def test_checkpoint_and_suspend_raise_run_cancelling_once_cancelled(
         await store.suspend_run("a", "owner-1", writes, None, T0)
     assert await store.list_steps("a") == []
     assert await status_of(store, "a") == RunStatus.CANCELLING
+
+
+async def test_concurrent_checkpoints_fence_each_run_on_its_own(store: Store) -> None:
+    # Stores may commit concurrent checkpoints together; each run's fence still holds alone.
+    runs = ["first", "held", "taken", "cancelled", "also-held"]
+    await create(store, *(spec(r) for r in runs))
+    for r in runs:
+        await lease(store, r)
+    await lease(store, "taken", owner="owner-2", now=T0 + LEASE)
+    await store.cancel_run("cancelled", T0, None)
+    outcomes = await asyncio.gather(
+        *(store.checkpoint(r, "owner-1", Writes(steps=[step(r, 1)]), at(1)) for r in runs),
+        return_exceptions=True,
+    )
+    by_run = dict(zip(runs, outcomes, strict=True))
+    assert isinstance(by_run.pop("taken"), LeaseLostError)
+    assert isinstance(by_run.pop("cancelled"), RunCancelling)
+    assert by_run == {"first": [], "held": [], "also-held": []}
+    for r in runs:
+        written = [(s.seq, s.status) for s in await store.list_steps(r)]
+        assert written == ([] if r in ("taken", "cancelled") else [(1, "completed")]), r
+    assert (await run_of(store, "held")).updated_at == at(1)
+    assert (await run_of(store, "taken")).lease_owner == "owner-2"
 
 
 async def test_settle_is_allowed_while_cancelling(store: Store) -> None:

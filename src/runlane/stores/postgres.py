@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+import psycopg
+
 from .. import admission
 from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
 from ..models import (
@@ -39,6 +41,7 @@ from .postgres_db import (
     Conn,
     Contended,
     Database,
+    GroupCommit,
     execute,
     fetch_all,
     fetch_one,
@@ -47,6 +50,7 @@ from .postgres_db import (
 from .postgres_rows import (
     LIST_FILTERS,
     Row,
+    checkpoints_params,
     claimable,
     depth_first,
     event_from_row,
@@ -68,6 +72,8 @@ _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
 _NONE = Writes()
+_Checkpoint = tuple[str, str, Writes, datetime]  # run id, lease owner, records, now
+_GROUP_MOST = 100  # checkpoints of different runs written by one statement, at most
 
 
 class PostgresStore:
@@ -78,6 +84,7 @@ class PostgresStore:
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self.url = url
         self._db = Database(url, min_size, max_size)
+        self._checkpoints = GroupCommit(self._write_checkpoints, _GROUP_MOST)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -370,10 +377,38 @@ class PostgresStore:
             return await self._db.tx(
                 lambda conn: self._checkpoint_in(conn, run_id, owner, writes, now, lock)
             )
-        params = {**fenced_params(run_id, owner, writes), "now": now}
-        row = _first(await self._db.rows("checkpoint", **params))
-        _check_fence(row, run_id, owner)
+        await self._checkpoints((run_id, owner, writes, now))
         return []
+
+    async def _write_checkpoints(self, batch: list[_Checkpoint]) -> list[Exception | None]:
+        """Checkpoints of different runs (see ``GroupCommit``): one statement for all of them,
+        each fenced on its own; one run's failed fence does not stop the others."""
+        if len(batch) > 1:
+            try:
+                rows = await self._db.rows("checkpoint_many", **checkpoints_params(batch))
+            except psycopg.OperationalError:
+                raise
+            except psycopg.Error:
+                pass  # one run's data failed the statement: each goes alone, and fails alone
+            else:
+                # A run whose lease was not held has no fence row: status NULL.
+                fenced = {row["id"]: row for row in rows if row["status"] is not None}
+                return [
+                    _fence_error(fenced.get(run_id), run_id, owner) for run_id, owner, *_ in batch
+                ]
+        return [await self._write_checkpoint(*checkpoint) for checkpoint in batch]
+
+    async def _write_checkpoint(
+        self, run_id: str, owner: str, writes: Writes, now: datetime
+    ) -> Exception | None:
+        params = {**fenced_params(run_id, owner, writes), "now": now}
+        try:
+            row = _first(await self._db.rows("checkpoint", **params))
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as error:
+            return error  # this run's own failure: the others of its group still go
+        return _fence_error(row, run_id, owner)
 
     async def suspend_run(
         self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
@@ -707,12 +742,21 @@ def _first(rows: list[Row]) -> Row | None:
 
 def _check_fence(row: Row | None, run_id: str, owner: str | None) -> Row:
     """A fenced statement's row, once it shows that the writes went ahead."""
+    error = _fence_error(row, run_id, owner)
+    if error is not None:
+        raise error
+    assert row is not None
+    return row
+
+
+def _fence_error(row: Row | None, run_id: str, owner: str | None) -> Exception | None:
+    """Why a fenced statement wrote nothing (its row shows it), or None if it wrote."""
     if row is None:
-        raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
+        return LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
     if not row["written"]:
         # Only a cancellation stops a held lease from writing (see ``fenced_writes``).
-        raise RunCancelling(f"run {run_id!r} was cancelled")
-    return row
+        return RunCancelling(f"run {run_id!r} was cancelled")
+    return None
 
 
 def _woken(settled: Row) -> list[str]:

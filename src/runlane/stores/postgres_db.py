@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -27,6 +27,7 @@ from .postgres_schema import upgrade
 Conn = psycopg.AsyncConnection[DictRow]
 Call = tuple[str, Row]  # a statement's name in SQL and its parameters
 T = TypeVar("T")
+W = TypeVar("W")
 
 SQL = load_queries()
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -153,6 +154,78 @@ class Database:
             await asyncio.wait_for(self._pool.check(), _PURGE_TIMEOUT)
 
 
+class GroupCommit(Generic[W]):
+    """Writes made while one is in flight go together in the next one: group commit.
+
+    Idle, a write goes at once, alone, in its caller's task. Writes that arrive while one is in
+    flight wait for it, then go together (up to ``most`` of them) in one call of ``flush``: one
+    statement and one commit for all. ``flush`` returns each write's outcome, None or the
+    exception its caller raises; when ``flush`` itself raises, every write of the call does.
+    """
+
+    def __init__(self, flush: Callable[[list[W]], Awaitable[list[Exception | None]]], most: int):
+        self._flush = flush
+        self._most = most
+        self._busy = False
+        self._waiting: list[tuple[W, asyncio.Future[None]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def __call__(self, item: W) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:  # a store reopened under a new event loop: start afresh
+            self._loop, self._busy, self._waiting, self._drainer = loop, False, [], None
+        if self._busy:
+            done = loop.create_future()
+            self._waiting.append((item, done))
+            await done
+            return
+        self._busy = True
+        try:
+            [outcome] = await self._flush([item])
+        finally:
+            self._hand_on()
+        if outcome is not None:
+            raise outcome
+
+    def _hand_on(self) -> None:
+        if self._waiting:
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
+        else:
+            self._busy = False
+
+    async def _drain(self) -> None:
+        try:
+            while self._waiting:
+                # A caller cancelled while it waited has given its write up.
+                live = [(item, done) for item, done in self._waiting if not done.done()]
+                batch, self._waiting = live[: self._most], live[self._most :]
+                if batch:
+                    await self._deliver(batch)
+        finally:
+            for _, done in self._waiting:
+                done.cancel()
+            self._waiting, self._busy, self._drainer = [], False, None
+
+    async def _deliver(self, batch: list[tuple[W, asyncio.Future[None]]]) -> None:
+        outcomes: list[Exception | None]
+        try:
+            outcomes = await self._flush([item for item, _ in batch])
+        except Exception as error:
+            outcomes = [error] * len(batch)
+        except BaseException:  # cancelled (the loop is closing): so are the writes' callers
+            for _, done in batch:
+                done.cancel()
+            raise
+        for (_, done), outcome in zip(batch, outcomes, strict=True):
+            if done.done():
+                continue
+            if outcome is None:
+                done.set_result(None)
+            else:
+                done.set_exception(outcome)
+
+
 async def _pipelined(conn: Conn, calls: Sequence[Call | None]) -> list[list[Row]]:
     """Send ``calls`` in one round trip, as one transaction; each one's rows.
 
@@ -213,6 +286,7 @@ __all__ = [
     "Conn",
     "Contended",
     "Database",
+    "GroupCommit",
     "execute",
     "fetch_all",
     "fetch_one",

@@ -25,11 +25,13 @@ def load_queries() -> dict[str, str]:
     text = (resources.files(__package__) / "sql" / "queries" / "postgres.sql").read_text("utf-8")
     parts = _BLOCK.split(text)  # [preamble, name1, body1, name2, body2, ...]
     blocks = {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
-    # ``{name}`` of another block pastes it in: statements share fragments, not copies.
-    return {
-        name: _FRAGMENT.sub(lambda m: blocks.get(m.group(1), m.group(0)), body)
-        for name, body in blocks.items()
-    }
+    # ``{name}`` of another block pastes it in (fragments may hold fragments): statements
+    # share fragments, not copies.
+
+    def expand(body: str) -> str:
+        return _FRAGMENT.sub(lambda m: expand(blocks[m[1]]) if m[1] in blocks else m[0], body)
+
+    return {name: expand(body) for name, body in blocks.items()}
 
 
 def _statement(body: str) -> str:
@@ -90,7 +92,33 @@ def fenced_params(
     run_id: str, owner: str | None, writes: Writes, *, allow_cancelling: bool = False
 ) -> Row:
     """The parameters of ``fenced_writes``: the fence, and the records as one JSON document."""
-    steps = [
+    return {
+        "id": run_id,
+        "owner": owner,
+        "allow_cancelling": allow_cancelling,
+        "steps": dumps(step_documents(writes)),
+        "signal_ids": pg_array(writes.consumed_signals),
+    }
+
+
+def checkpoints_params(batch: Sequence[tuple[str, str, Writes, datetime]]) -> Row:
+    """The parameter of ``checkpoint_many``: each run's fence, time and records, one document."""
+    given = [
+        {
+            "id": run_id,
+            "owner": owner,
+            "now": _iso(now),
+            "steps": step_documents(writes),
+            "signal_ids": pg_array(writes.consumed_signals),
+        }
+        for run_id, owner, writes, now in batch
+    ]
+    return {"batch": dumps(given)}
+
+
+def step_documents(writes: Writes) -> list[dict[str, Any]]:
+    """The step records of ``writes`` as ``step_columns`` reads them."""
+    return [
         {
             "seq": r.seq,
             "name": r.name,
@@ -108,13 +136,6 @@ def fenced_params(
         }
         for r in writes.steps
     ]
-    return {
-        "id": run_id,
-        "owner": owner,
-        "allow_cancelling": allow_cancelling,
-        "steps": dumps(steps),
-        "signal_ids": pg_array(writes.consumed_signals),
-    }
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -263,6 +284,7 @@ def utc_conninfo(url: str) -> str:
 __all__ = [
     "LIST_FILTERS",
     "Row",
+    "checkpoints_params",
     "claimable",
     "depth_first",
     "event_from_row",

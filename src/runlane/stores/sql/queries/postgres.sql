@@ -284,6 +284,27 @@ FROM unnest(%(ids)s::text[], %(owners)s::text[]) AS l (id, owner)
 WHERE r.id = l.id AND r.lease_owner = l.owner AND r.status IN ('running', 'cancelling')
 RETURNING r.id;
 
+-- name: step_columns
+-- (A fragment.) A step record as the JSON documents of ``fenced_writes`` carry it.
+seq integer, name text, kind text, status text, input text, output text, error text,
+attempts integer, started_at timestamptz, finished_at timestamptz,
+last_heartbeat_at timestamptz, wake_at timestamptz, dispatches integer
+
+-- name: upsert_steps
+-- (A fragment.) Writes the records of ``step_rows`` (run_id, then ``step_columns``).
+INSERT INTO runlane_steps (
+    run_id, seq, name, kind, status, input, output, error, attempts, started_at,
+    finished_at, last_heartbeat_at, wake_at, dispatches)
+SELECT run_id, seq, name, kind, status, input::json, output::json, error::json, attempts,
+       started_at, finished_at, last_heartbeat_at, wake_at, dispatches
+FROM step_rows
+ON CONFLICT (run_id, seq) DO UPDATE SET
+    name = EXCLUDED.name, kind = EXCLUDED.kind, status = EXCLUDED.status,
+    input = EXCLUDED.input, output = EXCLUDED.output, error = EXCLUDED.error,
+    attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
+    finished_at = EXCLUDED.finished_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at,
+    wake_at = EXCLUDED.wake_at, dispatches = EXCLUDED.dispatches
+
 -- name: fenced_writes
 -- (A fragment of the statements below.) Locks the run while ``owner`` holds its lease (with
 -- ``owner`` NULL: whatever its state, for settlements outside a turn; the caller holds the
@@ -298,24 +319,9 @@ WITH fence AS (
     FOR NO KEY UPDATE
 ), ok AS (
     SELECT * FROM fence WHERE status <> 'cancelling' OR %(allow_cancelling)s
-), upserted AS (
-    INSERT INTO runlane_steps (
-        run_id, seq, name, kind, status, input, output, error, attempts, started_at,
-        finished_at, last_heartbeat_at, wake_at, dispatches)
-    SELECT ok.id, s.seq, s.name, s.kind, s.status, s.input::json, s.output::json,
-           s.error::json, s.attempts, s.started_at, s.finished_at, s.last_heartbeat_at,
-           s.wake_at, s.dispatches
-    FROM ok, json_to_recordset(%(steps)s::json) AS s (
-        seq integer, name text, kind text, status text, input text, output text, error text,
-        attempts integer, started_at timestamptz, finished_at timestamptz,
-        last_heartbeat_at timestamptz, wake_at timestamptz, dispatches integer)
-    ON CONFLICT (run_id, seq) DO UPDATE SET
-        name = EXCLUDED.name, kind = EXCLUDED.kind, status = EXCLUDED.status,
-        input = EXCLUDED.input, output = EXCLUDED.output, error = EXCLUDED.error,
-        attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
-        finished_at = EXCLUDED.finished_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at,
-        wake_at = EXCLUDED.wake_at, dispatches = EXCLUDED.dispatches
-), consumed AS (
+), step_rows AS (
+    SELECT ok.id AS run_id, s.* FROM ok, json_to_recordset(%(steps)s::json) AS s ({step_columns})
+), upserted AS ({upsert_steps}), consumed AS (
     DELETE FROM runlane_signals
     WHERE run_id IN (SELECT id FROM ok) AND id = ANY(%(signal_ids)s::bigint[])
 )
@@ -327,6 +333,32 @@ WITH fence AS (
     UPDATE runlane_runs AS r SET updated_at = %(now)s FROM ok WHERE r.id = ok.id
 )
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written FROM fence;
+
+-- name: checkpoint_many
+-- Group commit: the checkpoints of several runs in one statement, each run fenced on its own
+-- as ``checkpoint`` fences one (a run whose lease is gone, or that is being cancelled, writes
+-- nothing; the others go ahead). The rows are locked in id order, as ``lock_runs`` locks them.
+-- One row per given run; ``status`` is NULL where the lease was not held.
+WITH given AS (
+    SELECT * FROM json_to_recordset(%(batch)s::json)
+        AS g (id text, owner text, now timestamptz, steps json, signal_ids bigint[])
+), fence AS (
+    SELECT r.id, r.status FROM runlane_runs AS r JOIN given AS g ON g.id = r.id
+    WHERE r.lease_owner = g.owner AND r.status IN ('running', 'cancelling')
+    ORDER BY r.id
+    FOR NO KEY UPDATE OF r
+), ok AS (
+    SELECT g.* FROM given AS g JOIN fence AS f ON f.id = g.id WHERE f.status <> 'cancelling'
+), step_rows AS (
+    SELECT ok.id AS run_id, s.* FROM ok, json_to_recordset(ok.steps) AS s ({step_columns})
+), upserted AS ({upsert_steps}), consumed AS (
+    DELETE FROM runlane_signals AS s USING ok
+    WHERE s.run_id = ok.id AND s.id = ANY(ok.signal_ids)
+), touched AS (
+    UPDATE runlane_runs AS r SET updated_at = ok.now FROM ok WHERE r.id = ok.id
+)
+SELECT g.id, f.status, ok.id IS NOT NULL AS written
+FROM given AS g LEFT JOIN fence AS f ON f.id = g.id LEFT JOIN ok ON ok.id = g.id;
 
 -- name: suspend
 -- The writes and the suspension in one statement; a wake requested during the turn leaves the
