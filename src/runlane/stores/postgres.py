@@ -49,6 +49,7 @@ from .postgres_db import (
 )
 from .postgres_rows import (
     LIST_FILTERS,
+    Checkpoint,
     Row,
     checkpoints_params,
     claimable,
@@ -72,7 +73,6 @@ _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
 _NONE = Writes()
-_Checkpoint = tuple[str, str, Writes, datetime]  # run id, lease owner, records, now
 _GROUP_MOST = 100  # checkpoints of different runs written by one statement, at most
 
 
@@ -380,7 +380,7 @@ class PostgresStore:
         await self._checkpoints((run_id, owner, writes, now))
         return []
 
-    async def _write_checkpoints(self, batch: list[_Checkpoint]) -> list[Exception | None]:
+    async def _write_checkpoints(self, batch: list[Checkpoint]) -> list[Exception | None]:
         """Checkpoints of different runs (see ``GroupCommit``): one statement for all of them,
         each fenced on its own; one run's failed fence does not stop the others."""
         if len(batch) > 1:

@@ -168,7 +168,7 @@ class GroupCommit(Generic[W]):
         self._most = most
         self._busy = False
         self._waiting: list[tuple[W, asyncio.Future[None]]] = []
-        self._drainer: asyncio.Task[None] | None = None
+        self._drainer: asyncio.Task[None] | None = None  # held: the loop keeps weak references
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __call__(self, item: W) -> None:

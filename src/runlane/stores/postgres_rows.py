@@ -101,7 +101,10 @@ def fenced_params(
     }
 
 
-def checkpoints_params(batch: Sequence[tuple[str, str, Writes, datetime]]) -> Row:
+Checkpoint = tuple[str, str, Writes, datetime]  # a run's id, its lease owner, records, now
+
+
+def checkpoints_params(batch: Sequence[Checkpoint]) -> Row:
     """The parameter of ``checkpoint_many``: each run's fence, time and records, one document."""
     given = [
         {
@@ -283,6 +286,7 @@ def utc_conninfo(url: str) -> str:
 
 __all__ = [
     "LIST_FILTERS",
+    "Checkpoint",
     "Row",
     "checkpoints_params",
     "claimable",
