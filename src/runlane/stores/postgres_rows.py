@@ -278,8 +278,9 @@ def utc_conninfo(url: str) -> str:
     while the tables are still empty, and such a plan would scan runlane_runs for as long as
     the connection lives (or until autovacuum's first ANALYZE)."""
     params = conninfo_to_dict(url)
-    settings = "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan -c jit=off"
-    settings += " -c enable_seqscan=off"
+    settings = (
+        "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off"
+    )
     options = f"{params.get('options') or ''} {settings}".strip()
     return make_conninfo("", **{**params, "options": options})
 
