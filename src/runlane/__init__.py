@@ -17,6 +17,7 @@ from .errors import (
     SignalTimeoutError,
     SingletonQueueFullError,
     StepTimeoutError,
+    StoreUnavailableError,
     UnknownWorkflowError,
     UnsupportedStoreError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "SingletonQueueFullError",
     "StepRecord",
     "StepTimeoutError",
+    "StoreUnavailableError",
     "UnknownWorkflowError",
     "UnsupportedStoreError",
     "Worker",

@@ -168,6 +168,23 @@ class LeaseLostError(RunlaneError):
     """This instance no longer holds the run's lease; the turn's writes were refused."""
 
 
+class StoreUnavailableError(RunlaneError):
+    """The store could not be reached (connection lost, server restarting, database locked).
+
+    Nothing was decided by it: a run's turn that meets it is abandoned and recovered from its
+    checkpoints, and an API call raises it only after one retry on a fresh connection. The
+    driver's own error is ``cause`` (and ``__cause__``).
+    """
+
+    def __init__(self, message: str | None = None, cause: BaseException | None = None) -> None:
+        self.cause = cause
+        if message is None and cause is not None:
+            message = f"the store is unavailable: {type(cause).__name__}: {cause}".strip()
+        super().__init__(message)
+        if cause is not None:
+            self.__cause__ = cause
+
+
 class _ControlFlow(BaseException):
     """Unwinds a workflow body; user code catching ``Exception`` must never swallow it."""
 
@@ -189,7 +206,15 @@ class Cancelled(_ControlFlow):
 
 
 class Abandon(_ControlFlow):
-    """This instance lost the run's lease; the turn stops without writing anything more."""
+    """The turn stops here: this instance lost the run's lease, or the store became unreachable.
+
+    ``outage`` is the store's error in the second case: the turn then gives the run back (due
+    now, with what it recorded) if the store takes that write, else its lease expires.
+    """
+
+    def __init__(self, outage: BaseException | None = None) -> None:
+        super().__init__()
+        self.outage = outage
 
 
 def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:

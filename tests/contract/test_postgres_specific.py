@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from runlane.errors import ConcurrencyLimitError, RunlaneError
+from runlane.errors import ConcurrencyLimitError, RunlaneError, StoreUnavailableError
 from runlane.models import (
     QuotaGate,
     RunSpec,
@@ -169,31 +169,60 @@ async def test_json_values_keep_their_key_order_and_nul_characters(pg_store: Pos
     assert list(run.input) == ["z", "a", "m"] and list(run.input["m"]) == ["b", "a"]
 
 
-async def test_a_terminated_connection_fails_one_call_and_the_pool_recovers(
+def _terminate_other_backends(pg_url: str) -> int:
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        rows = admin.execute(
+            """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+               WHERE datname = current_database() AND pid <> pg_backend_pid()"""
+        ).fetchall()
+    return len(rows)
+
+
+async def test_connections_terminated_while_idle_are_replaced_without_failing_a_call(
     pg_url: str,
 ) -> None:
     store = PostgresStore(pg_url, min_size=3, max_size=3)
     await store.open()
     try:
-        await store.get_run("warm")
-        with psycopg.connect(pg_url, autocommit=True) as admin:
-            admin.execute(
-                """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                   WHERE datname = current_database() AND pid <> pg_backend_pid()"""
-            )
-        with pytest.raises(psycopg.OperationalError):
-            await store.get_run("never-created")
-        seen = []
-        for _ in range(5):
-            try:
-                seen.append(await store.get_run("never-created"))
-                break
-            except psycopg.OperationalError as error:
-                seen.append(error)
-        assert seen[-1] is None, f"the pool did not recover: {seen}"
-        assert len(seen) == 1, f"more than one further call failed: {seen}"
+        await asyncio.gather(*(store.get_run("warm") for _ in range(6)))
+        assert _terminate_other_backends(pg_url) >= 1
+        await asyncio.sleep(0.1)  # the server's goodbye reaches the idle sockets
+        # Every pooled connection is dead: each is found so at checkout, and replaced.
+        assert (
+            await asyncio.gather(*(store.get_run("never-created") for _ in range(6))) == [None] * 6
+        )
     finally:
         await store.close()
+
+
+async def test_a_connection_terminated_during_a_call_raises_store_unavailable_once(
+    pg_url: str,
+) -> None:
+    store = PostgresStore(pg_url, min_size=1, max_size=2)
+    await store.open()
+    try:
+
+        async def slow(conn: Any) -> None:
+            await conn.execute("SELECT pg_sleep(5)")
+
+        call = asyncio.create_task(store._db.run(slow))
+        await asyncio.sleep(0.5)
+        assert await asyncio.to_thread(_terminate_other_backends, pg_url) >= 1
+        with pytest.raises(StoreUnavailableError) as raised:
+            await call
+        assert isinstance(raised.value.cause, psycopg.OperationalError)
+        assert raised.value.__cause__ is raised.value.cause
+        assert "terminat" in str(raised.value) or "closed" in str(raised.value)
+        assert await store.get_run("never-created") is None
+    finally:
+        await store.close()
+
+
+async def test_an_unreachable_server_raises_store_unavailable_at_open() -> None:
+    store = PostgresStore("postgresql://postgres@127.0.0.1:1/none?connect_timeout=2")
+    with pytest.raises(StoreUnavailableError) as raised:
+        await store.open()
+    assert isinstance(raised.value.cause, psycopg.OperationalError)
 
 
 # ---------------------------------------------------------------- indexes

@@ -358,7 +358,7 @@ def _configure_at_once(path: str, barrier: Any, results: Any) -> None:
     barrier.wait(timeout=30)
     try:
         conn = sqlite3.connect(path, isolation_level=None)
-        _configure(conn)
+        _configure(conn, 30.0)
         conn.execute("CREATE TABLE IF NOT EXISTS t (a)")
         conn.close()
         results.put("ok")

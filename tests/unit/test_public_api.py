@@ -25,6 +25,7 @@ EXPECTED = {
     "SingletonQueueFullError",
     "StepRecord",
     "StepTimeoutError",
+    "StoreUnavailableError",
     "UnknownWorkflowError",
     "UnsupportedStoreError",
     "Worker",

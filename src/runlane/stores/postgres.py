@@ -18,7 +18,13 @@ from datetime import datetime
 import psycopg
 
 from .. import admission
-from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
+from ..errors import (
+    LeaseLostError,
+    RunFinishedError,
+    RunlaneError,
+    RunNotFoundError,
+    StoreUnavailableError,
+)
 from ..models import (
     Claim,
     ClaimOutcome,
@@ -386,7 +392,7 @@ class PostgresStore:
         if len(batch) > 1:
             try:
                 rows = await self._db.rows("checkpoint_many", **checkpoints_params(batch))
-            except psycopg.OperationalError:
+            except StoreUnavailableError:
                 raise
             except psycopg.Error:
                 pass  # one run's data failed the statement: each goes alone, and fails alone
@@ -404,7 +410,7 @@ class PostgresStore:
         params = {**fenced_params(run_id, owner, writes), "now": now}
         try:
             row = _first(await self._db.rows("checkpoint", **params))
-        except psycopg.OperationalError:
+        except StoreUnavailableError:
             raise
         except psycopg.Error as error:
             return error  # this run's own failure: the others of its group still go

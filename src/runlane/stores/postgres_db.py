@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
@@ -21,6 +22,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import RunlaneError
+from ..faults import is_infrastructure, unavailable
 from .postgres_rows import Row, load_queries, utc_conninfo
 from .postgres_schema import upgrade
 
@@ -54,11 +56,19 @@ class Database:
         self._prepared: weakref.WeakKeyDictionary[Conn, set[str]] = weakref.WeakKeyDictionary()
 
     async def open(self) -> None:
-        """Migrate (once per database, under an advisory lock) and open the pool; counted."""
+        """Migrate (once per database, under an advisory lock) and open the pool; counted.
+
+        Raises ``StoreUnavailableError`` when the server cannot be reached.
+        """
         async with self._open_lock:
             if self._opens == 0:
-                await upgrade(self.url)
-                self._pool = await self._new_pool()
+                try:
+                    await upgrade(self.url)
+                    self._pool = await self._new_pool()
+                except Exception as exc:
+                    if is_infrastructure(exc):
+                        raise unavailable(exc) from exc
+                    raise
             self._opens += 1
 
     async def close(self) -> None:
@@ -72,9 +82,9 @@ class Database:
                 await pool.close()
 
     async def _new_pool(self) -> AsyncConnectionPool[Conn]:
-        # No `check` callback: a ping per checkout would double the round trips. A broken
-        # connection fails its call instead (the engine retries on its next poll), the pool
-        # drops it on return, and `_purge` then tests the idle ones once.
+        # A connection that died idle is skipped at checkout (see `run`). One that breaks
+        # during a call fails that call: the pool drops it on return, and `_purge` then tests
+        # the idle ones once.
         pool = AsyncConnectionPool(
             utc_conninfo(self.url),
             connection_class=psycopg.AsyncConnection[DictRow],
@@ -130,21 +140,30 @@ class Database:
         """Run ``work`` on one pooled connection in autocommit: each statement commits alone.
 
         For a single statement (atomic by itself), or a unit that opens its own transaction.
+        A lost connection, a server going away and a deadlock or serialization failure that
+        persists raise ``StoreUnavailableError``, never the driver's error.
         """
         if self._pool is None:
             raise RunlaneError("PostgresStore is not open; await store.open() first")
-        attempt = 1
+        attempt, stale = 1, 0
         while True:
             try:
                 async with self._pool.connection() as conn:
+                    if stale <= self.max_size and _closed_while_idle(conn):
+                        # Closed, it goes back to the pool, which replaces it.
+                        stale += 1
+                        await conn.close()
+                        continue
                     return await work(conn)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, Contended):
+            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, Contended) as exc:
                 if attempt >= _ATTEMPTS:
-                    raise
+                    raise unavailable(exc) from exc
                 attempt += 1
-            except psycopg.OperationalError:
+            except Exception as exc:
+                if not is_infrastructure(exc):
+                    raise
                 await self._purge()
-                raise
+                raise unavailable(exc) from exc
 
     async def _purge(self) -> None:
         """After a connection failed, test the idle ones once so the next calls get live ones."""
@@ -152,6 +171,20 @@ class Database:
             return
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._pool.check(), _PURGE_TIMEOUT)
+
+
+def _closed_while_idle(conn: Conn) -> bool:
+    """Whether the server ended this pooled connection while it sat idle.
+
+    An idle connection has nothing to read, unless the server ended it meanwhile (a restart,
+    ``pg_terminate_backend``, an idle timeout): then its goodbye, or the end of the stream, is
+    waiting on the socket. Looking costs a system call, not a round trip (the pool's own
+    ``check`` would cost a query, and backs off a second after each dead connection).
+    """
+    if conn.closed or conn.broken:
+        return True
+    readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    return bool(readable)
 
 
 class GroupCommit(Generic[W]):

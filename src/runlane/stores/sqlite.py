@@ -16,8 +16,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec, TypeVar
+from urllib.parse import parse_qs
 
 from ..errors import RunlaneError
+from ..faults import is_infrastructure, unavailable
 from ..models import (
     ClaimOutcome,
     Event,
@@ -36,7 +38,7 @@ from . import sqlite_reads as reads
 from .migrations import pending_migrations
 from .sqlite_worker import SqliteWorker
 
-_BUSY_TIMEOUT = 30.0  # seconds a connection waits for another's write lock
+BUSY_TIMEOUT = 30.0  # seconds a connection waits for another's write lock, by default
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,17 +51,28 @@ class SqliteStore:
 
     atomic_admission = True
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout: float = BUSY_TIMEOUT) -> None:
+        """``busy_timeout``: seconds a write waits for another connection's write lock before
+        the call fails with ``StoreUnavailableError`` (a turn then gives its run back)."""
+        if busy_timeout < 0:
+            raise ValueError("busy_timeout must not be negative")
         self.path = os.fspath(path)
+        self.busy_timeout = busy_timeout
         self._opens = 0
         self._worker: SqliteWorker | None = None
 
     @classmethod
     def from_url(cls, url: str) -> SqliteStore:
-        """``sqlite:///relative/file.db`` or ``sqlite:////absolute/file.db`` (as SQLAlchemy)."""
-        if not url.startswith(_URL_PREFIX) or len(url) == len(_URL_PREFIX):
+        """``sqlite:///relative/file.db`` or ``sqlite:////absolute/file.db`` (as SQLAlchemy),
+        optionally with ``?busy_timeout=<seconds>``."""
+        path, _, query = url.partition("?")
+        if not path.startswith(_URL_PREFIX) or len(path) == len(_URL_PREFIX):
             raise ValueError(f"not a sqlite url: {url!r}; use sqlite:///path/to/file.db")
-        return cls(url[len(_URL_PREFIX) :])
+        options = parse_qs(query)
+        timeout = options.pop("busy_timeout", [str(BUSY_TIMEOUT)])[-1]
+        if options:
+            raise ValueError(f"unknown sqlite url option(s): {', '.join(sorted(options))}")
+        return cls(path[len(_URL_PREFIX) :], busy_timeout=float(timeout))
 
     def __repr__(self) -> str:
         return f"SqliteStore({self.path!r})"
@@ -77,8 +90,10 @@ class SqliteStore:
         self._worker = SqliteWorker(self._connect, name="runlane-sqlite")
         try:
             await self._worker.start()
-        except BaseException:
+        except BaseException as exc:
             await self._shut_down()
+            if isinstance(exc, Exception) and is_infrastructure(exc):
+                raise unavailable(exc) from exc
             raise
 
     async def close(self) -> None:
@@ -98,7 +113,7 @@ class SqliteStore:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None)
         try:
-            _configure(conn)
+            _configure(conn, self.busy_timeout)
             _transaction(conn, _migrate, conn)
         except BaseException:
             conn.close()
@@ -118,7 +133,7 @@ class SqliteStore:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        return await self._running().run(lambda conn: fn(conn, *args, **kwargs), write=False)
+        return await self._call(lambda conn: fn(conn, *args, **kwargs), write=False)
 
     async def _write(
         self,
@@ -126,7 +141,17 @@ class SqliteStore:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        return await self._running().run(lambda conn: fn(conn, *args, **kwargs), write=True)
+        return await self._call(lambda conn: fn(conn, *args, **kwargs), write=True)
+
+    async def _call(self, job: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        """Run ``job`` on the worker; the file locked past the busy timeout (or an I/O error)
+        raises ``StoreUnavailableError``."""
+        try:
+            return await self._running().run(job, write=write)
+        except sqlite3.OperationalError as exc:
+            if is_infrastructure(exc):
+                raise unavailable(exc) from exc
+            raise
 
     # ---------------------------------------------------------------- starts
 
@@ -283,10 +308,10 @@ class SqliteStore:
         return await self._read(reads.list_steps, run_id)
 
 
-def _configure(conn: sqlite3.Connection) -> None:
+def _configure(conn: sqlite3.Connection, busy_timeout: float) -> None:
     conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT * 1000)}")
-    _use_wal(conn)
+    conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+    _use_wal(conn, busy_timeout)
     # NORMAL skips the fsync at each commit, not the write: in WAL mode a committed
     # transaction is in the OS page cache before COMMIT returns, so a crashed *process*
     # loses nothing. Only an OS crash or power cut can roll back the last commits, and even
@@ -295,7 +320,7 @@ def _configure(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA foreign_keys = ON")
 
 
-def _use_wal(conn: sqlite3.Connection) -> None:
+def _use_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
     """Switch the file to WAL mode (it stays so once switched).
 
     The switch needs the file to itself. When several processes open a new file at once,
@@ -303,7 +328,7 @@ def _use_wal(conn: sqlite3.Connection) -> None:
     (waiting could deadlock two connections that both want to take the lock up), so the
     switch is tried again until the busy timeout has passed.
     """
-    deadline = time.monotonic() + _BUSY_TIMEOUT
+    deadline = time.monotonic() + busy_timeout
     while True:
         try:
             conn.execute("PRAGMA journal_mode = WAL")
