@@ -207,7 +207,7 @@ class Context:
         after = (
             int(record.input["after"])
             if record is not None
-            else await turn.host.store.latest_event_seq()
+            else await turn.io(turn.host.store.latest_event_seq())
         )
         event = await turn.find_event(name, after, match)
         if event is not None:

@@ -14,10 +14,11 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from . import admission
 from .clock import Clock, SystemClock
@@ -29,10 +30,12 @@ from .errors import (
     RunlaneError,
     RunNotFoundError,
     StepTimeoutError,
+    StoreUnavailableError,
     UnknownStepError,
     UnsupportedStoreError,
     error_dict,
 )
+from .faults import OutageLog, is_infrastructure, unavailable
 from .leases import LeaseKeeper
 from .local import LocalRuns
 from .models import (
@@ -48,7 +51,7 @@ from .models import (
 from .options import EngineOptions
 from .registry import Registry
 from .remote import RemoteSteps
-from .runqueue import RateLimitedLog, RunQueue
+from .runqueue import RunQueue
 from .serialization import normalise
 from .stores import open_store
 from .stores.base import Store
@@ -57,6 +60,11 @@ from .transports.base import Transport
 from .turn import Turn
 
 log = logging.getLogger("runlane.engine")
+
+T = TypeVar("T")
+
+OUTAGE_BACKOFF_MAX = 5.0
+"""Seconds between the loop's passes, at most, while the store is unreachable."""
 
 
 class Engine:
@@ -93,11 +101,11 @@ class Engine:
         self.drive = drive
         self.consumers = consumers
         self.options = EngineOptions.from_kwargs(options)
-        self.leases = LeaseKeeper(self.store, self.now, lambda: self.options.lease)
+        self.outage = OutageLog(log, on_recovered=self._wake_loop)
+        self.leases = LeaseKeeper(self.store, self.now, lambda: self.options.lease, self.outage)
         self.id = uuid.uuid4().hex[:12]
         self._tokens = itertools.count(1)
         self._local: LocalRuns | None = None
-        self._outage_log = RateLimitedLog()
         # Futures of wait_for_run callers: the settled run when settled here, None otherwise.
         self._settled: dict[str, asyncio.Future[Run | None]] = {}
         self._wakeup: asyncio.Event | None = None
@@ -114,7 +122,7 @@ class Engine:
 
     async def _ready(self) -> None:
         if not self._opened:
-            await self.store.open()
+            await self._api(self.store.open)
             if self.transport is not None:
                 await self.transport.open()
             self._opened = True
@@ -204,17 +212,35 @@ class Engine:
             priority=priority,
             tags=check_tags(tags),
         )
-        # A run this instance will execute at once is claimed in the write that creates it.
-        lease = None if self._outbound() is not None else self.successor_lease()
-        [started] = await self.store.create_runs([spec], self.now(), lease=lease)
+        started, retried = await self._create(spec)
         run = self._started(started)
-        if not started.created and if_exists == "fail":
+        # After an outage, the run found may be the one this start's first write created.
+        ours = retried and _same_start(run, spec)
+        if not started.created and if_exists == "fail" and not ours:
             raise RunExistsError(run.id, run.status)
         if started.claim is not None and self._local is not None:
             self._local.spawn(run.id, claim=started.claim)
-        elif started.created and not started.waiting:
+        elif (started.created or ours) and not started.waiting:
             self._kick_started([run])
         return run
+
+    async def _create(self, spec: RunSpec) -> tuple[Started, bool]:
+        """Create a start's run; after an outage, once more (the id makes it idempotent).
+        Also says whether it was tried again."""
+        # A run this instance will execute at once is claimed in the write that creates it.
+        lease = None if self._outbound() is not None else self.successor_lease()
+        try:
+            [started] = await self.store.create_runs([spec], self.now(), lease=lease)
+            return started, False
+        except Exception as exc:
+            if not is_infrastructure(exc):
+                raise
+        # The first write may have committed; if it leased the run to us, the turn is ours.
+        [started] = await self._api(lambda: self.store.create_runs([spec], self.now()))
+        run = started.run
+        if lease is not None and run is not None and run.lease_owner == lease.owner:
+            started = replace(started, claim=Claim(run, [], []))
+        return started, True
 
     def _started(self, started: Started) -> Run:
         if started.rejected is not None:
@@ -274,7 +300,7 @@ class Engine:
         """Deliver a signal to the run's waiter, or buffer it until the run waits for it."""
         value = normalise(payload, f"payload of signal {name!r}")
         await self._ready()
-        if await self.store.deliver_signal(run_id, name, value, self.now()):
+        if await self._api(lambda: self.store.deliver_signal(run_id, name, value, self.now())):
             self._kick([run_id])
 
     async def signal_with_start(
@@ -296,7 +322,9 @@ class Engine:
         """Resume ``wait_for_event`` waiters and start ``on_event`` subscribers; idempotent by id."""
         value = normalise(payload, f"payload of event {name!r}")
         await self._ready()
-        event, created, woken = await self.store.publish_event(name, value, id, self.now())
+        event, created, woken = await self._api(
+            lambda: self.store.publish_event(name, value, id, self.now())
+        )
         specs = []
         for definition in self.registry.subscribers(name):
             run_id = f"{definition.name}:event:{event.id or event.seq}"
@@ -304,7 +332,8 @@ class Engine:
                 specs.append(await self.build_spec(definition, value, run_id))
             except RunlaneError:
                 log.exception("event %s: could not start subscriber %s", name, definition.name)
-        started = await self.store.create_runs(specs, self.now()) if specs else []
+        # Subscriber ids are deterministic: a retry after an outage creates each run once.
+        started = await self._api(lambda: self.store.create_runs(specs, self.now()), retry=True)
         for result, spec in zip(started, specs, strict=True):
             if result.rejected is not None:
                 log.warning(
@@ -319,7 +348,7 @@ class Engine:
         """Cancel a run and its children; False when there was nothing to cancel."""
         await self._ready()
         try:
-            changed = await self.store.cancel_run(run_id, self.now(), None)
+            changed = await self._api(lambda: self.store.cancel_run(run_id, self.now(), None))
         except RunNotFoundError:
             return False
         self._notify_many(changed)
@@ -328,14 +357,14 @@ class Engine:
     async def requeue(self, run_id: str) -> Run:
         """Retry a failed, dead or cancelled run from its checkpoints."""
         await self._ready()
-        run = await self.store.get_run(run_id)
+        run = await self._api(lambda: self.store.get_run(run_id), retry=True)
         if run is None:
             raise RunNotFoundError(run_id)
         definition = self.registry.workflow(run.workflow, run.version)
         deadline = None
         if definition.execution_timeout is not None:
             deadline = self.now() + timedelta(seconds=definition.execution_timeout)
-        requeued = await self.store.requeue_run(run_id, self.now(), deadline)
+        requeued = await self._api(lambda: self.store.requeue_run(run_id, self.now(), deadline))
         self._settled.pop(run_id, None)
         self._kick([run_id])
         return requeued
@@ -344,7 +373,7 @@ class Engine:
 
     async def get_run(self, run_id: str) -> Run | None:
         await self._ready()
-        return await self.store.get_run(run_id)
+        return await self._api(lambda: self.store.get_run(run_id), retry=True)
 
     async def list_runs(
         self,
@@ -363,17 +392,37 @@ class Engine:
             if not isinstance(workflow, str)
             else workflow
         )
-        return await self.store.list_runs(
-            workflow=name,
-            status=RunStatus(status) if status is not None else None,
-            tag=tag,
-            limit=limit,
-            offset=offset,
+        wanted = RunStatus(status) if status is not None else None
+        return await self._api(
+            lambda: self.store.list_runs(
+                workflow=name, status=wanted, tag=tag, limit=limit, offset=offset
+            ),
+            retry=True,
         )
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         await self._ready()
-        return await self.store.list_steps(run_id)
+        return await self._api(lambda: self.store.list_steps(run_id), retry=True)
+
+    async def _api(self, call: Callable[[], Awaitable[T]], *, retry: bool = False) -> T:
+        """An API call's store work. An outage raises ``StoreUnavailableError``; with ``retry``
+        (reads, idempotent writes) only after one more try, which gets a fresh connection (the
+        store has dropped the dead one by then)."""
+        for last in (not retry, True):
+            try:
+                result = await call()
+                if self.outage.down:
+                    self.outage.succeeded()
+                return result
+            except StoreUnavailableError:
+                if last:
+                    raise
+            except Exception as exc:
+                if not is_infrastructure(exc):
+                    raise
+                if last:
+                    raise unavailable(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def wait_for_run(self, run_id: str, timeout: float | None = None) -> Run:
         """Return once the run is terminal; ``TimeoutError`` after ``timeout`` wall-clock seconds."""
@@ -419,17 +468,22 @@ class Engine:
         return None
 
     async def _read_through_outage(self, run_id: str, deadline: float | None) -> Run | None:
-        """Read a run, retrying with backoff while the store is unreachable (until the deadline)."""
+        """Read a run, retrying with backoff while the store is unreachable (until the deadline,
+        where the outage raises ``StoreUnavailableError``)."""
         pause = 0.05
         while True:
             try:
-                return await self.store.get_run(run_id)
-            except RunlaneError:
-                raise
+                run = await self.store.get_run(run_id)
+                self.outage.succeeded()
+                return run
             except Exception as exc:
-                if deadline is not None and time.monotonic() + pause > deadline:
+                if not is_infrastructure(exc):
                     raise
-                self._outage_log.warning("store unreachable while waiting for %s (%s)", run_id, exc)
+                if deadline is not None and time.monotonic() + pause > deadline:
+                    if isinstance(exc, StoreUnavailableError):
+                        raise
+                    raise unavailable(exc) from exc
+                self.outage.failed(exc, f"waiting for run {run_id}")
                 await asyncio.sleep(pause)
                 pause = min(1.0, pause * 2)
 
@@ -570,12 +624,23 @@ class Engine:
     ) -> list[str]:
         """Claim the run (or use ``claim``) and drive one turn; returns runs to execute next."""
         if claim is None:
-            claim = await self._claim(run_id, handoff)
+            try:
+                claim = await self._claim(run_id, handoff)
+            except Exception as exc:
+                if not is_infrastructure(exc):
+                    raise
+                # The run stays claimable in the store: a later poll takes it.
+                self.outage.failed(exc, f"claiming run {run_id}")
+                return []
             if claim is None:
                 return []
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
         result = await Turn(self, claim, owner, definition).execute()
+        if result.outage is not None:
+            self.outage.failed(result.outage, f"executing run {run_id}")
+        elif self.outage.down:
+            self.outage.succeeded()
         if result.successor is not None and self._local is not None:
             self._local.spawn(result.successor.run.id, claim=result.successor)
         if result.state == "settled":
@@ -612,6 +677,10 @@ class Engine:
         until = self.now() + timedelta(seconds=self.options.lease)
         return Lease(f"{self.id}:{next(self._tokens)}", until)
 
+    def _wake_loop(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+
     def _note_wake(self, when: datetime) -> None:
         if self._next_wake is None or when < self._next_wake:
             self._next_wake = when
@@ -621,16 +690,28 @@ class Engine:
     async def _loop(self) -> None:
         assert self._wakeup is not None
         last_error = 0.0
+        backoff = 0.0
         while self._accepting:
             self._wakeup.clear()
             try:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
-            except Exception:
+            except Exception as exc:
+                if is_infrastructure(exc):
+                    # Back off while the store is unreachable: wakes would only fail again.
+                    self.outage.failed(exc, "polling for due work")
+                    backoff = min(OUTAGE_BACKOFF_MAX, max(self.options.poll_interval, backoff * 2))
+                    # Woken early when another call finds the store back.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), backoff)
+                    continue
                 if time.monotonic() - last_error > 60:
                     log.exception("engine loop pass failed; retrying")
                     last_error = time.monotonic()
+            else:
+                backoff = 0.0
+                self.outage.succeeded()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), self._poll_delay())
 
@@ -663,6 +744,15 @@ class Engine:
             raise StepTimeoutError(
                 f"step {definition.name!r} did not finish within {definition.timeout}s"
             ) from None
+
+
+def _same_start(run: Run, spec: RunSpec) -> bool:
+    """Whether an existing run is the one a start's first (outage-cut) write created."""
+    return (
+        run.created_at == spec.created_at
+        and run.workflow == spec.workflow
+        and run.status == RunStatus.PENDING
+    )
 
 
 def continuation_id(run_id: str) -> str:

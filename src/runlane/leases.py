@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from .faults import OutageLog, is_infrastructure
 from .stores.base import Store
 
 log = logging.getLogger("runlane.engine")
@@ -23,11 +24,16 @@ STOP_TIMEOUT = 5.0
 
 class LeaseKeeper:
     def __init__(
-        self, store: Store, now: Callable[[], datetime], lease_seconds: Callable[[], float]
+        self,
+        store: Store,
+        now: Callable[[], datetime],
+        lease_seconds: Callable[[], float],
+        outage: OutageLog,
     ) -> None:
         self._store = store
         self._now = now
         self._lease_seconds = lease_seconds
+        self._outage = outage
         self._held: dict[str, str] = {}  # run id -> lease owner
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -59,10 +65,14 @@ class LeaseKeeper:
             until = self._now() + timedelta(seconds=self._lease_seconds())
             try:
                 kept = await self._store.renew_leases(held, until)
-            except Exception:
+            except Exception as exc:
                 if self._stopping:  # a cancellation surfacing as a driver error: stop here
                     return
-                log.exception("renewing %d lease(s) failed; retrying", len(held))
+                if is_infrastructure(exc):
+                    # The turns' own writes meet the outage too, and give their runs back.
+                    self._outage.failed(exc, f"renewing {len(held)} lease(s)")
+                else:
+                    log.exception("renewing %d lease(s) failed; retrying", len(held))
                 continue
             for run_id, owner in held.items():
                 if run_id not in kept and self._held.get(run_id) == owner:

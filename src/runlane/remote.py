@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .errors import StepTimeoutError, error_dict, raise_stored
+from .faults import is_infrastructure
 from .models import JSON, Settled, StepKind, StepRecord, StepStatus
 from .runqueue import RateLimitedLog
 from .transports.base import Message, Transport
@@ -38,6 +39,7 @@ Key = tuple[str, int]  # (step id, attempt)
 RESULT_BATCH = 64
 STOP_TIMEOUT = 5.0  # a consumer stuck in a driver call is left behind rather than waited on
 TAKE_TIMEOUT = 1.0
+OUTAGE_PAUSE_MAX = 5.0  # seconds between tries to record held results while the store is down
 
 
 def step_id(run_id: str, seq: int) -> str:
@@ -55,6 +57,8 @@ class RemoteSteps:
         self._taken: set[Key] = set()  # waiters whose task a worker took (a beat was heard)
         self._persisted: dict[Key, float] = {}  # monotonic time a beat was last written
         self._tasks: list[asyncio.Task[None]] = []
+        # Results taken off the transport that the store could not record yet (an outage).
+        self._unlanded: list[Message] = []
         self._failures = RateLimitedLog()
         # Loops check this too: a cancel landing inside a driver call can surface as that
         # driver's own error, and a loop that retries on errors would then never end.
@@ -75,6 +79,18 @@ class RemoteSteps:
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT)
         self._tasks = []
+        await self._hand_back_unlanded()
+
+    async def _hand_back_unlanded(self) -> None:
+        """Results still held for an unreachable store go back to the transport for another
+        instance (or this one, later) to record; one that cannot leaves its attempt to the
+        step's redispatch rules."""
+        held, self._unlanded = self._unlanded, []
+        for result in held:
+            try:
+                await self.transport.send_result(result)
+            except Exception as exc:
+                self._failures.warning("handing back result %s failed (%s)", result, exc)
 
     # ---------------------------------------------------------------- dispatch and waiting
 
@@ -108,7 +124,17 @@ class RemoteSteps:
     # ---------------------------------------------------------------- consumers
 
     async def _take_results(self) -> None:
+        pause = TAKE_TIMEOUT
         while not self._stopping:
+            if self._unlanded:
+                # The store was unreachable: record what is held before taking more, which
+                # stays on the transport meanwhile.
+                self._unlanded = await self._land_all(self._unlanded)
+                if self._unlanded:
+                    await asyncio.sleep(pause)
+                    pause = min(OUTAGE_PAUSE_MAX, pause * 2)
+                    continue
+                pause = TAKE_TIMEOUT
             try:
                 results = await self.transport.take_results(RESULT_BATCH, TAKE_TIMEOUT)
             except Exception as exc:
@@ -117,16 +143,33 @@ class RemoteSteps:
                 self._failures.warning("taking step results failed (%s); retrying", exc)
                 await asyncio.sleep(TAKE_TIMEOUT)
                 continue
-            for result in results:
-                try:
-                    await self._land(result)
-                except Exception as exc:
+            self._unlanded = await self._land_all(results)
+
+    async def _land_all(self, results: list[Message]) -> list[Message]:
+        """Land results; the ones the store could not record (an outage) come back, held."""
+        held: list[Message] = []
+        for result in results:
+            if held and not self._waited(result):
+                held.append(result)  # the store just failed: don't wait on it for each one
+                continue
+            try:
+                await self._land(result)
+            except Exception as exc:
+                if is_infrastructure(exc):
+                    self.engine.outage.failed(exc, "recording a remote step's result")
+                    held.append(result)
+                else:
                     self._failures.warning(
                         "landing result %s failed (%s)", result.get("step_id"), exc
                     )
+        return held
+
+    def _waited(self, result: Message) -> bool:
+        """Whether a turn here waits for this result in memory (landing it needs no store)."""
+        return _key(result) in self._waiters
 
     async def _land(self, result: Message) -> None:
-        key = (str(result.get("step_id")), int(result.get("attempt") or 0))
+        key = _key(result)
         waiter = self._waiters.get(key)
         if waiter is not None and not waiter.done():
             waiter.set_result(result)
@@ -159,7 +202,7 @@ class RemoteSteps:
                 await asyncio.sleep(TAKE_TIMEOUT)
 
     async def _heard_beat(self, beat: Message) -> None:
-        key = (str(beat.get("step_id")), int(beat.get("attempt") or 0))
+        key = _key(beat)
         if key in self._waiters:
             self._heard[key] = time.monotonic()
             self._taken.add(key)
@@ -170,9 +213,21 @@ class RemoteSteps:
         self._persisted[key] = time.monotonic()
         if len(self._persisted) > 10_000:
             self._persisted.clear()
-        await self.engine.store.record_heartbeat(
-            str(beat.get("run_id")), int(beat.get("seq") or 0), key[1], self.engine.now()
-        )
+        try:
+            await self.engine.store.record_heartbeat(
+                str(beat.get("run_id")), int(beat.get("seq") or 0), key[1], self.engine.now()
+            )
+        except Exception as exc:
+            # The worker's next beat is persisted instead; if the store stays away longer than
+            # the attempt's window, the attempt falls silent and its retry rules apply.
+            del self._persisted[key]
+            if not is_infrastructure(exc):
+                raise
+            self.engine.outage.failed(exc, "recording a heartbeat")
+
+
+def _key(message: Message) -> Key:
+    return (str(message.get("step_id")), int(message.get("attempt") or 0))
 
 
 # ---------------------------------------------------------------- the turn's side
@@ -335,7 +390,9 @@ class _Watch:
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
                     return await asyncio.wait_for(asyncio.shield(waiter), wait)
-            stored = await self.turn.host.store.get_step(self.turn.run.id, self.op.seq)
+            stored = await self.turn.io(
+                self.turn.host.store.get_step(self.turn.run.id, self.op.seq)
+            )
             if stored is not None and stored.status != StepStatus.RUNNING:
                 return _stored_result(stored)
             if waiter.done():  # it landed while the checkpoint was read

@@ -8,10 +8,11 @@ always before the next side effect starts, so a crash re-executes at most the st
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .context import ChildOp, Context, Operation, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
@@ -28,6 +29,7 @@ from .errors import (
     error_dict,
     raise_stored,
 )
+from .faults import is_infrastructure
 from .leases import LeaseKeeper
 from .models import (
     JSON,
@@ -51,6 +53,10 @@ from .options import EngineOptions
 from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
 from .stores.base import RunCancelling, Store
+
+log = logging.getLogger("runlane.engine")
+
+T = TypeVar("T")
 
 BATCH = 500
 """Children are started and checked in batches of this many, so wide fans stay few writes."""
@@ -89,6 +95,7 @@ class TurnOutcome:
     status: RunStatus | None = None
     settled: Run | None = None  # the run as this turn settled it
     successor: Claim | None = None  # the singleton waiter the settlement leased to this engine
+    outage: BaseException | None = None  # abandoned because the store could not be reached
 
 
 class Turn:
@@ -114,6 +121,16 @@ class Turn:
 
     def now(self) -> datetime:
         return self.host.now()
+
+    async def io(self, call: Awaitable[T]) -> T:
+        """A store call made for this turn. An outage abandons the turn: it unwinds the body as
+        ``Abandon`` (a ``BaseException``), so the body never sees it as a step's error."""
+        try:
+            return await call
+        except Exception as exc:
+            if is_infrastructure(exc):
+                raise Abandon(exc) from exc
+            raise
 
     def next_seq(self) -> int:
         self._seq += 1
@@ -236,7 +253,7 @@ class Turn:
         self, name: str, after: int, match: Callable[[JSON], bool] | None
     ) -> Event | None:
         while True:
-            events = await self.host.store.events_after(name, after, BATCH)
+            events = await self.io(self.host.store.events_after(name, after, BATCH))
             for event in events:
                 if match is None or match(event.payload):
                     return event
@@ -253,14 +270,30 @@ class Turn:
         self.consumed = []
         return writes
 
+    def _unwritten(self, writes: Writes) -> None:
+        """Stage again the records of a write the store may not have taken (an outage), so the
+        turn's release carries them; anything staged since is newer and wins."""
+        for record in writes.steps:
+            self.staged.setdefault(record.seq, record)
+        self.consumed = [*writes.consumed_signals, *self.consumed]
+
+    async def _write(self, writes: Writes, call: Awaitable[T]) -> T:
+        try:
+            return await self.io(call)
+        except Abandon as abandon:
+            if abandon.outage is not None:
+                self._unwritten(writes)
+            raise
+
     async def flush(self, children: Sequence[RunSpec] = ()) -> list[Started]:
         """Write staged records (and create children) in one fenced transaction."""
         async with self._lock:
             if not self.staged and not self.consumed and not children:
                 return []
             writes = self._take_writes(children)
+            checkpoint = self.host.store.checkpoint(self.run.id, self.owner, writes, self.now())
             try:
-                return await self.host.store.checkpoint(self.run.id, self.owner, writes, self.now())
+                return await self._write(writes, checkpoint)
             except RunCancelling:
                 raise Cancelled() from None
             except LeaseLostError:
@@ -393,7 +426,7 @@ class Turn:
         results: dict[int, Settled | None] = {}
         for i in range(0, len(ops), BATCH):
             chunk = ops[i : i + BATCH]
-            runs = await self.host.store.get_runs([op.child_id for op in chunk])
+            runs = await self.io(self.host.store.get_runs([op.child_id for op in chunk]))
             for op in chunk:
                 results[op.seq] = self._child_result(op, runs.get(op.child_id))
         return results
@@ -459,12 +492,25 @@ class Turn:
         if len(steps) == 1:  # the common case: no task needed for one step
             results: list[Settled | None] = [await self.settle_step(steps[0])]
         else:
-            results = list(await asyncio.gather(*(self.settle_step(op) for op in steps)))
+            results = await self._settle_steps(steps)
         by_seq: dict[int, Settled | None] = {
             **children,
             **dict(zip((op.seq for op in steps), results, strict=True)),
         }
         return [by_seq[op.seq] for op in ops]
+
+    async def _settle_steps(self, steps: Sequence[StepOp]) -> list[Settled | None]:
+        """Settle steps side by side. When one stops the turn (an outage, a lost lease, a
+        cancellation), the others still finish, so nothing of the turn runs after it ended."""
+        outcomes = await asyncio.gather(
+            *(self.settle_step(op) for op in steps), return_exceptions=True
+        )
+        results: list[Settled | None] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results.append(outcome)
+        return results
 
     async def gather(
         self, ops: Sequence[Operation], *, fail_fast: bool, settled: bool
@@ -494,11 +540,11 @@ class Turn:
     ) -> None:
         for op, result in zip(ops, results, strict=True):
             if result is None and isinstance(op, ChildOp):
-                await self.host.store.cancel_run(
-                    op.child_id,
-                    self.now(),
-                    {"type": "Cancelled", "message": "a sibling failed (fail_fast)"},
-                )
+                error: dict[str, object] = {
+                    "type": "Cancelled",
+                    "message": "a sibling failed (fail_fast)",
+                }
+                await self.io(self.host.store.cancel_run(op.child_id, self.now(), error))
 
     # ---------------------------------------------------------------- the turn
 
@@ -512,56 +558,64 @@ class Turn:
         return outcome
 
     async def _execute(self) -> TurnOutcome:
+        try:
+            ending = await self._body()
+            if ending is None:
+                return await self._suspend()
+            return await self._finish(*ending)
+        except Abandon as abandon:
+            if abandon.outage is None:
+                return TurnOutcome("abandoned")
+            return await self._release(abandon.outage)
+
+    async def _body(self) -> tuple[Settlement, bool] | None:
+        """Run the body: how the run settles (and whether to discard the turn's records), or
+        None when it suspends. Only the body's own outcome is decided here."""
         ctx = Context(self)
         try:
             output = await self.definition.fn(ctx, self.run.input)
             if self.diverged is not None:
                 raise self.diverged
             value = normalise(output, f"output of workflow {self.run.workflow!r}")
-            return await self._finish(Settlement(RunStatus.COMPLETED, value))
+            return Settlement(RunStatus.COMPLETED, value), False
         except Suspend:
             if self.diverged is not None:
-                return await self._finish(
-                    Settlement(RunStatus.FAILED, None, error_dict(self.diverged))
-                )
-            return await self._suspend()
+                return Settlement(RunStatus.FAILED, None, error_dict(self.diverged)), False
+            return None
         except ContinueAsNew as cont:
             spec = await self.host.continuation_spec(self.run, cont.input)
-            return await self._finish(
-                Settlement(RunStatus.COMPLETED, {"continued_as": spec.id}, None, spec)
-            )
+            return Settlement(RunStatus.COMPLETED, {"continued_as": spec.id}, None, spec), False
         except Cancelled:
-            return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
-        except Abandon:
-            return TurnOutcome("abandoned")
+            return Settlement(RunStatus.CANCELLED), True
         except Exception as exc:
             failure = self.diverged or exc
-            return await self._finish(Settlement(RunStatus.FAILED, None, error_dict(failure)))
+            return Settlement(RunStatus.FAILED, None, error_dict(failure)), False
 
     async def _suspend(self) -> TurnOutcome:
         wake = min(self.wakes) if self.wakes else None
+        writes = self._take_writes()
+        suspend = self.host.store.suspend_run(self.run.id, self.owner, writes, wake, self.now())
         try:
-            rewake = await self.host.store.suspend_run(
-                self.run.id, self.owner, self._take_writes(), wake, self.now()
-            )
+            rewake = await self._write(writes, suspend)
         except RunCancelling:
             return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
         except LeaseLostError:
             return TurnOutcome("abandoned")
         return TurnOutcome("rewake" if rewake else "suspended", wake_at=wake)
 
-    async def _finish(self, settlement: Settlement, *, discard: bool = False) -> TurnOutcome:
+    async def _finish(self, settlement: Settlement, discard: bool = False) -> TurnOutcome:
         writes = Writes() if discard else self._take_writes()
         if settlement.status == RunStatus.CANCELLED and settlement.error is None:
-            current = await self.host.store.get_run(self.run.id)
+            current = await self.io(self.host.store.get_run(self.run.id))
             settlement = Settlement(RunStatus.CANCELLED, None, current.error if current else None)
         now = self.now()
         # The slot this run frees can go straight to the next waiter, leased to this engine.
         successor = self.host.successor_lease() if self.run.holds_slot else None
+        settle = self.host.store.settle_run(
+            self.run.id, self.owner, writes, settlement, now, successor=successor
+        )
         try:
-            result = await self.host.store.settle_run(
-                self.run.id, self.owner, writes, settlement, now, successor=successor
-            )
+            result = await self._write(writes, settle)
         except RunCancelling:
             return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
         except LeaseLostError:
@@ -573,3 +627,29 @@ class Turn:
             settled=settled_run(self.run, settlement, now),
             successor=result.successor,
         )
+
+    async def _release(self, outage: BaseException) -> TurnOutcome:
+        """Give the run back after a store outage: suspended and due now, with the records this
+        turn made that may not have been written (a remote step's dispatch mark aside: its task
+        was never sent). If the store cannot take this either, the lease is left to expire.
+
+        The write is fenced like any other: when an earlier write whose outcome was unknown did
+        commit a settlement, this one finds the lease gone and changes nothing.
+        """
+        writes = self._take_writes()
+        kept = tuple(r for r in writes.steps if r.status != StepStatus.RUNNING)
+        now = self.now()
+        try:
+            await self.host.store.suspend_run(
+                self.run.id, self.owner, Writes(kept, writes.consumed_signals), now, now
+            )
+        except RunCancelling:
+            try:
+                return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
+            except Abandon:
+                pass
+        except Exception as exc:
+            if not is_infrastructure(exc) and not isinstance(exc, LeaseLostError):
+                raise
+        log.debug("run %s: turn abandoned, the store is unavailable (%s)", self.run.id, outage)
+        return TurnOutcome("abandoned", outage=outage)

@@ -26,9 +26,10 @@ from .transports.base import Message, Transport
 
 log = logging.getLogger(__name__)
 
-# A result that cannot be sent is retried after these pauses, then given up: the engine's
-# redispatch and reconcile passes cover a result that never arrives.
-SEND_RETRY_DELAYS = (0.25, 1.0, 4.0)
+# A result that cannot be sent (the transport is down, or restarting) is retried after these
+# pauses, about two minutes in all, then given up: the engine's redispatch and reconcile
+# passes cover a result that never arrives.
+SEND_RETRY_DELAYS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 TAKE_RETRY_DELAY = 1.0
 
 

@@ -217,3 +217,20 @@ async def test_the_app_lifespan_runs_the_engine(tmp_path: Path) -> None:
         run = await engine.start("nightly", {"store": "n"}, "n1")
         done = await engine.wait_for_run(run.id, timeout=10)
     assert done.output == "synced"
+
+
+async def test_an_unreachable_store_answers_503_with_retry_after(
+    engine: runlane.Engine, client: httpx.AsyncClient
+) -> None:
+    from tests.outages import FlakyStore
+
+    flaky = FlakyStore(engine.store)
+    engine.store = flaky
+    flaky.down = True
+    response = await client.get("/runs")
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert response.json()["error"] == "StoreUnavailableError"
+    assert "server closed the connection" in response.json()["message"]
+    flaky.down = False
+    assert (await client.get("/runs")).status_code == 200

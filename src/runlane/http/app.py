@@ -29,6 +29,7 @@ from ..errors import (
     RunNotFoundError,
     SerializationError,
     SingletonQueueFullError,
+    StoreUnavailableError,
     UnknownWorkflowError,
 )
 from ..models import Run, StepRecord
@@ -77,7 +78,7 @@ def error_response(exc: Exception) -> JSONResponse:
         return JSONResponse(exc.body, exc.status)
     status, extra = _status_for(exc)
     body = {"error": type(exc).__name__, "message": str(exc), **extra}
-    headers = {"Retry-After": "1"} if status == 429 else None
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
     return JSONResponse(body, status, headers=headers)
 
 
@@ -95,6 +96,8 @@ def _status_for(exc: Exception) -> tuple[int, dict[str, Any]]:
             "key": exc.key,
             "max_queue_depth": exc.max_queue_depth,
         }
+    if isinstance(exc, StoreUnavailableError):
+        return 503, {}
     if isinstance(exc, UnknownWorkflowError | RunNotFoundError):
         return 404, {}
     if isinstance(exc, RunExistsError | RunFinishedError):

@@ -1,0 +1,243 @@
+"""Outages of real servers under a fleet of real processes: no run's outcome is the plumbing's.
+
+Three engine processes and two workers, on a PostgreSQL server and a Redis server that the test
+started itself (never the machine's own services), run a few hundred runs: plain ones, runs of
+one singleton key, and runs with a remote step. Meanwhile the database's backends are
+terminated every 1.5 s for 12 s, or PostgreSQL is restarted as after a crash, or Redis is
+restarted (losing every message it held). Afterwards every run has completed with its output,
+each checkpoint exists once, no step ran more than twice, and the key's bodies never overlapped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from runlane import Engine, RunStatus, StoreUnavailableError
+from runlane.stores.postgres import PostgresStore
+from tests.servers import PrivatePostgres, PrivateRedis
+
+from . import outage_app
+
+APP = Path(outage_app.__file__)
+KINDS = {"o.plain": 120, "o.keyed": 30, "o.remote": 90}
+WAVES = 10
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[PrivatePostgres, PrivateRedis]]:
+    pg, redis = PrivatePostgres(), PrivateRedis()
+    pg.start()
+    redis.start()
+    try:
+        yield pg, redis
+    finally:
+        redis.stop()
+        pg.destroy()
+
+
+def _database(pg: PrivatePostgres) -> str:
+    name = f"outage_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return pg.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _terminate_backends(pg: PrivatePostgres, database: str) -> int:
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchall()
+    return len(rows)
+
+
+def _spawn(role: str, db_url: str, redis_url: str, prefix: str, log: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), role, db_url, redis_url, prefix, str(log)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert "READY" in line, line + proc.stdout.read()
+    return proc
+
+
+def _plan() -> list[tuple[str, str]]:
+    runs = [(kind, f"{kind}-{n:03d}") for kind, count in KINDS.items() for n in range(count)]
+    # Interleave the kinds, keeping each key's runs in start order.
+    return sorted(runs, key=lambda r: (int(r[1].rsplit("-", 1)[1]) % WAVES, r[1]))
+
+
+async def _start_all(db_url: str, redis_url: str, prefix: str) -> None:
+    """A web process starting runs in waves, retrying a start the outage refused."""
+    producer = outage_app.engine(db_url, redis_url, prefix, drive=False, consumers="never")
+    plan = _plan()
+    wave = len(plan) // WAVES + 1
+    async with producer:
+        for i in range(0, len(plan), wave):
+            for kind, run_id in plan[i : i + wave]:
+                await _start_one(producer, kind, run_id)
+            await asyncio.sleep(0.7)
+
+
+async def _start_one(producer: Engine, kind: str, run_id: str) -> None:
+    for _ in range(200):
+        try:
+            await producer.start(kind, None, run_id=run_id)
+            return
+        except StoreUnavailableError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"could not start {run_id} in 20 s")
+
+
+async def _snapshot(db_url: str) -> tuple[list[Any], dict[str, list[Any]]]:
+    store = PostgresStore(db_url)
+    for _ in range(100):
+        try:
+            await store.open()
+            break
+        except StoreUnavailableError:
+            await asyncio.sleep(0.2)
+    try:
+        runs = await store.list_runs(limit=10_000)
+        steps = {r.id: await store.list_steps(r.id) for r in runs}
+    finally:
+        await store.close()
+    return runs, steps
+
+
+def _wait_all_completed(db_url: str, timeout: float) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    runs: list[Any] = []
+    while time.monotonic() < deadline:
+        try:
+            runs, _ = asyncio.run(_snapshot(db_url))
+        except StoreUnavailableError:
+            runs = []
+        if len(runs) == sum(KINDS.values()) and all(r.is_terminal for r in runs):
+            return runs
+        time.sleep(0.5)
+    return runs
+
+
+def _inject(faults: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=faults, daemon=True)
+    thread.start()
+    return thread
+
+
+def _fleet_under(
+    servers: tuple[PrivatePostgres, PrivateRedis],
+    tmp_path: Path,
+    faults: Callable[[PrivatePostgres, PrivateRedis, str], None],
+) -> None:
+    pg, redis = servers
+    db_url = _database(pg)
+    database = db_url.rsplit("/", 1)[1]
+    prefix = f"rlout-{uuid.uuid4().hex[:8]}"
+    log = tmp_path / "steps.log"
+    log.touch()
+    asyncio.run(PostgresStore(db_url).open())  # migrate before the fleet opens it at once
+    procs = [_spawn("engine", db_url, redis.url, prefix, log) for _ in range(3)]
+    procs += [_spawn("worker", db_url, redis.url, prefix, log) for _ in range(2)]
+    try:
+        injector = _inject(lambda: faults(pg, redis, database))
+        asyncio.run(_start_all(db_url, redis.url, prefix))
+        injector.join(60)
+        runs = _wait_all_completed(db_url, 150)
+        alive = [p.pid for p in procs if p.poll() is None]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            out, _ = proc.communicate(timeout=60)
+            (tmp_path / f"proc-{proc.pid}.out").write_text(out or "")
+    assert len(alive) == len(procs), f"processes died: {[p.pid for p in procs]} alive {alive}"
+    _check(db_url, runs, log)
+
+
+def _check(db_url: str, runs: list[Any], log: Path) -> None:
+    _, steps = asyncio.run(_snapshot(db_url))
+    unfinished = [
+        (r.id, r.status, (r.error or {}).get("type"), str((r.error or {}).get("message"))[:120])
+        for r in runs
+        if r.status != RunStatus.COMPLETED
+    ]
+    assert len(runs) == sum(KINDS.values()), f"{len(runs)} runs found"
+    assert not unfinished, f"{len(unfinished)} runs not completed: {unfinished[:5]}"
+    for run in runs:
+        records = steps[run.id]
+        assert [s.seq for s in records] == [1, 2, 3], (run.id, records)
+        assert all(s.status == "completed" for s in records), (run.id, records)
+        assert run.output == [f"{run.id}:{seq}" for seq in (1, 2, 3)], run
+    lines = [line.split() for line in log.read_text().splitlines()]
+    executions = Counter((run, seq) for run, seq, *_ in lines)
+    assert len(executions) == len(runs) * 3, "a step never ran"
+    assert max(executions.values()) <= 2, [k for k, v in executions.items() if v > 2]
+    critical = sorted(
+        (float(a), float(b), run) for run, _, _, kind, a, b in lines if kind == "critical"
+    )
+    overlaps, latest = [], (0.0, "")
+    for begin, finish, run in critical:
+        if begin < latest[0] and run != latest[1]:
+            overlaps.append((latest[1], run))
+        latest = max(latest, (finish, run))
+    assert not overlaps, f"the key's bodies overlapped: {overlaps}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_backends_terminated_every_1_5_s_for_12_s_decide_no_run(
+    servers: tuple[PrivatePostgres, PrivateRedis], tmp_path: Path
+) -> None:
+    def terminate(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> None:
+        killed = 0
+        for _ in range(8):
+            time.sleep(1.5)
+            killed += _terminate_backends(pg, database)
+        assert killed > 0
+
+    _fleet_under(servers, tmp_path, terminate)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_postgres_restarted_as_after_a_crash_mid_burst_decides_no_run(
+    servers: tuple[PrivatePostgres, PrivateRedis], tmp_path: Path
+) -> None:
+    def crash_restart(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> None:
+        time.sleep(3.0)
+        pg.stop("immediate")
+        time.sleep(1.0)
+        pg.start()
+
+    _fleet_under(servers, tmp_path, crash_restart)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_redis_restarted_mid_burst_decides_no_run(
+    servers: tuple[PrivatePostgres, PrivateRedis], tmp_path: Path
+) -> None:
+    def restart_redis(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> None:
+        time.sleep(3.0)
+        redis.restart(down_for=1.0)
+
+    _fleet_under(servers, tmp_path, restart_redis)

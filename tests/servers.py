@@ -1,0 +1,135 @@
+"""Servers a test starts (and restarts) itself, never the machine's own services.
+
+``PrivatePostgres``: ``initdb`` into a temporary folder and ``pg_ctl`` on a loopback port of its
+own (run as the ``postgres`` user when the tests run as root, since the server refuses root).
+``PrivateRedis``: ``redis-server`` on a port of its own, nothing kept on disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _pg_bin(name: str) -> str:
+    found = shutil.which(name) or next(
+        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))), None
+    )
+    if found is None:
+        raise RuntimeError(f"{name} is not installed")
+    return found
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of the test's own: start, stop (even abruptly), start again."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="runlane-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self._as_postgres = os.geteuid() == 0
+        if self._as_postgres:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run(
+            _pg_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8"
+        )
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
+        self._run(
+            _pg_bin("pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.root / "log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        """``fast``: a clean shutdown; ``immediate``: as a crash (recovery at the next start)."""
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def restart(self, mode: str = "immediate") -> None:
+        self.stop(mode)
+        self.start()
+
+    def destroy(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _run(self, *command: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if self._as_postgres else []
+        subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
+
+
+class PrivateRedis:
+    """A Redis server of the test's own, on a port of its own; ``restart`` loses every key."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server on port {self.port} did not come up")
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait(10)
+            self._proc = None
+
+    def restart(self, down_for: float = 1.0) -> None:
+        self.stop()
+        time.sleep(down_for)
+        self.start()
