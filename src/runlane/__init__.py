@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._version import __version__ as __version__
 from .context import Context
 from .definitions import Concurrency, Singleton, step, workflow
 from .engine import Engine
@@ -24,8 +25,6 @@ from .errors import (
 from .models import Run, RunStatus, Settled, StepRecord
 from .retry import Retry
 from .worker import Worker
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ChildFailedError",
