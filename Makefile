@@ -1,12 +1,16 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LOCK := requirements/dev.lock
 
-.PHONY: demo test lint install bench clean
+.PHONY: demo test lint install lock dist bench clean
 
-$(STAMP): pyproject.toml
+# The development environment: the exact versions of the lock file, then runlane itself
+# (editable, no dependency resolution of its own, so nothing drifts from the lock).
+$(STAMP): pyproject.toml $(LOCK)
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -r $(LOCK)
+	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -22,6 +26,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/mypy src
 
+# Re-resolve the lock after a change to pyproject.toml's dependencies; versions already locked
+# stay unless the new bounds exclude them (pip-tools, in a throwaway venv).
+lock:
+	tools=$$(mktemp -d) && python3 -m venv $$tools && $$tools/bin/pip install -q 'pip-tools>=7.4' \
+	  && CUSTOM_COMPILE_COMMAND="make lock" $$tools/bin/pip-compile -q --extra dev --strip-extras \
+	     --unsafe-package runlane --no-emit-index-url --no-emit-find-links --no-emit-trusted-host \
+	     --annotation-style line -o $(LOCK) pyproject.toml; \
+	  status=$$?; rm -rf $$tools; exit $$status
+
+# The wheel and the sdist, in dist/ (tests/e2e/test_packaging.py installs and checks them).
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
 # Benchmarks against DBOS Transact (not part of `make test`); QUICK=1 for a short run.
 PEERS_VENV := .peers-venv
 
@@ -34,4 +52,4 @@ bench: $(STAMP) $(PEERS_VENV)/bin/python
 	QUICK=$(QUICK) $(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info

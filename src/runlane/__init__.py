@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ._version import __version__ as __version__
 from .context import Context
 from .definitions import Concurrency, Singleton, step, workflow
 from .engine import Engine
@@ -10,6 +11,7 @@ from .errors import (
     ConcurrencyLimitError,
     FatalError,
     GatherError,
+    MissingExtraError,
     NonDeterminismError,
     RunExistsError,
     RunlaneError,
@@ -25,8 +27,6 @@ from .models import Run, RunStatus, Settled, StepRecord
 from .retry import Retry
 from .worker import Worker
 
-__version__ = "0.1.0"
-
 __all__ = [
     "ChildFailedError",
     "Concurrency",
@@ -35,6 +35,7 @@ __all__ = [
     "Engine",
     "FatalError",
     "GatherError",
+    "MissingExtraError",
     "NonDeterminismError",
     "Retry",
     "Run",

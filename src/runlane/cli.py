@@ -24,7 +24,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .engine import Engine
-from .errors import RunlaneError
+from .errors import MissingExtraError, RunlaneError
+from .extras import needs_extra
 from .models import Run, StepRecord
 from .worker import Worker
 
@@ -159,7 +160,17 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 # ---------------------------------------------------------------- the group
 
 
-@click.group()
+class Commands(click.Group):
+    """The command group; a backend whose extra is missing is a one-line failure, no traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MissingExtraError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=Commands)
 @click.version_option(package_name="runlane")
 def main() -> None:
     """runlane: durable workflows with exact per-key flow control."""
@@ -193,9 +204,10 @@ def demo(fresh: bool, directory: Path | None, speed: float, db: str | None) -> N
 @click.option("--port", default=8080, show_default=True, type=int)
 def serve(app: str, host: str, port: int) -> None:
     """Serve the HTTP API and the dashboard for the engine APP (module:attribute)."""
-    import uvicorn
+    with needs_extra("http", "runlane serve"):
+        import uvicorn
 
-    from .http import create_app
+        from .http.app import create_app
 
     uvicorn.run(create_app(load_engine(app)), host=host, port=port)
 
@@ -272,7 +284,7 @@ def runs_list(
         ),
     )
     if as_json:
-        from .http.app import run_to_dict
+        from .http.shapes import run_to_dict
 
         click.echo(json.dumps([run_to_dict(r) for r in found], indent=2))
         return
@@ -293,7 +305,7 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
     if run is None:
         raise click.ClickException(f"no run with id {run_id!r}")
     if as_json:
-        from .http.app import run_to_dict, step_to_dict
+        from .http.shapes import run_to_dict, step_to_dict
 
         body = {**run_to_dict(run), "steps": [step_to_dict(s) for s in steps]}
         click.echo(json.dumps(body, indent=2))
@@ -358,7 +370,8 @@ def db_upgrade(url: str | None) -> None:
     """Apply the schema migrations to URL (default $RUNLANE_DATABASE_URL)."""
     target = store_url(url)
     if target.startswith(("postgresql:", "postgres:")):
-        from .stores.postgres import upgrade
+        with needs_extra("postgres", "runlane db upgrade on PostgreSQL"):
+            from .stores.postgres import upgrade
 
         version = run_async(upgrade(target))
         click.echo(f"postgresql schema up to date (version {version})")

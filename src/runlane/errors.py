@@ -104,6 +104,16 @@ class SingletonQueueFullError(RunlaneError):
         )
 
 
+class MissingExtraError(RunlaneError, ImportError):
+    """A feature needs an optional dependency that is not installed."""
+
+    def __init__(self, feature: str, extra: str, missing: str | None = None) -> None:
+        self.feature = feature
+        self.extra = extra
+        super().__init__(f"{feature} needs the {extra} extra: pip install 'runlane[{extra}]'")
+        self.name = missing
+
+
 class UnsupportedStoreError(RunlaneError):
     """This store cannot perform the requested operation atomically."""
 

@@ -12,6 +12,7 @@ EXPECTED = {
     "Engine",
     "FatalError",
     "GatherError",
+    "MissingExtraError",
     "NonDeterminismError",
     "Retry",
     "Run",

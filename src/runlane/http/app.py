@@ -9,8 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import fields
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,37 +30,9 @@ from ..errors import (
     StoreUnavailableError,
     UnknownWorkflowError,
 )
-from ..models import Run, StepRecord
+from .shapes import run_to_dict, step_to_dict
 
-PUBLIC_RUN_FIELDS = (
-    "id", "workflow", "version", "status", "input", "output", "error", "tags",
-    "created_at", "updated_at", "wake_at", "parent_id", "namespace", "priority",
-)  # fmt: skip
 DASHBOARD = Path(__file__).with_name("templates") / "dashboard.html"
-
-
-# ---------------------------------------------------------------- JSON shapes
-
-
-def jsonable(value: Any) -> Any:
-    """Datetimes become ISO-8601 UTC strings; tuples become lists; the rest is already JSON."""
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat()
-    if isinstance(value, tuple | list):
-        return [jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    return value
-
-
-def run_to_dict(run: Run) -> dict[str, Any]:
-    return {name: jsonable(getattr(run, name)) for name in PUBLIC_RUN_FIELDS}
-
-
-def step_to_dict(record: StepRecord) -> dict[str, Any]:
-    return {
-        f.name: jsonable(getattr(record, f.name)) for f in fields(record) if f.name != "wake_at"
-    }
 
 
 class HTTPError(Exception):

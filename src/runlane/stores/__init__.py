@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..extras import lazy_names, needs_extra
 from .base import Store
 from .memory import MemoryStore
 
@@ -26,22 +27,16 @@ def open_store(url: str | None = None) -> Store:
 
         return SqliteStore.from_url(url)
     if url.startswith(("postgresql:", "postgres:")):
-        from .postgres import PostgresStore
+        with needs_extra("postgres", "PostgresStore"):
+            from .postgres import PostgresStore
 
         return PostgresStore(url)
     raise ValueError(f"unsupported store url {url!r}; use memory://, sqlite:/// or postgresql://")
 
 
-def __getattr__(name: str) -> Any:
-    if name == "SqliteStore":
-        from .sqlite import SqliteStore
-
-        return SqliteStore
-    if name == "PostgresStore":
-        from .postgres import PostgresStore
-
-        return PostgresStore
-    raise AttributeError(name)
-
+# PostgresStore imports psycopg only when asked for; SqliteStore is loaded on first use too.
+__getattr__ = lazy_names(
+    __name__, {"SqliteStore": (".sqlite", None), "PostgresStore": (".postgres", "postgres")}
+)
 
 __all__ = ["MemoryStore", "PostgresStore", "SqliteStore", "Store", "open_store"]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..extras import lazy_names, needs_extra
 from .base import HeartbeatFeed, Message, Transport
 from .db import DbTransport
 from .inprocess import InProcessTransport
-from .redis import RedisTransport
+
+if TYPE_CHECKING:
+    from .redis import RedisTransport
 
 
 def open_transport(url: str | None = None, **options: Any) -> Transport:
@@ -22,6 +25,9 @@ def open_transport(url: str | None = None, **options: Any) -> Transport:
     if url.startswith(("memory:", "inprocess:")):
         return InProcessTransport()
     if url.startswith(("redis:", "rediss:", "unix:")):
+        with needs_extra("redis", "RedisTransport"):
+            from .redis import RedisTransport
+
         return RedisTransport(url, **options)
     if url.startswith(("postgresql:", "postgres:", "sqlite:")):
         return DbTransport(url, **options)
@@ -29,6 +35,10 @@ def open_transport(url: str | None = None, **options: Any) -> Transport:
         f"unsupported transport url {url!r}; use memory://, redis://, postgresql:// or sqlite:///"
     )
 
+
+# RedisTransport imports redis only when asked for; DbTransport imports psycopg when it opens
+# on PostgreSQL.
+__getattr__ = lazy_names(__name__, {"RedisTransport": (".redis", "redis")})
 
 __all__ = [
     "DbTransport",

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from ..extras import needs_extra
 from ..serialization import dumps, loads
 from .base import Message
 from .local import Fanout, Feed, Wakeups, wait_event
@@ -200,7 +201,8 @@ def _table_for(url: str, poll_interval: float | None) -> MessageTable:
 
         return SqliteMessages(sqlite_path(url), poll_interval=poll_interval or 0.05)
     if url.startswith(("postgresql:", "postgres:")):
-        from .db_postgres import PostgresMessages
+        with needs_extra("postgres", "DbTransport on PostgreSQL"):
+            from .db_postgres import PostgresMessages
 
         return PostgresMessages(url, poll_interval=poll_interval or 2.0)
     raise ValueError(f"DbTransport needs a postgresql:// or sqlite:/// url, not {url!r}")

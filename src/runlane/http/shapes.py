@@ -1,0 +1,38 @@
+"""The JSON shape of runs and step records, shared by the HTTP API and ``runlane runs --json``.
+
+Kept apart from the app so the command line prints JSON without Starlette installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from datetime import UTC, datetime
+from typing import Any
+
+from ..models import Run, StepRecord
+
+PUBLIC_RUN_FIELDS = (
+    "id", "workflow", "version", "status", "input", "output", "error", "tags",
+    "created_at", "updated_at", "wake_at", "parent_id", "namespace", "priority",
+)  # fmt: skip
+
+
+def jsonable(value: Any) -> Any:
+    """Datetimes become ISO-8601 UTC strings; tuples become lists; the rest is already JSON."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if isinstance(value, tuple | list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    return value
+
+
+def run_to_dict(run: Run) -> dict[str, Any]:
+    return {name: jsonable(getattr(run, name)) for name in PUBLIC_RUN_FIELDS}
+
+
+def step_to_dict(record: StepRecord) -> dict[str, Any]:
+    return {
+        f.name: jsonable(getattr(record, f.name)) for f in fields(record) if f.name != "wake_at"
+    }
