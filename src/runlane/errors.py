@@ -150,6 +150,11 @@ class StepError(RunlaneError):
         super().__init__(message)
 
 
+class FatalStepError(StepError, FatalError):
+    """A step failed with a fatal error whose own type cannot be rebuilt on replay (a subclass
+    of ``FatalError`` defined by the application, or a remote worker's fatal error)."""
+
+
 class GatherError(RunlaneError):
     """One or more operations of a fan-out failed."""
 
@@ -228,8 +233,11 @@ class Abandon(_ControlFlow):
 
 
 def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
-    """The stored form of an exception: type, message, traceback and rebuildable attributes."""
+    """The stored form of an exception: type, message, whether it is fatal (``FatalError`` or
+    a subclass: never retried), traceback and rebuildable attributes."""
     result: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, FatalError):
+        result["fatal"] = True
     attrs = {k: v for k, v in vars(exc).items() if not k.startswith("_") and _plain(v)}
     if attrs and type(exc).__name__ in _REBUILDABLE:
         result["attrs"] = attrs
@@ -251,10 +259,21 @@ def _plain(value: Any) -> bool:
     return False
 
 
+def is_fatal(error: dict[str, Any]) -> bool:
+    """Whether a stored (or reported) error must never be retried.
+
+    ``fatal`` is what decides; a record without it (a worker that predates the field) is fatal
+    when its type is exactly ``FatalError``.
+    """
+    return bool(error.get("fatal")) or error.get("type") == "FatalError"
+
+
 def rebuild_error(error: dict[str, Any]) -> Exception:
     """Rebuild an exception from its stored dict, as faithfully as its type allows."""
     name = str(error.get("type", "Exception"))
     message = str(error.get("message", ""))
+    if is_fatal(error) and name not in _REBUILDABLE:
+        return FatalStepError(message, type=name)
     attrs = error.get("attrs") or {}
     cls = _REBUILDABLE.get(name)
     if cls is not None:

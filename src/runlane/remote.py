@@ -21,7 +21,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import StepTimeoutError, error_dict, raise_stored
+from .errors import StepTimeoutError, error_dict, is_fatal, raise_stored
 from .faults import is_infrastructure
 from .models import JSON, Settled, StepKind, StepRecord, StepStatus
 from .runqueue import RateLimitedLog
@@ -477,7 +477,7 @@ def _resolve(turn: Turn, op: StepOp, record: StepRecord, result: Message | None)
 def _attempt_failed(
     turn: Turn, op: StepOp, record: StepRecord, error: dict[str, Any]
 ) -> Settled | None:
-    retry_in = op.retry.retry_in(record.attempts, str(error.get("type")))
+    retry_in = op.retry.retry_in(record.attempts, is_fatal(error))
     if retry_in is not None:
         wake = turn.now() + timedelta(seconds=retry_in)
         turn.stage(_pending_retry(record, error, wake, turn.now()))

@@ -23,10 +23,10 @@ class Retry:
         if not 0 <= self.jitter <= 1:
             raise ValueError("Retry.jitter must be between 0 and 1")
 
-    def retry_in(self, attempt: int, error_type: str) -> float | None:
-        """Seconds until the next attempt after the ``attempt``-th failed with ``error_type``;
-        None when the step is out of attempts or the error is fatal (never retried)."""
-        if error_type == "FatalError" or attempt >= self.max_attempts:
+    def retry_in(self, attempt: int, fatal: bool) -> float | None:
+        """Seconds until the next attempt after the ``attempt``-th failed; None when the step
+        is out of attempts or the error was ``fatal`` (never retried)."""
+        if fatal or attempt >= self.max_attempts:
             return None
         return self.delay(attempt)
 

@@ -21,6 +21,7 @@ from .errors import (
     Cancelled,
     ChildFailedError,
     ContinueAsNew,
+    FatalError,
     GatherError,
     LeaseLostError,
     NonDeterminismError,
@@ -338,7 +339,7 @@ class Turn:
     def _step_failed(
         self, op: StepOp, record: StepRecord | None, attempt: int, started: datetime, exc: Exception
     ) -> Settled | None:
-        retry_in = op.retry.retry_in(attempt, type(exc).__name__)
+        retry_in = op.retry.retry_in(attempt, isinstance(exc, FatalError))
         if retry_in is not None:
             wake = self.now() + timedelta(seconds=retry_in)
             self._record(

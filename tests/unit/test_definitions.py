@@ -85,9 +85,9 @@ def test_retry_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
 
 def test_retry_in_is_none_once_attempts_run_out_or_for_a_fatal_error() -> None:
     retry = Retry(max_attempts=3, backoff=1.0, jitter=0.0)
-    assert retry.retry_in(1, "ValueError") == 1.0
-    assert retry.retry_in(3, "ValueError") is None
-    assert retry.retry_in(1, "FatalError") is None
+    assert retry.retry_in(1, fatal=False) == 1.0
+    assert retry.retry_in(3, fatal=False) is None
+    assert retry.retry_in(1, fatal=True) is None
 
 
 def test_engine_rejects_unknown_options() -> None:

@@ -236,7 +236,10 @@ class Store(Protocol):
     ) -> SettleResult:
         """Flush ``writes`` and finish the run with a terminal status; release the lease.
 
-        Fenced, but allowed while ``cancelling``. In the same transaction: the singleton slot is
+        Fenced. A ``cancelling`` run settles only ``cancelled``: any other settlement of it
+        raises :class:`RunCancelling` and writes nothing (the turn then settles it cancelled,
+        discarding its records: once a cancel was accepted, the body's outcome does not count).
+        In the same transaction: the singleton slot is
         released and the oldest waiters for the freed slots are woken; the parent is woken; a
         ``continue_as`` spec is created (without gates). ``woken`` lists the ids woken or
         created, so the caller may run them at once.

@@ -372,7 +372,7 @@ class MemoryStore:
         *,
         successor: Lease | None = None,
     ) -> SettleResult:
-        self._fenced(run_id, owner, allow_cancelling=True)
+        self._fenced(run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
         self._apply(run_id, writes, now)
         woken: list[str] = []
         if not self._runs[run_id].holds_slot:

@@ -460,7 +460,8 @@ class PostgresStore:
         async def work(conn: Conn) -> SettleResult:
             flushed, settle_lock = writes, lock
             if writes.children:
-                await self._checkpoint_in(conn, run_id, owner, writes, now, lock, True)
+                cancelled = settlement.status == RunStatus.CANCELLED
+                await self._checkpoint_in(conn, run_id, owner, writes, now, lock, cancelled)
                 flushed, settle_lock = Writes(), None
             settle = ("settle", _settle_params(run_id, owner, settlement, now, flushed))
             *_, rows = await pipeline(conn, settle_lock, settle)
@@ -680,7 +681,13 @@ def _settle_params(
 ) -> Row:
     """``settle``'s parameters; ``owner=None`` settles outside a turn (no lease to check)."""
     return {
-        **fenced_params(run_id, owner, writes, allow_cancelling=True),
+        # A cancelled run settles only as cancelled: its turn's other outcome is discarded.
+        **fenced_params(
+            run_id,
+            owner,
+            writes,
+            allow_cancelling=owner is None or settlement.status == RunStatus.CANCELLED,
+        ),
         "status": str(settlement.status),
         "output": json_param(settlement.output),
         "error": json_param(settlement.error),

@@ -367,7 +367,7 @@ def settle_run(
     now: datetime,
     successor: Lease | None = None,
 ) -> SettleResult:
-    run = _fenced(conn, run_id, owner, allow_cancelling=True)
+    run = _fenced(conn, run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
     _apply(conn, run_id, writes, now)
     woken: list[str] = []
     settled = finish(conn, _existing(conn, run_id), settlement, now, woken)
