@@ -11,7 +11,7 @@ from typing import Any
 
 from .definitions import Concurrency, WorkflowDefinition
 from .errors import ConcurrencyLimitError, RunlaneError, SingletonQueueFullError
-from .models import JSON, QuotaGate, SingletonGate
+from .models import JSON, QuotaGate, Run, SingletonGate
 
 
 def singleton_gate(definition: WorkflowDefinition, input: JSON) -> SingletonGate | None:
@@ -24,7 +24,49 @@ def singleton_gate(definition: WorkflowDefinition, input: JSON) -> SingletonGate
         raise RunlaneError(
             f"singleton key of {definition.name!r} must be a non-empty string, got {key!r}"
         )
-    return SingletonGate(key, rule.limit, rule.queue_depth, replace=rule.on_busy == "replace")
+    return SingletonGate(
+        lane(rule.scope, definition.name, key),
+        rule.limit,
+        rule.queue_depth,
+        replace=rule.on_busy == "replace",
+        user_key=key,
+    )
+
+
+def lane(scope: str, workflow: str, key: str) -> str:
+    """The singleton lane a key names: ``<length of workflow>:<workflow>:<key>`` for a lane of
+    one workflow, ``*:<key>`` for a global lane. The length makes the text unambiguous whatever
+    the names hold, and a global lane never collides with a workflow's."""
+    return f"*:{key}" if scope == "global" else f"{len(workflow)}:{workflow}:{key}"
+
+
+def lane_parts(lane: str) -> tuple[str | None, str]:
+    """A lane's workflow (None for a global lane) and key."""
+    head, _, rest = lane.partition(":")
+    if head == "*" or not head.isdigit():
+        return None, rest
+    size = int(head)
+    return rest[:size], rest[size + 1 :]
+
+
+def run_lane_tags(run: Run) -> tuple[str, ...]:
+    """The lane tags a gated run was given at its start."""
+    tags = []
+    if run.singleton_key is not None:
+        tags.append(f"singleton:{lane_parts(run.singleton_key)[1]}")
+    if run.concurrency_key is not None:
+        tags.append(f"concurrency:{run.concurrency_key}")
+    return tuple(tags)
+
+
+def lane_tags(singleton: SingletonGate | None, quota: QuotaGate | None) -> tuple[str, ...]:
+    """The tags of a gated run: ``singleton:<key>`` and ``concurrency:<key>``."""
+    tags = []
+    if singleton is not None:
+        tags.append(f"singleton:{singleton.shown_key}")
+    if quota is not None:
+        tags.append(f"concurrency:{quota.key}")
+    return tuple(tags)
 
 
 async def quota_gate(rule: Concurrency | None, input: JSON) -> QuotaGate | None:
@@ -42,6 +84,25 @@ async def quota_gate(rule: Concurrency | None, input: JSON) -> QuotaGate | None:
     return QuotaGate(key, int(limit), rule.statuses)
 
 
+async def requeue_gates(
+    definition: WorkflowDefinition, run: Run
+) -> tuple[QuotaGate | None, SingletonGate | None]:
+    """The gates a requeue of ``run`` passes, as a start would.
+
+    The quota is the one the run was admitted under (a per-start override included); a run
+    stored before quotas were recorded gets the workflow's rule on its input. The singleton
+    backlog is the workflow's rule for the run's own lane.
+    """
+    quota = run.quota
+    if quota is None and run.concurrency_key is not None:
+        rule = await quota_gate(definition.concurrency, run.input)
+        quota = rule if rule is not None and rule.key == run.concurrency_key else None
+    singleton = singleton_gate(definition, run.input)
+    if singleton is None or singleton.key != run.singleton_key:
+        singleton = None
+    return quota, singleton
+
+
 def quota_refusal(workflow: str, gate: QuotaGate, active: int) -> ConcurrencyLimitError | None:
     """The refusal for a start when ``active`` runs already count against the quota."""
     if gate.limit <= 0 or active >= gate.limit:
@@ -56,7 +117,7 @@ def queue_refusal(
     if gate.max_queue_depth is None or gate.replace:
         return None
     if active >= gate.limit + gate.max_queue_depth:
-        return SingletonQueueFullError(workflow, gate.key, gate.max_queue_depth)
+        return SingletonQueueFullError(workflow, gate.shown_key, gate.max_queue_depth)
     return None
 
 

@@ -106,11 +106,6 @@ def load_runnables(spec: str) -> list[Engine | Worker]:
                 f"{spec} holds a {type(item).__name__}; expected runlane Engine or Worker objects",
                 param_hint="APP",
             )
-        if isinstance(item, Engine) and (not item.drive or item.consumers == "never"):
-            raise click.ClickException(
-                f"{spec} is a producer-only engine (drive=False or consumers='never'); a worker"
-                " needs an engine that executes runs"
-            )
     return items
 
 
@@ -217,8 +212,10 @@ def serve(app: str, host: str, port: int) -> None:
 def worker(app: str) -> None:
     """Run APP (module:attribute): a Worker, an Engine, or a list of them, until SIGTERM/SIGINT.
 
-    Engines execute runs (and consume their transport's run queue); Workers execute the remote
-    steps of their group. On SIGTERM or Ctrl-C both drain: nothing in flight is lost.
+    Engines execute runs (and consume their transport's run queue), even one built as a
+    producer (drive=False, consumers="never"): its loop and consumers are turned on here.
+    Workers execute the remote steps of their group. On SIGTERM or Ctrl-C both drain: nothing
+    in flight is lost.
     """
     run_async(_work(load_runnables(app)))
 
@@ -231,7 +228,11 @@ async def _work(items: list[Engine | Worker]) -> None:
     engines = [i for i in items if isinstance(i, Engine)]
     workers = [i for i in items if isinstance(i, Worker)]
     for engine in engines:
+        # A worker executes runs: an engine the application built as a producer (drive=False,
+        # consumers="never", as a web process builds it) drives its loop and consumes here.
+        engine.drive = True
         await engine.__aenter__()
+        await engine.start_consumers()
     running = [asyncio.create_task(w.run()) for w in workers]
     names = ", ".join([f"engine {e.id}" for e in engines] + [f"worker {w.name}" for w in workers])
     click.echo(f"runlane worker: running {names}; SIGTERM or Ctrl-C drains and stops", err=True)

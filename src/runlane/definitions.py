@@ -37,12 +37,17 @@ def seconds(value: Seconds | None, what: str = "duration") -> float | None:
 
 @dataclass(frozen=True)
 class Singleton:
-    """At most ``limit`` runs per ``key(input)`` in flight; the rest wait FIFO."""
+    """At most ``limit`` runs per ``key(input)`` in flight; the rest wait FIFO.
+
+    ``scope="workflow"`` (the default): a key's slots are shared by this workflow's runs only.
+    ``scope="global"``: by the runs of every workflow that declares the key with this scope.
+    """
 
     key: Callable[[Any], str]
     limit: int = 1
     max_queue_depth: int | None = None
     on_busy: Literal["queue", "reject", "replace"] = "queue"
+    scope: Literal["workflow", "global"] = "workflow"
 
     def __post_init__(self) -> None:
         if not callable(self.key):
@@ -53,6 +58,8 @@ class Singleton:
             raise DefinitionError("Singleton.max_queue_depth must not be negative")
         if self.on_busy not in ("queue", "reject", "replace"):
             raise DefinitionError("Singleton.on_busy must be 'queue', 'reject' or 'replace'")
+        if self.scope not in ("workflow", "global"):
+            raise DefinitionError("Singleton.scope must be 'workflow' or 'global'")
 
     @property
     def queue_depth(self) -> int | None:

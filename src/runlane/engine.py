@@ -42,6 +42,7 @@ from .models import (
     JSON,
     Claim,
     Lease,
+    RetryTimer,
     Run,
     RunSpec,
     RunStatus,
@@ -276,7 +277,9 @@ class Engine:
             version=definition.version,
             input=input,
             created_at=now,
-            tags=tuple(dict.fromkeys((*definition.tags, *tags))),
+            tags=tuple(
+                dict.fromkeys((*definition.tags, *tags, *admission.lane_tags(singleton, quota)))
+            ),
             parent_id=parent.id if parent else None,
             namespace=parent.namespace if parent else self.namespace,
             priority=parent.priority if parent and not priority else priority,
@@ -291,7 +294,9 @@ class Engine:
     async def continuation_spec(self, run: Run, input: JSON) -> RunSpec:
         next_id = continuation_id(run.id)
         definition = self.registry.workflow(run.workflow)
-        user_tags = tuple(t for t in run.tags if t not in definition.tags)
+        # The new input may name other lanes: the run's own lane tags do not carry over.
+        inherited = (*definition.tags, *admission.run_lane_tags(run))
+        user_tags = tuple(t for t in run.tags if t not in inherited)
         return await self.build_spec(
             definition, input, next_id, priority=run.priority, tags=user_tags
         )
@@ -355,7 +360,12 @@ class Engine:
         return bool(changed)
 
     async def requeue(self, run_id: str) -> Run:
-        """Retry a failed, dead or cancelled run from its checkpoints."""
+        """Retry a failed, dead or cancelled run from its checkpoints.
+
+        A requeue is a start as far as the gates go: over its quota it raises
+        ``ConcurrencyLimitError``, behind a full singleton backlog ``SingletonQueueFullError``,
+        and nothing changes.
+        """
         await self._ready()
         run = await self._api(lambda: self.store.get_run(run_id), retry=True)
         if run is None:
@@ -364,7 +374,12 @@ class Engine:
         deadline = None
         if definition.execution_timeout is not None:
             deadline = self.now() + timedelta(seconds=definition.execution_timeout)
-        requeued = await self._api(lambda: self.store.requeue_run(run_id, self.now(), deadline))
+        quota, singleton = await admission.requeue_gates(definition, run)
+        requeued = await self._api(
+            lambda: self.store.requeue_run(
+                run_id, self.now(), deadline, quota=quota, singleton=singleton
+            )
+        )
         self._settled.pop(run_id, None)
         self._kick([run_id])
         return requeued
@@ -593,6 +608,14 @@ class Engine:
         """Make runs that were just woken in the store execute soon (here or via the queue)."""
         self._kick(run_ids)
 
+    def resume_here(self, run_ids: Iterable[str]) -> None:
+        """Runs this instance just made due (a remote result it recorded): execute them here when
+        it drives and has room, else wake them like any other."""
+        if self._driving() and self.local_room() > 0:
+            self.run_locally(run_ids)
+        else:
+            self._kick(run_ids)
+
     def run_locally(self, run_ids: Iterable[str]) -> None:
         if self._driving() and self._local is not None:
             self._local.spawn_all(run_ids)
@@ -655,13 +678,15 @@ class Engine:
         if self.runqueue is not None and not self.runqueue.claiming(run_id):
             return None
         now = self.now()
-        retry = self.options.singleton_retry * random.uniform(0.75, 1.25)
+        retry = RetryTimer(
+            self.options.singleton_retry, self.options.lease, random.uniform(0.75, 1.25)
+        )
         outcome = await self.store.claim_run(
             run_id,
             f"{self.id}:{next(self._tokens)}",
             now,
             now + timedelta(seconds=self.options.lease),
-            singleton_retry_at=now + timedelta(seconds=retry),
+            singleton_retry=retry,
             max_recoveries=self.options.max_recovery_attempts,
             handoff=handoff,
         )

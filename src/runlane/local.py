@@ -34,6 +34,8 @@ class LocalRuns:
         self.limit = limit
         self.inflight: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        # Runs whose wake mid-turn was a handed-off timer: the next turn claims as a hand-off.
+        self._handoffs: set[str] = set()
         self._claims: dict[str, Claim] = {}
         self._slots = asyncio.Semaphore(limit)
         self._room = asyncio.Event()
@@ -53,6 +55,10 @@ class LocalRuns:
             # A wake that arrived mid-turn needs one more turn; a poll only saw the turn running.
             if not poll:
                 self._again.add(run_id)
+            if handoff:
+                # Its claim must say so: the hand-off pushed the run's wake time a lease ahead,
+                # and a plain claim would find it not due (the wake lost until that time).
+                self._handoffs.add(run_id)
             if claim is not None:  # leased to us already: the next turn of that task uses it
                 self._claims[run_id] = claim
             return task
@@ -83,7 +89,8 @@ class LocalRuns:
                 self._again.discard(run_id)
                 async with self._slots:
                     woken = await self._execute(run_id, handoff, claim)
-                handoff, claim = False, self._claims.pop(run_id, None)
+                handoff, claim = run_id in self._handoffs, self._claims.pop(run_id, None)
+                self._handoffs.discard(run_id)
                 # While draining, woken runs stay due in the store for another instance (or
                 # the next start) to pick up; taking them here would keep the drain busy.
                 accepting = self._accepting()
@@ -99,6 +106,7 @@ class LocalRuns:
             )
         finally:
             self.inflight.pop(run_id, None)
+            self._handoffs.discard(run_id)
             self._room.set()
         if followups:
             await asyncio.gather(*followups, return_exceptions=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -68,10 +68,23 @@ class Run:
     deadline_at: datetime | None = None
     recoveries: int = 0
     wake_requested_at: datetime | None = None
+    # The quota the run was admitted under (a requeue applies it again); None without one.
+    concurrency_limit: int | None = None
+    concurrency_statuses: frozenset[RunStatus] | None = None
+    # Admission retries a singleton waiter was denied in a row (its fallback timer backs off).
+    admission_retries: int = 0
 
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def quota(self) -> QuotaGate | None:
+        """The quota the run was admitted under, when it was recorded."""
+        if self.concurrency_key is None or self.concurrency_limit is None:
+            return None
+        statuses = self.concurrency_statuses or ACTIVE_STATUSES
+        return QuotaGate(self.concurrency_key, self.concurrency_limit, statuses)
 
 
 class StepKind(StrEnum):
@@ -125,12 +138,21 @@ class Settled:
 
 @dataclass(frozen=True)
 class SingletonGate:
-    """Singleton admission rules carried by a run spec."""
+    """Singleton admission rules carried by a run spec.
+
+    ``key`` is the lane (see ``admission.lane``): what stores count and lock by. ``user_key``
+    is the key as the workflow's rule gave it, for errors and tags.
+    """
 
     key: str
     limit: int = 1
     max_queue_depth: int | None = None
     replace: bool = False
+    user_key: str = ""
+
+    @property
+    def shown_key(self) -> str:
+        return self.user_key or self.key
 
 
 @dataclass(frozen=True)
@@ -220,6 +242,24 @@ class Settlement:
 
 
 @dataclass(frozen=True)
+class RetryTimer:
+    """A singleton waiter's fallback timer (the release of a slot wakes it at once regardless):
+    ``first`` seconds after its first denied admission, doubling at each denial in a row, up to
+    ``most``, scaled by ``jitter`` (drawn by the engine for each claim)."""
+
+    first: float
+    most: float
+    jitter: float = 1.0
+
+    def delay(self, denied_before: int) -> float:
+        """Seconds to wait after a denial that follows ``denied_before`` denials in a row."""
+        return min(self.most, self.first * 2.0 ** min(denied_before, 30) * self.jitter)
+
+    def due(self, now: datetime, denied_before: int) -> datetime:
+        return now + timedelta(seconds=self.delay(denied_before))
+
+
+@dataclass(frozen=True)
 class Lease:
     """A lease to grant: the claim token and when it expires."""
 
@@ -235,6 +275,45 @@ class SettleResult:
     successor: Claim | None = None
 
 
+def requeue_spec(run: Run, quota: QuotaGate | None, singleton: SingletonGate | None) -> RunSpec:
+    """The gates of a requeue, as the spec of a start of ``run`` (stores check it as one)."""
+    return RunSpec(
+        run.id,
+        run.workflow,
+        run.version,
+        run.input,
+        run.created_at,
+        quota=quota,
+        singleton=singleton,
+    )
+
+
+def run_from_spec(spec: RunSpec) -> Run:
+    """A run as a spec creates it: pending."""
+    return Run(
+        id=spec.id,
+        workflow=spec.workflow,
+        version=spec.version,
+        status=RunStatus.PENDING,
+        input=spec.input,
+        output=None,
+        error=None,
+        tags=tuple(spec.tags),
+        created_at=spec.created_at,
+        updated_at=spec.created_at,
+        wake_at=None,
+        parent_id=spec.parent_id,
+        namespace=spec.namespace,
+        priority=spec.priority,
+        singleton_key=spec.singleton.key if spec.singleton else None,
+        singleton_limit=spec.singleton.limit if spec.singleton else None,
+        concurrency_key=spec.quota.key if spec.quota else None,
+        deadline_at=spec.deadline_at,
+        concurrency_limit=spec.quota.limit if spec.quota else None,
+        concurrency_statuses=spec.quota.count_statuses if spec.quota else None,
+    )
+
+
 def leased_run(run: Run, lease: Lease) -> Run:
     """A run just created, claimed by ``lease`` in the same write (taking its slot, if keyed)."""
     return replace(
@@ -243,6 +322,21 @@ def leased_run(run: Run, lease: Lease) -> Run:
         lease_owner=lease.owner,
         lease_expires_at=lease.until,
         holds_slot=run.singleton_key is not None,
+        admission_retries=0,
+    )
+
+
+def blocked_run(run: Run, retry: RetryTimer, now: datetime) -> Run:
+    """A singleton waiter its claim did not admit: blocked until woken, or until its timer."""
+    return replace(
+        run,
+        status=RunStatus.BLOCKED,
+        wake_at=retry.due(now, run.admission_retries),
+        admission_retries=run.admission_retries + 1,
+        wake_requested_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        updated_at=now,
     )
 
 
@@ -271,6 +365,7 @@ def requeued_run(run: Run, now: datetime, deadline_at: datetime | None) -> Run:
         error=None,
         holds_slot=False,
         recoveries=0,
+        admission_retries=0,
         lease_owner=None,
         lease_expires_at=None,
         wake_at=None,

@@ -185,7 +185,9 @@ class RemoteSteps:
             self.engine.now(),
         )
         if outcome != "dropped":
-            self.engine.wake([run_id])
+            # The run resumes where its result landed: a wake through the run queue would cost
+            # every remote step of a sequential workflow one more hop.
+            self.engine.resume_here([run_id])
 
     async def _hear_beats(self) -> None:
         while not self._stopping:
@@ -450,10 +452,14 @@ def _stored_result(stored: StepRecord) -> Message:
 
 
 def _persisted_grace(turn: Turn, stored: StepRecord | None, timeout: float) -> float:
-    """Seconds of silence still allowed because another instance persisted a recent beat."""
+    """Seconds of silence still allowed because another instance persisted a recent beat.
+
+    That instance persists at most one beat per ``heartbeat_persist_throttle``: a worker beating
+    all along may have been heard that long after the last persisted beat (seed 003, rule 3).
+    """
     if stored is None or stored.last_heartbeat_at is None:
         return 0.0
-    allowance = timeout + (turn.host.options.remote_advance_silence or 0.0)
+    allowance = timeout + turn.host.options.heartbeat_persist_throttle
     return allowance - (turn.now() - stored.last_heartbeat_at).total_seconds()
 
 
@@ -510,11 +516,11 @@ async def _in_flight(
     silent = _since(turn, last)
     window = options.remote_redispatch
     if window is None or silent < window:
-        wake = (
-            _next_check(turn, op, turn.now())
-            if window is None
-            else last + timedelta(seconds=window)
-        )
+        # Looked at again when the attempt may be re-sent, and never later than the reconcile
+        # interval (every recheck, not only the first).
+        wake = _next_check(turn, op, turn.now())
+        if window is not None:
+            wake = min(wake, last + timedelta(seconds=window))
         turn.wakes.append(wake)
         return None
     if _out_of_dispatches(options, record):

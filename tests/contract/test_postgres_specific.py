@@ -16,9 +16,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from runlane.admission import lane
 from runlane.errors import ConcurrencyLimitError, RunlaneError, StoreUnavailableError
 from runlane.models import (
     QuotaGate,
+    RetryTimer,
     RunSpec,
     RunStatus,
     Settlement,
@@ -34,6 +36,8 @@ from runlane.stores.postgres_rows import fenced_params, gate_params, specs_param
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = timedelta(seconds=1)
 LATEST = migrations("postgres")[-1][0]
+
+NO_WAIT = RetryTimer(0.0, 0.0)  # a denied waiter is due again at once
 
 
 @pytest.fixture
@@ -493,7 +497,7 @@ async def _commits_of(url: str, admin: psycopg.AsyncConnection[Any], runs: int, 
 async def _one_run(store: PostgresStore, run_id: str, checkpoints: int) -> None:
     await store.create_runs([RunSpec(run_id, "wf", "1", {"n": checkpoints}, T0)], T0)
     outcome = await store.claim_run(
-        run_id, "owner", T0, T0 + timedelta(minutes=5), singleton_retry_at=T0
+        run_id, "owner", T0, T0 + timedelta(minutes=5), singleton_retry=NO_WAIT
     )
     assert outcome.claim is not None
     for seq in range(1, checkpoints + 1):
@@ -531,7 +535,7 @@ async def _leased(store: PostgresStore, *run_ids: str) -> None:
     await store.create_runs([RunSpec(r, "wf", "1", None, T0) for r in run_ids], T0)
     for r in run_ids:
         outcome = await store.claim_run(
-            r, "owner", T0, T0 + timedelta(minutes=5), singleton_retry_at=T0
+            r, "owner", T0, T0 + timedelta(minutes=5), singleton_retry=NO_WAIT
         )
         assert outcome.claim is not None
 
@@ -596,7 +600,7 @@ async def _suspended_on_remote_step(
     """A run suspended (until ``wake_at``) while a worker runs attempt 1 of its step 1."""
     await store.create_runs([RunSpec(run_id, "wf", "1", None, T0)], T0)
     outcome = await store.claim_run(
-        run_id, "owner", T0, T0 + timedelta(minutes=5), singleton_retry_at=T0
+        run_id, "owner", T0, T0 + timedelta(minutes=5), singleton_retry=NO_WAIT
     )
     assert outcome.claim is not None
     record = StepRecord(run_id, 1, "remote", "step", "running", attempts=1, dispatches=1)
@@ -667,3 +671,36 @@ async def test_hand_off_skips_a_due_run_another_transaction_holds(
         await other.rollback()
     assert [run.id for run in taken] == ["b"]
     assert (await pg_store.hand_off_due_runs(T0, 10, None, T0 + LATER))[0].id == "a"
+
+
+async def test_the_lanes_migration_moves_existing_singleton_runs_into_their_workflows_lane(
+    scratch_url: str,
+) -> None:
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        for version, script in migrations("postgres")[:3]:
+            conn.execute(script.encode())
+            conn.execute("INSERT INTO runlane_schema_version (version) VALUES (%s)", (version,))
+        for run_id, workflow, key, quota in [
+            ("holder", "sync", "store:A", None),
+            ("other", "report", "store:A", None),
+            ("q", "job", None, "tenant:acme"),
+        ]:
+            conn.execute(
+                "INSERT INTO runlane_runs (id, workflow, version, status, tags, created_at,"
+                " updated_at, singleton_key, singleton_limit, holds_slot, concurrency_key)"
+                " VALUES (%s, %s, '1', 'suspended', '{mine}', now(), now(), %s, 1, %s, %s)",
+                (run_id, workflow, key, key is not None, quota),
+            )
+    store = PostgresStore(scratch_url)
+    await store.open()
+    try:
+        holder, other, q = [await store.get_run(i) for i in ("holder", "other", "q")]
+    finally:
+        await store.close()
+    assert holder is not None and other is not None and q is not None
+    # The lanes new starts of those workflows compete in (so they queue behind the holder).
+    assert holder.singleton_key == lane("workflow", "sync", "store:A") == "4:sync:store:A"
+    assert other.singleton_key == lane("workflow", "report", "store:A")
+    assert holder.tags == ("mine", "singleton:store:A")
+    assert q.tags == ("mine", "concurrency:tenant:acme")
+    assert (q.concurrency_limit, holder.admission_retries) == (None, 0)

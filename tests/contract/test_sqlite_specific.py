@@ -14,14 +14,17 @@ from typing import Any
 
 import pytest
 
+from runlane.admission import lane
 from runlane.errors import ConcurrencyLimitError, LeaseLostError, RunlaneError
-from runlane.models import QuotaGate, RunSpec, Writes
+from runlane.models import QuotaGate, RetryTimer, RunSpec, Writes
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
 from runlane.stores.sqlite import SqliteStore, _configure
 from runlane.stores.sqlite_worker import SqliteWorker
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+NO_WAIT = RetryTimer(0.0, 0.0)  # a denied waiter is due again at once
 
 
 def schema(path: Path) -> set[tuple[str, str, str, str]]:
@@ -173,7 +176,7 @@ async def test_a_failing_call_in_a_batch_leaves_the_others_committed(tmp_path: P
     store = SqliteStore(tmp_path / "x.db")
     await store.open()
     await store.create_runs([spec("leased"), spec("full", quota=QuotaGate("q", 1))], T0)
-    await store.claim_run("leased", "me", T0, T0 + timedelta(minutes=5), singleton_retry_at=T0)
+    await store.claim_run("leased", "me", T0, T0 + timedelta(minutes=5), singleton_retry=NO_WAIT)
     async with one_batch(store) as statements:
         futures = await queued(
             store.create_runs([spec("a")], T0),
@@ -294,7 +297,9 @@ def _claim_every_pending_run(
             ids = await store.pending_run_ids(T0, 1000, None)
             barrier.wait(timeout=60)
             claims = [
-                store.claim_run(run_id, owner, T0, T0 + timedelta(minutes=5), singleton_retry_at=T0)
+                store.claim_run(
+                    run_id, owner, T0, T0 + timedelta(minutes=5), singleton_retry=NO_WAIT
+                )
                 for run_id in ids
             ]
             if together:
@@ -384,3 +389,43 @@ def test_processes_opening_a_new_file_at_once_all_switch_it_to_wal(tmp_path: Pat
             proc.join(timeout=30)
         assert outcomes == ["ok"] * 6, (trial, outcomes)
         assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+# ---------------------------------------------------------------- migration 3: lanes
+
+
+async def test_the_lanes_migration_moves_existing_singleton_runs_into_their_workflows_lane(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        for version, sql in migrations("sqlite")[:2]:
+            conn.executescript(sql)
+            conn.execute(
+                "INSERT INTO schema_version VALUES (?, ?)", (version, "2026-01-01T00:00:00+00:00")
+            )
+        stamp = "2026-01-01T00:00:00.000000+00:00"
+        for run_id, workflow, key, quota in [
+            ("holder", "sync", "store:A", None),
+            ("other", "report", "store:A", None),
+            ("q", "job", None, "tenant:acme"),
+        ]:
+            conn.execute(
+                "INSERT INTO runs (id, workflow, version, status, tags, created_at, updated_at,"
+                " singleton_key, singleton_limit, holds_slot, concurrency_key)"
+                " VALUES (?, ?, '1', 'suspended', '[\"mine\"]', ?, ?, ?, 1, ?, ?)",
+                (run_id, workflow, stamp, stamp, key, int(key is not None), quota),
+            )
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        holder, other, q = [await store.get_run(i) for i in ("holder", "other", "q")]
+    finally:
+        await store.close()
+    assert holder is not None and other is not None and q is not None
+    # The lanes new starts of those workflows compete in (so they queue behind the holder).
+    assert holder.singleton_key == lane("workflow", "sync", "store:A") == "4:sync:store:A"
+    assert other.singleton_key == lane("workflow", "report", "store:A")
+    assert holder.tags == ("mine", "singleton:store:A")
+    assert q.tags == ("mine", "concurrency:tenant:acme")
+    assert (q.concurrency_limit, holder.admission_retries) == (None, 0)

@@ -21,6 +21,7 @@ from runlane.models import (
     ClaimOutcome,
     Lease,
     QuotaGate,
+    RetryTimer,
     Run,
     RunSpec,
     RunStatus,
@@ -84,7 +85,7 @@ async def claim(
         owner,
         now,
         now + LEASE,
-        singleton_retry_at=now + RETRY,
+        singleton_retry=RetryTimer(RETRY.total_seconds(), 3600.0),
         max_recoveries=max_recoveries,
         handoff=handoff,
     )
@@ -663,9 +664,43 @@ async def test_singleton_admits_up_to_the_limit_and_parks_the_rest_until_retry(
     parked = await claim(store, "c", now=at(1))
     assert parked == ClaimOutcome(parked=True)
     c = await run_of(store, "c")
-    assert c.status == RunStatus.SUSPENDED and c.wake_at == at(1) + RETRY
+    assert c.status == RunStatus.BLOCKED and c.wake_at == at(1) + RETRY
     assert not c.holds_slot and c.lease_owner is None
     assert await store.due_run_ids(at(1) + RETRY, 10, None) == ["c"]
+
+
+async def test_a_waiter_denied_again_and_again_backs_off_up_to_the_most(store: Store) -> None:
+    await create(
+        store, spec("a", created=0, singleton=key()), spec("b", created=1, singleton=key())
+    )
+    await lease(store, "a")
+    timer = RetryTimer(first=1.0, most=5.0, jitter=1.0)
+    now, delays = at(1), []
+    for _ in range(5):
+        outcome = await store.claim_run("b", "owner-2", now, now + LEASE, singleton_retry=timer)
+        assert outcome.parked
+        b = await run_of(store, "b")
+        assert b.status == RunStatus.BLOCKED and b.wake_at is not None
+        delays.append((b.wake_at - now).total_seconds())
+        now = b.wake_at
+    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert (await run_of(store, "b")).admission_retries == 5
+    # Admitted at last, it starts from the first delay again if it ever waits again.
+    await store.settle_run("a", "owner-1", Writes(), DONE, now)
+    admitted = await claim(store, "b", owner="owner-2", now=now)
+    assert admitted.claim is not None and admitted.claim.run.holds_slot
+    assert admitted.claim.run.admission_retries == 0
+
+
+async def test_a_waiters_retry_timer_is_jittered_by_the_engines_draw(store: Store) -> None:
+    await create(
+        store, spec("a", created=0, singleton=key()), spec("b", created=1, singleton=key())
+    )
+    await lease(store, "a")
+    timer = RetryTimer(first=1.0, most=30.0, jitter=1.2)
+    await store.claim_run("b", "owner-2", at(1), at(1) + LEASE, singleton_retry=timer)
+    b = await run_of(store, "b")
+    assert b.wake_at is not None and (b.wake_at - at(1)).total_seconds() == pytest.approx(1.2)
 
 
 async def test_singleton_admission_is_fifo_even_when_claimed_out_of_order(
@@ -1108,6 +1143,40 @@ async def test_requeue_refuses_unknown_and_active_or_completed_runs(store: Store
         with pytest.raises(RunlaneError):
             await store.requeue_run(run_id, T0, None)
     assert await status_of(store, "done") == RunStatus.COMPLETED
+
+
+async def test_requeue_over_its_quota_raises_and_writes_nothing(store: Store) -> None:
+    quota = QuotaGate("tenant", 1)
+    await create(store, spec("a", quota=quota))
+    await lease(store, "a")
+    await store.settle_run("a", "owner-1", Writes(), Settlement(RunStatus.FAILED), T0)
+    await create(store, spec("b", created=1, quota=quota))
+    failed = await run_of(store, "a")
+    with pytest.raises(ConcurrencyLimitError) as refused:
+        await store.requeue_run("a", at(2), None, quota=quota)
+    assert (refused.value.key, refused.value.limit, refused.value.active) == ("tenant", 1, 1)
+    assert await run_of(store, "a") == failed
+    await settle(store, "b")
+    assert (await store.requeue_run("a", at(3), None, quota=quota)).status == RunStatus.PENDING
+
+
+async def test_requeue_behind_a_full_singleton_backlog_raises_and_writes_nothing(
+    store: Store,
+) -> None:
+    gate = key(max_queue_depth=0)
+    await create(store, spec("a", singleton=gate))
+    await store.cancel_run("a", T0, None)
+    await create(store, spec("b", created=1, singleton=gate))
+    with pytest.raises(SingletonQueueFullError):
+        await store.requeue_run("a", at(2), None, singleton=gate)
+    assert await status_of(store, "a") == RunStatus.CANCELLED
+
+
+async def test_a_run_remembers_the_quota_it_was_admitted_under(store: Store) -> None:
+    quota = QuotaGate("tenant", 3, frozenset({RunStatus.RUNNING, RunStatus.PENDING}))
+    await create(store, spec("a", quota=quota), spec("plain"))
+    assert (await run_of(store, "a")).quota == quota
+    assert (await run_of(store, "plain")).quota is None
 
 
 # ---------------------------------------------------------------- events

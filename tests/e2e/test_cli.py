@@ -33,6 +33,10 @@ APP_SOURCE = textwrap.dedent(
 
     engine = build()
     driving = runlane.Engine(store="sqlite:///{db}", workflows=[greet], poll_interval=0.1)
+    producer = runlane.Engine(
+        store="sqlite:///{db}", workflows=[greet], drive=False, consumers="never",
+        poll_interval=0.1,
+    )
     not_an_engine = 42
     """
 )
@@ -221,10 +225,20 @@ def test_db_upgrade_on_postgresql_is_idempotent(pg_url: str) -> None:
     assert again.output == first.output
 
 
-def test_worker_runs_the_engine_until_sigterm_then_drains(db: str, app: str) -> None:
+@pytest.mark.parametrize("attribute", ["driving", "producer"])
+def test_worker_runs_the_engine_until_sigterm_then_drains(
+    db: str, app: str, attribute: str
+) -> None:
+    # "producer" is built drive=False, consumers="never": the worker command turns both on.
     run_in_engine(app, ("start", ("greet", {"name": "eve"}, "w1")), ("signal", ("w1", "go", 1)))
     worker = subprocess.Popen(
-        [sys.executable, "-c", "from runlane.cli import main; main()", "worker", f"{app}:driving"],
+        [
+            sys.executable,
+            "-c",
+            "from runlane.cli import main; main()",
+            "worker",
+            f"{app}:{attribute}",
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -241,9 +255,3 @@ def test_worker_runs_the_engine_until_sigterm_then_drains(db: str, app: str) -> 
         _, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
     assert "stopped" in err
-
-
-def test_worker_refuses_a_producer_only_engine(app: str) -> None:
-    result = cli("worker", f"{app}:engine")
-    assert result.exit_code == 1
-    assert "producer-only engine" in result.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -178,3 +179,266 @@ async def test_a_fatal_subclass_raised_on_a_remote_worker_is_never_retried(
     finally:
         await worker.stop()
         await working
+
+
+# ---------------------------------------------------------------- 4, 5. singleton scope, lane tags
+
+
+def store_key(input: dict[str, Any]) -> str:
+    return f"store:{input['store']}"
+
+
+@runlane.workflow(name="conf.sync", singleton=runlane.Singleton(key=store_key))
+async def sync_inventory(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return str(await ctx.wait_for_signal("go"))
+
+
+@runlane.workflow(name="conf.report", singleton=runlane.Singleton(key=store_key))
+async def gen_report(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return str(await ctx.wait_for_signal("go"))
+
+
+@runlane.workflow(name="conf.global-a", singleton=runlane.Singleton(key=store_key, scope="global"))
+async def global_a(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return str(await ctx.wait_for_signal("go"))
+
+
+@runlane.workflow(name="conf.global-b", singleton=runlane.Singleton(key=store_key, scope="global"))
+async def global_b(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return str(await ctx.wait_for_signal("go"))
+
+
+@runlane.workflow(
+    name="conf.quota",
+    concurrency=runlane.Concurrency(key=lambda i: f"tenant:{i['tenant']}", limit=5),
+)
+async def quota_flow(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return str(await ctx.wait_for_signal("go"))
+
+
+LANES = [sync_inventory, gen_report, global_a, global_b, quota_flow]
+
+
+async def _statuses(engine: Engine, *run_ids: str) -> list[str]:
+    await engine.tick()
+    await engine.tick()
+    return [str((await engine.get_run(run_id)).status) for run_id in run_ids]
+
+
+async def test_two_workflows_using_one_key_never_block_each_other(make_engine: Any) -> None:
+    engine = await make_engine(*LANES)
+    await engine.start(sync_inventory, {"store": "A"}, run_id="sync")
+    await engine.start(gen_report, {"store": "A"}, run_id="report")
+    await engine.start(sync_inventory, {"store": "A"}, run_id="sync-2")
+    # Each workflow has its own lane for store:A: both hold a slot; the second sync waits.
+    assert await _statuses(engine, "sync", "report", "sync-2") == [
+        "suspended",
+        "suspended",
+        "blocked",
+    ]
+
+
+async def test_a_global_lane_is_shared_by_every_workflow_that_declares_it(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(*LANES)
+    await engine.start(global_a, {"store": "A"}, run_id="a")
+    await engine.start(global_b, {"store": "A"}, run_id="b")
+    await engine.start(sync_inventory, {"store": "A"}, run_id="scoped")
+    # b waits behind a in the global lane; the workflow-scoped lane never shares their slots.
+    assert await _statuses(engine, "a", "b", "scoped") == ["suspended", "blocked", "suspended"]
+    await engine.signal("a", "go", 1)
+    assert await _statuses(engine, "a", "b") == ["completed", "suspended"]
+
+
+async def test_every_gated_run_carries_its_lane_tags(make_engine: Any) -> None:
+    engine = await make_engine(*LANES)
+    await engine.start(sync_inventory, {"store": "A"}, run_id="holder", tags=["mine"])
+    await engine.start(sync_inventory, {"store": "A"}, run_id="waiter")
+    await engine.start(gen_report, {"store": "A"}, run_id="other")
+    await engine.start(quota_flow, {"tenant": "acme"}, run_id="q")
+    await engine.tick()
+    lane = await engine.list_runs(tag="singleton:store:A")
+    assert sorted(r.id for r in lane) == ["holder", "other", "waiter"]
+    holder = await engine.get_run("holder")
+    assert set(holder.tags) == {"mine", "singleton:store:A"}
+    [quota] = await engine.list_runs(tag="concurrency:tenant:acme")
+    assert quota.id == "q"
+    only_sync = await engine.list_runs(workflow="conf.sync", tag="singleton:store:A")
+    assert sorted(r.id for r in only_sync) == ["holder", "waiter"]
+
+
+@runlane.workflow(
+    name="conf.reject",
+    singleton=runlane.Singleton(key=store_key, on_busy="reject"),
+)
+async def reject_flow(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return str(await ctx.wait_for_signal("go"))
+
+
+async def test_a_full_backlog_names_the_users_key_not_the_lane(make_engine: Any) -> None:
+    engine = await make_engine(reject_flow)
+    await engine.start(reject_flow, {"store": "A"}, run_id="first")
+    with pytest.raises(runlane.SingletonQueueFullError) as refused:
+        await engine.start(reject_flow, {"store": "A"}, run_id="second")
+    assert refused.value.key == "store:A"
+    assert refused.value.workflow == "conf.reject"
+    assert await engine.get_run("second") is None
+
+
+def test_lanes_are_unambiguous_whatever_the_names_hold() -> None:
+    from runlane.admission import lane, lane_parts
+
+    assert lane("workflow", "a:b", "c") != lane("workflow", "a", "b:c")
+    assert lane("global", "x", "1:x:k") != lane("workflow", "x", "k")
+    for scope, workflow, key in [
+        ("workflow", "a:b", "c:d"),
+        ("global", "w", "9:zz"),
+        ("workflow", "", "k"),
+    ]:
+        parts = lane_parts(lane(scope, workflow, key))
+        assert parts == (workflow if scope == "workflow" else None, key)
+
+
+def test_a_singleton_scope_other_than_workflow_or_global_is_a_definition_error() -> None:
+    with pytest.raises(
+        runlane.DefinitionError if hasattr(runlane, "DefinitionError") else Exception
+    ):
+        runlane.Singleton(key=store_key, scope="tenant")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- 10. waiters are blocked, and quiet
+
+
+async def test_waiters_are_blocked_and_back_off_while_the_holder_waits(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(sync_inventory)
+    await engine.start(sync_inventory, {"store": "A"}, run_id="holder")
+    for n in range(5):
+        clock.advance(0.001)
+        await engine.start(sync_inventory, {"store": "A"}, run_id=f"w{n}")
+    await engine.tick()
+    holder = await engine.get_run("holder")
+    assert holder.status == RunStatus.SUSPENDED and holder.holds_slot  # waits for its signal
+    waiters = [await engine.get_run(f"w{n}") for n in range(5)]
+    assert {w.status for w in waiters} == {RunStatus.BLOCKED}
+    # Two minutes of the holder waiting, the engine polling every second: each waiter's timer
+    # doubles (1, 2, 4, ... up to the 30 s lease), so its row is rewritten a handful of times,
+    # not every second.
+    for _ in range(120):
+        clock.advance(1.0)
+        await engine.tick()
+    retries = [(await engine.get_run(f"w{n}")).admission_retries for n in range(5)]
+    assert all(5 <= r <= 9 for r in retries), retries
+    # The release still hands the slot over at once, whatever the timers say.
+    await engine.signal("holder", "go", 1)
+    await engine.tick()
+    first = await engine.get_run("w0")
+    assert first.holds_slot and first.status != RunStatus.BLOCKED
+
+
+# ---------------------------------------------------------------- 3. a requeue is a start for the quota
+
+
+@runlane.step(name="conf.flaky")
+async def flaky_step(input: dict[str, Any]) -> str:
+    if input.get("fail"):
+        raise RuntimeError("the tenant's API was down")
+    return "ok"
+
+
+@runlane.workflow(
+    name="conf.tenant-job",
+    concurrency=runlane.Concurrency(key=lambda i: f"tenant:{i['tenant']}", limit=2),
+)
+async def tenant_job(ctx: runlane.Context, input: dict[str, Any]) -> Any:
+    if input.get("wait"):
+        await ctx.wait_for_signal("go")
+    return await ctx.step(flaky_step, input)
+
+
+async def test_requeue_of_a_run_whose_quota_is_full_is_refused_and_changes_nothing(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(tenant_job)
+    await engine.start(tenant_job, {"tenant": "acme", "fail": True}, run_id="failed")
+    failed = await settle(engine, "failed")
+    assert failed.status == RunStatus.FAILED
+    for n in range(2):
+        await engine.start(tenant_job, {"tenant": "acme", "wait": True}, run_id=f"busy{n}")
+    await engine.tick()
+    with pytest.raises(runlane.ConcurrencyLimitError) as refused:
+        await engine.requeue("failed")
+    assert (refused.value.key, refused.value.limit, refused.value.active) == ("tenant:acme", 2, 2)
+    after = await engine.get_run("failed")
+    assert after == failed  # nothing changed: still failed, same error and steps
+    # Once a slot frees, the same requeue goes through.
+    await engine.signal("busy0", "go")
+    await settle(engine, "busy0")
+    requeued = await engine.requeue("failed")
+    assert requeued.status == RunStatus.PENDING
+
+
+async def test_requeue_applies_the_per_start_quota_the_run_was_admitted_under(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(tenant_job)
+    override = runlane.Concurrency(key="vip", limit=1)
+    await engine.start(
+        tenant_job, {"tenant": "acme", "fail": True}, run_id="failed", concurrency=override
+    )
+    assert (await settle(engine, "failed")).status == RunStatus.FAILED
+    await engine.start(
+        tenant_job, {"tenant": "x", "wait": True}, run_id="vip", concurrency=override
+    )
+    await engine.tick()
+    with pytest.raises(runlane.ConcurrencyLimitError) as refused:
+        await engine.requeue("failed")
+    assert (refused.value.key, refused.value.limit) == ("vip", 1)
+
+
+async def test_requeue_into_a_full_singleton_backlog_is_refused(make_engine: Any) -> None:
+    engine = await make_engine(reject_flow)
+    await engine.start(reject_flow, {"store": "A"}, run_id="first")
+    await engine.tick()
+    await engine.cancel("first")
+    await engine.start(reject_flow, {"store": "A"}, run_id="second")
+    await engine.tick()
+    with pytest.raises(runlane.SingletonQueueFullError):
+        await engine.requeue("first")
+    assert (await engine.get_run("first")).status == RunStatus.CANCELLED
+
+
+# ---------------------------------------------------------------- 9. the reconcile bound
+
+
+@runlane.step(name="conf.far", group="nobody")
+async def far_step(_: Any) -> None:
+    return None
+
+
+@runlane.workflow(name="conf.far-flow")
+async def far_flow(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.step(far_step, None)
+
+
+async def test_a_waiting_remote_step_is_rechecked_within_the_reconcile_interval_every_time(
+    make_engine: Any, clock: Any
+) -> None:
+    from runlane.transports import InProcessTransport
+
+    engine = await make_engine(
+        far_flow,
+        transport=InProcessTransport(),
+        remote_redispatch=100.0,
+        reconcile_interval=10.0,
+    )
+    await engine.start(far_flow, None, run_id="far")
+    await engine.tick()
+    for check in range(4):  # no worker ever answers: each recheck parks the run again
+        run = await engine.get_run("far")
+        assert run.status == RunStatus.SUSPENDED and run.wake_at is not None
+        assert run.wake_at - clock.now() <= timedelta(seconds=10), (check, run.wake_at)
+        clock.advance(10)
+        await engine.tick()

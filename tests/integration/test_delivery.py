@@ -48,6 +48,13 @@ async def checkout_watched(ctx: runlane.Context, order: dict[str, Any]) -> Any:
     return await ctx.step("billing.charge", order, group="billing", timeout=order["timeout"])
 
 
+@runlane.workflow(name="checkout-then-where")
+async def checkout_then_where(ctx: runlane.Context, order: dict[str, Any]) -> Any:
+    await ctx.step("where", None)
+    await ctx.step(charge, order)
+    return await ctx.step("where", None)
+
+
 @runlane.workflow(name="plain")
 async def plain(ctx: runlane.Context, n: int) -> Any:
     first = await ctx.step("where", None)
@@ -106,7 +113,7 @@ async def fleet(request: pytest.FixtureRequest, pg_url: str) -> AsyncIterator[Ca
         built = Engine(
             open_store(pg_url),
             transport=transport(),
-            workflows=[checkout, checkout_watched, plain, waiter, wide, leaf],
+            workflows=[checkout, checkout_then_where, checkout_watched, plain, waiter, wide, leaf],
             steps=[where_step(name), charge],
             **kwargs,
         )
@@ -165,6 +172,22 @@ async def test_a_remote_step_runs_on_a_worker_and_its_result_lands_on_another_in
     assert done.status == RunStatus.COMPLETED and done.output["charged"] == 5
     [_, step] = await other.list_steps("remote-1")
     assert step.status == "completed" and step.attempts == 1
+
+
+async def test_the_instance_that_takes_a_result_resumes_the_run_itself(fleet: Any) -> None:
+    # The dispatcher takes no results: "other" records each one and, rather than publishing a
+    # wake to the run queue (a second hop, which either instance could take), resumes the run
+    # at once, so the step after the remote one always runs there.
+    dispatcher = await fleet("dispatcher")
+    other = await fleet("other")
+    await fleet.worker()
+    assert dispatcher.remote is not None
+    await dispatcher.remote.stop()
+    for n in range(8):
+        order = {"amount": n, "seconds": 0.3}  # the dispatcher has suspended the run by then
+        await dispatcher.start(checkout_then_where, order, run_id=f"landed-{n}")
+    finals = [(await other.wait_for_run(f"landed-{n}", timeout=20)).output for n in range(8)]
+    assert finals == ["other"] * 8
 
 
 async def test_a_failed_remote_attempt_is_retried_per_its_policy(fleet: Any) -> None:
@@ -256,18 +279,49 @@ def beat_for(task: Any) -> Any:
     }
 
 
+def deafen_dispatchers(*engines: Engine) -> None:
+    """Whichever engine dispatches a step (any may take the run from the queue) hears none of
+    its beats, as when its subscription is down; the others hear them and persist them."""
+    for engine in engines:
+        remote = engine.remote
+        assert remote is not None
+        hear = remote._heard_beat
+
+        async def heard(beat: Any, hear: Any = hear, remote: Any = remote) -> None:
+            if (str(beat.get("step_id")), int(beat.get("attempt") or 0)) not in remote._waiters:
+                await hear(beat)
+
+        remote._heard_beat = heard  # type: ignore[method-assign]
+
+
 async def test_a_live_worker_is_never_failed_over_when_its_beats_land_elsewhere(fleet: Any) -> None:
-    dispatcher = await fleet("dispatcher")
-    await fleet("listener", heartbeat_persist_throttle=0.1)
+    dispatcher = await fleet("dispatcher", heartbeat_persist_throttle=0.1)
+    listener = await fleet("listener", heartbeat_persist_throttle=0.1)
     await fleet.worker()
-    assert dispatcher.remote is not None
-    dispatcher.remote._tasks[1].cancel()  # the dispatcher hears no beat itself
+    deafen_dispatchers(dispatcher, listener)
     await dispatcher.start(
         checkout_watched, {"amount": 9, "timeout": 0.6, "seconds": 2.0}, run_id="live-1"
     )
     done = await dispatcher.wait_for_run("live-1", timeout=20)
     assert done.status == RunStatus.COMPLETED, done.error
     [step] = await dispatcher.list_steps("live-1")
+    assert step.attempts == 1
+
+
+async def test_a_beat_persisted_elsewhere_buys_one_persist_interval_of_silence(fleet: Any) -> None:
+    # The listener persists a beat at most once a second; the step's window is 0.6 s. Between
+    # two persisted beats the dispatcher (which hears none itself) must allow one persist
+    # interval more, or it fails a live worker over (seed 003, rule 3).
+    dispatcher = await fleet("dispatcher", heartbeat_persist_throttle=1.0)
+    listener = await fleet("listener", heartbeat_persist_throttle=1.0)
+    await fleet.worker()
+    deafen_dispatchers(dispatcher, listener)
+    await dispatcher.start(
+        checkout_watched, {"amount": 9, "timeout": 0.6, "seconds": 2.5}, run_id="live-2"
+    )
+    done = await dispatcher.wait_for_run("live-2", timeout=20)
+    assert done.status == RunStatus.COMPLETED, done.error
+    [step] = await dispatcher.list_steps("live-2")
     assert step.attempts == 1
 
 

@@ -23,10 +23,13 @@ from runlane import (
 )
 from runlane.clock import SystemClock
 from runlane.errors import RunFinishedError, RunNotFoundError
+from runlane.models import RetryTimer
 
 from ..helpers import Calls, settle
 
 calls = Calls()
+
+NO_WAIT = RetryTimer(0.0, 0.0)  # a denied waiter is due again at once
 
 
 @pytest.fixture(autouse=True)
@@ -422,7 +425,7 @@ async def test_an_expired_lease_is_recovered_and_a_poison_run_goes_dead(
     await engine.start(steps_wf, 1, run_id="r")
     now = clock.now()
     await engine.store.claim_run(
-        "r", "ghost:1", now, now + timedelta(seconds=10), singleton_retry_at=now
+        "r", "ghost:1", now, now + timedelta(seconds=10), singleton_retry=NO_WAIT
     )
     clock.advance(11)
     await engine.recover_incomplete()
@@ -432,7 +435,7 @@ async def test_an_expired_lease_is_recovered_and_a_poison_run_goes_dead(
         "ghost:2",
         clock.advance(5),
         clock.now() + timedelta(seconds=10),
-        singleton_retry_at=now,
+        singleton_retry=NO_WAIT,
     )
     clock.advance(11)
     await engine.recover_incomplete()
@@ -589,7 +592,7 @@ async def test_drain_finishes_turns_in_flight_and_takes_no_new_work(make_engine:
         statuses = [(await engine.get_run(f"l{n}")).status for n in range(5)]
     assert statuses[0] == RunStatus.COMPLETED
     assert statuses.count(RunStatus.COMPLETED) <= 2, statuses
-    assert all(s in (RunStatus.COMPLETED, RunStatus.PENDING, RunStatus.SUSPENDED) for s in statuses)
+    assert all(s in (RunStatus.COMPLETED, RunStatus.PENDING, RunStatus.BLOCKED) for s in statuses)
 
 
 @runlane.workflow(name="long-step")

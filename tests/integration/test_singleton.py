@@ -11,13 +11,15 @@ import pytest
 import runlane
 from runlane import RunStatus, Singleton, SingletonQueueFullError
 from runlane.clock import SystemClock
-from runlane.models import Settlement, Writes
+from runlane.models import RetryTimer, Settlement, Writes
 
 from ..helpers import settle
 
 inside: dict[str, int] = {}
 peak: dict[str, int] = {}
 admitted: list[str] = []
+
+NO_WAIT = RetryTimer(0.0, 0.0)  # a denied waiter is due again at once
 
 
 @pytest.fixture(autouse=True)
@@ -96,7 +98,7 @@ async def test_second_start_for_busy_key_waits_and_other_keys_run(
     await engine.tick()
     a1, a2, b1 = [await engine.get_run(i) for i in ("a1", "a2", "b1")]
     assert a1.holds_slot and b1.holds_slot and not a2.holds_slot
-    assert a2.status == RunStatus.SUSPENDED and a2.wake_at is not None
+    assert a2.status == RunStatus.BLOCKED and a2.wake_at is not None
     assert timedelta(seconds=0.75) <= a2.wake_at - clock.now() <= timedelta(seconds=1.25)
     assert await engine.list_steps("a2") == []
 
@@ -229,7 +231,7 @@ async def test_holders_keep_their_slot_across_sleep_lease_expiry_and_restart(
     # a turn that dies mid-way: the lease expires, the slot stays
     now = clock.advance(10)
     await engine.store.claim_run(
-        "holder", "dead:1", now, now + timedelta(seconds=5), singleton_retry_at=now
+        "holder", "dead:1", now, now + timedelta(seconds=5), singleton_retry=NO_WAIT
     )
     clock.advance(6)
     restarted = await make_engine(sync_sleepy, lease=5)
@@ -265,7 +267,7 @@ async def test_the_retry_timer_admits_a_waiter_whose_release_wake_went_elsewhere
     await engine.signal("r0", "done")
     now = clock.now()
     claim = await engine.store.claim_run(
-        "r0", "other:1", now, now + timedelta(seconds=30), singleton_retry_at=now
+        "r0", "other:1", now, now + timedelta(seconds=30), singleton_retry=NO_WAIT
     )
     assert claim.claim is not None
     settled = await engine.store.settle_run(
@@ -275,7 +277,7 @@ async def test_the_retry_timer_admits_a_waiter_whose_release_wake_went_elsewhere
     await engine.cancel("r1")
     await engine.resume_due_timers()
     r2 = await engine.get_run("r2")
-    assert not r2.holds_slot and r2.status == RunStatus.SUSPENDED
+    assert not r2.holds_slot and r2.status == RunStatus.BLOCKED
     clock.advance(1.25)
     await engine.tick()
     assert (await engine.get_run("r2")).holds_slot

@@ -30,11 +30,14 @@ from ..models import (
     ClaimOutcome,
     Event,
     Lease,
+    QuotaGate,
+    RetryTimer,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
     SettleResult,
+    SingletonGate,
     Started,
     StepRecord,
     Writes,
@@ -126,7 +129,7 @@ class Store(Protocol):
         now: datetime,
         lease_until: datetime,
         *,
-        singleton_retry_at: datetime,
+        singleton_retry: RetryTimer,
         max_recoveries: int | None = None,
         handoff: bool = False,
     ) -> ClaimOutcome:
@@ -141,8 +144,9 @@ class Store(Protocol):
         * A recovery beyond ``max_recoveries`` settles the run ``dead`` (``outcome.settled``).
         * A singleton run without a slot is admitted only when its key has a free slot and it
           is among the oldest waiters for the free slots; admitted, it holds the slot from this
-          write on. Denied, it is parked ``suspended`` with ``wake_at = singleton_retry_at`` and
-          ``outcome.parked`` is true.
+          write on (and ``admission_retries`` goes back to 0). Denied, it is parked ``blocked``
+          with ``wake_at = singleton_retry.due(now, admission_retries)``, ``admission_retries``
+          grows by one, and ``outcome.parked`` is true.
         * Claimed: status ``running``, lease set, ``wake_at`` and ``wake_requested_at`` cleared;
           the outcome carries the run, its step records (by seq) and its unconsumed signals
           (oldest first).
@@ -273,9 +277,20 @@ class Store(Protocol):
         """
         ...
 
-    async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+    async def requeue_run(
+        self,
+        run_id: str,
+        now: datetime,
+        deadline_at: datetime | None,
+        *,
+        quota: QuotaGate | None = None,
+        singleton: SingletonGate | None = None,
+    ) -> Run:
         """Put a ``failed``/``dead``/``cancelled`` run back to ``pending``.
 
+        A requeue is a start as far as the gates go, atomically as in :meth:`create_runs`:
+        ``quota`` over its limit raises ``ConcurrencyLimitError``, ``singleton``'s backlog full
+        raises ``SingletonQueueFullError``, and nothing changes.
         Completed checkpoints are kept; other step records are dropped so they execute again.
         Error, output, lease, recoveries and slot are cleared (a singleton run claims again).
         Raises ``RunNotFoundError`` or ``RunlaneError`` for a run that is not requeueable.

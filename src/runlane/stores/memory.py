@@ -18,48 +18,31 @@ from ..models import (
     ClaimOutcome,
     Event,
     Lease,
+    QuotaGate,
+    RetryTimer,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
     SettleResult,
     Signal,
+    SingletonGate,
     Started,
     StepKind,
     StepRecord,
     StepStatus,
     Writes,
+    blocked_run,
     leased_run,
+    requeue_spec,
     requeued_run,
+    run_from_spec,
     settled_run,
 )
 from .base import RunCancelling, check_lease
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
-
-
-def run_from_spec(spec: RunSpec) -> Run:
-    return Run(
-        id=spec.id,
-        workflow=spec.workflow,
-        version=spec.version,
-        status=RunStatus.PENDING,
-        input=spec.input,
-        output=None,
-        error=None,
-        tags=tuple(spec.tags),
-        created_at=spec.created_at,
-        updated_at=spec.created_at,
-        wake_at=None,
-        parent_id=spec.parent_id,
-        namespace=spec.namespace,
-        priority=spec.priority,
-        singleton_key=spec.singleton.key if spec.singleton else None,
-        singleton_limit=spec.singleton.limit if spec.singleton else None,
-        concurrency_key=spec.quota.key if spec.quota else None,
-        deadline_at=spec.deadline_at,
-    )
 
 
 class MemoryStore:
@@ -199,7 +182,7 @@ class MemoryStore:
         now: datetime,
         lease_until: datetime,
         *,
-        singleton_retry_at: datetime,
+        singleton_retry: RetryTimer,
         max_recoveries: int | None = None,
         handoff: bool = False,
     ) -> ClaimOutcome:
@@ -222,18 +205,9 @@ class MemoryStore:
                 )
         if run.singleton_key is not None and not run.holds_slot:
             if not self._admit(run):
-                parked = replace(
-                    run,
-                    status=RunStatus.SUSPENDED,
-                    wake_at=singleton_retry_at,
-                    wake_requested_at=None,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    updated_at=now,
-                )
-                self._runs[run_id] = parked
+                self._runs[run_id] = blocked_run(run, singleton_retry, now)
                 return ClaimOutcome(parked=True)
-            run = replace(run, holds_slot=True)
+            run = replace(run, holds_slot=True, admission_retries=0)
         return ClaimOutcome(claim=self._lease(run, Lease(owner, lease_until), now))
 
     def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
@@ -479,7 +453,15 @@ class MemoryStore:
             self._finish(run, Settlement(RunStatus.CANCELLED, None, error), now)
         return True
 
-    async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+    async def requeue_run(
+        self,
+        run_id: str,
+        now: datetime,
+        deadline_at: datetime | None,
+        *,
+        quota: QuotaGate | None = None,
+        singleton: SingletonGate | None = None,
+    ) -> Run:
         run = self._runs.get(run_id)
         if run is None:
             raise RunNotFoundError(run_id)
@@ -487,6 +469,9 @@ class MemoryStore:
             raise RunlaneError(
                 f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
             )
+        refusal = self._refusal(requeue_spec(run, quota, singleton))
+        if refusal is not None:
+            raise refusal
         records = self._steps.setdefault(run_id, {})
         for seq in [s.seq for s in records.values() if s.status != StepStatus.COMPLETED]:
             del records[seq]
@@ -580,4 +565,4 @@ def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     return False
 
 
-__all__ = ["ACTIVE_STATUSES", "MemoryStore", "report_verdict", "reported_step", "run_from_spec"]
+__all__ = ["ACTIVE_STATUSES", "MemoryStore", "report_verdict", "reported_step"]

@@ -30,11 +30,14 @@ from ..models import (
     ClaimOutcome,
     Event,
     Lease,
+    QuotaGate,
+    RetryTimer,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
     SettleResult,
+    SingletonGate,
     Started,
     StepRecord,
     StepStatus,
@@ -228,7 +231,7 @@ class PostgresStore:
         now: datetime,
         lease_until: datetime,
         *,
-        singleton_retry_at: datetime,
+        singleton_retry: RetryTimer,
         max_recoveries: int | None = None,
         handoff: bool = False,
     ) -> ClaimOutcome:
@@ -237,7 +240,8 @@ class PostgresStore:
         # singleton key), then the plain claim (no admission needed) or the admission claim (a
         # waiter: admitted or parked), whichever applies; and the claimed run's history.
         plain = ("claim_plain", {**lease, "handoff": handoff})
-        admit = ("claim_admit", {**lease, "handoff": handoff, "retry_at": singleton_retry_at})
+        retry = _retry_params(singleton_retry)
+        admit = ("claim_admit", {**lease, "handoff": handoff, **retry})
         _, found, admitted, steps, signals = await self._db.batch(
             _lock_call((), run_id),
             plain,
@@ -265,7 +269,7 @@ class PostgresStore:
                     return ClaimOutcome(settled=settled)
             admit = row["singleton_key"] is not None and not row["holds_slot"]
             if admit and not await self._admits(conn, row):
-                await execute(conn, "park", id=run_id, retry_at=singleton_retry_at, now=now)
+                await execute(conn, "park", id=run_id, now=now, **retry)
                 return ClaimOutcome(parked=True)
             return await self._lease(conn, {**lease, "admit": admit})
 
@@ -574,8 +578,25 @@ class PostgresStore:
             await self._finish(conn, run_id, Settlement(RunStatus.CANCELLED, None, error), now)
         return True
 
-    async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+    async def requeue_run(
+        self,
+        run_id: str,
+        now: datetime,
+        deadline_at: datetime | None,
+        *,
+        quota: QuotaGate | None = None,
+        singleton: SingletonGate | None = None,
+    ) -> Run:
+        def spec_of(run_id: str, row: Row | None = None) -> RunSpec:
+            workflow = row["workflow"] if row is not None else ""
+            return RunSpec(run_id, workflow, "", None, now, quota=quota, singleton=singleton)
+
         async def work(conn: Conn) -> Run:
+            counts: Row | None = None
+            if quota is not None or singleton is not None:
+                # The keys' locks first (the lock order), counted as a start counts: no start
+                # or requeue of these keys slips in before this one commits.
+                counts = await fetch_one(conn, "gate_counts", **gate_params(spec_of(run_id)))
             row = await fetch_one(conn, "lock_run_wait", id=run_id)
             if row is None:
                 raise RunNotFoundError(run_id)
@@ -584,6 +605,10 @@ class PostgresStore:
                     f"run {run_id!r} is {row['status']}; only failed, dead or cancelled runs"
                     " can be requeued"
                 )
+            if counts is not None:
+                refusal = gate_refusal(spec_of(run_id, row), counts)
+                if refusal is not None:
+                    raise refusal
             _, requeued = await pipeline(
                 conn,
                 ("drop_unfinished_steps", {"id": run_id}),
@@ -669,6 +694,11 @@ def _lock_call(keys: Sequence[str], run_id: str | None = None) -> Call | None:
     if not keys and run_id is None:
         return None
     return ("lock_keys", {"keys": pg_array(keys), "run_id": run_id})
+
+
+def _retry_params(retry: RetryTimer) -> Row:
+    """A waiter's retry timer, as ``blocked_set`` computes it."""
+    return {"retry_first": retry.first, "retry_most": retry.most, "retry_jitter": retry.jitter}
 
 
 def _settle_params(

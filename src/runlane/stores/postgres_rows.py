@@ -79,6 +79,8 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "singleton_key": s.singleton.key if s.singleton else None,
             "singleton_limit": s.singleton.limit if s.singleton else None,
             "concurrency_key": s.quota.key if s.quota else None,
+            "concurrency_limit": s.quota.limit if s.quota else None,
+            "concurrency_statuses": sorted(s.quota.count_statuses) if s.quota else None,
             "deadline_at": _iso(s.deadline_at),
             "lease_owner": lease.owner if lease else None,
             "lease_until": _iso(lease.until) if lease else None,
@@ -170,7 +172,14 @@ def run_from_row(row: Row) -> Run:
         deadline_at=row["deadline_at"],
         recoveries=row["recoveries"],
         wake_requested_at=row["wake_requested_at"],
+        concurrency_limit=row["concurrency_limit"],
+        concurrency_statuses=_statuses(row["concurrency_statuses"]),
+        admission_retries=row["admission_retries"],
     )
+
+
+def _statuses(names: list[str] | None) -> frozenset[RunStatus] | None:
+    return None if names is None else frozenset(RunStatus(name) for name in names)
 
 
 def step_from_row(row: Row) -> StepRecord:

@@ -24,11 +24,14 @@ from ..models import (
     ClaimOutcome,
     Event,
     Lease,
+    QuotaGate,
+    RetryTimer,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
     SettleResult,
+    SingletonGate,
     Started,
     StepRecord,
     Writes,
@@ -183,7 +186,7 @@ class SqliteStore:
         now: datetime,
         lease_until: datetime,
         *,
-        singleton_retry_at: datetime,
+        singleton_retry: RetryTimer,
         max_recoveries: int | None = None,
         handoff: bool = False,
     ) -> ClaimOutcome:
@@ -193,7 +196,7 @@ class SqliteStore:
             owner,
             now,
             lease_until,
-            singleton_retry_at,
+            singleton_retry,
             max_recoveries,
             handoff,
         )
@@ -259,8 +262,16 @@ class SqliteStore:
     ) -> list[str]:
         return await self._write(ops.cancel_run, run_id, now, error)
 
-    async def requeue_run(self, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
-        return await self._write(ops.requeue_run, run_id, now, deadline_at)
+    async def requeue_run(
+        self,
+        run_id: str,
+        now: datetime,
+        deadline_at: datetime | None,
+        *,
+        quota: QuotaGate | None = None,
+        singleton: SingletonGate | None = None,
+    ) -> Run:
+        return await self._write(ops.requeue_run, run_id, now, deadline_at, quota, singleton)
 
     async def publish_event(
         self, name: str, payload: object, event_id: str | None, now: datetime

@@ -18,23 +18,29 @@ from ..models import (
     ClaimOutcome,
     Event,
     Lease,
+    QuotaGate,
+    RetryTimer,
     Run,
     RunSpec,
     RunStatus,
     Settlement,
     SettleResult,
+    SingletonGate,
     Started,
     StepKind,
     StepRecord,
     StepStatus,
     Writes,
+    blocked_run,
     leased_run,
+    requeue_spec,
     requeued_run,
+    run_from_spec,
     settled_run,
 )
 from ..serialization import dumps
 from .base import RunCancelling, check_lease
-from .memory import report_verdict, reported_step, run_from_spec
+from .memory import report_verdict, reported_step
 from .sqlite_reads import (
     ACTIVE,
     LEASED,
@@ -179,7 +185,7 @@ def claim_run(
     owner: str,
     now: datetime,
     lease_until: datetime,
-    singleton_retry_at: datetime,
+    singleton_retry: RetryTimer,
     max_recoveries: int | None,
     handoff: bool,
 ) -> ClaimOutcome:
@@ -194,9 +200,9 @@ def claim_run(
             return ClaimOutcome(settled=settled)
     if run.singleton_key is not None and not run.holds_slot:
         if not _admit(conn, run):
-            _park(conn, run, singleton_retry_at, now)
+            _save_run(conn, blocked_run(run, singleton_retry, now))
             return ClaimOutcome(parked=True)
-        run = replace(run, holds_slot=True)
+        run = replace(run, holds_slot=True, admission_retries=0)
     return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now))
 
 
@@ -221,19 +227,6 @@ def _admit(conn: Conn, run: Run) -> bool:
         (ts(run.created_at), run.id, run.singleton_key),
     ).fetchone()
     return admission.admits(run.singleton_limit or 1, holders, ahead)
-
-
-def _park(conn: Conn, run: Run, retry_at: datetime, now: datetime) -> None:
-    parked = replace(
-        run,
-        status=RunStatus.SUSPENDED,
-        wake_at=retry_at,
-        wake_requested_at=None,
-        lease_owner=None,
-        lease_expires_at=None,
-        updated_at=now,
-    )
-    _save_run(conn, parked)
 
 
 def _lease(conn: Conn, run: Run, owner: str, lease_until: datetime, now: datetime) -> Claim:
@@ -501,12 +494,22 @@ def cancel_one(conn: Conn, run: Run, now: datetime, error: dict[str, object] | N
     return True
 
 
-def requeue_run(conn: Conn, run_id: str, now: datetime, deadline_at: datetime | None) -> Run:
+def requeue_run(
+    conn: Conn,
+    run_id: str,
+    now: datetime,
+    deadline_at: datetime | None,
+    quota: QuotaGate | None = None,
+    singleton: SingletonGate | None = None,
+) -> Run:
     run = _existing(conn, run_id)
     if run.status not in _REQUEUEABLE:
         raise RunlaneError(
             f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
         )
+    refusal = _refusal(conn, requeue_spec(run, quota, singleton))
+    if refusal is not None:
+        raise refusal
     conn.execute(
         "DELETE FROM steps WHERE run_id = ? AND status != ?", (run_id, str(StepStatus.COMPLETED))
     )

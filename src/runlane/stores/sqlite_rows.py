@@ -56,13 +56,21 @@ def run_from_row(row: sqlite3.Row) -> Run:
         deadline_at=from_opt_ts(row["deadline_at"]),
         recoveries=row["recoveries"],
         wake_requested_at=from_opt_ts(row["wake_requested_at"]),
+        concurrency_limit=row["concurrency_limit"],
+        concurrency_statuses=_statuses(loads(row["concurrency_statuses"])),
+        admission_retries=row["admission_retries"],
     )
+
+
+def _statuses(names: list[str] | None) -> frozenset[RunStatus] | None:
+    return None if names is None else frozenset(RunStatus(name) for name in names)
 
 
 RUN_COLUMNS = (
     "id, workflow, version, status, input, output, error, tags, created_at, updated_at, wake_at,"
     " parent_id, namespace, priority, singleton_key, singleton_limit, holds_slot,"
-    " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at"
+    " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at,"
+    " concurrency_limit, concurrency_statuses, admission_retries"
 )
 
 
@@ -92,6 +100,9 @@ def run_values(run: Run) -> tuple[Any, ...]:
         ts(run.deadline_at),
         run.recoveries,
         ts(run.wake_requested_at),
+        run.concurrency_limit,
+        None if run.concurrency_statuses is None else dumps(sorted(run.concurrency_statuses)),
+        run.admission_retries,
     )
 
 

@@ -30,20 +30,21 @@ SELECT pg_advisory_xact_lock(hashtextextended('runlane:events', 0));
 SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
     id text, workflow text, version text, input text, tags text, created_at timestamptz,
     parent_id text, namespace text, priority integer, singleton_key text, singleton_limit integer,
-    concurrency_key text, deadline_at timestamptz, lease_owner text, lease_until timestamptz)
+    concurrency_key text, concurrency_limit integer, concurrency_statuses text[],
+    deadline_at timestamptz, lease_owner text, lease_until timestamptz)
 
 -- name: insert_given
 -- (A fragment.) Insert the rows of ``given`` as pending runs, or as running ones leased to
 -- their creator where ``claimed`` (taking the slot, if keyed); an existing id is left alone.
 INSERT INTO runlane_runs (
     id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
-    priority, singleton_key, singleton_limit, concurrency_key, deadline_at, lease_owner,
-    lease_expires_at, holds_slot)
+    priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
+    concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot)
 SELECT id, workflow, version, CASE WHEN claimed THEN 'running' ELSE 'pending' END, input::json,
        ARRAY(SELECT json_array_elements_text(tags::json)), created_at, created_at, parent_id,
-       namespace, priority, singleton_key, singleton_limit, concurrency_key, deadline_at,
-       CASE WHEN claimed THEN lease_owner END, CASE WHEN claimed THEN lease_until END,
-       claimed AND singleton_key IS NOT NULL
+       namespace, priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
+       concurrency_statuses, deadline_at, CASE WHEN claimed THEN lease_owner END,
+       CASE WHEN claimed THEN lease_until END, claimed AND singleton_key IS NOT NULL
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -159,11 +160,20 @@ SELECT c.*, p.status AS peek_status, p.wake_at AS peek_wake_at,
        p.holds_slot AS peek_holds_slot
 FROM peek AS p LEFT JOIN claimed AS c ON true;
 
+-- name: blocked_set
+-- (A fragment.) A singleton waiter its claim did not admit: blocked until woken, or until its
+-- fallback timer (see ``RetryTimer``: doubling at each denial in a row, up to the most).
+SET status = 'blocked', wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
+    wake_at = %(now)s + make_interval(secs => LEAST(
+        %(retry_most)s::float8,
+        %(retry_first)s::float8 * power(2, LEAST(r.admission_retries, 30)) * %(retry_jitter)s)),
+    admission_retries = r.admission_retries + 1, updated_at = %(now)s
+
 -- name: claim_admit
 -- The claim of a singleton run that does not hold a slot yet and is no recovery, after the key
 -- lock (an earlier statement of the transaction, so this snapshot sees every run of the key as
 -- the last lock holder left it): admitted when a slot is free for its FIFO rank (claimed, and
--- it takes the slot), else parked until ``retry_at``. No row when the run is not claimable this
+-- it takes the slot), else parked (``blocked_set``). No row when the run is not claimable this
 -- way; always one row: the claimed run's columns (NULL when none) and whether it was parked.
 WITH target AS (
     SELECT id, singleton_key, created_at, coalesce(nullif(singleton_limit, 0), 1) AS lim
@@ -185,13 +195,12 @@ WITH target AS (
 ), claimed AS (
     UPDATE runlane_runs AS r
     SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
-        wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s, holds_slot = true
+        wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s, holds_slot = true,
+        admission_retries = 0
     FROM decision AS d WHERE r.id = d.id AND d.admit
     RETURNING r.*
 ), parked AS (
-    UPDATE runlane_runs AS r
-    SET status = 'suspended', wake_at = %(retry_at)s, wake_requested_at = NULL,
-        lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
+    UPDATE runlane_runs AS r {blocked_set}
     FROM decision AS d WHERE r.id = d.id AND NOT d.admit
     RETURNING r.id
 )
@@ -217,15 +226,14 @@ WHERE singleton_key = %(key)s
 UPDATE runlane_runs
 SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
     wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s,
-    holds_slot = holds_slot OR %(admit)s
+    holds_slot = holds_slot OR %(admit)s,
+    admission_retries = CASE WHEN %(admit)s THEN 0 ELSE admission_retries END
 WHERE id = %(id)s
 RETURNING *;
 
 -- name: park
-UPDATE runlane_runs
-SET status = 'suspended', wake_at = %(retry_at)s, wake_requested_at = NULL, lease_owner = NULL,
-    lease_expires_at = NULL, updated_at = %(now)s
-WHERE id = %(id)s;
+UPDATE runlane_runs AS r {blocked_set}
+WHERE r.id = %(id)s;
 
 -- name: step_for_result
 -- Locks the run (a turn's fenced writes lock it too) and the record a worker reports on. Both

@@ -1,0 +1,70 @@
+"""The lost wake: an engine and a worker in one process, remote steps over Redis.
+
+A remote result recorded by this instance makes its run due and resumes it here, while the
+timer poll may hand the same due run off through the run queue (pushing its wake time a lease
+ahead). When the hand-off message arrived while the result's turn was still claiming, the
+follow-up turn claimed as a plain wake, found the run not due, and the run sat until the
+hand-off's hold expired (a lease, 30 s). Many runs in a loop make the race likely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+import runlane
+from runlane import Engine, RunStatus
+from runlane.stores import open_store
+from runlane.transports import RedisTransport
+from runlane.worker import Worker
+
+REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@runlane.step(name="lw.remote", group="lw")
+async def remote(n: int) -> int:
+    return n + 1
+
+
+@runlane.workflow(name="lw.two")
+async def two(ctx: runlane.Context, n: int) -> int:
+    return int(await ctx.step(remote, await ctx.step(remote, n)))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_no_run_waits_a_lease_for_a_wake_that_was_handed_off_mid_turn(pg_url: str) -> None:
+    setup: Any = open_store(pg_url)
+    await setup.open()
+    await setup.reset_for_tests()
+    await setup.close()
+    prefix = f"rllost-{uuid.uuid4().hex[:8]}"
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    # A fast timer poll hands due runs off often, racing the results' own resumptions.
+    engine = Engine(open_store(pg_url), transport=transport, workflows=[two], poll_interval=0.01)
+    worker = Worker("lw", RedisTransport(REDIS_URL, prefix=prefix), steps=[remote])
+    working = asyncio.create_task(worker.run())
+    try:
+        async with engine:
+            for rounds in range(3):
+                runs = [await engine.start(two, n, run_id=f"lw-{rounds}-{n}") for n in range(150)]
+                began = time.monotonic()
+                slow = []
+                for run in runs:
+                    done = await engine.wait_for_run(run.id, timeout=60)
+                    assert done.status == RunStatus.COMPLETED, (run.id, done.error)
+                    if time.monotonic() - began > 15:
+                        slow.append(run.id)
+                # Every run of a round finishes in a few seconds unless a wake was lost.
+                assert not slow, f"runs that waited for a lost wake: {slow[:5]}"
+    finally:
+        await worker.stop()
+        await working
+        await worker.transport.close()
+        await transport.purge()
+        await transport.close()
