@@ -7,7 +7,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ from runlane import Engine, RunStatus
 from runlane.stores import open_store
 
 from ..helpers import settle
+from ..queues import reset_postgres
 from .replace_race_app import latest
 
 APP = Path(__file__).with_name("replace_race_app.py")
@@ -25,7 +25,7 @@ def test_replace_starts_racing_from_four_processes_leave_one_live_run_and_it_exe
     pg_url: str,
 ) -> None:
     procs, starts = 4, 10
-    asyncio.run(_reset(pg_url))
+    asyncio.run(reset_postgres(pg_url))
     at = time.time() + 2.5  # every process has connected by then; they all fire at once
     children = [
         subprocess.Popen(
@@ -40,13 +40,6 @@ def test_replace_starts_racing_from_four_processes_leave_one_live_run_and_it_exe
         out, _ = child.communicate(timeout=60)
         assert child.returncode == 0 and f"started={starts}" in out, out
     asyncio.run(_one_live_run_executes(pg_url, procs * starts))
-
-
-async def _reset(url: str) -> None:
-    store: Any = open_store(url)
-    await store.open()
-    await store.reset_for_tests()
-    await store.close()
 
 
 async def _one_live_run_executes(url: str, total: int) -> None:
