@@ -165,16 +165,14 @@ async def sync_limited(ctx: runlane.Context, i: dict[str, Any]) -> Any:
 
 async def test_a_sync_limit_function_sets_each_keys_quota(make_engine: Any) -> None:
     engine = await make_engine(sync_limited)
-    for n in range(2):
-        await engine.start(sync_limited, {"tenant": "big"}, run_id=f"big{n}")
-    await engine.start(sync_limited, {"tenant": "small"}, run_id="small0")
-    with pytest.raises(ConcurrencyLimitError) as big:
-        await engine.start(sync_limited, {"tenant": "big"}, run_id="big2")
-    with pytest.raises(ConcurrencyLimitError) as small:
-        await engine.start(sync_limited, {"tenant": "small"}, run_id="small1")
-    assert (big.value.key, big.value.limit, big.value.active) == ("tenant:big", 2, 2)
-    assert (small.value.key, small.value.limit, small.value.active) == ("tenant:small", 1, 1)
-    assert await engine.get_run("big2") is None and await engine.get_run("small1") is None
+    for tenant, limit in (("big", 2), ("small", 1)):
+        for n in range(limit):
+            await engine.start(sync_limited, {"tenant": tenant}, run_id=f"{tenant}{n}")
+        with pytest.raises(ConcurrencyLimitError) as refused:
+            await engine.start(sync_limited, {"tenant": tenant}, run_id=f"{tenant}-over")
+        error = refused.value
+        assert (error.key, error.limit, error.active) == (f"tenant:{tenant}", limit, limit)
+        assert await engine.get_run(f"{tenant}-over") is None
 
 
 class NonAtomicStore:
