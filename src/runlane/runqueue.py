@@ -63,6 +63,7 @@ class RunQueue:
         self._pending_timer_messages: dict[str, Message] = {}
         self.taken: dict[str, Message] = {}  # taken from the queue, not yet claimed
         self.handed_back: set[str] = set()
+        self._claimed = asyncio.Event()  # an id left ``taken``: the prefetch has room again
         self._stopping = False
 
     # ---------------------------------------------------------------- publishing
@@ -85,12 +86,20 @@ class RunQueue:
         self._schedule()
 
     def _schedule(self) -> None:
-        # Everything published during one pass of the event loop goes out in one batch.
+        # Everything published during one pass of the event loop goes out in one batch; what is
+        # published while a batch is being sent goes out in the next (see ``_send``).
         if self._flush is None or self._flush.done():
             self._flush = asyncio.create_task(self._send())
 
+    def _unsent(self) -> bool:
+        return bool(self._starts or self._wakes or self._pending_timer_messages)
+
     async def _send(self) -> None:
         await asyncio.sleep(0)
+        while self._unsent():
+            await self._send_batch()
+
+    async def _send_batch(self) -> None:
         starts, wakes, timers = self._starts, self._wakes, self._pending_timer_messages
         self._starts, self._wakes, self._pending_timer_messages = {}, set(), {}
         batch = [*starts.values(), *timers.values()]
@@ -115,7 +124,8 @@ class RunQueue:
                 )
 
     async def flushed(self) -> None:
-        if self._flush is not None:
+        """Return once everything published so far has been sent (or given up on)."""
+        while self._flush is not None and not self._flush.done():
             await asyncio.gather(self._flush, return_exceptions=True)
 
     # ---------------------------------------------------------------- consuming
@@ -153,7 +163,7 @@ class RunQueue:
         while not self._stopping:
             room = min(engine.options.max_prefetch - len(self.taken), engine.local_room())
             if room <= 0:
-                await engine.room_freed()
+                await self._room_freed()
                 continue
             try:
                 messages = await self.transport.take_runs(namespaces, room, TAKE_TIMEOUT)
@@ -170,9 +180,23 @@ class RunQueue:
                 # made due in the store first, so a late duplicate finds nothing to claim.
                 engine.run_from_queue(run_id, handoff=msg.get("reason") == "timer")
 
+    async def _room_freed(self) -> None:
+        """Wait until a turn here ends or a taken id is claimed: either makes room to take."""
+        self._claimed.clear()
+        waits = {
+            asyncio.ensure_future(self.engine.room_freed()),
+            asyncio.ensure_future(self._claimed.wait()),
+        }
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+
     def claiming(self, run_id: str) -> bool:
         """Called just before a claim; False when the message was handed back meanwhile."""
-        self.taken.pop(run_id, None)
+        if self.taken.pop(run_id, None) is not None:
+            self._claimed.set()
         if run_id in self.handed_back:
             self.handed_back.discard(run_id)
             return False

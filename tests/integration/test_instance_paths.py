@@ -104,11 +104,6 @@ def transport_kind(request: pytest.FixtureRequest) -> str:
 redis_only = pytest.mark.parametrize("transport_kind", ["redis"])
 
 
-def defect(reason: str) -> pytest.MarkDecorator:
-    """A behaviour the engine promises and does not keep yet."""
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
 @pytest.fixture
 async def instance(transport_kind: str, pg_url: str) -> AsyncIterator[Any]:
     """Build engine instances (drive=False; consuming unless told not to) on one PostgreSQL
@@ -179,14 +174,11 @@ async def until_status(engine: Engine, run_id: str, status: RunStatus) -> None:
 
 
 async def start_all(producer: Engine, workflow: Any, ids: list[str]) -> None:
-    """Start runs on a producer and wait until their messages are in the run queue.
-
-    One send at a time: a start published while a send is in flight would wait for the next
-    publish (see the xfail below)."""
+    """Start runs on a producer and wait until their messages are in the run queue."""
     assert producer.runqueue is not None
     for run_id in ids:
         await producer.start(workflow, None, run_id=run_id)
-        await producer.runqueue.flushed()
+    await producer.runqueue.flushed()
 
 
 async def all_completed(engine: Engine, ids: list[str]) -> list[Any]:
@@ -209,7 +201,6 @@ async def test_start_consumers_makes_a_producer_execute_queued_runs_and_take_ste
     await consumer.start_consumers()
     # Only the consumer takes results: without it the remote steps would never be recorded.
     assert await all_completed(web, ["early"]) == [{"where": "consumer", "charged": 5}]
-    # One run at a time: two results landing together would strand a wake (see the xfail).
     await web.start(checkout, 7, run_id="late")
     assert await all_completed(web, ["late"]) == [{"where": "consumer", "charged": 7}]
     assert executed == ["consumer:early", "consumer:late"]
@@ -253,10 +244,6 @@ async def test_an_instance_stays_within_max_prefetch_and_max_local_runs_and_leav
 
 
 @redis_only
-@defect(
-    "the run-queue consumer waits for a turn to finish, not for its taken ids to be claimed,"
-    " so with max_prefetch < max_local_runs an instance stops at max_prefetch turns"
-)
 async def test_an_instance_fills_every_local_slot_when_max_prefetch_is_the_smaller_bound(
     instance: Any,
 ) -> None:
@@ -303,10 +290,6 @@ async def test_drain_hands_back_a_wake_taken_for_a_turn_in_flight_and_another_in
 
 
 @redis_only
-@defect(
-    "RunQueue._schedule starts no send while one is in flight, and that send never looks"
-    " again: starts and wakes published meanwhile wait for the next publish"
-)
 async def test_starts_published_while_a_send_is_in_flight_still_reach_the_run_queue(
     instance: Any,
 ) -> None:
