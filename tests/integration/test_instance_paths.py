@@ -261,7 +261,7 @@ async def test_drain_hands_back_a_wake_taken_for_a_turn_in_flight_and_another_in
     assert web.runqueue is not None and leaving.runqueue is not None
     ids = ["p0", "p1"]
     taken = leaving.runqueue.taken
-    # One parent at a time: two sends in flight at once would strand a message (see below).
+    # One parent at a time, each in its step before the next one starts.
     done: list[str] = []
     for run_id in ids:
         await start_all(web, parent, [run_id])
