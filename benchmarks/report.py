@@ -263,6 +263,24 @@ def quota(results: Sequence[Line]) -> list[str]:
     return out
 
 
+def waiters(results: Sequence[Line]) -> list[str]:
+    out = ["## 5b. Singleton waiters behind a holder that waits (PostgreSQL, one engine)", ""]
+    for line in pick(results, "runlane", "waiters", "pg"):
+        third = line["seconds"] / 3
+        windows = "; ".join(
+            f"{third * i:.0f}-{third * (i + 1):.0f} s: {w['row_writes_per_s']} row writes/s,"
+            f" {w['engine_cpu_ms_per_s']} ms engine CPU/s"
+            for i, w in enumerate(line["windows"])
+        )
+        out.append(
+            f"- {line['waiters']:,} runs blocked behind one key whose holder waits for a signal,"
+            f" once every waiter was parked: {windows}. Their fallback timers double at each"
+            " denial, up to the lease (30 s): the rate falls towards waiters / 30 s; the release"
+            " still hands the slot over at once."
+        )
+    return out
+
+
 def memory(results: Sequence[Line]) -> list[str]:
     out = ["## 6. Memory (SQLite store, one engine process, VmRSS)", ""]
     for line in pick(results, "runlane", "memory_suspended", "sqlite"):
@@ -344,6 +362,7 @@ def render(
         lambda: queue(results),
         lambda: store_cost(results, facts),
         lambda: quota(results),
+        lambda: waiters(results),
         lambda: memory(results),
         lambda: scale(results),
     ]

@@ -41,6 +41,7 @@ FULL: dict[str, Any] = {
         "memory_suspended": {"n": 10_000},
         "memory_completed": {"n": 100_000, "batch": 10_000},
         "scale": {"n": 1000, "finished": 100_000},
+        "waiters": {"n": 10_000, "seconds": 90.0},
     },
 }
 QUICK: dict[str, Any] = {
@@ -69,6 +70,7 @@ QUICK: dict[str, Any] = {
         "memory_suspended": {"n": 2000},
         "memory_completed": {"n": 10_000, "batch": 2_000},
         "scale": {"n": 300, "finished": 20_000},
+        "waiters": {"n": 2000, "seconds": 30.0},
     },
 }
 SOLO_DBS = {
@@ -78,6 +80,7 @@ SOLO_DBS = {
     "memory_suspended": ["sqlite"],
     "memory_completed": ["sqlite"],
     "scale": ["pg", "sqlite"],
+    "waiters": ["pg"],
 }
 
 
@@ -171,7 +174,7 @@ def compared(session: Session) -> None:
 def solo(session: Session) -> None:
     """runlane-only workloads (store cost, quota, memory, scale)."""
     for name, params in session.plan["solo"].items():
-        reps = 1 if name.startswith("memory") or name == "store_cost" else session.reps
+        reps = 1 if name.startswith("memory") or name in ("store_cost", "waiters") else session.reps
         for rep in range(1, reps + 1):
             for db in SOLO_DBS[name]:
                 runlane_side(session, db, name, {name: params}, rep)

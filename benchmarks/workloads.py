@@ -64,6 +64,11 @@ async def quota_wf(ctx: runlane.Context, _: Any) -> Any:
     return await ctx.wait_for_signal("go")
 
 
+@runlane.workflow(name="bench.lane", singleton=runlane.Singleton(key=lambda _: "one-key"))
+async def lane_wf(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.wait_for_signal("go")
+
+
 @runlane.step(name="bench.sleep")
 async def sleep_step(ms: float) -> None:
     await asyncio.sleep(ms / 1000)
@@ -426,6 +431,48 @@ async def count_runs(engine: Engine) -> int:
             return total
 
 
+# ---------------------------------------------------------------- 5b. singleton waiters
+
+
+async def waiters(target: Target, n: int = 10_000, seconds: float = 90.0) -> Figures:
+    """Row writes while ``n`` runs wait behind one key whose holder waits for a signal.
+
+    The release would wake the next waiter at once; until then each waiter is touched only by
+    its fallback retry timer. Row writes (``n_tup_upd`` of the runs table, PostgreSQL) and the
+    engine's CPU are sampled in three equal windows once every waiter has been parked.
+    """
+    target.renew()
+    async with target.engine(lane_wf) as engine:
+        await engine.start(lane_wf, None, run_id="holder")
+        await until_suspended(engine, 1)
+        for i in range(0, n, 1000):
+            await start_all(engine, lane_wf, [None] * min(1000, n - i))
+        await until_none_pending(engine)
+        windows = []
+        writes, cpu = pg_writes_settled(), cpu_seconds()
+        for _ in range(3):
+            await asyncio.sleep(seconds / 3)
+            now_writes, now_cpu = common.pg_row_writes(), cpu_seconds()
+            windows.append(
+                {
+                    "row_writes_per_s": round((now_writes - writes) / (seconds / 3), 1),
+                    "engine_cpu_ms_per_s": round((now_cpu - cpu) / (seconds / 3) * 1000, 1),
+                }
+            )
+            writes, cpu = now_writes, now_cpu
+    return {"waiters": n, "seconds": seconds, "windows": windows}
+
+
+async def until_none_pending(engine: Engine, timeout: float = 600) -> None:
+    """Every run has been claimed once (a waiter is parked by its first claim)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not await engine.list_runs(status="pending", limit=1):
+            return
+        await asyncio.sleep(0.5)
+    raise TimeoutError(f"runs still pending after {timeout}s")
+
+
 # ---------------------------------------------------------------- 6. memory
 
 
@@ -524,6 +571,7 @@ WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "memory_suspended": memory_suspended,
     "memory_completed": memory_completed,
     "scale": scale,
+    "waiters": waiters,
 }
 
 

@@ -14,7 +14,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -63,6 +63,9 @@ from .turn import Turn
 log = logging.getLogger("runlane.engine")
 
 T = TypeVar("T")
+
+BACKLOG_POLL = 0.05
+"""Seconds between the loop's passes while its polls keep finding full batches of due work."""
 
 OUTAGE_BACKOFF_MAX = 5.0
 """Seconds between the loop's passes, at most, while the store is unreachable."""
@@ -114,6 +117,7 @@ class Engine:
         self._opened = False
         self._accepting = True
         self._next_wake: datetime | None = None
+        self._backlog = False  # a poll of the last pass filled its batch: more work is due
         self._consuming = False
 
     # ---------------------------------------------------------------- lifecycle
@@ -522,7 +526,9 @@ class Engine:
     async def run_pending(self) -> int:
         """Execute pending runs, highest priority then oldest first."""
         await self._ready()
-        ids = await self.store.pending_run_ids(self.now(), self._capacity(), self.namespace)
+        limit = self._capacity()
+        ids = await self.store.pending_run_ids(self.now(), limit, self.namespace)
+        self._note_batch(ids, limit)
         return await self._execute_all(ids)
 
     async def resume_due_timers(self) -> int:
@@ -535,17 +541,21 @@ class Engine:
             runs = await self.store.hand_off_due_runs(
                 now, self.options.timer_batch_size, self.namespace, hold
             )
+            self._note_batch(runs, self.options.timer_batch_size)
             self.runqueue.publish_timers(runs)
             return len(runs)
         limit = min(self.options.timer_batch_size, self._capacity())
         ids = await self.store.due_run_ids(self.now(), limit, self.namespace)
+        self._note_batch(ids, limit)
         random.shuffle(ids)
         return await self._execute_all(ids)
 
     async def recover_incomplete(self) -> int:
         """Re-execute runs whose lease expired (their instance died mid-turn)."""
         await self._ready()
-        ids = await self.store.expired_run_ids(self.now(), self._capacity(), self.namespace)
+        limit = self._capacity()
+        ids = await self.store.expired_run_ids(self.now(), limit, self.namespace)
+        self._note_batch(ids, limit)
         return await self._execute_all(ids)
 
     async def sweep_timeouts(self) -> int:
@@ -564,6 +574,11 @@ class Engine:
 
     def _capacity(self) -> int:
         return max(1, self.local_room())
+
+    def _note_batch(self, found: Sized, limit: int) -> None:
+        """A poll that filled its batch left more due work behind: the loop comes back soon."""
+        if len(found) >= limit:
+            self._backlog = True
 
     async def _execute_all(self, ids: Sequence[str]) -> int:
         # A polled run already executing here needs no second turn: the poll saw it mid-way.
@@ -718,6 +733,7 @@ class Engine:
         backoff = 0.0
         while self._accepting:
             self._wakeup.clear()
+            self._backlog = False
             try:
                 await self.tick()
             except asyncio.CancelledError:
@@ -742,6 +758,10 @@ class Engine:
 
     def _poll_delay(self) -> float:
         delay = self.options.poll_interval
+        if self._backlog:
+            # Due work is waiting (a burst of timers, a backlog of starts): the next pass
+            # comes once the batch just spawned has had a moment, not a whole interval later.
+            delay = min(delay, BACKLOG_POLL)
         if self._next_wake is not None:
             until = (self._next_wake - self.now()).total_seconds()
             if until <= delay:

@@ -355,7 +355,20 @@ _HOT = {
     ),
     "singleton admission at claim": (
         "admission_counts",
-        {"key": "key-10", "created_at": T0 + timedelta(hours=5), "id": "run-10"},
+        {"key": "key-10", "created_at": T0 + timedelta(hours=5), "id": "run-10", "most": 1},
+    ),
+    "a waiter's claim (admitted or blocked)": (
+        "claim_admit",
+        {
+            "id": "run-10",
+            "owner": "o",
+            "now": T0,
+            "lease_until": T0 + timedelta(seconds=30),
+            "handoff": False,
+            "retry_first": 1.0,
+            "retry_most": 30.0,
+            "retry_jitter": 1.0,
+        },
     ),
     "settling, handing the slot to the next waiter": (
         "settle",

@@ -242,10 +242,11 @@ class PostgresStore:
         plain = ("claim_plain", {**lease, "handoff": handoff})
         retry = _retry_params(singleton_retry)
         admit = ("claim_admit", {**lease, "handoff": handoff, **retry})
-        _, found, admitted, steps, signals = await self._db.batch(
+        _, found, admitted, _, steps, signals = await self._db.batch(
             _lock_call((), run_id),
             plain,
             admit,
+            ("quiet_commit_if_parked", {"id": run_id, "now": now}),
             ("steps_of", {"id": run_id}),
             ("signals_of", {"id": run_id}),
         )
@@ -307,6 +308,7 @@ class PostgresStore:
             key=row["singleton_key"],
             created_at=row["created_at"],
             id=row["id"],
+            most=row["singleton_limit"] or 1,
         )
         assert counts is not None
         return admission.admits(row["singleton_limit"] or 1, counts["holders"], counts["ahead"])

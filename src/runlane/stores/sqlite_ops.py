@@ -44,6 +44,7 @@ from .memory import report_verdict, reported_step
 from .sqlite_reads import (
     ACTIVE,
     LEASED,
+    WAITERS,
     WAITING,
     Conn,
     due_run_ids,
@@ -220,13 +221,21 @@ def _settle_recovery(conn: Conn, run: Run, now: datetime, max_recoveries: int | 
 
 
 def _admit(conn: Conn, run: Run) -> bool:
-    holders, ahead = conn.execute(
-        "SELECT COALESCE(SUM(holds_slot), 0),"
-        " COALESCE(SUM(NOT holds_slot AND status != 'cancelling' AND (created_at, id) < (?, ?)), 0)"
-        f" FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}",
-        (ts(run.created_at), run.id, run.singleton_key),
+    """Whether a free slot is this waiter's. Both counts stop early (the holders by their own
+    index, the waiters ahead at the free slots): a denial costs the same however many wait."""
+    limit = run.singleton_limit or 1
+    (holders,) = conn.execute(
+        "SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND holds_slot", (run.singleton_key,)
     ).fetchone()
-    return admission.admits(run.singleton_limit or 1, holders, ahead)
+    free = admission.free_slots(limit, holders)
+    if free == 0:
+        return False
+    (ahead,) = conn.execute(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE singleton_key = ? AND NOT holds_slot"
+        f" AND status IN {WAITERS} AND (created_at, id) < (?, ?) ORDER BY created_at, id LIMIT ?)",
+        (run.singleton_key, ts(run.created_at), run.id, free),
+    ).fetchone()
+    return admission.admits(limit, holders, ahead)
 
 
 def _lease(conn: Conn, run: Run, owner: str, lease_until: datetime, now: datetime) -> Claim:

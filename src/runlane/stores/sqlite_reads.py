@@ -23,6 +23,8 @@ def _sql_set(statuses: Iterable[RunStatus]) -> str:
 ACTIVE = _sql_set(ACTIVE_STATUSES)
 LEASED = _sql_set((RunStatus.RUNNING, RunStatus.CANCELLING))
 WAITING = _sql_set((RunStatus.SUSPENDED, RunStatus.BLOCKED))
+# The statuses of a key's runs that wait their turn for a slot (a cancelling one never does).
+WAITERS = _sql_set(ACTIVE_STATUSES - {RunStatus.CANCELLING})
 
 # ---------------------------------------------------------------- runs
 
@@ -142,6 +144,7 @@ def latest_event_seq(conn: Conn) -> int:
 __all__ = [
     "ACTIVE",
     "LEASED",
+    "WAITERS",
     "WAITING",
     "Conn",
     "due_run_ids",

@@ -22,3 +22,7 @@ ALTER TABLE runlane_runs ADD COLUMN concurrency_statuses text[];
 -- How many admission retries a singleton waiter was denied in a row: its fallback timer backs
 -- off by this (the release of a slot wakes it at once regardless).
 ALTER TABLE runlane_runs ADD COLUMN admission_retries integer NOT NULL DEFAULT 0;
+
+-- A key's slot holders, counted at every claim of a waiter: by their own index, the cost of a
+-- denial does not grow with the number of waiters.
+CREATE INDEX runlane_runs_slot_holders ON runlane_runs (singleton_key) WHERE holds_slot;

@@ -21,3 +21,6 @@ ALTER TABLE runs ADD COLUMN concurrency_statuses TEXT;
 
 -- Admission retries a singleton waiter was denied in a row (its fallback timer backs off).
 ALTER TABLE runs ADD COLUMN admission_retries INTEGER NOT NULL DEFAULT 0;
+
+-- A key's slot holders, counted at every claim of a waiter (see PostgreSQL's 0004).
+CREATE INDEX runs_slot_holders ON runs (singleton_key) WHERE holds_slot;
