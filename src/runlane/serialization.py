@@ -1,4 +1,12 @@
-"""JSON values in and out of the store, checked at the boundary."""
+"""JSON values in and out of the store, checked at the boundary.
+
+Every value runlane stores (a run's input and output, a signal or event payload, a step's input
+and result) is checked where it enters, before anything is written: it must be JSON (dict with
+string keys, list, str, int, float, bool, None; no NaN or infinity), nest at most ``MAX_DEPTH``
+levels (a cycle never ends, so it is refused the same way), be encodable as UTF-8 (no lone
+surrogates) and take at most ``MAX_PAYLOAD_BYTES`` as JSON text. Anything else raises
+``SerializationError`` naming where the offending value is.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +16,39 @@ from typing import Any
 
 from .errors import SerializationError
 
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+"""The largest value runlane stores, in bytes of UTF-8 JSON text (4 MiB)."""
+
+MAX_DEPTH = 100
+"""How many levels lists and dicts may nest inside a value."""
+
 
 def check_json(value: Any, what: str = "value") -> Any:
     """Return ``value`` unchanged if it is a JSON value, else raise SerializationError."""
-    _check(value, what)
+    _check(value, what, 0)
     return value
 
 
-def _check(value: Any, path: str) -> None:
+def _check(value: Any, path: str, depth: int) -> None:
     if value is None or isinstance(value, bool | int | str):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise SerializationError(f"{path} is {value!r}, which JSON cannot represent")
         return
+    if depth >= MAX_DEPTH and isinstance(value, list | tuple | dict):
+        raise SerializationError(
+            f"{path} nests deeper than {MAX_DEPTH} levels (or holds a reference to itself)"
+        )
     if isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            _check(item, f"{path}[{i}]")
+            _check(item, f"{path}[{i}]", depth + 1)
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise SerializationError(f"{path} has a non-string key {key!r}")
-            _check(item, f"{path}[{key!r}]")
+            _check(item, f"{path}[{key!r}]", depth + 1)
         return
     raise SerializationError(
         f"{path} is a {type(value).__name__}, which is not JSON-serialisable"
@@ -47,8 +65,32 @@ def loads(text: str | bytes | None) -> Any:
 
 
 def normalise(value: Any, what: str = "value") -> Any:
-    """Check and round-trip through JSON, so tuples come back as lists like after a replay."""
+    """Check a value at the boundary and round-trip it through JSON, so it comes back exactly as
+    a replay would read it (tuples as lists)."""
     check_json(value, what)
-    if isinstance(value, str | int | float | bool) or value is None:
+    if value is None or isinstance(value, bool | float):
         return value
-    return json.loads(dumps(value))
+    try:
+        text = dumps(value)
+    except ValueError as exc:  # an int too long to convert to text
+        raise SerializationError(f"{what} cannot be written as JSON: {exc}") from None
+    _check_size(text, what)
+    if isinstance(value, str | int):
+        return value
+    return json.loads(text)
+
+
+def _check_size(text: str, what: str) -> None:
+    if len(text) * 4 <= MAX_PAYLOAD_BYTES and text.isascii():
+        return  # the common case: no need to encode it to know
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise SerializationError(
+            f"{what} holds a lone surrogate ({exc.object[exc.start : exc.end]!r}), which UTF-8"
+            " cannot encode"
+        ) from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise SerializationError(
+            f"{what} is {size:,} bytes of JSON, over the {MAX_PAYLOAD_BYTES:,}-byte limit"
+        )
