@@ -26,6 +26,7 @@ from .faults import is_infrastructure
 from .models import JSON, Settled, StepKind, StepRecord, StepStatus
 from .runqueue import RateLimitedLog
 from .transports.base import Message, Transport
+from .transports.messages import PROTOCOL, Malformed, check
 
 if TYPE_CHECKING:
     from .context import StepOp
@@ -148,7 +149,12 @@ class RemoteSteps:
     async def _land_all(self, results: list[Message]) -> list[Message]:
         """Land results; the ones the store could not record (an outage) come back, held."""
         held: list[Message] = []
-        for result in results:
+        for raw in results:
+            try:
+                result = check("result", raw)
+            except Malformed as exc:
+                self._failures.warning("dropping a malformed step result: %s", exc)
+                continue
             if held and not self._waited(result):
                 held.append(result)  # the store just failed: don't wait on it for each one
                 continue
@@ -193,7 +199,12 @@ class RemoteSteps:
         while not self._stopping:
             try:
                 async with self.transport.heartbeats() as feed:
-                    async for beat in feed:
+                    async for raw in feed:
+                        try:
+                            beat = check("heartbeat", raw)
+                        except Malformed as exc:
+                            self._failures.warning("dropping a malformed heartbeat: %s", exc)
+                            continue
                         await self._heard_beat(beat)
             except asyncio.CancelledError:
                 raise
@@ -314,6 +325,7 @@ async def _redispatched(turn: Turn, op: StepOp, record: StepRecord) -> StepRecor
 
 def _task(turn: Turn, op: StepOp, record: StepRecord) -> Message:
     return {
+        "protocol": PROTOCOL,
         "step_id": step_id(turn.run.id, op.seq),
         "run_id": turn.run.id,
         "seq": op.seq,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .models import Run
 from .transports.base import Message, Transport
+from .transports.messages import PROTOCOL, Malformed, check
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -42,6 +43,7 @@ class RateLimitedLog:
 
 def message(run: Run, reason: str) -> Message:
     return {
+        "protocol": PROTOCOL,
         "run_id": run.id,
         "namespace": run.namespace,
         "priority": run.priority,
@@ -173,8 +175,13 @@ class RunQueue:
                 self._failures.warning("taking from the run queue failed (%s); retrying", exc)
                 await asyncio.sleep(TAKE_TIMEOUT)
                 continue
-            for msg in messages:
-                run_id = str(msg.get("run_id"))
+            for raw in messages:
+                try:
+                    msg = check("run", raw)
+                except Malformed as exc:
+                    self._failures.warning("dropping a malformed run message: %s", exc)
+                    continue
+                run_id = str(msg["run_id"])
                 self.taken[run_id] = msg
                 # Only a handed-off timer overrides the stored wake time: every other wake was
                 # made due in the store first, so a late duplicate finds nothing to claim.

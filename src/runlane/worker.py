@@ -23,6 +23,7 @@ from .definitions import StepDefinition, step_definition
 from .errors import UnknownStepError, error_dict
 from .serialization import normalise
 from .transports.base import Message, Transport
+from .transports.messages import PROTOCOL, Malformed, check
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,12 @@ class Worker:
         if not taken and time.monotonic() - started < self.poll_timeout / 2:
             # A closed transport answers at once; do not spin on it until stop().
             await asyncio.sleep(self.poll_timeout)
-        for task in taken:
+        for raw in taken:
+            try:
+                task = check("task", raw)
+            except Malformed as exc:
+                log.warning("worker %s: dropping a malformed task: %s", self.name, exc)
+                continue
             running = asyncio.create_task(self._execute(task))
             self._in_flight.add(running)
             running.add_done_callback(self._in_flight.discard)
@@ -135,6 +141,7 @@ class Worker:
     def _result(self, task: Message, *, ok: bool, output: Any = None, error: Any = None) -> Message:
         return {
             **_identity(task),
+            "protocol": PROTOCOL,
             "ok": ok,
             "output": output,
             "error": error,
@@ -143,7 +150,12 @@ class Worker:
         }
 
     async def _beat(self, task: Message, done: asyncio.Event) -> None:
-        beat = {**_identity(task), "attempt": task.get("attempt"), "worker": self.name}
+        beat = {
+            **_identity(task),
+            "protocol": PROTOCOL,
+            "attempt": task.get("attempt"),
+            "worker": self.name,
+        }
         while not done.is_set():
             try:
                 await self.transport.publish_heartbeat({**beat, "at": _now()})

@@ -102,6 +102,7 @@ async def test_worker_runs_sync_and_async_steps_and_returns_their_outputs(
 
     first, second = await results(transport, 2)
     assert first == {
+        "protocol": 1,
         "step_id": "r1:1",
         "run_id": "r1",
         "seq": 1,
@@ -233,7 +234,7 @@ async def test_worker_runs_at_most_concurrency_steps_at_once(transport: Transpor
 
     worker = Worker("math", transport, steps=[count], concurrency=2, **FAST)
     runner = asyncio.create_task(worker.run())
-    await transport.send_tasks("math", [task("math.count", i, seq=i) for i in range(6)])
+    await transport.send_tasks("math", [task("math.count", i, seq=i + 1) for i in range(6)])
 
     done = await results(transport, 6)
     await worker.stop()

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from ..concurrency import run_in_thread
-from ..serialization import dumps, loads
+from ..serialization import dumps
 from .base import Message
 from .db import OnNotify, Row
+from .messages import decode_each
 from .queries import queries, schema
 
 T = TypeVar("T")
@@ -90,7 +91,7 @@ class SqliteMessages:
 
         rows = await self._run(claim)
         rows.sort(key=lambda row: (-row[1], row[0]))
-        return [loads(row[2]) for row in rows]
+        return decode_each((row[2] for row in rows), "message")
 
     async def publish(self, channel: str, payload: str) -> None:
         self._published += 1

@@ -27,6 +27,7 @@ from redis.exceptions import RedisError
 from ..serialization import dumps, loads
 from .base import Message
 from .local import Fanout, Feed
+from .messages import decode_each
 from .names import HEARTBEATS, RESULTS, qualified, run_queue, task_queue
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,8 @@ class RedisTransport:
         )
         if not reply:
             return []
-        return [loads(member.split("|", 1)[1]) for member, _score in reply[1]]
+        payloads = [member.partition("|")[2] for member, _score in reply[1]]
+        return decode_each(payloads, "run message")
 
     def _stamps(self, count: int) -> range:
         # Wall-clock nanoseconds order equal priorities oldest first, across processes too.
@@ -166,7 +168,7 @@ class RedisTransport:
             lambda: self.client.lmpop(1, key, direction="LEFT", count=max_items),
             timeout,
         )
-        return [loads(item) for item in reply[1]] if reply else []
+        return decode_each(reply[1], "message") if reply else []
 
     async def _pop(
         self,

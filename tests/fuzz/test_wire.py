@@ -1,0 +1,219 @@
+"""Fuzzing the wire: malformed, truncated, mistyped, versioned and replayed messages.
+
+Every message kind on every transport: a message that does not follow the protocol is dropped
+with a logged reason, its consumer goes on consuming, and nothing is written for it. A replayed
+message changes nothing the first one did not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import runlane
+from runlane import Engine, RunStatus
+from runlane.stores.sqlite import SqliteStore
+from runlane.transports import DbTransport, RedisTransport, Transport
+from runlane.transports.messages import Malformed, check
+from runlane.transports.names import RESULTS, run_queue, task_queue
+from runlane.worker import Worker
+from tests.contract import test_transport_contract as contract
+
+from .strategies import json_values
+
+transport_kind = contract.transport_kind
+make_transport = contract.make_transport
+
+VALID = {
+    "run": {"run_id": "r", "reason": "wake", "namespace": None, "priority": 0},
+    "task": {"step_id": "r:1", "run_id": "r", "seq": 1, "name": "s", "attempt": 1},
+    "result": {"step_id": "r:1", "run_id": "r", "seq": 1, "attempt": 1, "ok": True},
+    "heartbeat": {"step_id": "r:1", "run_id": "r", "seq": 1, "attempt": 1},
+}
+
+
+def mangled(kind: str) -> list[Any]:
+    """Messages of ``kind`` that break the protocol in every way a field can."""
+    valid = VALID[kind]
+    wrong: list[Any] = [[1, 2], "text", None, 7, {}, {**valid, "protocol": 2}]
+    for field in valid:
+        wrong.append({k: v for k, v in valid.items() if k != field} if field != "namespace" else {})
+        for bad in ("", "1", 1.5, -1, [], {}, True):
+            wrong.append({**valid, field: bad})
+    return [m for m in wrong if not _is_valid(kind, m)]
+
+
+def _is_valid(kind: str, message: Any) -> bool:
+    try:
+        check(kind, message)
+        return True
+    except Malformed:
+        return False
+
+
+@given(st.sampled_from(sorted(VALID)), json_values | st.dictionaries(st.text(), json_values))
+@settings(max_examples=400, deadline=None)
+def test_checking_any_value_as_any_message_kind_answers_it_or_refuses_it(
+    kind: str, value: Any
+) -> None:
+    try:
+        assert check(kind, value) is value
+    except Malformed as refused:
+        assert str(refused)
+
+
+def test_each_valid_message_passes_and_each_mangled_one_is_refused_with_a_reason() -> None:
+    for kind, valid in VALID.items():
+        assert check(kind, dict(valid)) == valid
+        assert check(kind, {**valid, "protocol": 1, "extra": "ignored"})
+        for message in mangled(kind):
+            with pytest.raises(Malformed) as refused:
+                check(kind, message)
+            assert kind in str(refused.value) or "protocol" in str(refused.value)
+
+
+# ---------------------------------------------------------------- through real transports
+
+
+@runlane.step(name="wire.remote", group="wire", timeout=5.0)
+async def remote_step(x: int) -> int:
+    EXECUTED.append(x)
+    return x * 2
+
+
+EXECUTED: list[int] = []
+
+
+@runlane.workflow(name="wire.flow")
+async def flow(ctx: runlane.Context, x: int) -> int:
+    return int(await ctx.step(remote_step, x))
+
+
+async def _raw(transport: Transport, queue: str, payload: str) -> None:
+    """Write a payload that is not JSON straight into a queue, as a corrupted queue would hold."""
+    if isinstance(transport, RedisTransport):
+        if queue.startswith("runs"):
+            await transport.client.zadd(transport.key(queue), {f"{0:020d}|{payload}": 0})
+        else:
+            await transport.client.rpush(transport.key(queue), payload)
+    elif isinstance(transport, DbTransport) and "sqlite" in transport.url:
+        key = transport.key(queue)
+        topic = transport._runs_topic if queue.startswith("runs") else key
+        await transport._insert([(key, topic, payload, 0)])
+
+
+RAW = ["{truncated", "not json at all", '{"run_id": "r", "reason": "wake"', "\x00\x01"]
+
+
+@pytest.fixture
+async def fleet(
+    make_transport: Callable[..., Any], tmp_path: Path
+) -> AsyncIterator[Callable[..., Any]]:
+    """An engine on SQLite and a worker, on the transport under test."""
+    EXECUTED.clear()
+    made: list[Any] = []
+
+    async def build(**options: Any) -> tuple[Engine, Worker, Transport]:
+        transport = await make_transport()
+        engine = Engine(
+            SqliteStore(tmp_path / "wire.db"),
+            transport=transport,
+            workflows=[flow],
+            poll_interval=0.05,
+            **options,
+        )
+        await engine.__aenter__()
+        worker = Worker("wire", await make_transport(), steps=[remote_step], poll_timeout=0.1)
+        made.append((engine, worker, asyncio.create_task(worker.run())))
+        return engine, worker, transport
+
+    yield build
+    for engine, worker, running in made:
+        await worker.stop()
+        await running
+        await engine.__aexit__(None, None, None)
+
+
+async def _completes(engine: Engine, x: int, run_id: str) -> None:
+    await engine.start(flow, x, run_id=run_id)
+    done = await engine.wait_for_run(run_id, timeout=20)
+    assert (done.status, done.output) == (RunStatus.COMPLETED, x * 2), done.error
+
+
+async def test_malformed_results_are_dropped_and_the_consumer_goes_on(
+    fleet: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, _, transport = await fleet()
+    await _completes(engine, 1, "before")
+    for message in mangled("result"):
+        await transport.send_result(message)
+    for payload in RAW:
+        await _raw(transport, RESULTS, payload)
+    # One aimed at a real run and step, but mistyped: it must not touch the record.
+    await transport.send_result({**VALID["result"], "run_id": "before", "seq": "1", "ok": False})
+    await _completes(engine, 2, "after")
+    [record] = await engine.list_steps("before")
+    assert (record.status, record.output, record.attempts) == ("completed", 2, 1)
+    assert any("malformed step result" in r.getMessage() for r in caplog.records)
+
+
+async def test_malformed_tasks_are_dropped_and_the_worker_goes_on(
+    fleet: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, _, transport = await fleet()
+    await transport.send_tasks("wire", mangled("task"))
+    for payload in RAW:
+        await _raw(transport, task_queue("wire"), payload)
+    await _completes(engine, 3, "task-after")
+    assert EXECUTED == [3]
+    assert any("malformed task" in r.getMessage() for r in caplog.records)
+
+
+async def test_malformed_heartbeats_are_dropped_and_beats_are_still_heard(
+    fleet: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, _, transport = await fleet()
+    for message in mangled("heartbeat"):
+        await transport.publish_heartbeat(message)
+    await _completes(engine, 4, "beat-after")
+    assert engine.remote is not None and not any(t.done() for t in engine.remote._tasks)
+
+
+@pytest.mark.parametrize("transport_kind", contract.QUEUE_KINDS)  # the in-process one has none
+async def test_malformed_run_messages_are_dropped_and_the_run_queue_goes_on(
+    fleet: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, _, transport = await fleet()
+    for message in mangled("run"):
+        if isinstance(message, dict) and isinstance(message.get("namespace"), str | None):
+            await transport.enqueue_runs([{**message, "priority": 0}])
+    for payload in RAW:
+        await _raw(transport, run_queue(None), payload)
+    await _completes(engine, 5, "queue-after")
+    assert engine.runqueue is not None and engine.runqueue.consuming
+
+
+async def test_a_replayed_result_is_applied_once(
+    fleet: Callable[..., Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    engine, worker, _ = await fleet()
+    send = worker.transport.send_result
+
+    async def twice(result: Any) -> None:  # the transport delivered it again
+        await send(result)
+        await send(result)
+
+    worker.transport.send_result = twice  # type: ignore[method-assign]
+    await _completes(engine, 6, "replayed")
+    await asyncio.sleep(0.3)  # the copy lands meanwhile
+    [record] = await engine.list_steps("replayed")
+    assert (record.status, record.output, record.attempts) == ("completed", 12, 1)
+    assert EXECUTED == [6]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
