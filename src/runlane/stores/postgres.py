@@ -43,6 +43,7 @@ from ..models import (
     StepStatus,
     Writes,
 )
+from ..urls import redact
 from .base import RunCancelling, check_lease
 from .postgres_db import (
     SQL,
@@ -100,7 +101,7 @@ class PostgresStore:
         return cls(url)
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self.url!r})"
+        return f"PostgresStore({redact(self.url)!r})"
 
     async def open(self) -> None:
         """Migrate (once per database, under an advisory lock) and open the pool; counted."""

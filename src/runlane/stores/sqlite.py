@@ -36,6 +36,7 @@ from ..models import (
     StepRecord,
     Writes,
 )
+from ..urls import SQLITE_URLS
 from . import sqlite_ops as ops
 from . import sqlite_reads as reads
 from .migrations import pending_migrations
@@ -114,7 +115,12 @@ class SqliteStore:
             await worker.stop()
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None)
+        except sqlite3.OperationalError as exc:
+            # sqlite3 does not say which file it could not open; the path is what to fix.
+            where = os.path.abspath(self.path)
+            raise sqlite3.OperationalError(f"{exc}: {where} ({SQLITE_URLS})") from exc
         try:
             _configure(conn, self.busy_timeout)
             _transaction(conn, _migrate, conn)
