@@ -27,6 +27,7 @@ from ..models import (
     QuotaGate,
     RetryTimer,
     Run,
+    RunQuery,
     RunSpec,
     RunStatus,
     Settlement,
@@ -317,6 +318,15 @@ class SqliteStore:
             limit=limit,
             offset=offset,
         )
+
+    async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
+        return await self._read(reads.page_runs, query, limit)
+
+    async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
+        return await self._read(reads.count_runs, query)
+
+    async def lane_runs(self) -> list[Run]:
+        return await self._read(reads.lane_runs)
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         return await self._read(reads.get_step, run_id, seq)
