@@ -198,12 +198,21 @@ def demo(fresh: bool, directory: Path | None, speed: float, db: str | None) -> N
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
 def serve(app: str, host: str, port: int) -> None:
-    """Serve the HTTP API and the dashboard for the engine APP (module:attribute)."""
+    """Serve the HTTP API and the dashboard for the engine APP (module:attribute).
+
+    With RUNLANE_API_TOKEN set, every request but GET /healthz (and the dashboard's pages,
+    which hold no data) needs Authorization: Bearer <token>. Serving on an address other than
+    the loopback needs the token.
+    """
     with needs_extra("http", "runlane serve"):
         import uvicorn
 
         from .http.app import create_app
+        from .http.auth import api_token, exposure_problem
 
+    problem = exposure_problem(host, api_token())
+    if problem is not None:
+        raise click.UsageError(problem)
     uvicorn.run(create_app(load_engine(app)), host=host, port=port)
 
 

@@ -255,3 +255,12 @@ def test_worker_runs_the_engine_until_sigterm_then_drains(
         _, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
     assert "stopped" in err
+
+
+def test_serve_refuses_a_public_address_without_a_token(
+    app: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RUNLANE_API_TOKEN", raising=False)
+    result = cli("serve", f"{app}:engine", "--host", "0.0.0.0")
+    assert result.exit_code == 2
+    assert "RUNLANE_API_TOKEN" in result.output
