@@ -9,24 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import itertools
 import json
 import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
+from .cli_tables import lanes_table, run_details, runs_table, steps_table
 from .engine import Engine
-from .errors import MissingExtraError, RunlaneError
+from .errors import ConfigurationError, MissingExtraError, RunlaneError
 from .extras import needs_extra
-from .models import Run, StepRecord
+from .http.shapes import lane_to_dict, run_to_dict, step_to_dict
+from .lanes import lanes
+from .models import Run, RunQuery, RunStatus, StepRecord
+from .stores import open_store
+from .stores.base import Store
+from .stores.sqlite import SqliteStore
+from .urls import SQLITE_URLS
 from .worker import Worker
 
 T = TypeVar("T")
@@ -109,21 +115,39 @@ def load_runnables(spec: str) -> list[Engine | Worker]:
     return items
 
 
-def store_url(db: str | None) -> str:
+def store_url(db: str | None, how: str = "pass --db URL") -> str:
     url = db or os.environ.get("RUNLANE_DATABASE_URL")
     if not url:
-        raise click.UsageError("no database: pass --db URL or set RUNLANE_DATABASE_URL")
+        raise click.UsageError(f"no database: {how} or set RUNLANE_DATABASE_URL")
     return url if "://" in url else f"sqlite:///{Path(url).resolve()}"
+
+
+def existing_store(store: Store) -> Store:
+    """``store``, if its database exists: administering runs never creates an empty database
+    (a mistyped path would otherwise answer "no runs"). ``runlane db upgrade`` creates one."""
+    if isinstance(store, SqliteStore) and not Path(store.path).exists():
+        raise click.ClickException(
+            f"no SQLite database at {Path(store.path).resolve()} ({SQLITE_URLS}); "
+            "`runlane db upgrade URL` creates one"
+        )
+    return store
 
 
 def admin_engine(db: str | None, app: str | None) -> Engine:
     """A producer engine on ``db`` (or the app's store), knowing the app's workflows if given."""
-    if app is None:
-        return Engine(store=store_url(db), drive=False, consumers="never")
-    source = load_engine(app)
-    store = store_url(db) if db or os.environ.get("RUNLANE_DATABASE_URL") else source.store
+    try:
+        if app is None:
+            store = existing_store(open_store(store_url(db)))
+            return Engine(store=store, drive=False, consumers="never")
+        source = load_engine(app)
+        if db or os.environ.get("RUNLANE_DATABASE_URL"):
+            store = open_store(store_url(db))
+        else:
+            store = source.store
+    except (ValueError, ConfigurationError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--db") from exc
     engine = Engine(
-        store=store,
+        store=existing_store(store),
         clock=source.clock,
         namespace=source.namespace,
         drive=False,
@@ -149,7 +173,8 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     try:
         return asyncio.run(coro)
     except RunlaneError as exc:
-        raise click.ClickException(str(exc)) from exc
+        # One line: a driver's message may span several (libpq's hints do).
+        raise click.ClickException(" ".join(str(exc).split())) from exc
 
 
 # ---------------------------------------------------------------- the group
@@ -165,7 +190,11 @@ class Commands(click.Group):
             raise click.ClickException(str(exc)) from exc
 
 
-@click.group(cls=Commands)
+EXIT_CODES = """Exit codes: 0 done; 1 failed (an unknown run, a refused start, an unreachable
+store); 2 usage (a bad option or argument, no database named)."""
+
+
+@click.group(cls=Commands, epilog=EXIT_CODES)
 @click.version_option(package_name="runlane")
 def main() -> None:
     """runlane: durable workflows with exact per-key flow control."""
@@ -198,12 +227,21 @@ def demo(fresh: bool, directory: Path | None, speed: float, db: str | None) -> N
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
 def serve(app: str, host: str, port: int) -> None:
-    """Serve the HTTP API and the dashboard for the engine APP (module:attribute)."""
+    """Serve the HTTP API and the dashboard for the engine APP (module:attribute).
+
+    With RUNLANE_API_TOKEN set, every request but GET /healthz (and the dashboard's pages,
+    which hold no data) needs Authorization: Bearer <token>. Serving on an address other than
+    the loopback needs the token.
+    """
     with needs_extra("http", "runlane serve"):
         import uvicorn
 
         from .http.app import create_app
+        from .http.auth import api_token, exposure_problem
 
+    problem = exposure_problem(host, api_token())
+    if problem is not None:
+        raise click.UsageError(problem)
     uvicorn.run(create_app(load_engine(app)), host=host, port=port)
 
 
@@ -254,18 +292,26 @@ def runs() -> None:
 
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
+    fn = click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(fn)
     fn = click.option("--app", default=None, help=APP_HELP)(fn)
     return click.option("--db", default=None, help=DB_HELP)(fn)
+
+
+def say(as_json: bool, body: dict[str, Any], text: str) -> None:
+    """A command's result: ``body`` as JSON with --json, else ``text``."""
+    click.echo(json.dumps(body, indent=2) if as_json else text)
 
 
 @runs.command("list")
 @_common
 @click.option("--workflow", default=None)
-@click.option("--status", default=None)
+@click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
 @click.option("--tag", default=None)
 @click.option("--limit", default=50, show_default=True, type=int)
 @click.option("--offset", default=0, type=int)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--follow", is_flag=True, help="Keep watching: print runs as they change.")
+@click.option("--interval", default=1.0, show_default=True, type=float, help="--follow's poll.")
+@click.option("--polls", default=None, type=int, hidden=True, help="Stop --follow after N polls.")
 def runs_list(
     db: str | None,
     app: str | None,
@@ -275,8 +321,15 @@ def runs_list(
     limit: int,
     offset: int,
     as_json: bool,
+    follow: bool,
+    interval: float,
+    polls: int | None,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first; with --follow, then every change (Ctrl-C stops)."""
+    if follow:
+        query = RunQuery(workflow, RunStatus(status) if status else None, tag)
+        with_engine(db, app, lambda e: follow_runs(e, query, limit, interval, polls, as_json))
+        return
     found = with_engine(
         db,
         app,
@@ -285,8 +338,6 @@ def runs_list(
         ),
     )
     if as_json:
-        from .http.shapes import run_to_dict
-
         click.echo(json.dumps([run_to_dict(r) for r in found], indent=2))
         return
     Console().print(runs_table(found))
@@ -295,7 +346,6 @@ def runs_list(
 @runs.command("show")
 @_common
 @click.argument("run_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> None:
     """Show one run and its step records."""
 
@@ -306,8 +356,6 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
     if run is None:
         raise click.ClickException(f"no run with id {run_id!r}")
     if as_json:
-        from .http.shapes import run_to_dict, step_to_dict
-
         body = {**run_to_dict(run), "steps": [step_to_dict(s) for s in steps]}
         click.echo(json.dumps(body, indent=2))
         return
@@ -319,25 +367,31 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
 @runs.command("cancel")
 @_common
 @click.argument("run_id")
-def runs_cancel(db: str | None, app: str | None, run_id: str) -> None:
+def runs_cancel(db: str | None, app: str | None, as_json: bool, run_id: str) -> None:
     """Cancel a run and its children."""
-    if with_engine(db, app, lambda e: e.cancel(run_id)):
-        click.echo(f"cancelled {run_id}")
-    else:
-        click.echo(f"nothing to cancel: {run_id} is unknown or already finished")
+    cancelled = with_engine(db, app, lambda e: e.cancel(run_id))
+    text = f"nothing to cancel: {run_id} is unknown or already finished"
+    say(
+        as_json,
+        {"run_id": run_id, "cancelled": cancelled},
+        f"cancelled {run_id}" if cancelled else text,
+    )
 
 
 @runs.command("retry")
 @_common
 @click.argument("run_id")
-def runs_retry(db: str | None, app: str | None, run_id: str) -> None:
-    """Requeue a failed, dead or cancelled run from its checkpoints (needs --app)."""
+def runs_retry(db: str | None, app: str | None, as_json: bool, run_id: str) -> None:
+    """Requeue a failed, dead or cancelled run from its checkpoints.
+
+    Needs --app: the run's workflow definition (its gates and timeout) must be known.
+    """
     if app is None:
         raise click.UsageError(
             "retry needs --app module:attribute: the run's workflow definition must be known"
         )
     run = with_engine(db, app, lambda e: e.requeue(run_id))
-    click.echo(f"requeued {run.id} ({run.status})")
+    say(as_json, run_to_dict(run), f"requeued {run.id} ({run.status})")
 
 
 @runs.command("signal")
@@ -346,7 +400,7 @@ def runs_retry(db: str | None, app: str | None, run_id: str) -> None:
 @click.argument("name")
 @click.argument("payload", required=False)
 def runs_signal(
-    db: str | None, app: str | None, run_id: str, name: str, payload: str | None
+    db: str | None, app: str | None, as_json: bool, run_id: str, name: str, payload: str | None
 ) -> None:
     """Send signal NAME to a run, with an optional JSON PAYLOAD."""
     try:
@@ -354,7 +408,46 @@ def runs_signal(
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="PAYLOAD") from exc
     with_engine(db, app, lambda e: e.signal(run_id, name, value))
-    click.echo(f"signalled {run_id}: {name}")
+    say(as_json, {"run_id": run_id, "signal": name}, f"signalled {run_id}: {name}")
+
+
+async def follow_runs(
+    engine: Engine, query: RunQuery, limit: int, interval: float, polls: int | None, as_json: bool
+) -> None:
+    """Print the newest runs, then each run that appears or changes, oldest change first."""
+    seen: dict[str, datetime] = {}
+    console = Console()
+    for poll in itertools.count():
+        found = await engine.read(lambda store: store.page_runs(query, limit))
+        changed = [r for r in reversed(found) if seen.get(r.id) != r.updated_at]
+        seen.update((r.id, r.updated_at) for r in found)
+        if as_json:
+            for run in changed:
+                click.echo(json.dumps(run_to_dict(run)))
+        elif changed:
+            console.print(runs_table(changed))
+        if polls is not None and poll + 1 >= polls:
+            return
+        await asyncio.sleep(interval)
+
+
+# ---------------------------------------------------------------- lanes
+
+
+@main.command("lanes")
+@_common
+@click.option("--key", default=None, help="Only the lanes of this key.")
+def lanes_command(db: str | None, app: str | None, as_json: bool, key: str | None) -> None:
+    """Each singleton lane and quota key with active runs: holders, waiters in order, usage."""
+    found = [
+        lane
+        for lane in lanes(with_engine(db, app, lambda e: e.read(lambda s: s.lane_runs())))
+        if key is None or lane.key == key
+    ]
+    if as_json:
+        click.echo(json.dumps([lane_to_dict(lane) for lane in found], indent=2))
+        return
+    Console().print(lanes_table(found) if found else "no busy lanes")
 
 
 # ---------------------------------------------------------------- db
@@ -368,8 +461,8 @@ def db() -> None:
 @db.command("upgrade")
 @click.argument("url", required=False)
 def db_upgrade(url: str | None) -> None:
-    """Apply the schema migrations to URL (default $RUNLANE_DATABASE_URL)."""
-    target = store_url(url)
+    """Apply the schema migrations to URL (default $RUNLANE_DATABASE_URL); creates a SQLite file."""
+    target = store_url(url, "pass the URL")
     if target.startswith(("postgresql:", "postgres:")):
         with needs_extra("postgres", "runlane db upgrade on PostgreSQL"):
             from .stores.postgres import upgrade
@@ -379,7 +472,6 @@ def db_upgrade(url: str | None) -> None:
         return
     if not target.startswith("sqlite:"):
         raise click.BadParameter("only sqlite:/// and postgresql:// URLs", param_hint="URL")
-    from .stores import open_store
 
     async def touch() -> None:
         store = open_store(target)
@@ -388,90 +480,6 @@ def db_upgrade(url: str | None) -> None:
 
     run_async(touch())
     click.echo("sqlite schema up to date")
-
-
-# ---------------------------------------------------------------- rendering
-
-
-def runs_table(found: list[Run]) -> Table:
-    table = Table("id", "workflow", "status", "created (UTC)", "updated (UTC)", "tags")
-    for run in found:
-        table.add_row(
-            escape(run.id),
-            escape(f"{run.workflow}@{run.version}"),
-            status_text(run.status),
-            _time(run.created_at, short=True),
-            _time(run.updated_at, short=True),
-            escape(", ".join(run.tags)),
-        )
-    return table
-
-
-def run_details(run: Run) -> Table:
-    table = Table(show_header=False, box=None)
-    rows: list[tuple[str, Any]] = [
-        ("id", run.id),
-        ("workflow", f"{run.workflow}@{run.version}"),
-        ("status", status_text(run.status)),
-        ("created", _time(run.created_at)),
-        ("updated", _time(run.updated_at)),
-        ("wake at", _time(run.wake_at)),
-        ("parent", run.parent_id or ""),
-        ("tags", ", ".join(run.tags)),
-        ("input", json.dumps(run.input)),
-        ("output", json.dumps(run.output)),
-        ("error", json.dumps(run.error) if run.error else ""),
-    ]
-    for name, value in rows:
-        table.add_row(f"[bold]{name}[/]", value if name == "status" else escape(str(value)))
-    return table
-
-
-def steps_table(steps: list[StepRecord]) -> Table:
-    table = Table("seq", "kind", "name", "status", "attempts", "finished", "output")
-    for record in steps:
-        table.add_row(
-            str(record.seq),
-            record.kind,
-            escape(record.name),
-            status_text(record.status),
-            str(record.attempts),
-            _time(record.finished_at, short=True),
-            _short(record.output if record.error is None else record.error.get("message")),
-        )
-    return table
-
-
-STATUS_STYLES = {
-    "pending": "yellow",
-    "running": "cyan",
-    "suspended": "blue",
-    "blocked": "magenta",
-    "cancelling": "magenta",
-    "completed": "green",
-    "failed": "red",
-    "dead": "red",
-    "cancelled": "dim",
-}
-
-
-def status_text(status: str) -> str:
-    return f"[{STATUS_STYLES.get(str(status), 'white')}]{status}[/]"
-
-
-def _time(value: Any, *, short: bool = False) -> str:
-    """ISO-8601 in UTC; ``short`` drops the year and zone to keep tables narrow."""
-    if value is None:
-        return ""
-    value = value.astimezone(UTC)
-    if short:
-        return str(value.strftime("%m-%d %H:%M:%S"))
-    return str(value.isoformat(timespec="seconds"))
-
-
-def _short(value: Any, width: int = 60) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
-    return escape(text if len(text) <= width else text[: width - 1] + "…")
 
 
 if __name__ == "__main__":  # pragma: no cover

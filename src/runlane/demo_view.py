@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
-from .cli import status_text
+from .cli_tables import status_text
 from .engine import Engine
 from .models import Run, RunStatus, StepRecord, StepStatus
 

@@ -423,6 +423,13 @@ class Engine:
         await self._ready()
         return await self._api(lambda: self.store.list_steps(run_id), retry=True)
 
+    async def read(self, query: Callable[[Store], Awaitable[T]]) -> T:
+        """``query`` on the store, as the API's own reads run: after one failed try on a fresh
+        connection, ``StoreUnavailableError``. For views (the HTTP API, the command line)
+        that read more than runs and steps."""
+        await self._ready()
+        return await self._api(lambda: query(self.store), retry=True)
+
     async def _api(self, call: Callable[[], Awaitable[T]], *, retry: bool = False) -> T:
         """An API call's store work. An outage raises ``StoreUnavailableError``; with ``retry``
         (reads, idempotent writes) only after one more try, which gets a fresh connection (the

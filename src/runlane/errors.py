@@ -114,6 +114,10 @@ class MissingExtraError(RunlaneError, ImportError):
         self.name = missing
 
 
+class ConfigurationError(RunlaneError, ValueError):
+    """runlane is not configured for this: no store named, or an option that cannot work."""
+
+
 class UnsupportedStoreError(RunlaneError):
     """This store cannot perform the requested operation atomically."""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -127,6 +127,38 @@ class StepRecord:
     @property
     def done(self) -> bool:
         return self.status in (StepStatus.COMPLETED, StepStatus.FAILED)
+
+
+@dataclass(frozen=True)
+class RunCursor:
+    """Where a page of runs ends: the ``(created_at, id)`` of its last (oldest) run."""
+
+    created_at: datetime
+    id: str
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """Which runs to list: every filter given must match. ``created_from`` is inclusive,
+    ``created_until`` exclusive; ``after`` asks for the runs older than a page's last one."""
+
+    workflow: str | None = None
+    status: RunStatus | None = None
+    tag: str | None = None
+    created_from: datetime | None = None
+    created_until: datetime | None = None
+    after: RunCursor | None = None
+
+    def matches(self, run: Run) -> bool:
+        """Whether ``run`` passes every filter and comes after the cursor (newest first)."""
+        return (
+            (self.workflow is None or run.workflow == self.workflow)
+            and (self.status is None or run.status == self.status)
+            and (self.tag is None or self.tag in run.tags)
+            and (self.created_from is None or run.created_at >= self.created_from)
+            and (self.created_until is None or run.created_at < self.created_until)
+            and (self.after is None or (run.created_at, run.id) < astuple(self.after))
+        )
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,13 @@ from runlane.models import (
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations
 from runlane.stores.postgres import SQL, PostgresStore, upgrade
-from runlane.stores.postgres_rows import fenced_params, gate_params, specs_params, utc_conninfo
+from runlane.stores.postgres_rows import (
+    fenced_params,
+    gate_params,
+    query_where,
+    specs_params,
+    utc_conninfo,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = timedelta(seconds=1)
@@ -239,9 +245,7 @@ async def _explain(conn: psycopg.AsyncConnection[Any], name: str, params: dict[s
     """The generic plan of a hot statement: the store's sessions force generic plans (each
     statement is planned once per connection), so that is the plan that must use indexes."""
     query = SQL[name]
-    if name == "list_runs":
-        where = " AND ".join(f"{k} = %({k})s" for k in params if k not in ("limit", "offset"))
-        query = query.replace("{filters}", f"WHERE {where}" if where else "")
+    query = query.replace("{filters}", query_where(params))
     names: list[str] = []
 
     def placeholder(match: re.Match[str]) -> str:
@@ -256,8 +260,8 @@ async def _explain(conn: psycopg.AsyncConnection[Any], name: str, params: dict[s
         return await _nested_plans(conn, query, params)
     await conn.execute(f"PREPARE {prepared} AS {statement}")
     async with psycopg.AsyncClientCursor(conn) as cur:
-        args = ", ".join(["%s"] * len(names))
-        await cur.execute(f"EXPLAIN EXECUTE {prepared}({args})", [params[n] for n in names])
+        args = f"({', '.join(['%s'] * len(names))})" if names else ""
+        await cur.execute(f"EXPLAIN EXECUTE {prepared}{args}", [params[n] for n in names])
         return "\n".join(row[0] for row in await cur.fetchall())
 
 
@@ -294,7 +298,7 @@ async def _nested_plans(
 _BULK = """
 INSERT INTO runlane_runs (id, workflow, version, status, input, created_at, updated_at, wake_at,
     lease_owner, lease_expires_at, deadline_at, parent_id, priority, singleton_key, holds_slot,
-    concurrency_key, namespace)
+    concurrency_key, namespace, tags)
 SELECT 'run-' || i, 'wf-' || (i % 20), '1',
        CASE WHEN i % 100 < 5 THEN 'pending' WHEN i % 100 < 10 THEN 'suspended'
             WHEN i % 100 < 12 THEN 'running' WHEN i % 100 = 12 THEN 'blocked'
@@ -309,7 +313,8 @@ SELECT 'run-' || i, 'wf-' || (i % 20), '1',
        CASE WHEN i % 10 = 0 THEN 'key-' || (i % 500) END,
        i % 100 IN (10, 11) AND i % 10 = 0,
        CASE WHEN i % 7 = 0 THEN 'tenant-' || (i % 50) END,
-       'ns-' || (i % 4)
+       'ns-' || (i % 4),
+       CASE WHEN i % 1000 = 0 THEN ARRAY['vip'] ELSE ARRAY['web'] END
 FROM generate_series(1, 100000) AS i,
      LATERAL (SELECT timestamptz '2026-01-01 00:00:00+00' + i * interval '1 second' AS t) AS c
 """
@@ -323,6 +328,9 @@ _GATED = RunSpec(
     singleton=SingletonGate("key-10", max_queue_depth=5),
     quota=QuotaGate("tenant-7", 8),
 )
+
+# Half way down 100,000 runs: a page deep in the listing.
+_CURSOR = {"after_at": T0 + timedelta(seconds=50000), "after_id": "run-50000"}
 
 _HOT = {
     "runs by id": ("get_runs", {"ids": "{run-10,run-11}"}),
@@ -384,6 +392,16 @@ _HOT = {
     ),
     "listing newest first": ("list_runs", {"limit": 100, "offset": 0}),
     "listing a workflow": ("list_runs", {"workflow": "wf-3", "limit": 100, "offset": 0}),
+    "a page from a cursor": ("page_runs", {**_CURSOR, "limit": 50}),
+    "a page of failed runs": ("page_runs", {"status": "failed", **_CURSOR, "limit": 50}),
+    "a page of a workflow": ("page_runs", {"workflow": "wf-3", **_CURSOR, "limit": 50}),
+    "a page of a rare tag": ("page_runs", {"tag": "vip", "limit": 50}),
+    "a page of a common tag": ("page_runs", {"tag": "web", **_CURSOR, "limit": 50}),
+    "a page of a time range": (
+        "page_runs",
+        {"created_from": T0, "created_until": T0 + timedelta(hours=1), "limit": 50},
+    ),
+    "the lanes": ("lane_runs", {}),
     "children of a parent": ("list_runs", {"parent_id": "run-42", "limit": 100, "offset": 0}),
     "a run tree to cancel": ("run_tree", {"id": "run-7"}),
 }

@@ -23,6 +23,8 @@ from runlane.models import (
     QuotaGate,
     RetryTimer,
     Run,
+    RunCursor,
+    RunQuery,
     RunSpec,
     RunStatus,
     Settlement,
@@ -1270,6 +1272,70 @@ async def test_list_runs_applies_every_filter_given(store: Store) -> None:
     assert await ids(tag="re") == []
     assert await ids(parent_id="a") == ["b", "c"]
     assert await ids(workflow="w1", tag="blue", parent_id="a") == ["b"]
+
+
+async def test_page_runs_walks_newest_first_from_the_cursor(store: Store) -> None:
+    await create(store, spec("a", created=1), spec("b", created=1), spec("c", created=2))
+    await create(store, spec("old", created=0))
+    first = await store.page_runs(RunQuery(), 2)
+    assert [r.id for r in first] == ["c", "b"]
+    after = RunCursor(first[-1].created_at, first[-1].id)
+    # A run created meanwhile, newer than the cursor, never shifts the next page.
+    await create(store, spec("new", created=3))
+    assert [r.id for r in await store.page_runs(RunQuery(after=after), 2)] == ["a", "old"]
+    last = RunCursor(at(0), "old")
+    assert await store.page_runs(RunQuery(after=last), 2) == []
+
+
+async def test_page_runs_applies_every_filter_given(store: Store) -> None:
+    await create(
+        store,
+        spec("a", workflow="w1", tags=("red", "blue"), created=1),
+        spec("b", workflow="w1", tags=("blue",), created=2),
+        spec("c", workflow="w2", tags=("red",), created=3),
+    )
+    await settle(store, "c")
+
+    async def ids(**filters: Any) -> list[str]:
+        return [r.id for r in await store.page_runs(RunQuery(**filters), 10)]
+
+    assert await ids(workflow="w1") == ["b", "a"]
+    assert await ids(status=RunStatus.COMPLETED) == ["c"]
+    assert await ids(tag="red") == ["c", "a"]
+    assert await ids(tag="re") == []
+    assert await ids(created_from=at(2)) == ["c", "b"]
+    assert await ids(created_until=at(2)) == ["a"]
+    assert await ids(workflow="w1", tag="blue", after=RunCursor(at(2), "b")) == ["a"]
+
+
+async def test_count_runs_counts_what_the_query_matches_by_status(store: Store) -> None:
+    await create(
+        store, *(spec(f"r{n}", workflow="w1" if n < 110 else "w2", created=n) for n in range(112))
+    )
+    await settle(store, "r0")
+    await settle(store, "r111")
+    counts = await store.count_runs(RunQuery(after=RunCursor(at(50), "r50")))
+    assert counts == {RunStatus.PENDING: 110, RunStatus.COMPLETED: 2}
+    assert await store.count_runs(RunQuery(workflow="w2")) == {
+        RunStatus.PENDING: 1,
+        RunStatus.COMPLETED: 1,
+    }
+    assert await store.count_runs(RunQuery(workflow="none")) == {}
+
+
+async def test_lane_runs_are_the_active_gated_runs_oldest_first(store: Store) -> None:
+    quota = QuotaGate("tenant:a", 5)
+    await create(
+        store,
+        spec("holder", created=1, singleton=key()),
+        spec("waiter", created=2, singleton=key()),
+        spec("quota", created=0, quota=quota),
+        spec("plain", created=0),
+        spec("done", created=3, quota=quota),
+    )
+    await lease(store, "holder")
+    await settle(store, "done")
+    assert [r.id for r in await store.lane_runs()] == ["quota", "holder", "waiter"]
 
 
 async def test_list_steps_of_an_unknown_run_is_empty(store: Store) -> None:

@@ -255,3 +255,121 @@ def test_worker_runs_the_engine_until_sigterm_then_drains(
         _, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
     assert "stopped" in err
+
+
+def test_serve_refuses_a_public_address_without_a_token(
+    app: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RUNLANE_API_TOKEN", raising=False)
+    result = cli("serve", f"{app}:engine", "--host", "0.0.0.0")
+    assert result.exit_code == 2
+    assert "RUNLANE_API_TOKEN" in result.output
+
+
+GATED_SOURCE = textwrap.dedent(
+    """
+    import runlane
+
+    @runlane.workflow(name="sync", singleton=runlane.Singleton(key=lambda i: "store:" + i["store"]))
+    async def sync(ctx, input):
+        await ctx.wait_for_signal("done")
+
+    engine = runlane.Engine(store="sqlite:///{db}", workflows=[sync], drive=False)
+    """
+)
+
+
+def test_lanes_lists_holders_and_waiters_in_order(
+    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "gated_app.py").write_text(
+        GATED_SOURCE.replace("{db}", db.removeprefix("sqlite:///"))
+    )
+    monkeypatch.chdir(tmp_path)
+
+    async def go() -> None:
+        async with engine_for_module("gated_app") as engine:
+            for n in range(3):
+                await engine.start("sync", {"store": "A"}, f"s{n}")
+            await engine.run_pending()
+
+    asyncio.run(go())
+    result = cli("lanes", "--db", db, "--json")
+    assert result.exit_code == 0, result.output
+    [lane] = json.loads(result.output)
+    assert (lane["kind"], lane["key"], lane["usage"], lane["limit"]) == (
+        "singleton",
+        "store:A",
+        1,
+        1,
+    )
+    assert [r["id"] for r in lane["waiters"]] == ["s1", "s2"]
+    table = cli("lanes", "--db", db)
+    assert "store:A" in table.output and "s1, s2" in table.output
+    assert "no busy lanes" in cli("lanes", "--db", db, "--key", "store:B").output
+
+
+def engine_for_module(name: str) -> Any:
+    import importlib
+
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        return importlib.import_module(name).engine
+    finally:
+        sys.path.pop(0)
+
+
+def test_runs_list_follow_prints_runs_as_they_change(db: str, waiting_run: str) -> None:
+    result = cli(
+        "runs", "list", "--db", db, "--follow", "--json", "--interval", "0", "--polls", "2"
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert [(r["id"], r["status"]) for r in lines] == [("r1", "suspended"), ("r2", "pending")]
+
+
+def test_every_runs_command_answers_json(db: str, app: str, waiting_run: str) -> None:
+    cancelled = cli("runs", "cancel", "r2", "--db", db, "--json")
+    assert json.loads(cancelled.output) == {"run_id": "r2", "cancelled": True}
+    signalled = cli("runs", "signal", "r1", "go", "1", "--db", db, "--json")
+    assert json.loads(signalled.output) == {"run_id": "r1", "signal": "go"}
+    retried = cli("runs", "retry", "r2", "--app", f"{app}:engine", "--json")
+    assert json.loads(retried.output)["status"] == "pending"
+
+
+def test_a_bad_status_is_a_usage_error_in_one_line(db: str, waiting_run: str) -> None:
+    result = cli("runs", "list", "--db", db, "--status", "bogus")
+    assert result.exit_code == 2
+    assert "'bogus' is not one of" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_refused_connection_is_one_line_and_exit_1() -> None:
+    result = cli("runs", "list", "--db", "postgresql://app:s3cret@127.0.0.1:1/x?connect_timeout=2")
+    assert result.exit_code == 1
+    [line] = result.output.strip().splitlines()
+    assert line.startswith("Error: the store is unavailable") and "s3cret" not in line
+
+
+def test_read_commands_open_existing_sqlite_databases_only(tmp_path: Path) -> None:
+    for url in (f"sqlite:///{tmp_path}/typo.db", f"sqlite:///{tmp_path}/missing/runlane.db"):
+        result = cli("runs", "list", "--db", url)
+        assert result.exit_code == 1
+        [line] = result.output.strip().splitlines()
+        assert f"no SQLite database at {url.removeprefix('sqlite:///')}" in line
+        assert "runlane db upgrade" in line
+    assert not (tmp_path / "typo.db").exists()
+
+
+def test_db_upgrade_without_a_url_names_its_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUNLANE_DATABASE_URL", raising=False)
+    result = cli("db", "upgrade")
+    assert result.exit_code == 2
+    assert "pass the URL or set RUNLANE_DATABASE_URL" in result.output
+    assert "--db" not in result.output
+
+
+def test_help_says_what_the_exit_codes_mean() -> None:
+    text = " ".join(cli("--help").output.split())
+    assert "Exit codes: 0 done; 1 failed" in text and "2 usage" in text
+    assert "Needs --app" in cli("runs", "retry", "--help").output

@@ -105,8 +105,11 @@ async def test_list_runs_filters_by_status_workflow_and_tag(
     assert [r["id"] for r in (await client.get("/runs?workflow=approval")).json()["runs"]] == ["a1"]
     assert [r["id"] for r in (await client.get("/runs?tag=vip")).json()["runs"]] == ["a1"]
     assert len((await client.get("/runs?limit=1")).json()["runs"]) == 1
-    assert (await client.get("/runs?limit=many")).status_code == 400
-    assert (await client.get("/runs?status=sleepy")).status_code == 400
+    assert (await client.get("/runs?limit=many")).status_code == 422
+    bogus = await client.get("/runs?status=bogus")
+    assert bogus.status_code == 422
+    assert (bogus.json()["type"], bogus.json()["field"]) == ("invalid_request", "status")
+    assert "pending, running" in bogus.json()["message"]
 
 
 async def test_a_start_over_the_quota_is_answered_429_with_the_key_and_limit(
@@ -139,25 +142,33 @@ async def test_a_full_singleton_backlog_is_answered_429(client: httpx.AsyncClien
 
 
 @pytest.mark.parametrize(
-    ("body", "status", "error"),
+    ("body", "status", "kind"),
     [
-        ({"workflow": "nope"}, 404, "UnknownWorkflowError"),
-        ({"input": {}}, 400, "BadRequest"),
-        ({"workflow": "approval", "tags": ["runlane:holder"]}, 400, "DefinitionError"),
-        ({"workflow": "approval", "tags": "web"}, 400, "BadRequest"),
+        ({"workflow": "nope"}, 404, "unknown_workflow"),
+        ({"input": {}}, 422, "invalid_request"),
+        ({"workflow": "approval", "tags": ["runlane:holder"]}, 422, "invalid_input"),
+        ({"workflow": "approval", "tags": "web"}, 422, "invalid_request"),
+        ({"workflow": "approval", "priority": "high"}, 422, "invalid_request"),
+        ({"workflow": "approval", "priority": True}, 422, "invalid_request"),
+        ({"workflow": "approval", "run_id": ""}, 422, "invalid_request"),
+        ({"workflow": "approval", "if_exists": "replace"}, 422, "invalid_request"),
+        ({"workflow": "approval", "inptu": {}}, 422, "invalid_request"),
+        (["approval"], 422, "invalid_request"),
     ],
 )
-async def test_bad_starts_are_client_errors(
-    client: httpx.AsyncClient, body: dict[str, Any], status: int, error: str
+async def test_bad_starts_are_typed_client_errors(
+    client: httpx.AsyncClient, body: Any, status: int, kind: str
 ) -> None:
     response = await client.post("/runs", json=body)
     assert response.status_code == status
-    assert response.json()["error"] == error
+    assert response.json()["type"] == kind
+    assert response.json()["message"]
 
 
 async def test_a_body_that_is_not_json_is_a_400(client: httpx.AsyncClient) -> None:
     response = await client.post("/runs", content=b"{not json")
     assert response.status_code == 400
+    assert response.json()["type"] == "invalid_json"
     assert "not valid JSON" in response.json()["message"]
 
 
@@ -184,6 +195,7 @@ async def test_cancel_then_retry_puts_the_run_back_to_pending(
     assert retried.json()["status"] == "pending"
     again = await client.post("/runs/a1/retry")
     assert again.status_code == 409
+    assert again.json()["type"] == "conflict"
 
 
 async def test_publishing_an_event_starts_its_subscribers(
@@ -196,16 +208,6 @@ async def test_publishing_an_event_starts_its_subscribers(
     assert duplicate.json()["touched"] == 0
     [run] = await engine.list_runs(workflow="on-order")
     assert run.input == {"order": 7}
-
-
-async def test_the_dashboard_is_a_page_that_polls_the_runs_api(
-    client: httpx.AsyncClient,
-) -> None:
-    response = await client.get("/")
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/html")
-    assert "runlane runs" in response.text
-    assert 'fetch("runs?' in response.text
 
 
 async def test_the_app_lifespan_runs_the_engine(tmp_path: Path) -> None:

@@ -50,10 +50,10 @@ def installed(bin: Path, modules: list[str]) -> list[str]:
 
 
 def package_data() -> list[str]:
-    """Every file of the package that is not Python source: SQL, templates, py.typed."""
+    """Every file of the package that is not Python source: SQL, pages, scripts, py.typed."""
     files = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
     names = [str(p.relative_to(PACKAGE)) for p in files]
-    assert {"py.typed", "http/templates/dashboard.html"} <= set(names)
+    assert {"py.typed", "http/templates/runs.html", "http/static/runlane.js"} <= set(names)
     assert len([n for n in names if n.endswith(".sql")]) >= 9
     return names
 

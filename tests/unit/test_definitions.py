@@ -92,4 +92,4 @@ def test_retry_in_is_none_once_attempts_run_out_or_for_a_fatal_error() -> None:
 
 def test_engine_rejects_unknown_options() -> None:
     with pytest.raises(TypeError, match="unknown engine option"):
-        runlane.Engine(None, leese=3)
+        runlane.Engine("memory://", leese=3)

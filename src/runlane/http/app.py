@@ -1,105 +1,47 @@
-"""The JSON API over an engine, and a small auto-refreshing dashboard at ``/``.
+"""The JSON API over an engine, its OpenAPI document, and the dashboard's pages.
 
 A refused start is an HTTP answer, not a crash: quota and singleton backlog refusals become 429
 with the key and limit in the body, so a caller can back off on exactly the key that is full.
+Every error is JSON with a ``type`` (see :mod:`runlane.http.errors`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from ..engine import Engine
-from ..errors import (
-    ConcurrencyLimitError,
-    DefinitionError,
-    RunExistsError,
-    RunFinishedError,
-    RunlaneError,
-    RunNotFoundError,
-    SerializationError,
-    SingletonQueueFullError,
-    StoreUnavailableError,
-    UnknownWorkflowError,
+from ..errors import RunExistsError, RunlaneError, RunNotFoundError
+from ..lanes import lanes
+from ..models import RunCursor
+from ..serialization import normalise
+from .auth import TokenAuth, api_token, wants_html
+from .errors import HTTPError, error_response, http_exception, server_error
+from .openapi import openapi
+from .params import (
+    DEFAULT_PAGE,
+    MAX_PAGE,
+    StartRequest,
+    encode_cursor,
+    query_int,
+    read_json,
+    run_query,
 )
-from .shapes import run_to_dict, step_to_dict
+from .shapes import lane_to_dict, run_summary, run_to_dict, step_to_dict
 
-DASHBOARD = Path(__file__).with_name("templates") / "dashboard.html"
-
-
-class HTTPError(Exception):
-    def __init__(self, status: int, error: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.body = {"error": error, "message": message, **extra}
-
-
-def error_response(exc: Exception) -> JSONResponse:
-    """The HTTP answer for an exception raised by the engine or by request parsing."""
-    if isinstance(exc, HTTPError):
-        return JSONResponse(exc.body, exc.status)
-    status, extra = _status_for(exc)
-    body = {"error": type(exc).__name__, "message": str(exc), **extra}
-    headers = {"Retry-After": "1"} if status in (429, 503) else None
-    return JSONResponse(body, status, headers=headers)
-
-
-def _status_for(exc: Exception) -> tuple[int, dict[str, Any]]:
-    if isinstance(exc, ConcurrencyLimitError):
-        return 429, {
-            "workflow": exc.workflow,
-            "key": exc.key,
-            "limit": exc.limit,
-            "active": exc.active,
-        }
-    if isinstance(exc, SingletonQueueFullError):
-        return 429, {
-            "workflow": exc.workflow,
-            "key": exc.key,
-            "max_queue_depth": exc.max_queue_depth,
-        }
-    if isinstance(exc, StoreUnavailableError):
-        return 503, {}
-    if isinstance(exc, UnknownWorkflowError | RunNotFoundError):
-        return 404, {}
-    if isinstance(exc, RunExistsError | RunFinishedError):
-        return 409, {"run_id": exc.run_id, "status": str(exc.status)}
-    if isinstance(exc, SerializationError | DefinitionError | ValueError):
-        return 400, {}
-    return 409, {}
-
-
-# ---------------------------------------------------------------- request helpers
-
-
-async def read_json(request: Request) -> Any:
-    """The request body as JSON; an empty body is ``None``."""
-    raw = await request.body()
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise HTTPError(400, "BadRequest", f"request body is not valid JSON: {exc}") from None
-
-
-def query_int(request: Request, name: str, default: int) -> int:
-    value = request.query_params.get(name)
-    if value is None:
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise HTTPError(400, "BadRequest", f"{name} must be an integer, got {value!r}") from None
-
+HERE = Path(__file__).parent
+PAGES = HERE / "templates"
+MAX_CHILDREN = 100  # children listed in a run's detail, newest first
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -116,7 +58,11 @@ def guarded(handler: Handler) -> Handler:
     return wrapper
 
 
-# ---------------------------------------------------------------- the app
+def page(name: str) -> Handler:
+    async def serve(request: Request) -> Response:
+        return FileResponse(PAGES / name, media_type="text/html")
+
+    return serve
 
 
 class Api:
@@ -126,39 +72,62 @@ class Api:
         self.engine = engine
 
     async def start(self, request: Request) -> Response:
-        body = await read_json(request)
-        if not isinstance(body, dict) or not isinstance(body.get("workflow"), str):
-            raise HTTPError(400, "BadRequest", 'body must be an object with a "workflow" name')
-        tags = body.get("tags") or ()
-        if not isinstance(tags, list | tuple):
-            raise HTTPError(400, "BadRequest", "tags must be a list of strings")
-        run = await self.engine.start(
-            body["workflow"],
-            body.get("input"),
-            body.get("run_id"),
-            priority=int(body.get("priority") or 0),
-            tags=tags,
-        )
-        return JSONResponse(run_to_dict(run), 201)
+        wanted = StartRequest.parse(await read_json(request))
+        value = normalise(wanted.input, "input")
+        try:
+            # "fail" always: the refusal is how an existing run is told from a new one.
+            run = await self.engine.start(
+                wanted.workflow,
+                value,
+                wanted.run_id,
+                priority=wanted.priority,
+                tags=wanted.tags,
+                if_exists="fail",
+            )
+        except RunExistsError:
+            if wanted.if_exists == "fail":
+                raise
+            existing = await self.engine.get_run(str(wanted.run_id))
+            if existing is None:  # pragma: no cover - a run is never deleted under a start
+                raise
+            body = {**run_to_dict(existing), "created": False}
+            return JSONResponse({**body, "input_differs": existing.input != value}, 200)
+        return JSONResponse({**run_to_dict(run), "created": True, "input_differs": False}, 201)
 
-    async def list(self, request: Request) -> Response:
-        params = request.query_params
-        found = await self.engine.list_runs(
-            workflow=params.get("workflow") or None,
-            status=params.get("status") or None,
-            tag=params.get("tag") or None,
-            limit=query_int(request, "limit", 100),
-            offset=query_int(request, "offset", 0),
-        )
-        return JSONResponse({"runs": [run_to_dict(r) for r in found]})
+    async def list_runs(self, request: Request) -> Response:
+        query = run_query(request)
+        limit = query_int(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+        # One more than asked: whether a next page exists, without a count.
+        found = await self.engine.read(lambda store: store.page_runs(query, limit + 1))
+        shown, more = found[:limit], len(found) > limit
+        last = shown[-1] if more else None
+        cursor = encode_cursor(RunCursor(last.created_at, last.id)) if last else None
+        return JSONResponse({"runs": [run_to_dict(r) for r in shown], "next_cursor": cursor})
+
+    async def counts(self, request: Request) -> Response:
+        query = run_query(request, cursor=False)
+        counts = await self.engine.read(lambda store: store.count_runs(query))
+        by_status = {str(status): n for status, n in sorted(counts.items())}
+        return JSONResponse({"counts": by_status, "total": sum(counts.values())})
 
     async def show(self, request: Request) -> Response:
+        if wants_html(request):
+            return await page("run.html")(request)
         run_id = request.path_params["run_id"]
         run = await self.engine.get_run(run_id)
         if run is None:
             raise RunNotFoundError(run_id)
         steps = await self.engine.list_steps(run_id)
-        return JSONResponse({**run_to_dict(run), "steps": [step_to_dict(s) for s in steps]})
+        children = await self.engine.read(
+            lambda store: store.list_runs(parent_id=run_id, limit=MAX_CHILDREN)
+        )
+        return JSONResponse(
+            {
+                **run_to_dict(run),
+                "steps": [step_to_dict(s) for s in steps],
+                "children": [run_summary(c) for c in children],
+            }
+        )
 
     async def cancel(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -178,27 +147,55 @@ class Api:
     async def event(self, request: Request) -> Response:
         name = request.path_params["name"]
         touched = await self.engine.publish_event(
-            name, await read_json(request), id=request.query_params.get("id")
+            name, await read_json(request), id=request.query_params.get("id") or None
         )
         return JSONResponse({"event": name, "touched": touched}, 202)
 
-    async def dashboard(self, request: Request) -> Response:
-        return HTMLResponse(DASHBOARD.read_text(encoding="utf-8"))
+    async def lanes(self, request: Request) -> Response:
+        key = request.query_params.get("key") or None
+        found = lanes(await self.engine.read(lambda store: store.lane_runs()))
+        shown = [lane_to_dict(lane) for lane in found if key is None or lane.key == key]
+        return JSONResponse({"lanes": shown})
+
+    async def healthz(self, request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi())
 
 
-def create_app(engine: Engine, *, manage_engine: bool = True) -> Starlette:
-    """A Starlette app serving ``engine``; with ``manage_engine`` its lifespan runs the engine."""
-    api = Api(engine)
-    routes = [
-        Route("/", api.dashboard, methods=["GET"]),
-        Route("/runs", guarded(api.start), methods=["POST"]),
-        Route("/runs", guarded(api.list), methods=["GET"]),
-        Route("/runs/{run_id}", guarded(api.show), methods=["GET"]),
-        Route("/runs/{run_id}/cancel", guarded(api.cancel), methods=["POST"]),
-        Route("/runs/{run_id}/retry", guarded(api.retry), methods=["POST"]),
-        Route("/runs/{run_id}/signal/{name}", guarded(api.signal), methods=["POST"]),
-        Route("/events/{name}", guarded(api.event), methods=["POST"]),
+def routes(api: Api) -> list[BaseRoute]:
+    json_routes: list[tuple[str, Handler, str]] = [
+        ("/healthz", api.healthz, "GET"),
+        ("/openapi.json", api.openapi, "GET"),
+        ("/runs", api.start, "POST"),
+        ("/runs", api.list_runs, "GET"),
+        ("/stats/runs", api.counts, "GET"),
+        ("/runs/{run_id}", api.show, "GET"),
+        ("/runs/{run_id}/cancel", api.cancel, "POST"),
+        ("/runs/{run_id}/retry", api.retry, "POST"),
+        ("/runs/{run_id}/signal/{name}", api.signal, "POST"),
+        ("/events/{name}", api.event, "POST"),
+        ("/lanes", api.lanes, "GET"),
     ]
+    pages: list[BaseRoute] = [
+        Route("/", page("runs.html"), methods=["GET"]),
+        Route("/ui/runs/{run_id}", page("run.html"), methods=["GET"]),
+        Route("/ui/lanes", page("lanes.html"), methods=["GET"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    api_routes: list[BaseRoute] = [Route(p, guarded(h), methods=[m]) for p, h, m in json_routes]
+    return api_routes + pages
+
+
+def create_app(
+    engine: Engine, *, manage_engine: bool = True, token: str | None = None
+) -> Starlette:
+    """A Starlette app serving ``engine``; with ``manage_engine`` its lifespan runs the engine.
+
+    ``token`` (default ``$RUNLANE_API_TOKEN``): every request but ``GET /healthz`` and the
+    dashboard's pages needs ``Authorization: Bearer <token>``.
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -208,6 +205,14 @@ def create_app(engine: Engine, *, manage_engine: bool = True) -> Starlette:
         async with engine:
             yield
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    secret = api_token(token)
+    middleware = [Middleware(TokenAuth, token=secret)] if secret else []
+    handlers: dict[Any, Any] = {HTTPException: http_exception, Exception: server_error}
+    app = Starlette(
+        routes=routes(Api(engine)),
+        middleware=middleware,
+        exception_handlers=handlers,
+        lifespan=lifespan,
+    )
     app.state.engine = engine
     return app

@@ -9,7 +9,11 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
+from ..lanes import Lane
 from ..models import Run, StepRecord
+
+# A run as lists show it: no input, output or error (those are the detail's).
+SUMMARY_FIELDS = ("id", "workflow", "version", "status", "created_at", "updated_at", "tags")
 
 PUBLIC_RUN_FIELDS = (
     "id", "workflow", "version", "status", "input", "output", "error", "tags",
@@ -35,4 +39,22 @@ def run_to_dict(run: Run) -> dict[str, Any]:
 def step_to_dict(record: StepRecord) -> dict[str, Any]:
     return {
         f.name: jsonable(getattr(record, f.name)) for f in fields(record) if f.name != "wake_at"
+    }
+
+
+def run_summary(run: Run) -> dict[str, Any]:
+    return {name: jsonable(getattr(run, name)) for name in SUMMARY_FIELDS}
+
+
+def lane_to_dict(lane: Lane) -> dict[str, Any]:
+    return {
+        "kind": lane.kind,
+        "key": lane.key,
+        "name": lane.name,
+        "workflow": lane.workflow,
+        "tag": lane.tag,
+        "limit": lane.limit,
+        "usage": lane.usage,
+        "holders": [run_summary(r) for r in lane.holders],
+        "waiters": [run_summary(r) for r in lane.waiters],
     }

@@ -33,6 +33,7 @@ from ..models import (
     QuotaGate,
     RetryTimer,
     Run,
+    RunQuery,
     RunSpec,
     RunStatus,
     Settlement,
@@ -336,6 +337,25 @@ class Store(Protocol):
         offset: int = 0,
     ) -> list[Run]:
         """Runs matching every filter given, newest first (``created_at``, then id, descending)."""
+        ...
+
+    async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
+        """At most ``limit`` runs matching ``query``, newest first (``created_at``, then id,
+        descending), starting after ``query.after``.
+
+        Keyset paging: a page costs the same however deep it is (an index walk from the
+        cursor), and runs created meanwhile never shift the pages that follow.
+        """
+        ...
+
+    async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
+        """How many runs match ``query`` (its cursor ignored), by status; a status without
+        runs is left out."""
+        ...
+
+    async def lane_runs(self) -> list[Run]:
+        """The active runs that hold or wait for a singleton slot, or count against a quota
+        (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""
         ...
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:

@@ -5,7 +5,9 @@ Every method runs without awaiting in between, so each is atomic on the event lo
 
 from __future__ import annotations
 
+import heapq
 import itertools
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -21,6 +23,7 @@ from ..models import (
     QuotaGate,
     RetryTimer,
     Run,
+    RunQuery,
     RunSpec,
     RunStatus,
     Settlement,
@@ -529,6 +532,23 @@ class MemoryStore:
         ]
         runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return runs[offset : offset + limit]
+
+    async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
+        found = [r for r in self._runs.values() if query.matches(r)]
+        return heapq.nlargest(limit, found, key=lambda r: (r.created_at, r.id))
+
+    async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
+        everywhere = replace(query, after=None)
+        return dict(Counter(r.status for r in self._runs.values() if everywhere.matches(r)))
+
+    async def lane_runs(self) -> list[Run]:
+        gated = [
+            r
+            for r in self._runs.values()
+            if r.status in ACTIVE_STATUSES
+            and (r.singleton_key is not None or r.concurrency_key is not None)
+        ]
+        return sorted(gated, key=lambda r: (r.created_at, r.id))
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)

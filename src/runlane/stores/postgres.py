@@ -33,6 +33,7 @@ from ..models import (
     QuotaGate,
     RetryTimer,
     Run,
+    RunQuery,
     RunSpec,
     RunStatus,
     Settlement,
@@ -43,6 +44,7 @@ from ..models import (
     StepStatus,
     Writes,
 )
+from ..urls import redact
 from .base import RunCancelling, check_lease
 from .postgres_db import (
     SQL,
@@ -57,7 +59,6 @@ from .postgres_db import (
     pipeline,
 )
 from .postgres_rows import (
-    LIST_FILTERS,
     Checkpoint,
     Row,
     checkpoints_params,
@@ -71,6 +72,8 @@ from .postgres_rows import (
     gated,
     json_param,
     pg_array,
+    query_params,
+    query_where,
     run_from_row,
     signal_from_row,
     specs_params,
@@ -100,7 +103,7 @@ class PostgresStore:
         return cls(url)
 
     def __repr__(self) -> str:
-        return f"PostgresStore({self.url!r})"
+        return f"PostgresStore({redact(self.url)!r})"
 
     async def open(self) -> None:
         """Migrate (once per database, under an advisory lock) and open the pool; counted."""
@@ -673,14 +676,30 @@ class PostgresStore:
     ) -> list[Run]:
         filters = {"workflow": workflow, "status": status, "tag": tag, "parent_id": parent_id}
         given = {k: (str(v) if k == "status" else v) for k, v in filters.items() if v is not None}
-        where = " AND ".join(LIST_FILTERS[k] for k in given)
-        query = SQL["list_runs"].replace("{filters}", f"WHERE {where}" if where else "")
+        rows = await self._filtered("list_runs", given, limit=limit, offset=offset)
+        return [run_from_row(row) for row in rows]
+
+    async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
+        given = query_params(query, cursor=True)
+        rows = await self._filtered("page_runs", given, limit=limit)
+        return [run_from_row(row) for row in rows]
+
+    async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
+        rows = await self._filtered("count_runs", query_params(query, cursor=False))
+        return {RunStatus(row["status"]): int(row["runs"]) for row in rows}
+
+    async def lane_runs(self) -> list[Run]:
+        return [run_from_row(row) for row in await self._db.rows("lane_runs")]
+
+    async def _filtered(self, name: str, given: Row, **params: object) -> list[Row]:
+        """Statement ``name`` with the WHERE clause of the filters in ``given``."""
+        query = SQL[name].replace("{filters}", query_where(given))
 
         async def work(conn: Conn) -> list[Row]:
-            cur = await conn.execute(query, {**given, "limit": limit, "offset": offset})
+            cur = await conn.execute(query, {**given, **params})
             return await cur.fetchall()
 
-        return [run_from_row(row) for row in await self._db.run(work)]
+        return await self._db.run(work)
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         row = _first(await self._db.rows("get_step", id=run_id, seq=seq))

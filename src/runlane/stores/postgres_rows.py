@@ -11,7 +11,7 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .. import admission
-from ..models import Event, Lease, Run, RunSpec, RunStatus, Signal, StepRecord, Writes
+from ..models import Event, Lease, Run, RunQuery, RunSpec, RunStatus, Signal, StepRecord, Writes
 from ..serialization import dumps
 
 Row = dict[str, Any]
@@ -221,12 +221,37 @@ def claimable(row: Row, now: datetime, handoff: bool = False) -> bool:
     return False
 
 
-LIST_FILTERS = {
+# The conditions of list_runs and of a RunQuery (page_runs, count_runs); the cursor is a row
+# comparison that walks the (created_at DESC, id DESC) indexes from where the last page ended.
+QUERY_FILTERS = {
     "workflow": "workflow = %(workflow)s",
     "status": "status = %(status)s",
-    "tag": "%(tag)s = ANY(tags)",
+    "tag": "tags @> ARRAY[%(tag)s]::text[]",
     "parent_id": "parent_id = %(parent_id)s",
+    "created_from": "created_at >= %(created_from)s",
+    "created_until": "created_at < %(created_until)s",
+    "after_at": "(created_at, id) < (%(after_at)s, %(after_id)s)",
 }
+
+
+def query_params(query: RunQuery, *, cursor: bool) -> Row:
+    """The parameters of ``query``'s given filters, by QUERY_FILTERS name."""
+    given: Row = {
+        name: getattr(query, name)
+        for name in ("workflow", "tag", "created_from", "created_until")
+        if getattr(query, name) is not None
+    }
+    if query.status is not None:
+        given["status"] = str(query.status)
+    if cursor and query.after is not None:
+        given.update(after_at=query.after.created_at, after_id=query.after.id)
+    return given
+
+
+def query_where(given: Row) -> str:
+    """The WHERE clause of the filters in ``given`` (empty when there is none)."""
+    where = " AND ".join(QUERY_FILTERS[k] for k in QUERY_FILTERS if k in given)
+    return f"WHERE {where}" if where else ""
 
 
 def gate_keys(specs: Sequence[RunSpec]) -> list[str]:
@@ -295,7 +320,7 @@ def utc_conninfo(url: str) -> str:
 
 
 __all__ = [
-    "LIST_FILTERS",
+    "QUERY_FILTERS",
     "Checkpoint",
     "Row",
     "checkpoints_params",
@@ -309,6 +334,8 @@ __all__ = [
     "gated",
     "json_param",
     "load_queries",
+    "query_params",
+    "query_where",
     "run_from_row",
     "signal_from_row",
     "specs_params",

@@ -27,6 +27,7 @@ from ..models import (
     QuotaGate,
     RetryTimer,
     Run,
+    RunQuery,
     RunSpec,
     RunStatus,
     Settlement,
@@ -36,6 +37,7 @@ from ..models import (
     StepRecord,
     Writes,
 )
+from ..urls import SQLITE_URLS
 from . import sqlite_ops as ops
 from . import sqlite_reads as reads
 from .migrations import pending_migrations
@@ -114,7 +116,12 @@ class SqliteStore:
             await worker.stop()
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None)
+        except sqlite3.OperationalError as exc:
+            # sqlite3 does not say which file it could not open; the path is what to fix.
+            where = os.path.abspath(self.path)
+            raise sqlite3.OperationalError(f"{exc}: {where} ({SQLITE_URLS})") from exc
         try:
             _configure(conn, self.busy_timeout)
             _transaction(conn, _migrate, conn)
@@ -311,6 +318,15 @@ class SqliteStore:
             limit=limit,
             offset=offset,
         )
+
+    async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
+        return await self._read(reads.page_runs, query, limit)
+
+    async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
+        return await self._read(reads.count_runs, query)
+
+    async def lane_runs(self) -> list[Run]:
+        return await self._read(reads.lane_runs)
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         return await self._read(reads.get_step, run_id, seq)

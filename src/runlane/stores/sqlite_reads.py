@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from ..models import ACTIVE_STATUSES, Event, Run, RunStatus, Signal, StepRecord
+from ..models import ACTIVE_STATUSES, Event, Run, RunQuery, RunStatus, Signal, StepRecord
 from ..serialization import dumps
 from .sqlite_rows import event_from_row, run_from_row, signal_from_row, step_from_row, ts
 
@@ -125,6 +125,49 @@ def list_runs(
     return [run_from_row(row) for row in rows]
 
 
+def _query_where(query: RunQuery, *, cursor: bool) -> tuple[str, list[object]]:
+    """``query``'s filters as a WHERE clause and its parameters (the cursor with ``cursor``)."""
+    filters: dict[str, object] = {
+        "workflow = ?": query.workflow,
+        "status = ?": None if query.status is None else str(query.status),
+        "EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)": query.tag,
+        "created_at >= ?": ts(query.created_from),
+        "created_at < ?": ts(query.created_until),
+    }
+    given = {clause: value for clause, value in filters.items() if value is not None}
+    params = list(given.values())
+    clauses = ["1", *given]
+    if cursor and query.after is not None:
+        # A row value: SQLite walks the (created_at, id) index from the cursor.
+        clauses.append("(created_at, id) < (?, ?)")
+        params += [ts(query.after.created_at), query.after.id]
+    return " AND ".join(clauses), params
+
+
+def page_runs(conn: Conn, query: RunQuery, limit: int) -> list[Run]:
+    where, params = _query_where(query, cursor=True)
+    rows = conn.execute(
+        f"SELECT * FROM runs WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?",
+        (*params, limit),
+    )
+    return [run_from_row(row) for row in rows]
+
+
+def count_runs(conn: Conn, query: RunQuery) -> dict[RunStatus, int]:
+    where, params = _query_where(query, cursor=False)
+    rows = conn.execute(f"SELECT status, count(*) FROM runs WHERE {where} GROUP BY status", params)
+    return {RunStatus(status): count for status, count in rows}
+
+
+def lane_runs(conn: Conn) -> list[Run]:
+    rows = conn.execute(
+        f"SELECT * FROM runs WHERE status IN {ACTIVE}"
+        " AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)"
+        " ORDER BY created_at, id"
+    )
+    return [run_from_row(row) for row in rows]
+
+
 # ---------------------------------------------------------------- events
 
 
@@ -147,15 +190,18 @@ __all__ = [
     "WAITERS",
     "WAITING",
     "Conn",
+    "count_runs",
     "due_run_ids",
     "events_after",
     "expired_run_ids",
     "get_run",
     "get_runs",
     "get_step",
+    "lane_runs",
     "latest_event_seq",
     "list_runs",
     "list_steps",
+    "page_runs",
     "pending_run_ids",
     "signals",
     "timed_out_run_ids",

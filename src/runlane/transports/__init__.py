@@ -6,6 +6,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ..extras import lazy_names, needs_extra
+from ..urls import redact
 from .base import HeartbeatFeed, Message, Transport
 from .db import DbTransport
 from .inprocess import InProcessTransport
@@ -32,7 +33,8 @@ def open_transport(url: str | None = None, **options: Any) -> Transport:
     if url.startswith(("postgresql:", "postgres:", "sqlite:")):
         return DbTransport(url, **options)
     raise ValueError(
-        f"unsupported transport url {url!r}; use memory://, redis://, postgresql:// or sqlite:///"
+        f"unsupported transport url {redact(url)!r}; "
+        "use memory://, redis://, postgresql:// or sqlite:///"
     )
 
 

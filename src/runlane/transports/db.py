@@ -17,6 +17,7 @@ from typing import Protocol
 
 from ..extras import needs_extra
 from ..serialization import dumps, loads
+from ..urls import redact
 from .base import Message
 from .local import Fanout, Feed, Wakeups, wait_event
 from .names import HEARTBEATS, RESULTS, qualified, run_queue, task_queue
@@ -205,7 +206,7 @@ def _table_for(url: str, poll_interval: float | None) -> MessageTable:
             from .db_postgres import PostgresMessages
 
         return PostgresMessages(url, poll_interval=poll_interval or 2.0)
-    raise ValueError(f"DbTransport needs a postgresql:// or sqlite:/// url, not {url!r}")
+    raise ValueError(f"DbTransport needs a postgresql:// or sqlite:/// url, not {redact(url)!r}")
 
 
 def sqlite_path(url: str) -> str:

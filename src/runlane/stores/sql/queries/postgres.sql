@@ -543,5 +543,20 @@ SELECT * FROM runlane_runs {filters}
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s OFFSET %(offset)s;
 
+-- name: page_runs
+-- {filters} is filled from a fixed set of conditions, see PostgresStore.page_runs.
+SELECT * FROM runlane_runs {filters}
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: count_runs
+SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
+
+-- name: lane_runs
+SELECT * FROM runlane_runs
+WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+  AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
+ORDER BY created_at, id;
+
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs RESTART IDENTITY;

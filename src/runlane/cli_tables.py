@@ -1,0 +1,112 @@
+"""The command line's tables (rich): runs, a run, its steps, the lanes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from .lanes import Lane
+from .models import Run, StepRecord
+
+
+def runs_table(found: list[Run]) -> Table:
+    table = Table("id", "workflow", "status", "created (UTC)", "updated (UTC)", "tags")
+    for run in found:
+        table.add_row(
+            escape(run.id),
+            escape(f"{run.workflow}@{run.version}"),
+            status_text(run.status),
+            _time(run.created_at, short=True),
+            _time(run.updated_at, short=True),
+            escape(", ".join(run.tags)),
+        )
+    return table
+
+
+def run_details(run: Run) -> Table:
+    table = Table(show_header=False, box=None)
+    rows: list[tuple[str, Any]] = [
+        ("id", run.id),
+        ("workflow", f"{run.workflow}@{run.version}"),
+        ("status", status_text(run.status)),
+        ("created", _time(run.created_at)),
+        ("updated", _time(run.updated_at)),
+        ("wake at", _time(run.wake_at)),
+        ("parent", run.parent_id or ""),
+        ("tags", ", ".join(run.tags)),
+        ("input", json.dumps(run.input)),
+        ("output", json.dumps(run.output)),
+        ("error", json.dumps(run.error) if run.error else ""),
+    ]
+    for name, value in rows:
+        table.add_row(f"[bold]{name}[/]", value if name == "status" else escape(str(value)))
+    return table
+
+
+def steps_table(steps: list[StepRecord]) -> Table:
+    table = Table("seq", "kind", "name", "status", "attempts", "finished", "output")
+    for record in steps:
+        table.add_row(
+            str(record.seq),
+            record.kind,
+            escape(record.name),
+            status_text(record.status),
+            str(record.attempts),
+            _time(record.finished_at, short=True),
+            _short(record.output if record.error is None else record.error.get("message")),
+        )
+    return table
+
+
+STATUS_STYLES = {
+    "pending": "yellow",
+    "running": "cyan",
+    "suspended": "blue",
+    "blocked": "magenta",
+    "cancelling": "magenta",
+    "completed": "green",
+    "failed": "red",
+    "dead": "red",
+    "cancelled": "dim",
+}
+
+
+def status_text(status: str) -> str:
+    return f"[{STATUS_STYLES.get(str(status), 'white')}]{status}[/]"
+
+
+def _time(value: Any, *, short: bool = False) -> str:
+    """ISO-8601 in UTC; ``short`` drops the year and zone to keep tables narrow."""
+    if value is None:
+        return ""
+    value = value.astimezone(UTC)
+    if short:
+        return str(value.strftime("%m-%d %H:%M:%S"))
+    return str(value.isoformat(timespec="seconds"))
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return escape(text if len(text) <= width else text[: width - 1] + "…")
+
+
+def lanes_table(found: list[Lane]) -> Table:
+    table = Table("lane", "key", "workflow", "usage", "holders", "waiters, first in line first")
+    for lane in found:
+        limit = "?" if lane.limit is None else str(lane.limit)
+        table.add_row(
+            lane.kind,
+            escape(lane.key),
+            escape(lane.workflow or ("every workflow" if lane.kind == "concurrency" else "global")),
+            f"{lane.usage}/{limit}",
+            escape(", ".join(r.id for r in lane.holders)),
+            escape(", ".join(r.id for r in lane.waiters)),
+        )
+    return table
+
+
+__all__ = ["lanes_table", "run_details", "runs_table", "status_text", "steps_table"]

@@ -1,0 +1,387 @@
+"""The OpenAPI 3.1 document of the HTTP API, served at ``/openapi.json``.
+
+Written by hand next to the handlers it describes; the test suite fuzzes the API against it
+(schemathesis), so a handler and its description cannot drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._version import __version__
+from ..models import RunStatus
+from .params import MAX_PAGE
+
+JSONObject = dict[str, Any]
+
+_STATUSES = [s.value for s in RunStatus]
+_TIME = {"type": "string", "format": "date-time"}
+_MAYBE_TIME = {"type": ["string", "null"], "format": "date-time"}
+_ANY: JSONObject = {}
+
+
+def _ref(name: str) -> JSONObject:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _object(required: list[str], **properties: Any) -> JSONObject:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def _json(schema: JSONObject, description: str, **extra: Any) -> JSONObject:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": schema}},
+        **extra,
+    }
+
+
+_ERROR = _json(_ref("Error"), "an error")
+_RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
+_UNAVAILABLE = _json(_ref("Error"), "the store is unreachable; try again", headers=_RETRY_AFTER)
+_REFUSED = _json(
+    _ref("Error"), "refused by a quota or a full singleton backlog", headers=_RETRY_AFTER
+)
+
+
+def _responses(ok: dict[str, JSONObject], *errors: str) -> JSONObject:
+    found = {**ok, "401": _ERROR, "503": _UNAVAILABLE}
+    for status in errors:
+        found[status] = _REFUSED if status == "429" else _ERROR
+    return found
+
+
+def _path_param(name: str, description: str) -> JSONObject:
+    schema = {"type": "string", "minLength": 1}
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": schema,
+        "description": description,
+    }
+
+
+def _query(name: str, schema: JSONObject, description: str) -> JSONObject:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+    }
+
+
+_RUN_ID = _path_param("run_id", "the run's id")
+_FILTERS = [
+    _query("workflow", {"type": "string"}, "only runs of this workflow"),
+    _query("status", {"type": "string", "enum": _STATUSES}, "only runs in this status"),
+    _query("tag", {"type": "string"}, "only runs carrying this tag (e.g. singleton:store:A)"),
+    _query("created_from", _TIME, "only runs created at or after this time"),
+    _query("created_until", _TIME, "only runs created before this time"),
+]
+
+_SCHEMAS: JSONObject = {
+    "Error": _object(
+        ["type", "error", "message"],
+        type={"type": "string", "description": "what went wrong, for programs: run_not_found, ..."},
+        error={"type": "string", "description": "the error's class name"},
+        message={"type": "string"},
+    ),
+    "RunSummary": _object(
+        ["id", "workflow", "version", "status", "created_at", "updated_at", "tags"],
+        id={"type": "string"},
+        workflow={"type": "string"},
+        version={"type": "string"},
+        status={"type": "string", "enum": _STATUSES},
+        created_at=_TIME,
+        updated_at=_TIME,
+        tags={"type": "array", "items": {"type": "string"}},
+    ),
+    "Run": {
+        "allOf": [
+            _ref("RunSummary"),
+            _object(
+                ["input", "output", "error", "wake_at", "parent_id", "namespace", "priority"],
+                input=_ANY,
+                output=_ANY,
+                error={"type": ["object", "null"]},
+                wake_at=_MAYBE_TIME,
+                parent_id={"type": ["string", "null"]},
+                namespace={"type": ["string", "null"]},
+                priority={"type": "integer"},
+            ),
+        ]
+    },
+    "Step": _object(
+        ["run_id", "seq", "name", "kind", "status", "attempts"],
+        run_id={"type": "string"},
+        seq={"type": "integer"},
+        name={"type": "string"},
+        kind={"type": "string"},
+        status={"type": "string"},
+        input=_ANY,
+        output=_ANY,
+        error={"type": ["object", "null"]},
+        attempts={"type": "integer"},
+        started_at=_MAYBE_TIME,
+        finished_at=_MAYBE_TIME,
+        last_heartbeat_at=_MAYBE_TIME,
+        dispatches={"type": "integer"},
+    ),
+    "StartRequest": {
+        **_object(
+            ["workflow"],
+            workflow={"type": "string", "minLength": 1, "description": "a registered workflow"},
+            input={"description": "the run's input: any JSON value"},
+            run_id={"type": "string", "minLength": 1, "description": "idempotency key"},
+            tags={"type": "array", "items": {"type": "string"}},
+            priority={"type": "integer", "description": "higher runs first; default 0"},
+            if_exists={
+                "type": "string",
+                "enum": ["return", "fail"],
+                "description": "an existing run_id: answer it (200) or refuse (409)",
+            },
+        ),
+        "additionalProperties": False,
+    },
+    "Started": {
+        "allOf": [
+            _ref("Run"),
+            _object(
+                ["created", "input_differs"],
+                created={"type": "boolean"},
+                input_differs={
+                    "type": "boolean",
+                    "description": "an existing run whose input is not the one posted",
+                },
+            ),
+        ]
+    },
+    "Lane": _object(
+        ["kind", "key", "name", "workflow", "tag", "limit", "usage", "holders", "waiters"],
+        kind={"type": "string", "enum": ["singleton", "concurrency"]},
+        key={"type": "string"},
+        name={"type": "string", "description": "the lane as stored"},
+        workflow={"type": ["string", "null"]},
+        tag={"type": "string"},
+        limit={"type": ["integer", "null"]},
+        usage={"type": "integer", "description": "slots held / runs counted"},
+        holders={"type": "array", "items": _ref("RunSummary")},
+        waiters={"type": "array", "items": _ref("RunSummary"), "description": "FIFO order"},
+    ),
+}
+
+
+def _operations() -> JSONObject:
+    signal = _path_param("name", "the signal's name")
+    return {
+        "/healthz": {
+            "get": {
+                "summary": "liveness; needs no token",
+                "security": [],
+                "responses": {"200": _json(_object(["ok"], ok={"type": "boolean"}), "alive")},
+            }
+        },
+        "/runs": {
+            "get": {
+                "summary": "runs, newest first, a page at a time",
+                "parameters": [
+                    *_FILTERS,
+                    _query(
+                        "limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "page size"
+                    ),
+                    _query("cursor", {"type": "string"}, "next_cursor of the previous page"),
+                ],
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["runs", "next_cursor"],
+                                runs={"type": "array", "items": _ref("Run")},
+                                next_cursor={"type": ["string", "null"]},
+                            ),
+                            "a page of runs",
+                        )
+                    },
+                    "422",
+                ),
+            },
+            "post": {
+                "summary": "start a run (idempotent by run_id)",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("StartRequest")}},
+                },
+                "responses": _responses(
+                    {
+                        "201": _json(_ref("Started"), "a new pending run"),
+                        "200": _json(_ref("Started"), "the existing run of that run_id"),
+                    },
+                    "400",
+                    "404",
+                    "409",
+                    "422",
+                    "429",
+                ),
+            },
+        },
+        "/stats/runs": {
+            "get": {
+                "summary": "how many runs match the filters, by status",
+                "parameters": _FILTERS,
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["counts", "total"],
+                                counts={
+                                    "type": "object",
+                                    "additionalProperties": {"type": "integer"},
+                                },
+                                total={"type": "integer"},
+                            ),
+                            "counts by status",
+                        )
+                    },
+                    "422",
+                ),
+            }
+        },
+        "/runs/{run_id}": {
+            "get": {
+                "summary": "a run with its steps and children (a browser gets its page)",
+                "parameters": [_RUN_ID],
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            {
+                                "allOf": [
+                                    _ref("Run"),
+                                    _object(
+                                        ["steps", "children"],
+                                        steps={"type": "array", "items": _ref("Step")},
+                                        children={"type": "array", "items": _ref("RunSummary")},
+                                    ),
+                                ]
+                            },
+                            "the run",
+                        )
+                    },
+                    "404",
+                ),
+            }
+        },
+        "/runs/{run_id}/cancel": {
+            "post": {
+                "summary": "cancel a run and its children",
+                "parameters": [_RUN_ID],
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["run_id", "cancelled"],
+                                run_id={"type": "string"},
+                                cancelled={"type": "boolean"},
+                            ),
+                            "cancelled is false when the run had already finished",
+                        )
+                    },
+                    "404",
+                ),
+            }
+        },
+        "/runs/{run_id}/retry": {
+            "post": {
+                "summary": "requeue a failed, dead or cancelled run from its checkpoints",
+                "parameters": [_RUN_ID],
+                "responses": _responses(
+                    {"200": _json(_ref("Run"), "the run, pending again")}, "404", "409", "429"
+                ),
+            }
+        },
+        "/runs/{run_id}/signal/{name}": {
+            "post": {
+                "summary": "send a signal; the body (any JSON, or empty) is its payload",
+                "parameters": [_RUN_ID, signal],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ANY}},
+                },
+                "responses": _responses(
+                    {
+                        "202": _json(
+                            _object(
+                                ["run_id", "signal", "delivered"],
+                                run_id={"type": "string"},
+                                signal={"type": "string"},
+                                delivered={"type": "boolean"},
+                            ),
+                            "delivered or buffered",
+                        )
+                    },
+                    "400",
+                    "404",
+                    "409",
+                ),
+            }
+        },
+        "/events/{name}": {
+            "post": {
+                "summary": "publish an event; the body is its payload",
+                "parameters": [
+                    _path_param("name", "the event's name"),
+                    _query("id", {"type": "string"}, "idempotency key"),
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ANY}},
+                },
+                "responses": _responses(
+                    {
+                        "202": _json(
+                            _object(
+                                ["event", "touched"],
+                                event={"type": "string"},
+                                touched={"type": "integer"},
+                            ),
+                            "how many runs it woke or started",
+                        )
+                    },
+                    "400",
+                    "422",
+                ),
+            }
+        },
+        "/lanes": {
+            "get": {
+                "summary": "each singleton lane and quota key: holders, waiters (FIFO), usage",
+                "parameters": [_query("key", {"type": "string"}, "only lanes of this key")],
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(["lanes"], lanes={"type": "array", "items": _ref("Lane")}),
+                            "the lanes with active runs",
+                        )
+                    }
+                ),
+            }
+        },
+    }
+
+
+def openapi() -> JSONObject:
+    """The document: every endpoint of the API (the dashboard's pages are not part of it)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "runlane", "version": __version__},
+        "paths": _operations(),
+        "components": {
+            "schemas": _SCHEMAS,
+            "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"token": []}],
+    }
+
+
+__all__ = ["openapi"]

@@ -1,0 +1,170 @@
+"""Reading requests: JSON bodies, the runs query, cursors; anything invalid is a typed 422."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from starlette.requests import Request
+
+from ..models import RunCursor, RunQuery, RunStatus
+from .errors import HTTPError, invalid
+
+DEFAULT_PAGE = 50
+MAX_PAGE = 500
+
+
+async def read_json(request: Request) -> Any:
+    """The request body as JSON; an empty body is ``None``."""
+    raw = await request.body()
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HTTPError(400, "invalid_json", f"request body is not valid JSON: {exc}") from None
+
+
+def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise invalid(f"{name} must be an integer, got {value!r}", field=name) from None
+    if not low <= number <= high:
+        raise invalid(f"{name} must be between {low} and {high}, got {number}", field=name)
+    return number
+
+
+def run_status(value: str | None, field: str = "status") -> RunStatus | None:
+    if not value:
+        return None
+    try:
+        return RunStatus(value)
+    except ValueError:
+        allowed = ", ".join(s.value for s in RunStatus)
+        raise invalid(f"{field} must be one of {allowed}; got {value!r}", field=field) from None
+
+
+def _time(request: Request, name: str) -> datetime | None:
+    value = request.query_params.get(name)
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise invalid(f"{name} must be an ISO-8601 time, got {value!r}", field=name) from None
+    # A time without a zone is UTC, as every time runlane shows.
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def run_query(request: Request, *, cursor: bool = True) -> RunQuery:
+    """The runs a request asks for: ``workflow``, ``status``, ``tag``, ``created_from``,
+    ``created_until`` and, with ``cursor``, where the page starts (``cursor``)."""
+    params = request.query_params
+    return RunQuery(
+        workflow=params.get("workflow") or None,
+        status=run_status(params.get("status")),
+        tag=params.get("tag") or None,
+        created_from=_time(request, "created_from"),
+        created_until=_time(request, "created_until"),
+        after=decode_cursor(params.get("cursor")) if cursor else None,
+    )
+
+
+def encode_cursor(cursor: RunCursor) -> str:
+    """An opaque cursor: the page's last run, ``(created_at, id)``."""
+    text = json.dumps([cursor.created_at.isoformat(), cursor.id])
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_cursor(value: str | None) -> RunCursor | None:
+    if not value:
+        return None
+    try:
+        padded = value + "=" * (-len(value) % 4)
+        created_at, run_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        moment = datetime.fromisoformat(created_at)
+        if moment.tzinfo is None or not isinstance(run_id, str):
+            raise ValueError(value)
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise invalid("cursor is not one this API gave out", field="cursor") from None
+    return RunCursor(moment, run_id)
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """The body of ``POST /runs``."""
+
+    workflow: str
+    input: Any = None
+    run_id: str | None = None
+    tags: tuple[str, ...] = ()
+    priority: int = 0
+    if_exists: Literal["return", "fail"] = "return"
+
+    @classmethod
+    def parse(cls, body: Any) -> StartRequest:
+        if not isinstance(body, dict):
+            raise invalid('the body must be a JSON object with a "workflow" name')
+        unknown = sorted(set(body) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise invalid(f"unknown field(s): {', '.join(unknown)}", field=unknown[0])
+        workflow = body.get("workflow")
+        if not isinstance(workflow, str) or not workflow:
+            raise invalid('"workflow" must be the name of a workflow', field="workflow")
+        return cls(
+            workflow=workflow,
+            input=body.get("input"),
+            run_id=_run_id(body.get("run_id")),
+            tags=_tags(body.get("tags")),
+            priority=_priority(body.get("priority", 0)),
+            if_exists=_if_exists(body.get("if_exists", "return")),
+        )
+
+
+def _run_id(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise invalid('"run_id" must be a non-empty string', field="run_id")
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise invalid('"tags" must be a list of strings', field="tags")
+    return tuple(value)
+
+
+def _priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(f'"priority" must be an integer, got {value!r}', field="priority")
+    return value
+
+
+def _if_exists(value: Any) -> Literal["return", "fail"]:
+    if value == "return":
+        return "return"
+    if value == "fail":
+        return "fail"
+    raise invalid('"if_exists" must be "return" or "fail"', field="if_exists")
+
+
+__all__ = [
+    "DEFAULT_PAGE",
+    "MAX_PAGE",
+    "StartRequest",
+    "decode_cursor",
+    "encode_cursor",
+    "query_int",
+    "read_json",
+    "run_query",
+    "run_status",
+]

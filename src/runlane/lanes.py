@@ -1,0 +1,75 @@
+"""The lanes as an operator sees them: who holds each key, who waits behind it, how full it is.
+
+A pure view over the active gated runs a store lists (``Store.lane_runs``, oldest first): each
+singleton lane (``singleton_key``, see :func:`runlane.admission.lane`) with its slot holders and
+its waiters in FIFO order, and each quota key (``concurrency_key``) with the runs it counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from .admission import lane_parts
+from .models import Run
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One key's lane. ``name`` is the key as stored (a singleton lane names its workflow, see
+    ``admission.lane``); ``key`` is the key as the workflow's rule gave it, the one in the run
+    tags ``singleton:<key>`` and ``concurrency:<key>``. ``workflow`` is None for a global
+    singleton lane and for a quota, which every workflow shares."""
+
+    kind: Literal["singleton", "concurrency"]
+    name: str
+    key: str
+    workflow: str | None
+    limit: int | None
+    holders: tuple[Run, ...]
+    waiters: tuple[Run, ...] = ()
+
+    @property
+    def usage(self) -> int:
+        return len(self.holders)
+
+    @property
+    def tag(self) -> str:
+        return f"{self.kind}:{self.key}"
+
+
+def lanes(runs: Iterable[Run]) -> list[Lane]:
+    """The lanes of ``runs`` (active, oldest first): singleton lanes, then quotas, by key."""
+    singletons: dict[str, list[Run]] = {}
+    quotas: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.singleton_key is not None:
+            singletons.setdefault(run.singleton_key, []).append(run)
+        if run.concurrency_key is not None:
+            quotas.setdefault(run.concurrency_key, []).append(run)
+    found = [_singleton(name, members) for name, members in singletons.items()]
+    found += [_quota(name, members) for name, members in quotas.items()]
+    return sorted(found, key=lambda lane: (lane.kind != "singleton", lane.key, lane.name))
+
+
+def _singleton(name: str, runs: list[Run]) -> Lane:
+    workflow, key = lane_parts(name)
+    return Lane(
+        "singleton",
+        name,
+        key,
+        workflow,
+        # The newest start carries the limit the workflow declares now.
+        runs[-1].singleton_limit,
+        holders=tuple(r for r in runs if r.holds_slot),
+        waiters=tuple(r for r in runs if not r.holds_slot),
+    )
+
+
+def _quota(name: str, runs: list[Run]) -> Lane:
+    counted = tuple(r for r in runs if r.quota is None or r.status in r.quota.count_statuses)
+    return Lane("concurrency", name, name, None, runs[-1].concurrency_limit, holders=counted)
+
+
+__all__ = ["Lane", "lanes"]

@@ -1,0 +1,160 @@
+"""The dashboard in a real browser: Playwright driving Debian's chromium against `runlane serve`'s
+app on a loopback port, with a token. Screenshots of each page land in the test's folder."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import runlane
+from runlane.stores.sqlite import SqliteStore
+from tests.servers import free_port
+
+playwright = pytest.importorskip("playwright.sync_api")
+uvicorn = pytest.importorskip("uvicorn")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed"),
+    pytest.mark.slow,
+]
+TOKEN = "browser-token"
+
+
+@runlane.step(name="charge")
+def charge(input: dict[str, Any]) -> dict[str, Any]:
+    return {"charged": input["amount"]}
+
+
+@runlane.workflow(name="order")
+async def order(ctx: runlane.Context, input: dict[str, Any]) -> Any:
+    receipt = await ctx.step(charge, input)
+    if input.get("hold"):
+        await ctx.wait_for_signal("ship")
+    return receipt
+
+
+@runlane.workflow(name="sync", singleton=runlane.Singleton(key=lambda i: f"store:{i['store']}"))
+async def sync(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    await ctx.wait_for_signal("done")
+    return "synced"
+
+
+class Served:
+    """The HTTP app of a driving engine, served by uvicorn on a thread of its own."""
+
+    def __init__(self, db: Path) -> None:
+        from runlane.http import create_app
+
+        engine = runlane.Engine(
+            SqliteStore(db), workflows=[order, sync], steps=[charge], poll_interval=0.05
+        )
+        self.url = f"http://127.0.0.1:{free_port()}"
+        config = uvicorn.Config(
+            create_app(engine, token=TOKEN),
+            host="127.0.0.1",
+            port=int(self.url.rsplit(":", 1)[1]),
+            log_level="warning",
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve()))
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(20)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[httpx.Client]:
+    with Served(tmp_path / "browser.db") as server:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=server.url, headers=headers) as client:
+            for n in range(3):
+                start(client, "order", {"amount": n, "hold": n == 1}, f"order-{n}")
+            start(client, "sync", {"store": "A"}, "sync-1")
+            start(client, "sync", {"store": "A"}, "sync-2")
+            settle(client, {"order-0": "completed", "order-1": "suspended", "sync-2": "blocked"})
+            yield client
+
+
+def start(client: httpx.Client, workflow: str, input: Any, run_id: str) -> None:
+    body = {"workflow": workflow, "input": input, "run_id": run_id}
+    assert client.post("/runs", json=body).status_code == 201
+
+
+def settle(client: httpx.Client, wanted: dict[str, str]) -> None:
+    """Wait (bounded) until each run is in its wanted status; report what was seen if not."""
+    deadline = time.monotonic() + 20
+    seen: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        seen = {run_id: client.get(f"/runs/{run_id}").json()["status"] for run_id in wanted}
+        if seen == wanted:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"runs did not settle: wanted {wanted}, saw {seen}")
+
+
+def test_an_operator_filters_opens_a_run_sees_its_steps_and_cancels_it(
+    served: httpx.Client, tmp_path: Path
+) -> None:
+    expect = playwright.expect
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(str(served.base_url))
+        # No token yet: the page asks for it once and keeps it for the session.
+        page.get_by_label("API token").fill(TOKEN)
+        page.get_by_role("button", name="Use token").click()
+        expect(page.locator("#summary")).to_contain_text("5 runs")
+        expect(page.locator("#runs tr")).to_have_count(5)
+        page.screenshot(path=tmp_path / "runs.png", full_page=True)
+
+        page.select_option("#status", "suspended")
+        expect(page.locator("#runs tr")).to_have_count(2)
+        page.get_by_label("workflow").fill("order")
+        page.get_by_role("button", name="Filter").click()
+        expect(page.locator("#runs tr")).to_have_count(1)
+        page.locator("#runs tr", has_text="order-1").click()
+
+        expect(page).to_have_url(f"{served.base_url}/ui/runs/order-1")
+        expect(page.locator("#status")).to_have_text("suspended")
+        steps = page.locator("#steps tr")
+        expect(steps.first).to_contain_text("charge")
+        expect(steps.first).to_contain_text("completed")
+        expect(steps.nth(1)).to_contain_text("ship")
+        expect(page.locator("#input")).to_contain_text('"amount": 1')
+        page.screenshot(path=tmp_path / "run.png", full_page=True)
+
+        page.get_by_role("button", name="Cancel").click()
+        expect(page.locator("#status")).to_have_text("cancelled")
+        expect(page.get_by_role("button", name="Retry")).to_be_enabled()
+        assert served.get("/runs/order-1").json()["status"] == "cancelled"
+
+        page.goto(f"{served.base_url}/ui/lanes")
+        lane = page.locator("section.lane[data-key='store:A']")
+        expect(lane).to_contain_text("1 of 1 in use")
+        expect(lane.locator("ol li").first).to_contain_text("sync-2")
+        expect(lane.locator("ul li").first).to_contain_text("sync-1")
+        page.screenshot(path=tmp_path / "lanes.png", full_page=True)
+
+        # The holder finishes: the lane drains to its waiter, which now holds the slot.
+        assert served.post("/runs/sync-1/signal/done").status_code == 202
+        expect(lane.locator("ul li").first).to_contain_text("sync-2")
+        expect(lane).to_contain_text("0 waiting")
+        browser.close()
