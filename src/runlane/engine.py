@@ -172,20 +172,24 @@ class Engine:
 
         The run-queue consumer stops first; runs it took but had not started go back to the
         queue; then the turns in flight finish (a turn still running at the timeout is cancelled
-        and its lease expires, so another instance recovers it).
+        and its lease expires, so another instance recovers it), and the wakes taken for those
+        runs meanwhile go back too, now that another instance can claim them.
         """
         self._accepting = False
         self._consuming = False
+        in_flight = set(self._local.inflight) if self._local is not None else set()
         if self.runqueue is not None:
             await self.runqueue.stop_consuming()
-            await self.runqueue.hand_back()
-            await self.runqueue.flushed()
+            await self.runqueue.hand_back(keep=in_flight)
         if self._loop_task is not None:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
         if self._local is not None:
             await self._local.wait(timeout)
+        if self.runqueue is not None:
+            await self.runqueue.hand_back()
+            await self.runqueue.flushed()
         if self.remote is not None:
             await self.remote.stop()
         await self.leases.stop()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .models import Run
@@ -148,9 +148,12 @@ class RunQueue:
             await asyncio.wait([self._consumer], timeout=5.0)
             self._consumer = None
 
-    async def hand_back(self) -> int:
-        """Re-enqueue messages taken but not yet claimed (during a drain)."""
-        taken, self.taken = list(self.taken.values()), {}
+    async def hand_back(self, keep: Collection[str] = ()) -> int:
+        """Re-enqueue messages taken but not yet claimed (during a drain), but those of ``keep``
+        (runs whose turn is still in flight here: handed back now, their wake would find them
+        leased and be spent; the drain hands them back once their turns end)."""
+        taken = [m for run_id, m in self.taken.items() if run_id not in keep]
+        self.taken = {run_id: m for run_id, m in self.taken.items() if run_id in keep}
         self.handed_back.update(str(m["run_id"]) for m in taken)
         if taken:
             try:

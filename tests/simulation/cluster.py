@@ -1,0 +1,449 @@
+"""A deterministic simulation of several engines on one store, driven by Hypothesis.
+
+Three engines share one store (one MemoryStore object, or one SQLite file or PostgreSQL database
+reached through a store object per engine, as separate processes would), one ``ManualClock``,
+and no background loops: nothing happens unless a rule makes it happen. Hypothesis' stateful
+testing chooses the operations (start with or without a run id, signal, cancel, requeue, tick
+an engine, advance the clock, jump past the lease, crash an engine mid-turn) and their order;
+after each one, invariants that must hold at every instant are checked against the store, and
+at the end the cluster is driven to rest and every run is checked against a plain reference
+model of what it must have become. A failure prints the shrunk list of operations.
+
+An engine crash cancels its pass mid-turn after a chosen number of event-loop steps and drops
+the engine without draining it (its leases are left to expire, as a killed process leaves
+them); a fresh engine takes its place on the same store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
+
+import runlane
+from runlane import (
+    ConcurrencyLimitError,
+    Engine,
+    FatalError,
+    Run,
+    RunStatus,
+    SingletonQueueFullError,
+)
+from runlane.errors import RunFinishedError
+from runlane.stores.base import Store
+from runlane.testing import ManualClock
+
+LEASE = 30.0
+QUOTA_LIMIT = 2
+ENGINES = 3
+
+executions: Counter[tuple[str, int]] = Counter()
+
+
+@runlane.step(name="sim.work")
+async def work(args: list[Any]) -> int:
+    executions[(str(args[0]), int(args[1]))] += 1
+    return int(args[1])
+
+
+@runlane.step(name="sim.refuse")
+async def refuse(run_id: str) -> None:
+    executions[(run_id, 1)] += 1
+    raise FatalError("this step always refuses")
+
+
+@runlane.workflow(name="sim.steps")
+async def steps(ctx: runlane.Context, n: int) -> int:
+    return sum([await ctx.step(work, [ctx.run_id, seq]) for seq in range(1, n + 1)])
+
+
+@runlane.workflow(name="sim.sleeper")
+async def sleeper(ctx: runlane.Context, seconds: float) -> str:
+    await ctx.step(work, [ctx.run_id, 1])
+    await ctx.sleep(seconds)
+    await ctx.step(work, [ctx.run_id, 3])
+    return "slept"
+
+
+@runlane.workflow(name="sim.waiter")
+async def waiter(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.wait_for_signal("go")
+
+
+@runlane.workflow(name="sim.fails")
+async def fails(ctx: runlane.Context, _: Any) -> None:
+    await ctx.step(refuse, ctx.run_id)
+
+
+@runlane.workflow(name="sim.keyed", singleton=runlane.Singleton(key=lambda i: i["key"], limit=1))
+async def keyed(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    await ctx.step(work, [ctx.run_id, 1])
+    await ctx.sleep(input["hold"])
+    await ctx.step(work, [ctx.run_id, 3])
+    return f"held {input['key']}"
+
+
+@runlane.workflow(
+    name="sim.quota", concurrency=runlane.Concurrency(key="sim:quota", limit=QUOTA_LIMIT)
+)
+async def quota(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.wait_for_signal("go")
+
+
+WORKFLOWS = [steps, sleeper, waiter, fails, keyed, quota]
+
+
+@dataclass
+class Expected:
+    """What the reference model says a run must become."""
+
+    kind: str
+    input: Any
+    signal: Any = None
+    signalled: bool = False
+    cancelled: bool = False  # a cancel of it returned True (and no requeue since)
+
+    def final(self) -> tuple[RunStatus, Any] | None:
+        """The run's status and output once the cluster is at rest (None: either of several)."""
+        if self.cancelled:
+            return RunStatus.CANCELLED, None
+        if self.kind == "steps":
+            return RunStatus.COMPLETED, sum(range(1, self.input + 1))
+        if self.kind == "sleeper":
+            return RunStatus.COMPLETED, "slept"
+        if self.kind == "keyed":
+            return RunStatus.COMPLETED, f"held {self.input['key']}"
+        if self.kind == "fails":
+            return RunStatus.FAILED, None
+        if self.signalled:  # waiter, quota
+            return RunStatus.COMPLETED, self.signal
+        return RunStatus.SUSPENDED, None
+
+
+@dataclass
+class Model:
+    runs: dict[str, Expected] = field(default_factory=dict)
+    terminal: dict[str, RunStatus] = field(default_factory=dict)  # seen terminal, not requeued
+    crashes: int = 0
+    requeues: Counter[str] = field(default_factory=Counter)  # run id -> times requeued
+
+
+KINDS = {
+    "steps": (steps, st.integers(1, 4)),
+    "sleeper": (sleeper, st.sampled_from([0.5, 5.0, 45.0])),
+    "waiter": (waiter, st.none()),
+    "fails": (fails, st.none()),
+    "keyed": (
+        keyed,
+        st.fixed_dictionaries(
+            {"key": st.sampled_from(["A", "B"]), "hold": st.sampled_from([1.0, 20.0])}
+        ),
+    ),
+    "quota": (quota, st.none()),
+}
+
+
+class Cluster(RuleBasedStateMachine):
+    """Engines on one store; subclasses say which store (``open_store``)."""
+
+    store_kind: ClassVar[str] = "memory"
+    runs = Bundle("runs")
+
+    def __init__(self) -> None:
+        super().__init__()
+        executions.clear()
+        self.loop = asyncio.new_event_loop()
+        self.clock = ManualClock()
+        self.model = Model()
+        self.serial = 0
+        self.stores: list[Store] = []
+        self.observer = self.new_store()  # the reads of the checks: a process of its own
+        self.stores.append(self.observer)
+        self.run(self.observer.open())
+        self.engines = [self._engine() for _ in range(ENGINES)]
+
+    # ---------------------------------------------------------------- plumbing
+
+    def new_store(self) -> Store:
+        raise NotImplementedError
+
+    def _engine(self) -> Engine:
+        store = self.new_store()
+        self.stores.append(store)
+        return Engine(
+            store,
+            workflows=WORKFLOWS,
+            clock=self.clock,
+            drive=False,
+            lease=LEASE,
+            poll_interval=1.0,
+        )
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def teardown(self) -> None:
+        try:
+            self._come_to_rest()
+            self._check_final()
+        finally:
+            for engine in self.engines:
+                self.run(engine.drain(timeout=1))
+            for store in self.stores:
+                with contextlib.suppress(Exception):
+                    self.run(store.close())
+            self.loop.close()
+
+    # ---------------------------------------------------------------- operations
+
+    @rule(
+        target=runs,
+        engine=st.integers(0, ENGINES - 1),
+        kind=st.sampled_from(sorted(KINDS)),
+        data=st.data(),
+        named=st.booleans(),
+    )
+    def start(self, engine: int, kind: str, data: st.DataObject, named: bool) -> str:
+        workflow, inputs = KINDS[kind]
+        value = data.draw(inputs)
+        self.clock.advance(0.001)  # no two starts at one instant: FIFO ties stay deterministic
+        self.serial += 1
+        run_id = f"{kind}-{self.serial}" if named else None
+        active_quota = self._active_quota() if kind == "quota" else 0
+        try:
+            run = self.run(self.engines[engine].start(workflow, value, run_id=run_id))
+        except ConcurrencyLimitError:
+            assert active_quota >= QUOTA_LIMIT, "a quota start was refused below the limit"
+            return "refused"
+        except SingletonQueueFullError:  # pragma: no cover - the keyed rule sets no depth
+            raise AssertionError("no backlog limit is set") from None
+        assert kind != "quota" or active_quota < QUOTA_LIMIT, "a quota start went over the limit"
+        self.model.runs[run.id] = Expected(kind, value)
+        return str(run.id)
+
+    @rule(run_id=runs, engine=st.integers(0, ENGINES - 1), payload=st.integers(0, 9))
+    def signal(self, run_id: str, engine: int, payload: int) -> None:
+        expected = self.model.runs.get(run_id)
+        if expected is None:
+            return
+        try:
+            self.run(self.engines[engine].signal(run_id, "go", payload))
+        except RunFinishedError:
+            assert run_id in self._terminal_now(), f"{run_id} refused a signal while active"
+            return
+        if expected.kind in ("waiter", "quota") and not expected.signalled:
+            expected.signal, expected.signalled = payload, True
+
+    @rule(run_id=runs, engine=st.integers(0, ENGINES - 1))
+    def cancel(self, run_id: str, engine: int) -> None:
+        expected = self.model.runs.get(run_id)
+        if expected is None:
+            return
+        before = self._get(run_id)
+        assert before is not None
+        cancels = not before.is_terminal and before.status != RunStatus.CANCELLING
+        cancelled = self.run(self.engines[engine].cancel(run_id))
+        assert cancelled == cancels, f"cancel of {before.status} {run_id} returned {cancelled}"
+        if cancelled or before.status == RunStatus.CANCELLING:
+            expected.cancelled = True
+
+    @rule(run_id=runs, engine=st.integers(0, ENGINES - 1))
+    def requeue(self, run_id: str, engine: int) -> None:
+        expected = self.model.runs.get(run_id)
+        run = self._get(run_id)
+        if expected is None or run is None or expected.kind not in ("steps", "sleeper", "fails"):
+            return
+        if run.status not in (RunStatus.FAILED, RunStatus.CANCELLED):
+            return
+        self.run(self.engines[engine].requeue(run_id))
+        self.model.requeues[run_id] += 1
+        expected.cancelled = False
+        self.model.terminal.pop(run_id, None)
+
+    @rule(engine=st.integers(0, ENGINES - 1))
+    def tick(self, engine: int) -> None:
+        self.run(self.engines[engine].tick())
+
+    @rule(seconds=st.sampled_from([0.5, 1.0, 2.0, 10.0]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule()
+    def jump_past_the_lease(self) -> None:
+        self.clock.advance(LEASE + 1)
+
+    @precondition(lambda self: self.model.runs)
+    @rule(engine=st.integers(0, ENGINES - 1), steps_in=st.integers(1, 40))
+    def crash(self, engine: int, steps_in: int) -> None:
+        """The engine dies ``steps_in`` event-loop steps into a pass; a new one replaces it."""
+        doomed = self.engines[engine]
+        passing = self.loop.create_task(doomed.tick())
+        for _ in range(steps_in):
+            if passing.done():
+                break
+            self.run(asyncio.sleep(0))
+        passing.cancel()
+        with contextlib.suppress(BaseException):
+            self.run(passing)
+        self.run(doomed.leases.stop())  # a dead process renews nothing
+        self.model.crashes += 1
+        self.engines[engine] = self._engine()
+
+    # ---------------------------------------------------------------- at every instant
+
+    @invariant()
+    def no_run_is_lost(self) -> None:
+        if not self.model.runs:
+            return
+        found = self.run(self.observer.get_runs(list(self.model.runs)))
+        lost = set(self.model.runs) - set(found)
+        assert not lost, f"runs acknowledged and gone: {sorted(lost)}"
+
+    @invariant()
+    def a_lane_never_has_more_holders_than_its_limit(self) -> None:
+        holders = Counter(
+            r.singleton_key for r in self._all() if r.holds_slot and r.singleton_key is not None
+        )
+        assert all(n <= 1 for n in holders.values()), holders
+
+    @invariant()
+    def a_quota_is_never_exceeded(self) -> None:
+        assert self._active_quota() <= QUOTA_LIMIT
+
+    @invariant()
+    def a_terminal_run_stays_as_it_ended(self) -> None:
+        for run in self._all():
+            if not run.is_terminal:
+                assert run.id not in self.model.terminal, f"{run.id} left {run.status}"
+                continue
+            before = self.model.terminal.setdefault(run.id, run.status)
+            assert before == run.status, f"{run.id} went from {before} to {run.status}"
+
+    # ---------------------------------------------------------------- at rest
+
+    def _come_to_rest(self) -> None:
+        """Advance past every timer and lease and tick every engine until nothing is due."""
+        for _ in range(40):
+            self.clock.advance(LEASE + 1)
+            for engine in self.engines:
+                self.run(engine.tick())
+            if not self._unsettled():
+                return
+        raise AssertionError(f"the cluster never came to rest: {self._unsettled()}")
+
+    def _check_final(self) -> None:
+        for run_id, expected in self.model.runs.items():
+            run = self._get(run_id)
+            assert run is not None
+            final = expected.final()
+            assert final is not None
+            got = (run.status, run.output if final[0] == RunStatus.COMPLETED else None)
+            assert got == final, f"{run_id} ({expected}) ended {run.status} {run.output!r}"
+        # A step runs again only when a crash cut its turn, or a requeue replays a step that did
+        # not complete (a failed one): once per crash or requeue at most.
+        for (run_id, seq), n in executions.items():
+            allowed = 1 + self.model.crashes + self.model.requeues[run_id]
+            assert n <= allowed, f"step {seq} of {run_id} ran {n} times (at most {allowed})"
+
+    # ---------------------------------------------------------------- reads
+
+    def _all(self) -> list[Run]:
+        return list(self.run(self.observer.list_runs(limit=10_000)))
+
+    def _get(self, run_id: str) -> Run | None:
+        return self.run(self.observer.get_run(run_id))  # type: ignore[no-any-return]
+
+    def _terminal_now(self) -> set[str]:
+        return {r.id for r in self._all() if r.is_terminal}
+
+    def _active_quota(self) -> int:
+        return sum(1 for r in self._all() if r.concurrency_key == "sim:quota" and not r.is_terminal)
+
+    def _unsettled(self) -> list[str]:
+        """Active runs something will still happen to: pending, leased, or with a timer set
+        (a run waiting for a signal that never comes is at rest)."""
+        return [
+            f"{r.id} {r.status}"
+            for r in self._all()
+            if not r.is_terminal
+            and (r.status == RunStatus.PENDING or r.wake_at is not None or r.lease_owner)
+        ]
+
+
+class MemoryCluster(Cluster):
+    store_kind = "memory"
+
+    def __init__(self) -> None:
+        from runlane.stores import MemoryStore
+
+        self.shared = MemoryStore()
+        super().__init__()
+
+    def new_store(self) -> Store:
+        return self.shared
+
+
+class PostgresCluster(Cluster):
+    """One throw-away database per example on the test server (the slow tier)."""
+
+    store_kind = "postgres"
+
+    def __init__(self) -> None:
+        import uuid
+
+        import psycopg
+
+        from tests.conftest import ADMIN_URL
+
+        self.admin = ADMIN_URL
+        self.database = f"runlane_sim_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.database}"')
+        self.url = f"{ADMIN_URL.rsplit('/', 1)[0]}/{self.database}"
+        super().__init__()
+
+    def new_store(self) -> Store:
+        from runlane.stores.postgres import PostgresStore
+
+        return PostgresStore(self.url, max_size=3)
+
+    def teardown(self) -> None:
+        import psycopg
+
+        try:
+            super().teardown()
+        finally:
+            with psycopg.connect(self.admin, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+
+
+class SqliteCluster(Cluster):
+    store_kind = "sqlite"
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.folder = Path(tempfile.mkdtemp(prefix="runlane-sim-"))
+        super().__init__()
+
+    def new_store(self) -> Store:
+        from runlane.stores.sqlite import SqliteStore
+
+        return SqliteStore(self.folder / "sim.db")
+
+    def teardown(self) -> None:
+        import shutil
+
+        try:
+            super().teardown()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+__all__ = ["Cluster", "MemoryCluster", "PostgresCluster", "SqliteCluster", "executions"]
