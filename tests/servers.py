@@ -3,6 +3,7 @@
 ``PrivatePostgres``: ``initdb`` into a temporary folder and ``pg_ctl`` on a loopback port of its
 own (run as the ``postgres`` user when the tests run as root, since the server refuses root).
 ``PrivateRedis``: ``redis-server`` on a port of its own, nothing kept on disk.
+``spawn_ready`` starts a fleet member as a process and waits for the ``READY`` it prints.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -50,6 +53,27 @@ class PrivatePostgres:
     @property
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def create_database(self, prefix: str) -> str:
+        """A new database on this server (``<prefix>_<random>``); returns its URL."""
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def terminate_backends(self, database: str) -> int:
+        """``pg_terminate_backend`` every connection to ``database``; returns how many."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            ).fetchall()
+        return len(rows)
 
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
@@ -133,3 +157,21 @@ class PrivateRedis:
         self.stop()
         time.sleep(down_for)
         self.start()
+
+
+def spawn_ready(
+    command: list[str], output: Path, timeout: float = 60.0, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its stdout and stderr going to ``output``, and wait until it has
+    printed ``READY`` (a file, not a pipe: a pipe nobody reads would stall a chatty process)."""
+    with open(output, "ab") as sink:
+        before = sink.tell()  # a restarted member may append to its predecessor's output
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, **popen)
+    deadline = time.monotonic() + timeout
+    while b"READY" not in output.read_bytes()[before:]:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"{command[:3]} did not start:\n{output.read_text()[-2000:]}")
+        time.sleep(0.05)
+    return proc

@@ -22,12 +22,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from runlane import Engine, RunStatus, StoreUnavailableError
 from runlane.stores.postgres import PostgresStore
-from tests.servers import PrivatePostgres, PrivateRedis
+from tests.servers import PrivatePostgres, PrivateRedis, spawn_ready
 
 from . import outage_app
 
@@ -48,34 +47,11 @@ def servers() -> Iterator[tuple[PrivatePostgres, PrivateRedis]]:
         pg.destroy()
 
 
-def _database(pg: PrivatePostgres) -> str:
-    name = f"outage_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return pg.url.rsplit("/", 1)[0] + f"/{name}"
-
-
-def _terminate_backends(pg: PrivatePostgres, database: str) -> int:
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = %s AND pid <> pg_backend_pid()",
-            (database,),
-        ).fetchall()
-    return len(rows)
-
-
-def _spawn(role: str, db_url: str, redis_url: str, prefix: str, log: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(APP), role, db_url, redis_url, prefix, str(log)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "READY" in line, line + proc.stdout.read()
-    return proc
+def _spawn(
+    role: str, db_url: str, redis_url: str, prefix: str, log: Path
+) -> subprocess.Popen[bytes]:
+    command = [sys.executable, str(APP), role, db_url, redis_url, prefix, str(log)]
+    return spawn_ready(command, log.parent / f"{role}-{uuid.uuid4().hex[:6]}.out")
 
 
 def _plan() -> list[tuple[str, str]]:
@@ -148,7 +124,7 @@ def _fleet_under(
     faults: Callable[[PrivatePostgres, PrivateRedis, str], None],
 ) -> None:
     pg, redis = servers
-    db_url = _database(pg)
+    db_url = pg.create_database("outage")
     database = db_url.rsplit("/", 1)[1]
     prefix = f"rlout-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "steps.log"
@@ -167,8 +143,7 @@ def _fleet_under(
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
-            out, _ = proc.communicate(timeout=60)
-            (tmp_path / f"proc-{proc.pid}.out").write_text(out or "")
+            proc.wait(timeout=60)
     assert len(alive) == len(procs), f"processes died: {[p.pid for p in procs]} alive {alive}"
     _check(db_url, runs, log)
 
@@ -211,7 +186,7 @@ def test_backends_terminated_every_1_5_s_for_12_s_decide_no_run(
         killed = 0
         for _ in range(8):
             time.sleep(1.5)
-            killed += _terminate_backends(pg, database)
+            killed += pg.terminate_backends(database)
         assert killed > 0
 
     _fleet_under(servers, tmp_path, terminate)
