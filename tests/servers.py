@@ -3,15 +3,18 @@
 ``PrivatePostgres``: ``initdb`` into a temporary folder and ``pg_ctl`` on a loopback port of its
 own (run as the ``postgres`` user when the tests run as root, since the server refuses root).
 ``PrivateRedis``: ``redis-server`` on a port of its own, nothing kept on disk.
-``spawn_ready`` starts a fleet member as a process and waits for the ``READY`` it prints.
+``spawn_ready`` starts a fleet member as a process and waits for the ``READY`` that
+``serve_until_terminated`` prints in it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -19,6 +22,9 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+"""The repository: a member started as ``python -m <module>`` from here imports ``tests``."""
 
 
 def free_port() -> int:
@@ -64,16 +70,7 @@ class PrivatePostgres:
         return self.url.rsplit("/", 1)[0] + f"/{name}"
 
     def terminate_backends(self, database: str) -> int:
-        """``pg_terminate_backend`` every connection to ``database``; returns how many."""
-        import psycopg
-
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = %s AND pid <> pg_backend_pid()",
-                (database,),
-            ).fetchall()
-        return len(rows)
+        return terminate_backends(self.url, database)
 
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
@@ -107,6 +104,20 @@ class PrivatePostgres:
     def _run(self, *command: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if self._as_postgres else []
         subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
+
+
+def terminate_backends(admin_url: str, database: str) -> int:
+    """``pg_terminate_backend`` every connection to ``database`` (through a connection to
+    ``admin_url``, which is spared); returns how many."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchall()
+    return len(rows)
 
 
 class PrivateRedis:
@@ -162,8 +173,10 @@ class PrivateRedis:
 def spawn_ready(
     command: list[str], output: Path, timeout: float = 60.0, **popen: Any
 ) -> subprocess.Popen[bytes]:
-    """Start ``command`` with its stdout and stderr going to ``output``, and wait until it has
-    printed ``READY`` (a file, not a pipe: a pipe nobody reads would stall a chatty process)."""
+    """Start ``command`` (in the repository, unless ``cwd`` says otherwise) with its stdout and
+    stderr going to ``output``, and wait until it has printed ``READY`` (a file, not a pipe: a
+    pipe nobody reads would stall a chatty process)."""
+    popen.setdefault("cwd", REPO)
     with open(output, "ab") as sink:
         before = sink.tell()  # a restarted member may append to its predecessor's output
         proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, **popen)
@@ -175,3 +188,22 @@ def spawn_ready(
             raise RuntimeError(f"{command[:3]} did not start:\n{output.read_text()[-2000:]}")
         time.sleep(0.05)
     return proc
+
+
+async def serve_until_terminated(member: Any) -> None:
+    """Run a fleet member in its process until SIGTERM, printing ``READY`` once it is up: an
+    engine drives (and drains at the end); a ``Worker`` works, then finishes its steps in flight."""
+    from runlane.worker import Worker
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    if isinstance(member, Worker):
+        running = asyncio.create_task(member.run())
+        print("READY", flush=True)
+        await stop.wait()
+        await member.stop()
+        await running
+        return
+    async with member:
+        print("READY", flush=True)
+        await stop.wait()

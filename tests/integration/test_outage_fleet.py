@@ -26,11 +26,12 @@ import pytest
 
 from runlane import Engine, RunStatus, StoreUnavailableError
 from runlane.stores.postgres import PostgresStore
+from tests.helpers import snapshot
 from tests.servers import PrivatePostgres, PrivateRedis, spawn_ready
 
 from . import outage_app
 
-APP = Path(outage_app.__file__)
+APP = outage_app.__name__
 KINDS = {"o.plain": 120, "o.keyed": 30, "o.remote": 90}
 WAVES = 10
 
@@ -50,7 +51,7 @@ def servers() -> Iterator[tuple[PrivatePostgres, PrivateRedis]]:
 def _spawn(
     role: str, db_url: str, redis_url: str, prefix: str, log: Path
 ) -> subprocess.Popen[bytes]:
-    command = [sys.executable, str(APP), role, db_url, redis_url, prefix, str(log)]
+    command = [sys.executable, "-m", APP, role, db_url, redis_url, prefix, str(log)]
     return spawn_ready(command, log.parent / f"{role}-{uuid.uuid4().hex[:6]}.out")
 
 
@@ -82,28 +83,12 @@ async def _start_one(producer: Engine, kind: str, run_id: str) -> None:
     raise AssertionError(f"could not start {run_id} in 20 s")
 
 
-async def _snapshot(db_url: str) -> tuple[list[Any], dict[str, list[Any]]]:
-    store = PostgresStore(db_url)
-    for _ in range(100):
-        try:
-            await store.open()
-            break
-        except StoreUnavailableError:
-            await asyncio.sleep(0.2)
-    try:
-        runs = await store.list_runs(limit=10_000)
-        steps = {r.id: await store.list_steps(r.id) for r in runs}
-    finally:
-        await store.close()
-    return runs, steps
-
-
 def _wait_all_completed(db_url: str, timeout: float) -> list[Any]:
     deadline = time.monotonic() + timeout
     runs: list[Any] = []
     while time.monotonic() < deadline:
         try:
-            runs, _ = asyncio.run(_snapshot(db_url))
+            runs, _ = asyncio.run(snapshot(db_url))
         except StoreUnavailableError:
             runs = []
         if len(runs) == sum(KINDS.values()) and all(r.is_terminal for r in runs):
@@ -149,7 +134,7 @@ def _fleet_under(
 
 
 def _check(db_url: str, runs: list[Any], log: Path) -> None:
-    _, steps = asyncio.run(_snapshot(db_url))
+    _, steps = asyncio.run(snapshot(db_url))
     unfinished = [
         (r.id, r.status, (r.error or {}).get("type"), str((r.error or {}).get("message"))[:120])
         for r in runs
