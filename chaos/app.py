@@ -70,9 +70,11 @@ async def _effect(args: list[Any], kind: str, seconds: float) -> str:
     return token
 
 
+# A step inside a lane lasts longer: a frozen or killed engine is then often mid-step in a
+# singleton or quota body, where a second execution would do the most harm.
 @runlane.step(name="c.local")
 async def local(args: list[Any]) -> str:
-    return await _effect(args, "local", 0.05)
+    return await _effect(args, "local", 0.05 if args[2] == "-" else 0.2)
 
 
 @runlane.step(name="c.remote", group=GROUP, retry=Retry(max_attempts=5, backoff=0.2))
