@@ -167,7 +167,7 @@ async def _gated(
 
 @runlane.workflow(name="c.queue", singleton=Singleton(key=_key, on_busy="queue"))
 async def queued(ctx: runlane.Context, input: Any) -> dict[str, Any]:
-    return await _gated(ctx, f"s:queue:{input['key']}", 1.0, remote)
+    return await _gated(ctx, f"s:queue:{input['key']}", 0.5, remote)
 
 
 @runlane.workflow(name="c.reject", singleton=Singleton(key=_key, on_busy="reject"))

@@ -36,7 +36,7 @@ INVARIANTS = {
     "result_twice": "step results applied twice: a record not the result its run consumed",
     "signal": "signals lost or delivered wrong",
     "stale_start": "steps started by a frozen process, after it resumed, for a run taken over",
-    "members_died": "engine or worker processes that exited by themselves or hung on SIGTERM",
+    "members_died": "engine, worker or producer processes that died or hung on SIGTERM",
 }
 
 # Operations (checkpoints) per completed run, by workflow; c.chain's first runs continue after 1.

@@ -28,7 +28,7 @@ MIX = {
     "c.remote": 3.0,
     "c.fan": 1.0,
     "c.chain": 1.0,
-    "c.queue": 2.0,
+    "c.queue": 1.5,
     "c.reject": 1.5,
     "c.replace": 1.5,
     "c.quota": 2.5,
