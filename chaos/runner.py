@@ -75,18 +75,22 @@ def main() -> int:
 def _run(config: Config, injector: Injector) -> tuple[Findings, Evidence, float | None]:
     asyncio.run(_migrate(config.pg_url))
     fleet = injector.fleet
-    fleet.start(ENGINES, WORKERS)
-    producer = spawn_ready(
-        [sys.executable, "-m", "chaos.app", "producer", str(fleet.config)],
-        config.root / "producer.out",
-    )
-    injector.run(config.seconds)
-    print("chaos: faults stopped; waiting for every run to end", flush=True)
-    _wait_producer(producer, fleet)
-    fleet.revive_the_dead()
-    faults_stopped = time.monotonic()
-    drained = asyncio.run(_drain(config, faults_stopped + DRAIN))
-    fleet.stop()
+    producer: subprocess.Popen[bytes] | None = None
+    try:
+        fleet.start(ENGINES, WORKERS)
+        command = [sys.executable, "-m", "chaos.app", "producer", str(fleet.config)]
+        producer = spawn_ready(command, config.root / "producer.out")
+        injector.run(config.seconds)
+        print("chaos: faults stopped; waiting for every run to end", flush=True)
+        deadline = time.monotonic() + DRAIN
+        _wait_producer(producer, fleet)
+        fleet.revive_the_dead()
+        drained = asyncio.run(_drain(config, deadline))
+    finally:
+        # Also when the run itself failed: no member may outlive it.
+        if producer is not None and producer.poll() is None:
+            producer.kill()
+        fleet.stop()
     runs, steps = asyncio.run(snapshot(config.pg_url))
     evidence = Evidence(
         runs={r.id: r for r in runs},
@@ -117,8 +121,9 @@ async def _migrate(url: str) -> None:
 
 
 async def _drain(config: Config, deadline: float) -> float | None:
-    """Seconds until every run is terminal (None: not by the deadline)."""
-    began = time.monotonic()
+    """Seconds from the end of the faults (``DRAIN`` before the deadline) until every run is
+    terminal; None when some run is not by the deadline."""
+    began = deadline - DRAIN
     while time.monotonic() < deadline:
         runs, _ = await snapshot(config.pg_url, steps=False)
         acknowledged = set(started(read_record(config.root)))
