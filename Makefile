@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements/dev.lock
 
-.PHONY: demo test lint install lock dist bench clean
+.PHONY: demo test lint install lock dist bench chaos clean
 
 # The development environment: the exact versions of the lock file, then runlane itself
 # (editable, no dependency resolution of its own, so nothing drifts from the lock).
@@ -22,8 +22,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks chaos
+	$(VENV)/bin/ruff format --check src tests benchmarks chaos
 	$(VENV)/bin/mypy src
 
 # Re-resolve the lock after a change to pyproject.toml's dependencies; versions already locked
@@ -50,6 +50,12 @@ $(PEERS_VENV)/bin/python: benchmarks/peer-requirements.txt
 
 bench: $(STAMP) $(PEERS_VENV)/bin/python
 	QUICK=$(QUICK) $(PY) benchmarks/run.py
+
+# A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of
+# faults (300 by default), CHAOS_SEED (random by default, printed), CHAOS_REPORT (where the
+# figures go; RELIABILITY.md by default). Exits non-zero when an invariant is broken.
+chaos: $(STAMP)
+	$(PY) -m chaos
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

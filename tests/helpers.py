@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from runlane import Engine, Run
+from runlane import Engine, Run, StepRecord, StoreUnavailableError
 
 
 async def settle(engine: Engine, run_id: str, *, ticks: int = 20) -> Run:
@@ -36,3 +37,25 @@ class Calls:
 
 def kinds(steps: list[Any]) -> list[tuple[str, str]]:
     return [(s.kind, s.status) for s in steps]
+
+
+async def snapshot(
+    pg_url: str, steps: bool = True
+) -> tuple[list[Run], dict[str, list[StepRecord]]]:
+    """Every run in a PostgreSQL database (and, with ``steps``, each one's checkpoints), read by
+    a store of its own, once the server answers (it may be restarting)."""
+    from runlane.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_url)
+    for _ in range(100):
+        try:
+            await store.open()
+            break
+        except StoreUnavailableError:
+            await asyncio.sleep(0.2)
+    try:
+        runs = await store.list_runs(limit=1_000_000)
+        records = {r.id: await store.list_steps(r.id) for r in runs} if steps else {}
+    finally:
+        await store.close()
+    return runs, records

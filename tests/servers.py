@@ -3,19 +3,28 @@
 ``PrivatePostgres``: ``initdb`` into a temporary folder and ``pg_ctl`` on a loopback port of its
 own (run as the ``postgres`` user when the tests run as root, since the server refuses root).
 ``PrivateRedis``: ``redis-server`` on a port of its own, nothing kept on disk.
+``spawn_ready`` starts a fleet member as a process and waits for the ``READY`` that
+``serve_until_terminated`` prints in it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import glob
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+"""The repository: a member started as ``python -m <module>`` from here imports ``tests``."""
 
 
 def free_port() -> int:
@@ -51,6 +60,18 @@ class PrivatePostgres:
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
+    def create_database(self, prefix: str) -> str:
+        """A new database on this server (``<prefix>_<random>``); returns its URL."""
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
+    def terminate_backends(self, database: str) -> int:
+        return terminate_backends(self.url, database)
+
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off"
         self._run(
@@ -83,6 +104,20 @@ class PrivatePostgres:
     def _run(self, *command: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if self._as_postgres else []
         subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
+
+
+def terminate_backends(admin_url: str, database: str) -> int:
+    """``pg_terminate_backend`` every connection to ``database`` (through a connection to
+    ``admin_url``, which is spared); returns how many."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchall()
+    return len(rows)
 
 
 class PrivateRedis:
@@ -133,3 +168,42 @@ class PrivateRedis:
         self.stop()
         time.sleep(down_for)
         self.start()
+
+
+def spawn_ready(
+    command: list[str], output: Path, timeout: float = 60.0, **popen: Any
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` (in the repository, unless ``cwd`` says otherwise) with its stdout and
+    stderr going to ``output``, and wait until it has printed ``READY`` (a file, not a pipe: a
+    pipe nobody reads would stall a chatty process)."""
+    popen.setdefault("cwd", REPO)
+    with open(output, "ab") as sink:
+        before = sink.tell()  # a restarted member may append to its predecessor's output
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, **popen)
+    deadline = time.monotonic() + timeout
+    while b"READY" not in output.read_bytes()[before:]:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"{command[:3]} did not start:\n{output.read_text()[-2000:]}")
+        time.sleep(0.05)
+    return proc
+
+
+async def serve_until_terminated(member: Any) -> None:
+    """Run a fleet member in its process until SIGTERM, printing ``READY`` once it is up: an
+    engine drives (and drains at the end); a ``Worker`` works, then finishes its steps in flight."""
+    from runlane.worker import Worker
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    if isinstance(member, Worker):
+        running = asyncio.create_task(member.run())
+        print("READY", flush=True)
+        await stop.wait()
+        await member.stop()
+        await running
+        return
+    async with member:
+        print("READY", flush=True)
+        await stop.wait()

@@ -1,7 +1,7 @@
 """One member of a test fleet, run as its own process (see test_fleet_processes.py).
 
-python fleet_app.py engine PG_URL TRANSPORT PREFIX LOG   -> an engine instance, until SIGTERM
-python fleet_app.py worker PG_URL TRANSPORT PREFIX LOG   -> a remote step worker, until SIGTERM
+python -m tests.integration.fleet_app engine PG_URL TRANSPORT PREFIX LOG   -> an engine, until SIGTERM
+python -m tests.integration.fleet_app worker PG_URL TRANSPORT PREFIX LOG   -> a worker, until SIGTERM
 TRANSPORT is "none", "redis" or "db". Every step execution appends "<run> <seq> <pid>" to LOG.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 from typing import Any
 
@@ -19,6 +18,7 @@ from runlane.stores import open_store
 from runlane.transports import DbTransport, RedisTransport
 from runlane.transports.base import Transport
 from runlane.worker import Worker
+from tests.servers import serve_until_terminated
 
 REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
 LOG = sys.argv[5] if len(sys.argv) > 5 else os.devnull
@@ -66,9 +66,6 @@ def transport(kind: str, pg_url: str, prefix: str) -> Transport | None:
 
 
 async def serve(role: str, pg_url: str, kind: str, prefix: str) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
     if role == "worker":
         w = Worker(
             group="fleet",
@@ -76,11 +73,7 @@ async def serve(role: str, pg_url: str, kind: str, prefix: str) -> None:
             steps=[remote],
             heartbeat_interval=0.3,
         )
-        running = asyncio.create_task(w.run())
-        print("READY", flush=True)
-        await stop.wait()
-        await w.stop()
-        await running
+        await serve_until_terminated(w)
         return
     engine = Engine(
         open_store(pg_url),
@@ -94,9 +87,7 @@ async def serve(role: str, pg_url: str, kind: str, prefix: str) -> None:
         # reconcile interval (5 minutes by default, longer than the test waits).
         remote_redispatch=5.0,
     )
-    async with engine:
-        print("READY", flush=True)
-        await stop.wait()
+    await serve_until_terminated(engine)
 
 
 def _none() -> Transport:

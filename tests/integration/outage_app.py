@@ -1,7 +1,7 @@
 """One member of the outage tests' fleet, run as its own process (see test_outage_fleet.py).
 
-python outage_app.py engine PG_URL REDIS_URL PREFIX LOG   -> an engine instance, until SIGTERM
-python outage_app.py worker PG_URL REDIS_URL PREFIX LOG   -> a remote step worker, until SIGTERM
+python -m tests.integration.outage_app engine PG_URL REDIS_URL PREFIX LOG   -> an engine, until SIGTERM
+python -m tests.integration.outage_app worker PG_URL REDIS_URL PREFIX LOG   -> a worker, until SIGTERM
 
 Every step execution appends ``<run> <seq> <pid> <kind> <start> <end>`` to LOG.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import sys
 import time
 from typing import Any
@@ -21,6 +20,7 @@ from runlane import Engine, Retry, Singleton
 from runlane.stores.postgres import PostgresStore
 from runlane.transports import RedisTransport
 from runlane.worker import Worker
+from tests.servers import serve_until_terminated
 
 LOG = sys.argv[5] if len(sys.argv) > 5 else os.devnull
 
@@ -81,25 +81,15 @@ def engine(pg_url: str, redis_url: str, prefix: str, **options: Any) -> Engine:
 
 
 async def serve(role: str, pg_url: str, redis_url: str, prefix: str) -> None:
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     if role == "worker":
-        worker = Worker(
-            "o", RedisTransport(redis_url, prefix=prefix), steps=[remote], heartbeat_interval=0.3
-        )
-        running = asyncio.create_task(worker.run())
-        print("READY", flush=True)
-        await stop.wait()
-        await worker.stop()
-        await running
+        transport = RedisTransport(redis_url, prefix=prefix)
+        await serve_until_terminated(Worker("o", transport, steps=[remote], heartbeat_interval=0.3))
         return
     # A short lease, so a turn that could give nothing back is recovered within the test; a
     # remote task nobody took (lost with a restarted Redis) is sent again after 3 s.
-    async with engine(
-        pg_url, redis_url, prefix, lease=3.0, poll_interval=0.1, remote_redispatch=3.0
-    ):
-        print("READY", flush=True)
-        await stop.wait()
+    await serve_until_terminated(
+        engine(pg_url, redis_url, prefix, lease=3.0, poll_interval=0.1, remote_redispatch=3.0)
+    )
 
 
 if __name__ == "__main__":

@@ -23,15 +23,18 @@ import pytest
 
 from runlane import Engine, RunStatus
 from runlane.stores import open_store
+from tests.servers import REPO
 
+from . import fleet_app
 from .fleet_app import mixed, three
 
-APP = Path(__file__).with_name("fleet_app.py")
+APP = fleet_app.__name__
 
 
 def _spawn(role: str, pg_url: str, kind: str, prefix: str, log: Path) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, str(APP), role, pg_url, kind, prefix, str(log)],
+        [sys.executable, "-m", APP, role, pg_url, kind, prefix, str(log)],
+        cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

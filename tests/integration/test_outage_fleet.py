@@ -22,16 +22,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from runlane import Engine, RunStatus, StoreUnavailableError
 from runlane.stores.postgres import PostgresStore
-from tests.servers import PrivatePostgres, PrivateRedis
+from tests.helpers import snapshot
+from tests.servers import PrivatePostgres, PrivateRedis, spawn_ready
 
 from . import outage_app
 
-APP = Path(outage_app.__file__)
+APP = outage_app.__name__
 KINDS = {"o.plain": 120, "o.keyed": 30, "o.remote": 90}
 WAVES = 10
 
@@ -48,34 +48,11 @@ def servers() -> Iterator[tuple[PrivatePostgres, PrivateRedis]]:
         pg.destroy()
 
 
-def _database(pg: PrivatePostgres) -> str:
-    name = f"outage_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return pg.url.rsplit("/", 1)[0] + f"/{name}"
-
-
-def _terminate_backends(pg: PrivatePostgres, database: str) -> int:
-    with psycopg.connect(pg.url, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = %s AND pid <> pg_backend_pid()",
-            (database,),
-        ).fetchall()
-    return len(rows)
-
-
-def _spawn(role: str, db_url: str, redis_url: str, prefix: str, log: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(APP), role, db_url, redis_url, prefix, str(log)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert "READY" in line, line + proc.stdout.read()
-    return proc
+def _spawn(
+    role: str, db_url: str, redis_url: str, prefix: str, log: Path
+) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", APP, role, db_url, redis_url, prefix, str(log)]
+    return spawn_ready(command, log.parent / f"{role}-{uuid.uuid4().hex[:6]}.out")
 
 
 def _plan() -> list[tuple[str, str]]:
@@ -106,28 +83,12 @@ async def _start_one(producer: Engine, kind: str, run_id: str) -> None:
     raise AssertionError(f"could not start {run_id} in 20 s")
 
 
-async def _snapshot(db_url: str) -> tuple[list[Any], dict[str, list[Any]]]:
-    store = PostgresStore(db_url)
-    for _ in range(100):
-        try:
-            await store.open()
-            break
-        except StoreUnavailableError:
-            await asyncio.sleep(0.2)
-    try:
-        runs = await store.list_runs(limit=10_000)
-        steps = {r.id: await store.list_steps(r.id) for r in runs}
-    finally:
-        await store.close()
-    return runs, steps
-
-
 def _wait_all_completed(db_url: str, timeout: float) -> list[Any]:
     deadline = time.monotonic() + timeout
     runs: list[Any] = []
     while time.monotonic() < deadline:
         try:
-            runs, _ = asyncio.run(_snapshot(db_url))
+            runs, _ = asyncio.run(snapshot(db_url))
         except StoreUnavailableError:
             runs = []
         if len(runs) == sum(KINDS.values()) and all(r.is_terminal for r in runs):
@@ -148,7 +109,7 @@ def _fleet_under(
     faults: Callable[[PrivatePostgres, PrivateRedis, str], None],
 ) -> None:
     pg, redis = servers
-    db_url = _database(pg)
+    db_url = pg.create_database("outage")
     database = db_url.rsplit("/", 1)[1]
     prefix = f"rlout-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "steps.log"
@@ -167,14 +128,13 @@ def _fleet_under(
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
         for proc in procs:
-            out, _ = proc.communicate(timeout=60)
-            (tmp_path / f"proc-{proc.pid}.out").write_text(out or "")
+            proc.wait(timeout=60)
     assert len(alive) == len(procs), f"processes died: {[p.pid for p in procs]} alive {alive}"
     _check(db_url, runs, log)
 
 
 def _check(db_url: str, runs: list[Any], log: Path) -> None:
-    _, steps = asyncio.run(_snapshot(db_url))
+    _, steps = asyncio.run(snapshot(db_url))
     unfinished = [
         (r.id, r.status, (r.error or {}).get("type"), str((r.error or {}).get("message"))[:120])
         for r in runs
@@ -211,7 +171,7 @@ def test_backends_terminated_every_1_5_s_for_12_s_decide_no_run(
         killed = 0
         for _ in range(8):
             time.sleep(1.5)
-            killed += _terminate_backends(pg, database)
+            killed += pg.terminate_backends(database)
         assert killed > 0
 
     _fleet_under(servers, tmp_path, terminate)

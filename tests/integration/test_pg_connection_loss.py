@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import psycopg
-
 import runlane
 from runlane import Engine, RunStatus
 from runlane.stores import open_store
+from tests.servers import terminate_backends
 
 executed: dict[str, int] = {}
 
@@ -29,14 +28,7 @@ async def three(ctx: runlane.Context, _: Any) -> list[str]:
 
 def _terminate_backends(pg_url: str) -> int:
     database = pg_url.rsplit("/", 1)[1]
-    admin = pg_url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = %s AND pid <> pg_backend_pid()",
-            (database,),
-        ).fetchall()
-    return len(rows)
+    return terminate_backends(pg_url.rsplit("/", 1)[0] + "/postgres", database)
 
 
 async def test_terminated_backends_mid_burst_lose_no_run(pg_url: str) -> None:

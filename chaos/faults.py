@@ -1,0 +1,117 @@
+"""The fault injector: every few seconds, at random (seeded), one fault of a kind drawn from a
+shuffled deck of all of them, so that even a short run injects every kind.
+
+Transport messages are delayed or dropped by the proxy every member reaches Redis through
+(:mod:`chaos.proxy`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.servers import PrivatePostgres, PrivateRedis
+
+from .config import LEASE
+from .fleet import Fleet
+from .proxy import Proxy
+
+KINDS = (
+    "kill-engine",
+    "kill-worker",
+    "freeze-engine",
+    "terminate-backends",
+    "restart-redis",
+    "restart-postgres",
+    "delay-transport",
+    "drop-transport",
+)
+GAP = (2.0, 5.0)
+"""Seconds between two faults, drawn uniformly."""
+
+FREEZE = LEASE + 2.0
+"""A frozen engine stays stopped past its lease: its runs are recovered while it is alive."""
+
+DOWN = 1.0
+"""Seconds a restarted server stays down."""
+
+DELAY = 4.0
+"""Seconds the proxy holds every transport message: longer than a remote step's timeout (3 s)."""
+
+DROP = 2.0
+"""Seconds of transport messages the proxy throws away, with every connection."""
+
+
+@dataclass
+class Injector:
+    rng: random.Random
+    fleet: Fleet
+    pg: PrivatePostgres
+    redis: PrivateRedis
+    proxy: Proxy
+    database: str
+    log: Path
+    counts: Counter[str] = field(default_factory=Counter)
+    freezes: list[tuple[int, float, float]] = field(default_factory=list)  # pid, stop, cont
+    terminated: int = 0  # backends terminated
+    _deck: list[str] = field(default_factory=list)
+    _began: float = 0.0
+
+    def run(self, seconds: float) -> None:
+        self._began = time.monotonic()
+        deadline = self._began + seconds
+        while True:
+            gap = self.rng.uniform(*GAP)
+            if time.monotonic() + gap >= deadline:
+                break
+            time.sleep(gap)
+            self.fleet.revive_the_dead()
+            self.inject(self._draw())
+
+    def _draw(self) -> str:
+        if not self._deck:
+            self._deck = list(KINDS)
+            self.rng.shuffle(self._deck)
+        return self._deck.pop()
+
+    def inject(self, kind: str) -> None:
+        started = time.time()
+        detail = self._do(kind)
+        self.counts[kind] += 1
+        with open(self.log, "a") as log:
+            log.write(json.dumps({"kind": kind, "t": started, **detail}) + "\n")
+        shown = " ".join(f"{k}={v}" for k, v in detail.items() if k != "until")
+        print(f"chaos: {time.monotonic() - self._began:5.1f}s {kind} {shown}", flush=True)
+
+    def _do(self, kind: str) -> dict[str, Any]:
+        if kind in ("kill-engine", "kill-worker"):
+            name = self.rng.choice(self.fleet.names(kind.split("-")[1]))
+            old, new = self.fleet.kill(name)
+            return {"member": name, "pid": old, "new_pid": new}
+        if kind == "freeze-engine":
+            name = self.rng.choice(self.fleet.names("engine"))
+            pid, stopped, resumed = self.fleet.freeze(name, FREEZE)
+            self.freezes.append((pid, stopped, resumed))
+            return {"member": name, "pid": pid, "until": resumed}
+        if kind == "terminate-backends":
+            killed = self.pg.terminate_backends(self.database)
+            self.terminated += killed
+            return {"backends": killed}
+        if kind == "restart-redis":
+            self.redis.restart(down_for=DOWN)
+            return {}
+        if kind == "restart-postgres":
+            self.pg.stop("immediate")
+            time.sleep(DOWN)
+            self.pg.start()
+            return {}
+        if kind in ("delay-transport", "drop-transport"):
+            drop = kind == "drop-transport"
+            self.proxy.hold(DROP if drop else DELAY, drop=drop)
+            return {}
+        raise ValueError(kind)

@@ -1,0 +1,134 @@
+"""The figures of a chaos run, as the markdown of RELIABILITY.md (or a report elsewhere)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from .check import INVARIANTS, Evidence, Findings, started
+from .config import LEASE
+from .faults import DELAY, DOWN, DROP, FREEZE, KINDS, Injector
+
+TEMPLATE = Path(__file__).with_name("reliability.md")
+
+
+@dataclass(frozen=True)
+class Run:
+    """How the run went, besides the evidence: its seed, budget and timings."""
+
+    seed: int
+    seconds: float
+    drained_in: float | None  # seconds from the end of the budget to every run terminal
+    wall: float  # seconds for the whole run, servers included
+    when: str  # UTC date and time of the start
+
+
+def render(run: Run, evidence: Evidence, findings: Findings, injector: Injector) -> str:
+    figures = "\n\n".join(
+        [
+            _summary(run, evidence, findings),
+            _workload(evidence),
+            _faults(injector),
+            _invariants(findings),
+        ]
+    )
+    return Template(TEMPLATE.read_text()).substitute(figures=figures)
+
+
+def _summary(run: Run, evidence: Evidence, findings: Findings) -> str:
+    drained = f"{run.drained_in:.1f} s" if run.drained_in is not None else "not within the deadline"
+    executions = evidence.executions
+    twice = sum(1 for n in Counter((e.run, e.label) for e in executions).values() if n == 2)
+    verdict = "**failed**" if findings.failed else "passed: every invariant at zero"
+    recovered = [r for r in evidence.runs.values() if r.recoveries]
+    records = [s for steps in evidence.steps.values() for s in steps if s.kind == "step"]
+    retried = sum(1 for s in records if s.attempts > 1)
+    resent = sum(1 for s in records if s.dispatches > 1)
+    return "\n".join(
+        [
+            f"Seed **{run.seed}**, {run.seconds:.0f} s of faults, started {run.when} UTC; every run "
+            f"terminal {drained} after the faults stopped; {run.wall:.0f} s in all. "
+            f"Verdict: {verdict}.",
+            "",
+            f"- {len(started(evidence.record))} runs started and acknowledged by the producer, "
+            f"{len(evidence.runs)} runs in the store in the end (children and continuations "
+            "included).",
+            f"- {len(executions)} step executions logged; {twice} steps executed twice (the step "
+            "in flight at a fault); "
+            f"{len(findings.frozen)} executions were in flight while their process was frozen, "
+            f"{len(findings.frozen_overlaps)} of them overlapping another run of their key "
+            "(see below).",
+            f"- {len(recovered)} runs recovered after their lease expired "
+            f"({sum(r.recoveries for r in recovered)} recoveries); {retried} steps needed more "
+            f"than one attempt; {resent} remote attempts were sent again (no worker took them, "
+            "or their result was lost).",
+        ]
+    )
+
+
+def _workload(evidence: Evidence) -> str:
+    events = Counter((e.get("workflow", ""), e["event"]) for e in evidence.record)
+    refused = Counter(
+        (e["workflow"], e["error"]) for e in evidence.record if e["event"] == "refused"
+    )
+    workflow_of = {run_id: e["workflow"] for run_id, e in started(evidence.record).items()}
+    asked = Counter(workflow_of[e["run"]] for e in evidence.record if e["event"] == "cancel")
+    statuses = Counter((r.workflow, str(r.status)) for r in evidence.runs.values())
+    workflows = sorted({r.workflow for r in evidence.runs.values()} | {w for w, _ in events if w})
+    rows = [
+        "| workflow | started | refused | cancels asked | completed | failed | cancelled | other |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for w in workflows:
+        refusals = ", ".join(f"{n} {error}" for (wf, error), n in refused.items() if wf == w)
+        done = {s: statuses[(w, s)] for s in ("completed", "failed", "cancelled")}
+        other = sum(n for (wf, s), n in statuses.items() if wf == w and s not in done)
+        rows.append(
+            f"| `{w}` | {events[(w, 'started')]} | {refusals or 0} | {asked[w]} | "
+            f"{done['completed']} | {done['failed']} | {done['cancelled']} | {other} |"
+        )
+    gave_up = sum(1 for e in evidence.record if e["event"] == "gave-up")
+    signals = sum(1 for e in evidence.record if e["event"] == "signalled")
+    return "\n".join(
+        [
+            "### Workload",
+            "",
+            *rows,
+            "",
+            f"{signals} signals sent; {gave_up} producer calls given up after 90 s of outage. "
+            "`c.leaf` runs are the fans' children; `c.chain` counts continuations.",
+        ]
+    )
+
+
+def _faults(injector: Injector) -> str:
+    detail = {
+        "terminate-backends": f"{injector.terminated} backends terminated",
+        "freeze-engine": f"SIGSTOP for {FREEZE:.0f} s (lease {LEASE:.0f} s), then SIGCONT",
+        "restart-redis": f"down for {DOWN:.0f} s, every key lost",
+        "restart-postgres": f"stopped as in a crash (immediate), down for {DOWN:.0f} s",
+        "delay-transport": f"every Redis message held {DELAY:.0f} s, then delivered",
+        "drop-transport": f"every Redis message of {DROP:.0f} s dropped, connections reset",
+    }
+    rows = ["| fault | injected | |", "|---|---|---|"]
+    rows += [f"| {kind} | {injector.counts[kind]} | {detail.get(kind, '')} |" for kind in KINDS]
+    total = sum(injector.counts.values())
+    return "\n".join(["### Faults", "", *rows, f"| **all** | **{total}** | |"])
+
+
+def _invariants(findings: Findings) -> str:
+    rows = ["| invariant | count |", "|---|---|"]
+    rows += [f"| {text} | {len(findings.offences[k])} |" for k, text in INVARIANTS.items()]
+    return "\n".join(["### Invariants", "", *rows])
+
+
+def offenders(findings: Findings, most: int = 10) -> str:
+    """The offending runs of each broken invariant, for the console."""
+    lines = []
+    for key, found in findings.offences.items():
+        if found:
+            lines.append(f"{key}: {len(found)} ({INVARIANTS[key]})")
+            lines += [f"  {what}" for what in found[:most]]
+    return "\n".join(lines)

@@ -1,0 +1,166 @@
+"""The producer: a web process's engine (``drive=False, consumers="never"``) starting a mixed
+workload for the run's budget, signalling the runs that wait and cancelling some.
+
+Its record (``producer.jsonl``, one JSON object a line) is what the checker holds the store to:
+every start it made and how it ended (acknowledged, or refused by a quota or a full singleton
+key: expected outcomes), every cancel it asked for, every signal it sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from runlane import ConcurrencyLimitError, Engine, SingletonQueueFullError, StoreUnavailableError
+
+from .config import Config
+
+T = TypeVar("T")
+
+MIX = {
+    "c.plain": 3.0,
+    "c.sleepy": 2.0,
+    "c.signal": 2.0,
+    "c.remote": 3.0,
+    "c.fan": 1.0,
+    "c.chain": 1.0,
+    "c.queue": 1.5,
+    "c.reject": 1.5,
+    "c.replace": 1.5,
+    "c.quota": 2.5,
+    "c.doomed": 0.3,
+}
+"""Workflows started, by weight."""
+
+KEYS = 2
+"""Keys per gated workflow (singleton modes, quota)."""
+
+FAN_WIDTH = 3
+CHAIN_LENGTH = 3  # runs: the first and its continuations
+PATIENCE = 90.0
+"""Seconds a call is retried while the store is unreachable before the producer gives up."""
+
+# The share of runs of a workflow that the producer cancels, and when (seconds after the start).
+CANCELS = {"c.signal": 0.2, "c.sleepy": 0.15, "c.plain": 0.05, "c.fan": 0.1}
+CANCEL_AFTER = (0.0, 2.0)
+SIGNAL_AFTER = (0.2, 3.0)
+START_GAP = (0.02, 0.12)
+
+
+class Record:
+    """The producer's record, appended a line at a time."""
+
+    def __init__(self, config: Config) -> None:
+        self._file = open(config.root / "producer.jsonl", "a", buffering=1)  # noqa: SIM115
+
+    def write(self, event: str, **fields: Any) -> None:
+        self._file.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+async def through_outage(call: Callable[[], Awaitable[T]], patience: float = PATIENCE) -> T:
+    """``call()``, retried while it raises ``StoreUnavailableError``, for ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    pause = 0.1
+    while True:
+        try:
+            return await call()
+        except StoreUnavailableError:
+            if time.monotonic() + pause > deadline:
+                raise
+            await asyncio.sleep(pause)
+            pause = min(1.0, pause * 2)
+
+
+def _input(workflow: str, n: int, rng: random.Random) -> dict[str, Any]:
+    if workflow in ("c.queue", "c.reject", "c.replace", "c.quota"):
+        return {"key": str(rng.randrange(KEYS))}
+    if workflow == "c.sleepy":
+        return {"sleep": round(rng.uniform(0.3, 2.0), 2)}
+    if workflow == "c.fan":
+        return {"width": FAN_WIDTH}
+    if workflow == "c.chain":
+        return {"left": CHAIN_LENGTH - 1}
+    return {"n": n}
+
+
+class Producer:
+    def __init__(self, config: Config, engine: Engine) -> None:
+        self.engine = engine
+        self.rng = random.Random(config.seed)
+        self.record = Record(config)
+        self.seconds = config.seconds
+        self.followups: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        deadline = time.monotonic() + self.seconds
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            workflow = self.rng.choices(list(MIX), weights=list(MIX.values()))[0]
+            run_id = f"{workflow[2:]}-{n:05d}"
+            if await self.start(workflow, run_id, _input(workflow, n, self.rng)):
+                self.follow_up(workflow, run_id, n)
+            await asyncio.sleep(self.rng.uniform(*START_GAP))
+        await asyncio.gather(*self.followups)
+        self.record.write("done", starts=n)
+
+    async def start(self, workflow: str, run_id: str, input: dict[str, Any]) -> bool:
+        fields = {"run": run_id, "workflow": workflow, "input": input}
+        try:
+            run = await through_outage(lambda: self.engine.start(workflow, input, run_id=run_id))
+        except (ConcurrencyLimitError, SingletonQueueFullError) as exc:
+            self.record.write("refused", **fields, error=type(exc).__name__)
+            return False
+        except StoreUnavailableError as exc:
+            self.record.write("gave-up", **fields, action="start", error=str(exc))
+            return False
+        self.record.write("started", **fields, created_at=run.created_at.isoformat())
+        return True
+
+    def follow_up(self, workflow: str, run_id: str, n: int) -> None:
+        action: Awaitable[None] | None = None
+        if self.rng.random() < CANCELS.get(workflow, 0.0):
+            action = self.cancel(run_id, self.rng.uniform(*CANCEL_AFTER))
+        elif workflow == "c.signal":
+            action = self.signal(run_id, {"n": n}, self.rng.uniform(*SIGNAL_AFTER))
+        if action is not None:
+            task = asyncio.ensure_future(action)
+            self.followups.add(task)
+            task.add_done_callback(self.followups.discard)
+
+    async def cancel(self, run_id: str, after: float) -> None:
+        await asyncio.sleep(after)
+        # Asked before it is sent: a cancel whose answer an outage cut may still have landed.
+        self.record.write("cancel", run=run_id)
+        try:
+            cancelled = await through_outage(lambda: self.engine.cancel(run_id))
+        except StoreUnavailableError as exc:
+            self.record.write("gave-up", run=run_id, action="cancel", error=str(exc))
+            return
+        self.record.write("cancelled", run=run_id, result=cancelled)
+
+    async def signal(self, run_id: str, payload: dict[str, Any], after: float) -> None:
+        await asyncio.sleep(after)
+        try:
+            await through_outage(lambda: self.engine.signal(run_id, "go", payload))
+        except StoreUnavailableError as exc:
+            self.record.write("gave-up", run=run_id, action="signal", error=str(exc))
+            return
+        self.record.write("signalled", run=run_id, payload=payload)
+
+
+async def produce(config: Config, engine: Engine) -> None:
+    producer = Producer(config, engine)
+    async with engine:
+        print("READY", flush=True)
+        try:
+            await producer.run()
+        finally:
+            producer.record.close()
