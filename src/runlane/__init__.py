@@ -9,12 +9,18 @@ from .engine import Engine
 from .errors import (
     ChildFailedError,
     ConcurrencyLimitError,
+    ConfigurationError,
+    DefinitionError,
+    EventTimeoutError,
     FatalError,
     GatherError,
     MissingExtraError,
     NonDeterminismError,
     RunExistsError,
+    RunFinishedError,
     RunlaneError,
+    RunNotFoundError,
+    ScheduleNotFoundError,
     SerializationError,
     SignalTimeoutError,
     SingletonQueueFullError,
@@ -25,14 +31,18 @@ from .errors import (
 )
 from .models import Run, RunStatus, Settled, StepRecord
 from .retry import Retry
+from .schedules import Schedule, ScheduleState
 from .worker import Worker
 
 __all__ = [
     "ChildFailedError",
     "Concurrency",
     "ConcurrencyLimitError",
+    "ConfigurationError",
     "Context",
+    "DefinitionError",
     "Engine",
+    "EventTimeoutError",
     "FatalError",
     "GatherError",
     "MissingExtraError",
@@ -40,8 +50,13 @@ __all__ = [
     "Retry",
     "Run",
     "RunExistsError",
+    "RunFinishedError",
+    "RunNotFoundError",
     "RunStatus",
     "RunlaneError",
+    "Schedule",
+    "ScheduleNotFoundError",
+    "ScheduleState",
     "SerializationError",
     "Settled",
     "SignalTimeoutError",

@@ -7,11 +7,13 @@ so the policy is written once and every backend applies it the same way.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from .definitions import Concurrency, WorkflowDefinition
 from .errors import ConcurrencyLimitError, RunlaneError, SingletonQueueFullError
-from .models import JSON, QuotaGate, Run, SingletonGate
+from .models import JSON, QuotaGate, Run, SingletonGate, Started
 
 
 def singleton_gate(definition: WorkflowDefinition, input: JSON) -> SingletonGate | None:
@@ -101,6 +103,27 @@ async def requeue_gates(
     if singleton is None or singleton.key != run.singleton_key:
         singleton = None
     return quota, singleton
+
+
+def refusal_record(refusal: Exception, window: datetime | None) -> dict[str, Any]:
+    """A refused schedule window, as its ``last_error``: the refusal's type, message, fields."""
+    record: dict[str, Any] = {"type": type(refusal).__name__, "message": str(refusal)}
+    for name in ("workflow", "key", "limit", "active", "max_queue_depth"):
+        if hasattr(refusal, name):
+            record[name] = getattr(refusal, name)
+    if window is not None:
+        record["window"] = window.isoformat()
+    return record
+
+
+def last_fire(started: Sequence[Started], window: datetime | None) -> tuple[str | None, Any]:
+    """A fired window's ``(last_run_id, last_error)`` from what its create did."""
+    for result in started:
+        if result.rejected is not None:
+            return None, refusal_record(result.rejected, window)
+        if result.run is not None:
+            return result.run.id, None
+    return None, None
 
 
 def quota_refusal(workflow: str, gate: QuotaGate, active: int) -> ConcurrencyLimitError | None:

@@ -22,11 +22,11 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from .cli_tables import lanes_table, run_details, runs_table, steps_table
+from .cli_tables import lanes_table, run_details, runs_table, schedules_table, steps_table
 from .engine import Engine
 from .errors import ConfigurationError, MissingExtraError, RunlaneError
 from .extras import needs_extra
-from .http.shapes import lane_to_dict, run_to_dict, step_to_dict
+from .http.shapes import lane_to_dict, run_to_dict, schedule_to_dict, step_to_dict
 from .lanes import lanes
 from .models import Run, RunQuery, RunStatus, StepRecord
 from .stores import open_store
@@ -409,6 +409,54 @@ def runs_signal(
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint="PAYLOAD") from exc
     with_engine(db, app, lambda e: e.signal(run_id, name, value))
     say(as_json, {"run_id": run_id, "signal": name}, f"signalled {run_id}: {name}")
+
+
+# ---------------------------------------------------------------- schedules
+
+
+@main.group()
+def schedules() -> None:
+    """Inspect, pause, resume and trigger schedules."""
+
+
+@schedules.command("list")
+@_common
+def schedules_list(db: str | None, app: str | None, as_json: bool) -> None:
+    """List the schedules: next fire, last fire, last error."""
+    found = with_engine(db, app, lambda e: e.schedules.list())
+    if as_json:
+        click.echo(json.dumps([schedule_to_dict(s) for s in found], indent=2))
+        return
+    Console().print(schedules_table(found))
+
+
+@schedules.command("pause")
+@_common
+@click.argument("schedule_id")
+def schedules_pause(db: str | None, app: str | None, as_json: bool, schedule_id: str) -> None:
+    """Stop firing SCHEDULE_ID; windows that pass while paused never fire."""
+    state = with_engine(db, app, lambda e: e.schedules.pause(schedule_id))
+    say(as_json, schedule_to_dict(state), f"paused {schedule_id}")
+
+
+@schedules.command("resume")
+@_common
+@click.argument("schedule_id")
+def schedules_resume(db: str | None, app: str | None, as_json: bool, schedule_id: str) -> None:
+    """Fire SCHEDULE_ID again, from its first window after now."""
+    state = with_engine(db, app, lambda e: e.schedules.resume(schedule_id))
+    say(as_json, schedule_to_dict(state), f"resumed {schedule_id}: next {state.next_fire_at}")
+
+
+@schedules.command("trigger")
+@_common
+@click.argument("schedule_id")
+def schedules_trigger(db: str | None, app: str | None, as_json: bool, schedule_id: str) -> None:
+    """Start one run of SCHEDULE_ID now. Needs --app (the workflow's gates must be known)."""
+    if app is None:
+        raise click.UsageError("trigger needs --app module:attribute: the workflow must be known")
+    run = with_engine(db, app, lambda e: e.schedules.trigger(schedule_id))
+    say(as_json, run_to_dict(run), f"started {run.id}")
 
 
 async def follow_runs(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.markup import escape
@@ -11,6 +11,7 @@ from rich.table import Table
 
 from .lanes import Lane
 from .models import Run, StepRecord
+from .schedules import ScheduleState
 
 
 def runs_table(found: list[Run]) -> Table:
@@ -109,4 +110,33 @@ def lanes_table(found: list[Lane]) -> Table:
     return table
 
 
-__all__ = ["lanes_table", "run_details", "runs_table", "status_text", "steps_table"]
+def schedules_table(found: list[ScheduleState]) -> Table:
+    table = Table("id", "workflow", "when", "next fire (UTC)", "last run", "last error")
+    for state in found:
+        when = state.cron if state.cron is not None else f"every {state.every:g} s"
+        if state.cron is not None and state.timezone != "UTC":
+            when += f" ({state.timezone})"
+        error = state.last_error or {}
+        table.add_row(
+            escape(state.id),
+            escape(state.workflow),
+            escape(when),
+            "paused" if state.paused else _when(state.next_fire_at),
+            escape(state.last_run_id or "-"),
+            escape(str(error.get("type", "")) if error else "-"),
+        )
+    return table
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
+
+
+__all__ = [
+    "lanes_table",
+    "run_details",
+    "runs_table",
+    "schedules_table",
+    "status_text",
+    "steps_table",
+]

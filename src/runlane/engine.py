@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import random
@@ -25,6 +26,7 @@ from .clock import Clock, SystemClock
 from .concurrency import call_step_body
 from .definitions import Concurrency, StepDefinition, WorkflowDefinition, check_tags
 from .errors import (
+    DefinitionError,
     ExecutionTimeoutError,
     RunExistsError,
     RunlaneError,
@@ -46,6 +48,7 @@ from .models import (
     Run,
     RunSpec,
     RunStatus,
+    SingletonGate,
     Started,
     StepRecord,
 )
@@ -53,6 +56,7 @@ from .options import EngineOptions
 from .registry import Registry
 from .remote import RemoteSteps
 from .runqueue import RunQueue
+from .schedules import Schedule, Scheduler
 from .serialization import normalise
 from .stores import open_store
 from .stores.base import Store
@@ -63,6 +67,9 @@ from .turn import Turn
 log = logging.getLogger("runlane.engine")
 
 T = TypeVar("T")
+
+MISSED_AFTER = 10.0
+"""Seconds after which a schedule's window not fired yet counts as missed (see ``catchup``)."""
 
 BACKLOG_POLL = 0.05
 """Seconds between the loop's passes while its polls keep finding full batches of due work."""
@@ -84,6 +91,7 @@ class Engine:
         namespace: str | None = None,
         drive: bool = True,
         consumers: Literal["auto", "always", "never"] = "auto",
+        schedules: Iterable[Schedule] = (),
         **options: Any,
     ) -> None:
         if consumers not in ("auto", "always", "never"):
@@ -100,6 +108,8 @@ class Engine:
         )
         self.remote = RemoteSteps(self, self.transport) if self.transport is not None else None
         self.registry = Registry(workflows, steps)
+        self._declared = _declared_schedules(schedules, self.registry)
+        self.schedules = Scheduler(_SchedulerHost(self))
         self.clock: Clock = clock or SystemClock()
         self.namespace = namespace
         self.drive = drive
@@ -135,6 +145,8 @@ class Engine:
                 self._execute, self._route, lambda: self._accepting, self.options.max_local_runs
             )
             self._wakeup = asyncio.Event()
+            for schedule in self._declared:
+                await self._api(functools.partial(self.schedules.declare, schedule))
 
     async def __aenter__(self) -> Engine:
         await self._ready()
@@ -267,11 +279,14 @@ class Engine:
         concurrency: Concurrency | None = None,
         priority: int = 0,
         tags: Sequence[str] = (),
+        lane: SingletonGate | Literal["workflow"] | None = "workflow",
     ) -> RunSpec:
-        """The spec of a new run, with its singleton and quota gates evaluated on ``input``."""
+        """The spec of a new run, with its singleton and quota gates evaluated on ``input``.
+
+        ``lane`` replaces the workflow's singleton gate (a schedule's overlap lane)."""
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("run_id must be a non-empty string")
-        singleton = admission.singleton_gate(definition, input)
+        singleton = admission.singleton_gate(definition, input) if lane == "workflow" else lane
         quota = await admission.quota_gate(concurrency or definition.concurrency, input)
         if (singleton or quota) and not self.store.atomic_admission:
             raise UnsupportedStoreError(
@@ -531,8 +546,14 @@ class Engine:
         total = await self.sweep_timeouts()
         total += await self.recover_incomplete()
         total += await self.resume_due_timers()
+        total += await self.fire_schedules()
         total += await self.run_pending()
         return total
+
+    async def fire_schedules(self) -> int:
+        """Start the runs of the schedules' due windows (each window once, across engines)."""
+        await self._ready()
+        return await self.schedules.fire_due()
 
     async def run_pending(self) -> int:
         """Execute pending runs, highest priority then oldest first."""
@@ -800,6 +821,69 @@ class Engine:
             raise StepTimeoutError(
                 f"step {definition.name!r} did not finish within {definition.timeout}s"
             ) from None
+
+
+class _SchedulerHost:
+    """What the scheduler uses of its engine (see ``schedules.SchedulerHost``)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    @property
+    def store(self) -> Store:
+        return self._engine.store
+
+    def now(self) -> datetime:
+        return self._engine.now()
+
+    async def ready(self) -> None:
+        await self._engine._ready()
+
+    def workflow_definition(self, workflow: str) -> WorkflowDefinition:
+        return self._engine.registry.workflow(workflow)
+
+    async def gated_spec(
+        self,
+        definition: WorkflowDefinition,
+        input: JSON,
+        run_id: str,
+        *,
+        concurrency: Concurrency | None,
+        priority: int,
+        tags: Sequence[str],
+        singleton: SingletonGate | None,
+    ) -> RunSpec:
+        lane: SingletonGate | Literal["workflow"] | None = (
+            "workflow" if singleton is None else singleton
+        )
+        return await self._engine.build_spec(
+            definition,
+            input,
+            run_id,
+            concurrency=concurrency,
+            priority=priority,
+            tags=tags,
+            lane=lane,
+        )
+
+    async def created(self, started: Sequence[Started]) -> None:
+        ready = [s.run for s in started if s.created and not s.waiting and s.run is not None]
+        if ready:
+            self._engine._kick_started(ready)
+
+    def fire_grace(self) -> float:
+        # A driving engine fires a window at most a poll late, and a busy pass later still:
+        # windows later than this passed while nobody drove the schedule.
+        return max(MISSED_AFTER, 2 * self._engine.options.poll_interval)
+
+
+def _declared_schedules(schedules: Iterable[Schedule], registry: Registry) -> list[Schedule]:
+    declared = list(schedules)
+    for schedule in declared:
+        if not isinstance(schedule, Schedule):
+            raise DefinitionError(f"schedules= takes Schedule objects, not {schedule!r}")
+        registry.workflow(schedule.workflow)  # UnknownWorkflowError before anything is written
+    return declared
 
 
 def _same_start(run: Run, spec: RunSpec) -> bool:

@@ -51,6 +51,14 @@ class RunNotFoundError(RunlaneError, LookupError):
         super().__init__(f"no run with id {run_id!r}")
 
 
+class ScheduleNotFoundError(RunlaneError, LookupError):
+    """No schedule with this id exists."""
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"no schedule with id {schedule_id!r}")
+
+
 class RunFinishedError(RunlaneError):
     """The run is already terminal and cannot take this operation."""
 

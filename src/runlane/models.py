@@ -408,6 +408,26 @@ def requeued_run(run: Run, now: datetime, deadline_at: datetime | None) -> Run:
 
 
 @dataclass(frozen=True)
+class StoredSchedule:
+    """A schedule's row: its definition (``Schedule.to_record``), timing and last fire.
+
+    ``next_window_at`` is the next window to fire (its run id names it); ``next_fire_at`` the
+    moment to fire it (the window plus its jitter). Both are None while the schedule is paused.
+    """
+
+    id: str
+    definition: dict[str, Any]
+    paused: bool
+    next_window_at: datetime | None
+    next_fire_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    last_fire_at: datetime | None = None
+    last_run_id: str | None = None
+    last_error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Writes:
     """Records a turn flushes with its next write, in one transaction."""
 

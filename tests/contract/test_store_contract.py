@@ -1370,3 +1370,100 @@ async def test_step_records_round_trip_every_field(store: Store) -> None:
     )
     await suspend(store, "a", None, writes=Writes(steps=[record]))
     assert await store.list_steps("a") == [record]
+
+
+# ---------------------------------------------------------------- schedules
+
+
+def schedule_row(schedule_id: str = "s", *, window: float = 60, paused: bool = False) -> Any:
+    from runlane.models import StoredSchedule
+
+    return StoredSchedule(
+        id=schedule_id,
+        definition={"workflow": "wf", "every": 60},
+        paused=paused,
+        next_window_at=None if paused else at(window),
+        next_fire_at=None if paused else at(window + 1),
+        created_at=T0,
+        updated_at=T0,
+    )
+
+
+async def test_a_schedule_is_saved_read_listed_and_deleted(store: Store) -> None:
+    saved = await store.save_schedule(schedule_row("b"))
+    await store.save_schedule(schedule_row("a", paused=True))
+    assert saved == schedule_row("b")
+    assert await store.get_schedule("b") == saved
+    assert [s.id for s in await store.list_schedules()] == ["a", "b"]
+    assert await store.get_schedule("nope") is None
+    assert await store.delete_schedule("b") is True
+    assert await store.delete_schedule("b") is False
+    assert [s.id for s in await store.list_schedules()] == ["a"]
+
+
+async def test_saving_again_keeps_the_creation_time_and_the_last_fire(store: Store) -> None:
+    await store.save_schedule(schedule_row())
+    spec_ = spec("sched:s:1")
+    await store.fire_schedule(
+        "s", expected=at(60), next_window=at(120), next_fire=at(121), specs=[spec_],
+        now=at(61), window=at(60),
+    )  # fmt: skip
+    again = replace(schedule_row(), definition={"workflow": "wf", "every": 30}, updated_at=at(99))
+    again = replace(again, created_at=at(99), next_window_at=at(90), next_fire_at=at(90))
+    saved = await store.save_schedule(again)
+    assert (saved.created_at, saved.updated_at, saved.definition["every"]) == (T0, at(99), 30)
+    assert (saved.last_fire_at, saved.last_run_id, saved.next_window_at) == (
+        at(61),
+        "sched:s:1",
+        at(90),
+    )
+
+
+async def test_only_due_schedules_not_paused_are_due_earliest_first(store: Store) -> None:
+    await store.save_schedule(schedule_row("late", window=100))
+    await store.save_schedule(schedule_row("early", window=50))
+    await store.save_schedule(schedule_row("paused", paused=True))
+    await store.save_schedule(schedule_row("future", window=1000))
+    assert [s.id for s in await store.due_schedules(at(200), 10)] == ["early", "late"]
+    assert [s.id for s in await store.due_schedules(at(200), 1)] == ["early"]
+    assert await store.due_schedules(at(10), 10) == []
+
+
+async def test_firing_a_window_is_a_compare_and_set_with_the_runs_it_creates(
+    store: Store,
+) -> None:
+    await store.save_schedule(schedule_row())
+    fire = {"next_window": at(120), "next_fire": at(121), "now": at(61), "window": at(60)}
+    started = await store.fire_schedule("s", expected=at(60), specs=[spec("w1")], **fire)
+    assert started is not None and started[0].created
+    # A second engine firing the same window finds it fired: nothing written.
+    assert await store.fire_schedule("s", expected=at(60), specs=[spec("w1b")], **fire) is None
+    assert await store.get_run("w1b") is None
+    row = await store.get_schedule("s")
+    assert row is not None
+    assert (row.next_window_at, row.next_fire_at, row.last_fire_at) == (at(120), at(121), at(61))
+    assert (row.last_run_id, row.last_error) == ("w1", None)
+    # A paused schedule fires nothing.
+    await store.save_schedule(replace(row, paused=True, next_window_at=None, next_fire_at=None))
+    assert await store.fire_schedule("s", expected=at(120), specs=[spec("w2")], **fire) is None
+
+
+async def test_a_window_refused_by_its_quota_records_the_refusal(store: Store) -> None:
+    quota = QuotaGate("tenant", 1)
+    await create(store, spec("occupant", quota=quota))
+    await store.save_schedule(schedule_row())
+    started = await store.fire_schedule(
+        "s", expected=at(60), next_window=at(120), next_fire=at(120),
+        specs=[spec("refused", quota=quota)], now=at(61), window=at(60),
+    )  # fmt: skip
+    assert started is not None and isinstance(started[0].rejected, ConcurrencyLimitError)
+    row = await store.get_schedule("s")
+    assert row is not None and row.next_window_at == at(120)  # the next window fires as usual
+    assert row.last_error is not None
+    assert {k: row.last_error[k] for k in ("type", "key", "limit", "active", "window")} == {
+        "type": "ConcurrencyLimitError",
+        "key": "tenant",
+        "limit": 1,
+        "active": 1,
+        "window": at(60).isoformat(),
+    }

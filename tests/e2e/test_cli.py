@@ -373,3 +373,35 @@ def test_help_says_what_the_exit_codes_mean() -> None:
     text = " ".join(cli("--help").output.split())
     assert "Exit codes: 0 done; 1 failed" in text and "2 usage" in text
     assert "Needs --app" in cli("runs", "retry", "--help").output
+
+
+def test_schedules_are_listed_paused_resumed_and_triggered_from_the_shell(
+    db: str, app: str
+) -> None:
+    async def create() -> None:
+        from runlane import Schedule
+
+        async with engine_for(app) as engine:
+            await engine.schedules.upsert(
+                Schedule("hourly", "greet", every=3600, input={"name": "s"})
+            )
+
+    asyncio.run(create())
+    listed = cli("schedules", "list", "--db", db, "--json")
+    assert listed.exit_code == 0, listed.output
+    [schedule] = json.loads(listed.output)
+    assert (schedule["id"], schedule["workflow"], schedule["paused"]) == ("hourly", "greet", False)
+    table = cli("schedules", "list", "--db", db)
+    assert "hourly" in table.output and "every 3600 s" in table.output
+    paused = cli("schedules", "pause", "hourly", "--db", db, "--json")
+    assert json.loads(paused.output)["paused"] is True
+    assert "paused" in cli("schedules", "list", "--db", db).output
+    resumed = cli("schedules", "resume", "hourly", "--db", db)
+    assert resumed.exit_code == 0 and "resumed hourly" in resumed.output
+    needs_app = cli("schedules", "trigger", "hourly", "--db", db)
+    assert needs_app.exit_code == 2 and "--app" in needs_app.output
+    triggered = cli("schedules", "trigger", "hourly", "--app", f"{app}:engine", "--json")
+    assert triggered.exit_code == 0, triggered.output
+    assert json.loads(triggered.output)["id"].startswith("sched:hourly:manual:")
+    missing = cli("schedules", "pause", "nope", "--db", db)
+    assert missing.exit_code == 1 and "no schedule with id 'nope'" in missing.output

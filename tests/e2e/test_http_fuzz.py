@@ -31,7 +31,12 @@ async def keyed(ctx: runlane.Context, input: Any) -> Any:
     return input
 
 
-ENGINE = runlane.Engine("memory://", workflows=[echo, keyed], drive=False)
+ENGINE = runlane.Engine(
+    "memory://",
+    workflows=[echo, keyed],
+    drive=False,
+    schedules=[runlane.Schedule("hourly", "echo", every=3600)],
+)
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(ENGINE, manage_engine=False))
 CHECKS = (
     not_a_server_error,

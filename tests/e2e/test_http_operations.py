@@ -238,3 +238,26 @@ def test_serving_beyond_loopback_needs_a_token(host: str, token: str | None, ref
     assert (problem is not None) == refused
     if problem:
         assert "RUNLANE_API_TOKEN" in problem and host in problem
+
+
+async def test_schedules_are_listed_paused_resumed_and_triggered(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    await engine.schedules.upsert(runlane.Schedule("hourly", "job", every=3600, input=1))
+    listed = (await client.get("/schedules")).json()["schedules"]
+    assert [(s["id"], s["workflow"], s["every"], s["paused"]) for s in listed] == [
+        ("hourly", "job", 3600.0, False)
+    ]
+    paused = await client.post("/schedules/hourly/pause")
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    assert paused.json()["next_fire_at"] is None
+    resumed = await client.post("/schedules/hourly/resume")
+    assert resumed.json()["paused"] is False and resumed.json()["next_fire_at"]
+    triggered = await client.post("/schedules/hourly/trigger")
+    assert triggered.status_code == 201
+    assert triggered.json()["id"].startswith("sched:hourly:manual:")
+    assert "schedule:hourly" in triggered.json()["tags"]
+    missing = await client.post("/schedules/nope/trigger")
+    assert missing.status_code == 404 and missing.json()["type"] == "schedule_not_found"
+    unknown = await client.post("/schedules/hourly/explode")
+    assert unknown.status_code == 404

@@ -90,7 +90,12 @@ def test_the_wheel_holds_the_package_data_and_a_library_metadata(dist: Path) -> 
     requires = metadata.get_all("Requires-Dist") or []
     assert not [r for r in requires if "==" in r.partition(";")[0]], requires
     core = sorted(r.split(">")[0] for r in requires if "extra ==" not in r)
-    assert core == ["click", "rich"]
+    # The embedded engine's own needs: the command line, and cron for schedules; the tz
+    # database only where the system has none.
+    assert core == ["click", "cronsim", "rich", "tzdata"]
+    assert [r for r in requires if r.startswith("tzdata")] == [
+        "tzdata>=2024.1; sys_platform == \"win32\""
+    ]
     assert {"postgres", "redis", "http", "otel", "all", "dev"} <= set(
         metadata.get_all("Provides-Extra") or []
     )

@@ -8,8 +8,11 @@ EXPECTED = {
     "ChildFailedError",
     "Concurrency",
     "ConcurrencyLimitError",
+    "ConfigurationError",
     "Context",
+    "DefinitionError",
     "Engine",
+    "EventTimeoutError",
     "FatalError",
     "GatherError",
     "MissingExtraError",
@@ -17,8 +20,13 @@ EXPECTED = {
     "Retry",
     "Run",
     "RunExistsError",
+    "RunFinishedError",
+    "RunNotFoundError",
     "RunStatus",
     "RunlaneError",
+    "Schedule",
+    "ScheduleNotFoundError",
+    "ScheduleState",
     "SerializationError",
     "Settled",
     "SignalTimeoutError",
@@ -36,7 +44,7 @@ EXPECTED = {
 
 
 def test_the_package_exports_exactly_the_public_names() -> None:
-    assert set(runlane.__all__) >= EXPECTED
+    assert set(runlane.__all__) == EXPECTED
     for name in runlane.__all__:
         assert hasattr(runlane, name), name
 

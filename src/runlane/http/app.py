@@ -37,7 +37,7 @@ from .params import (
     read_json,
     run_query,
 )
-from .shapes import lane_to_dict, run_summary, run_to_dict, step_to_dict
+from .shapes import lane_to_dict, run_summary, run_to_dict, schedule_to_dict, step_to_dict
 
 HERE = Path(__file__).parent
 PAGES = HERE / "templates"
@@ -157,6 +157,20 @@ class Api:
         shown = [lane_to_dict(lane) for lane in found if key is None or lane.key == key]
         return JSONResponse({"lanes": shown})
 
+    async def schedules(self, request: Request) -> Response:
+        found = await self.engine.schedules.list()
+        return JSONResponse({"schedules": [schedule_to_dict(state) for state in found]})
+
+    async def schedule_action(self, request: Request) -> Response:
+        schedule_id, action = request.path_params["schedule_id"], request.path_params["action"]
+        if action == "trigger":
+            return JSONResponse(run_to_dict(await self.engine.schedules.trigger(schedule_id)), 201)
+        if action == "pause":
+            return JSONResponse(schedule_to_dict(await self.engine.schedules.pause(schedule_id)))
+        if action == "resume":
+            return JSONResponse(schedule_to_dict(await self.engine.schedules.resume(schedule_id)))
+        raise HTTPError(404, "not_found", f"no action {action!r}: pause, resume or trigger")
+
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"ok": True})
 
@@ -177,6 +191,8 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/runs/{run_id}/signal/{name}", api.signal, "POST"),
         ("/events/{name}", api.event, "POST"),
         ("/lanes", api.lanes, "GET"),
+        ("/schedules", api.schedules, "GET"),
+        ("/schedules/{schedule_id}/{action}", api.schedule_action, "POST"),
     ]
     pages: list[BaseRoute] = [
         Route("/", page("runs.html"), methods=["GET"]),

@@ -158,6 +158,29 @@ _SCHEMAS: JSONObject = {
             ),
         ]
     },
+    "Schedule": _object(
+        ["id", "workflow", "paused", "next_fire_at", "last_fire_at", "last_run_id", "last_error"],
+        id={"type": "string"},
+        workflow={"type": "string"},
+        cron={"type": ["string", "null"]},
+        every={"type": ["number", "null"]},
+        timezone={"type": "string"},
+        input=_ANY,
+        overlap={"type": "string", "enum": ["allow", "skip", "buffer_one", "cancel_other"]},
+        catchup={"type": "string", "enum": ["latest", "skip", "all"]},
+        max_catchup={"type": "integer"},
+        jitter={"type": "number"},
+        concurrency={"type": ["object", "null"]},
+        priority={"type": "integer"},
+        tags={"type": "array", "items": {"type": "string"}},
+        paused={"type": "boolean"},
+        next_fire_at=_MAYBE_TIME,
+        last_fire_at=_MAYBE_TIME,
+        last_run_id={"type": ["string", "null"]},
+        last_error={"type": ["object", "null"]},
+        created_at=_TIME,
+        updated_at=_TIME,
+    ),
     "Lane": _object(
         ["kind", "key", "name", "workflow", "tag", "limit", "usage", "holders", "waiters"],
         kind={"type": "string", "enum": ["singleton", "concurrency"]},
@@ -350,6 +373,44 @@ def _operations() -> JSONObject:
                     },
                     "400",
                     "422",
+                ),
+            }
+        },
+        "/schedules": {
+            "get": {
+                "summary": "every schedule: its definition, next fire and last fire",
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["schedules"],
+                                schedules={"type": "array", "items": _ref("Schedule")},
+                            ),
+                            "the schedules, by id",
+                        )
+                    }
+                ),
+            }
+        },
+        "/schedules/{schedule_id}/{action}": {
+            "post": {
+                "summary": "pause or resume a schedule, or trigger one run of it now",
+                "parameters": [
+                    _path_param("schedule_id", "the schedule"),
+                    {
+                        "name": "action",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": ["pause", "resume", "trigger"]},
+                    },
+                ],
+                "responses": _responses(
+                    {
+                        "200": _json(_ref("Schedule"), "paused or resumed"),
+                        "201": _json(_ref("Run"), "trigger: the run started"),
+                    },
+                    "404",
+                    "429",
                 ),
             }
         },

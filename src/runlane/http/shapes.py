@@ -11,6 +11,7 @@ from typing import Any
 
 from ..lanes import Lane
 from ..models import Run, StepRecord
+from ..schedules import ScheduleState
 
 # A run as lists show it: no input, output or error (those are the detail's).
 SUMMARY_FIELDS = ("id", "workflow", "version", "status", "created_at", "updated_at", "tags")
@@ -58,3 +59,21 @@ def lane_to_dict(lane: Lane) -> dict[str, Any]:
         "holders": [run_summary(r) for r in lane.holders],
         "waiters": [run_summary(r) for r in lane.waiters],
     }
+
+
+def schedule_to_dict(state: ScheduleState) -> dict[str, Any]:
+    """A schedule as the API, the dashboard and ``runlane schedules --json`` show it."""
+    schedule = state.schedule
+    shown: dict[str, Any] = jsonable(
+        {
+            **schedule.to_record(),
+            "paused": schedule.paused,
+            "next_fire_at": state.next_fire_at,
+            "last_fire_at": state.last_fire_at,
+            "last_run_id": state.last_run_id,
+            "last_error": state.last_error,
+            "created_at": state.created_at,
+            "updated_at": state.updated_at,
+        }
+    )
+    return shown

@@ -41,6 +41,7 @@ from ..models import (
     SingletonGate,
     Started,
     StepRecord,
+    StoredSchedule,
     Writes,
 )
 
@@ -314,6 +315,53 @@ class Store(Protocol):
 
     async def latest_event_seq(self) -> int:
         """The highest event seq so far (0 when there is none)."""
+        ...
+
+    # ---------------------------------------------------------------- schedules
+
+    async def save_schedule(self, schedule: StoredSchedule) -> StoredSchedule:
+        """Insert a schedule, or replace an existing one's definition, pause flag and timing
+        (``next_window_at``, ``next_fire_at``) and ``updated_at``; an existing one keeps its
+        ``created_at`` and its last fire (``last_*``). Returns the schedule as stored."""
+        ...
+
+    async def get_schedule(self, schedule_id: str) -> StoredSchedule | None:
+        """The schedule, or None."""
+        ...
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        """Every schedule, by id."""
+        ...
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Delete the schedule; False when there was none. Runs it started stay."""
+        ...
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+        """At most ``limit`` schedules not paused whose ``next_fire_at <= now``, earliest first:
+        one indexed query, never a scan of every schedule."""
+        ...
+
+    async def fire_schedule(
+        self,
+        schedule_id: str,
+        *,
+        expected: datetime,
+        next_window: datetime,
+        next_fire: datetime,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        window: datetime | None,
+    ) -> list[Started] | None:
+        """Fire a window, atomically: only while the schedule is not paused and its
+        ``next_window_at`` is still ``expected`` (compare-and-set), create ``specs`` exactly as
+        :meth:`create_runs` does (gated, idempotent by id), move ``next_window_at`` and
+        ``next_fire_at`` to ``next_window`` and ``next_fire``, and record the fire:
+        ``last_fire_at = now`` and, when ``specs`` are given, ``last_run_id`` and
+        ``last_error`` as ``admission.last_fire`` makes them of the results (``window`` names the
+        window in a refusal). Returns the specs' results in order; None, writing nothing, when
+        the compare failed (another engine fired it, or it was paused or redefined).
+        """
         ...
 
     # ---------------------------------------------------------------- reads

@@ -34,6 +34,7 @@ from ..models import (
     StepKind,
     StepRecord,
     StepStatus,
+    StoredSchedule,
     Writes,
     blocked_run,
     leased_run,
@@ -60,6 +61,7 @@ class MemoryStore:
         self._events: list[Event] = []
         self._event_ids: dict[str, Event] = {}
         self._ids = itertools.count(1)
+        self._schedules: dict[str, StoredSchedule] = {}
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
@@ -503,6 +505,62 @@ class MemoryStore:
 
     async def latest_event_seq(self) -> int:
         return len(self._events)
+
+    # ---------------------------------------------------------------- schedules
+
+    async def save_schedule(self, schedule: StoredSchedule) -> StoredSchedule:
+        existing = self._schedules.get(schedule.id)
+        if existing is not None:
+            schedule = replace(
+                schedule,
+                created_at=existing.created_at,
+                last_fire_at=existing.last_fire_at,
+                last_run_id=existing.last_run_id,
+                last_error=existing.last_error,
+            )
+        self._schedules[schedule.id] = schedule
+        return schedule
+
+    async def get_schedule(self, schedule_id: str) -> StoredSchedule | None:
+        return self._schedules.get(schedule_id)
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return [self._schedules[key] for key in sorted(self._schedules)]
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return self._schedules.pop(schedule_id, None) is not None
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+        due = [
+            s
+            for s in self._schedules.values()
+            if not s.paused and s.next_fire_at is not None and s.next_fire_at <= now
+        ]
+        return sorted(due, key=lambda s: (s.next_fire_at, s.id))[:limit]
+
+    async def fire_schedule(
+        self,
+        schedule_id: str,
+        *,
+        expected: datetime,
+        next_window: datetime,
+        next_fire: datetime,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        window: datetime | None,
+    ) -> list[Started] | None:
+        schedule = self._schedules.get(schedule_id)
+        if schedule is None or schedule.paused or schedule.next_window_at != expected:
+            return None
+        started = [self._create(spec, now) for spec in specs]
+        fired = replace(
+            schedule, next_window_at=next_window, next_fire_at=next_fire, last_fire_at=now
+        )
+        if specs:
+            run_id, error = admission.last_fire(started, window)
+            fired = replace(fired, last_run_id=run_id, last_error=error)
+        self._schedules[schedule_id] = fired
+        return started
 
     # ---------------------------------------------------------------- reads
 

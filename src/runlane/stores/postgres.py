@@ -42,6 +42,7 @@ from ..models import (
     Started,
     StepRecord,
     StepStatus,
+    StoredSchedule,
     Writes,
 )
 from ..urls import redact
@@ -75,6 +76,7 @@ from .postgres_rows import (
     query_params,
     query_where,
     run_from_row,
+    schedule_from_row,
     signal_from_row,
     specs_params,
     step_from_row,
@@ -700,6 +702,68 @@ class PostgresStore:
             return await cur.fetchall()
 
         return await self._db.run(work)
+
+    # ---------------------------------------------------------------- schedules
+
+    async def save_schedule(self, schedule: StoredSchedule) -> StoredSchedule:
+        params = {
+            "id": schedule.id,
+            "definition": json_param(schedule.definition),
+            "paused": schedule.paused,
+            "next_window_at": schedule.next_window_at,
+            "next_fire_at": schedule.next_fire_at,
+            "created_at": schedule.created_at,
+            "updated_at": schedule.updated_at,
+        }
+        [row] = await self._db.rows("save_schedule", **params)
+        return schedule_from_row(row)
+
+    async def get_schedule(self, schedule_id: str) -> StoredSchedule | None:
+        row = _first(await self._db.rows("get_schedule", id=schedule_id))
+        return schedule_from_row(row) if row is not None else None
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return [schedule_from_row(row) for row in await self._db.rows("list_schedules")]
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return bool(await self._db.rows("delete_schedule", id=schedule_id))
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+        rows = await self._db.rows("due_schedules", now=now, limit=limit)
+        return [schedule_from_row(row) for row in rows]
+
+    async def fire_schedule(
+        self,
+        schedule_id: str,
+        *,
+        expected: datetime,
+        next_window: datetime,
+        next_fire: datetime,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        window: datetime | None,
+    ) -> list[Started] | None:
+        advance = {
+            "id": schedule_id,
+            "expected": expected,
+            "next_window": next_window,
+            "next_fire": next_fire,
+            "now": now,
+        }
+
+        async def work(conn: Conn) -> list[Started] | None:
+            # The schedule's row first, then the keys' locks: only schedule operations lock a
+            # schedule's row, and none of them holds a key's lock meanwhile.
+            if await fetch_one(conn, "advance_schedule", **advance) is None:
+                return None
+            started = await self._create_all(conn, specs, now) if specs else []
+            if specs:
+                run_id, error = admission.last_fire(started, window)
+                record = {"id": schedule_id, "run_id": run_id, "error": json_param(error)}
+                await execute(conn, "record_schedule_fire", **record)
+            return started
+
+        return await self._db.tx(work)
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         row = _first(await self._db.rows("get_step", id=run_id, seq=seq))

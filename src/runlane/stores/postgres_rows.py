@@ -11,7 +11,18 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .. import admission
-from ..models import Event, Lease, Run, RunQuery, RunSpec, RunStatus, Signal, StepRecord, Writes
+from ..models import (
+    Event,
+    Lease,
+    Run,
+    RunQuery,
+    RunSpec,
+    RunStatus,
+    Signal,
+    StepRecord,
+    StoredSchedule,
+    Writes,
+)
 from ..serialization import dumps
 
 Row = dict[str, Any]
@@ -182,6 +193,21 @@ def _statuses(names: list[str] | None) -> frozenset[RunStatus] | None:
     return None if names is None else frozenset(RunStatus(name) for name in names)
 
 
+def schedule_from_row(row: Row) -> StoredSchedule:
+    return StoredSchedule(
+        id=row["id"],
+        definition=row["definition"],
+        paused=row["paused"],
+        next_window_at=row["next_window_at"],
+        next_fire_at=row["next_fire_at"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        last_fire_at=row["last_fire_at"],
+        last_run_id=row["last_run_id"],
+        last_error=row["last_error"],
+    )
+
+
 def step_from_row(row: Row) -> StepRecord:
     return StepRecord(
         run_id=row["run_id"],
@@ -337,6 +363,7 @@ __all__ = [
     "query_params",
     "query_where",
     "run_from_row",
+    "schedule_from_row",
     "signal_from_row",
     "specs_params",
     "step_from_row",

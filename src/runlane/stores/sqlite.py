@@ -35,11 +35,13 @@ from ..models import (
     SingletonGate,
     Started,
     StepRecord,
+    StoredSchedule,
     Writes,
 )
 from ..urls import SQLITE_URLS
 from . import sqlite_ops as ops
 from . import sqlite_reads as reads
+from . import sqlite_schedules as schedules
 from .migrations import pending_migrations
 from .sqlite_worker import SqliteWorker
 
@@ -333,6 +335,45 @@ class SqliteStore:
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return await self._read(reads.list_steps, run_id)
+
+    # ---------------------------------------------------------------- schedules
+
+    async def save_schedule(self, schedule: StoredSchedule) -> StoredSchedule:
+        return await self._write(schedules.save_schedule, schedule)
+
+    async def get_schedule(self, schedule_id: str) -> StoredSchedule | None:
+        return await self._read(schedules.get_schedule, schedule_id)
+
+    async def list_schedules(self) -> list[StoredSchedule]:
+        return await self._read(schedules.list_schedules)
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return await self._write(schedules.delete_schedule, schedule_id)
+
+    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+        return await self._read(schedules.due_schedules, now, limit)
+
+    async def fire_schedule(
+        self,
+        schedule_id: str,
+        *,
+        expected: datetime,
+        next_window: datetime,
+        next_fire: datetime,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        window: datetime | None,
+    ) -> list[Started] | None:
+        return await self._write(
+            schedules.fire_schedule,
+            schedule_id,
+            expected,
+            next_window,
+            next_fire,
+            specs,
+            now,
+            window,
+        )
 
 
 def _configure(conn: sqlite3.Connection, busy_timeout: float) -> None:

@@ -559,4 +559,45 @@ WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
 ORDER BY created_at, id;
 
 -- name: reset
-TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs RESTART IDENTITY;
+TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules
+    RESTART IDENTITY;
+
+-- name: save_schedule
+-- A schedule's definition, pause flag and timing; an existing one keeps its creation time and
+-- its last fire.
+INSERT INTO runlane_schedules (
+    id, definition, paused, next_window_at, next_fire_at, created_at, updated_at)
+VALUES (%(id)s, %(definition)s::json, %(paused)s, %(next_window_at)s, %(next_fire_at)s,
+        %(created_at)s, %(updated_at)s)
+ON CONFLICT (id) DO UPDATE SET
+    definition = EXCLUDED.definition, paused = EXCLUDED.paused,
+    next_window_at = EXCLUDED.next_window_at, next_fire_at = EXCLUDED.next_fire_at,
+    updated_at = EXCLUDED.updated_at
+RETURNING *;
+
+-- name: get_schedule
+SELECT * FROM runlane_schedules WHERE id = %(id)s;
+
+-- name: list_schedules
+SELECT * FROM runlane_schedules ORDER BY id;
+
+-- name: delete_schedule
+DELETE FROM runlane_schedules WHERE id = %(id)s RETURNING id;
+
+-- name: due_schedules
+SELECT * FROM runlane_schedules
+WHERE NOT paused AND next_fire_at <= %(now)s
+ORDER BY next_fire_at, id
+LIMIT %(limit)s;
+
+-- name: advance_schedule
+-- The compare-and-set of a fire: the row moves on only while it still awaits that window.
+UPDATE runlane_schedules
+SET next_window_at = %(next_window)s, next_fire_at = %(next_fire)s, last_fire_at = %(now)s,
+    updated_at = %(now)s
+WHERE id = %(id)s AND NOT paused AND next_window_at = %(expected)s
+RETURNING id;
+
+-- name: record_schedule_fire
+UPDATE runlane_schedules SET last_run_id = %(run_id)s, last_error = %(error)s::json
+WHERE id = %(id)s;

@@ -1,0 +1,2 @@
+-- placeholder: replaced by the failure handlers' migration when that branch lands
+SELECT 1;

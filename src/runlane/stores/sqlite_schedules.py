@@ -1,0 +1,111 @@
+"""The SQLite store's schedules: rows of the ``schedules`` table, and the firing of a window."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+
+from .. import admission
+from ..models import RunSpec, Started, StoredSchedule
+from ..serialization import dumps, loads
+from .sqlite_ops import create
+from .sqlite_rows import from_opt_ts, from_ts, ts
+
+Conn = sqlite3.Connection
+
+
+def _schedule(row: sqlite3.Row) -> StoredSchedule:
+    return StoredSchedule(
+        id=row["id"],
+        definition=loads(row["definition"]),
+        paused=bool(row["paused"]),
+        next_window_at=from_opt_ts(row["next_window_at"]),
+        next_fire_at=from_opt_ts(row["next_fire_at"]),
+        created_at=from_ts(row["created_at"]),
+        updated_at=from_ts(row["updated_at"]),
+        last_fire_at=from_opt_ts(row["last_fire_at"]),
+        last_run_id=row["last_run_id"],
+        last_error=loads(row["last_error"]),
+    )
+
+
+def get_schedule(conn: Conn, schedule_id: str) -> StoredSchedule | None:
+    row = conn.execute("SELECT * FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
+    return None if row is None else _schedule(row)
+
+
+def list_schedules(conn: Conn) -> list[StoredSchedule]:
+    return [_schedule(row) for row in conn.execute("SELECT * FROM schedules ORDER BY id")]
+
+
+def due_schedules(conn: Conn, now: datetime, limit: int) -> list[StoredSchedule]:
+    rows = conn.execute(
+        "SELECT * FROM schedules WHERE NOT paused AND next_fire_at <= ?"
+        " ORDER BY next_fire_at, id LIMIT ?",
+        (ts(now), limit),
+    )
+    return [_schedule(row) for row in rows]
+
+
+def save_schedule(conn: Conn, schedule: StoredSchedule) -> StoredSchedule:
+    conn.execute(
+        "INSERT INTO schedules (id, definition, paused, next_window_at, next_fire_at,"
+        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT (id) DO UPDATE SET definition = excluded.definition,"
+        " paused = excluded.paused, next_window_at = excluded.next_window_at,"
+        " next_fire_at = excluded.next_fire_at, updated_at = excluded.updated_at",
+        (
+            schedule.id,
+            dumps(schedule.definition),
+            int(schedule.paused),
+            ts(schedule.next_window_at),
+            ts(schedule.next_fire_at),
+            ts(schedule.created_at),
+            ts(schedule.updated_at),
+        ),
+    )
+    saved = get_schedule(conn, schedule.id)
+    assert saved is not None
+    return saved
+
+
+def delete_schedule(conn: Conn, schedule_id: str) -> bool:
+    return conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,)).rowcount > 0
+
+
+def fire_schedule(
+    conn: Conn,
+    schedule_id: str,
+    expected: datetime,
+    next_window: datetime,
+    next_fire: datetime,
+    specs: Sequence[RunSpec],
+    now: datetime,
+    window: datetime | None,
+) -> list[Started] | None:
+    moved = conn.execute(
+        "UPDATE schedules SET next_window_at = ?, next_fire_at = ?, last_fire_at = ?,"
+        " updated_at = ? WHERE id = ? AND NOT paused AND next_window_at = ?",
+        (ts(next_window), ts(next_fire), ts(now), ts(now), schedule_id, ts(expected)),
+    )
+    if moved.rowcount == 0:
+        return None
+    started = [create(conn, spec, now) for spec in specs]
+    if specs:
+        run_id, error = admission.last_fire(started, window)
+        conn.execute(
+            "UPDATE schedules SET last_run_id = ?, last_error = ? WHERE id = ?",
+            (run_id, None if error is None else dumps(error), schedule_id),
+        )
+    return started
+
+
+__all__ = [
+    "delete_schedule",
+    "due_schedules",
+    "fire_schedule",
+    "get_schedule",
+    "list_schedules",
+    "save_schedule",
+]
