@@ -30,6 +30,7 @@ from .errors import (
     UnsupportedStoreError,
 )
 from .models import Run, RunStatus, Settled, StepRecord
+from .queues import StepQueue
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
 from .worker import Worker
@@ -62,6 +63,7 @@ __all__ = [
     "SignalTimeoutError",
     "Singleton",
     "SingletonQueueFullError",
+    "StepQueue",
     "StepRecord",
     "StepTimeoutError",
     "StoreUnavailableError",

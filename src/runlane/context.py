@@ -43,6 +43,8 @@ class Operation:
 
 class StepOp(Operation):
     kind = StepKind.STEP
+    priority = 0  # its place among the waiters of its step queue, if it has one
+    fairness_key = ""
 
     def __init__(
         self, turn: Turn, seq: int, definition: StepDefinition, input: JSON, retry: Retry
@@ -97,25 +99,38 @@ class Context:
         retry: Retry | None = None,
         timeout: float | timedelta | None = None,
         group: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        fairness_key: str | None = None,
     ) -> StepOp:
-        """A checkpointed step; await it (or pass it to ``all``) for its output."""
+        """A checkpointed step; await it (or pass it to ``all``) for its output.
+
+        ``queue`` (default: the step's own) names the step queue that admits it, by
+        ``priority`` (higher first) and ``fairness_key`` (default: the run's id)."""
         turn = self._turn
         definition = turn.host.resolve_step(fn_or_name, group)
-        if timeout is not None or group is not None:
+        if timeout is not None or group is not None or queue is not None:
             definition = StepDefinition(
                 name=definition.name,
                 fn=definition.fn,
                 retry=definition.retry,
                 timeout=seconds(timeout, "timeout") if timeout is not None else definition.timeout,
                 group=group or definition.group,
+                queue=queue or definition.queue,
             )
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise DefinitionError(f"priority must be an int, not {priority!r}")
+        if fairness_key is not None and not isinstance(fairness_key, str):
+            raise DefinitionError(f"fairness_key must be a string, not {fairness_key!r}")
         if definition.remote and turn.host.remote is None:
             raise DefinitionError(
                 f"step {definition.name!r} is remote (group {definition.group!r}); remote steps"
                 " need a transport and a Worker, which this engine does not have"
             )
         value = normalise(input, f"input of step {definition.name!r}")
-        return StepOp(turn, turn.next_seq(), definition, value, retry or definition.retry)
+        op = StepOp(turn, turn.next_seq(), definition, value, retry or definition.retry)
+        op.priority, op.fairness_key = priority, fairness_key or turn.run.id
+        return op
 
     def child(self, workflow: Any, input: JSON = None, *, run_id: str | None = None) -> ChildOp:
         """Start (or re-attach to) a child run; await it for the child's output."""

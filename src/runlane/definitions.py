@@ -100,6 +100,7 @@ class StepDefinition:
     retry: Retry = NO_RETRY
     timeout: float | None = None
     group: str | None = None
+    queue: str | None = None  # the step queue that admits its attempts (see queues.py)
 
     @property
     def is_async(self) -> bool:
@@ -193,6 +194,7 @@ def step(
     retry: Retry | None = None,
     timeout: Seconds | None = None,
     group: str | None = None,
+    queue: str | None = None,
 ) -> Callable[[F], F]: ...
 def step(
     fn: F | None = None,
@@ -202,6 +204,7 @@ def step(
     retry: Retry | None = None,
     timeout: Seconds | None = None,
     group: str | None = None,
+    queue: str | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a function of one JSON input as a checkpointed step."""
 
@@ -210,12 +213,15 @@ def step(
             raise DefinitionError("a step must be a function")
         if retry is not None and not isinstance(retry, Retry):
             raise DefinitionError("retry= takes a runlane.Retry")
+        if queue is not None and (not isinstance(queue, str) or not queue):
+            raise DefinitionError("queue= takes the name of a StepQueue")
         definition = StepDefinition(
             name=name or f"{body.__module__}.{body.__qualname__}",
             fn=body,
             retry=retry or NO_RETRY,
             timeout=seconds(timeout, "timeout"),
             group=group,
+            queue=queue,
         )
         setattr(body, STEP_ATTR, definition)
         return body

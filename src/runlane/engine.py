@@ -53,6 +53,7 @@ from .models import (
     StepRecord,
 )
 from .options import EngineOptions
+from .queues import StepQueue
 from .registry import Registry
 from .remote import RemoteSteps
 from .runqueue import RunQueue
@@ -92,6 +93,7 @@ class Engine:
         drive: bool = True,
         consumers: Literal["auto", "always", "never"] = "auto",
         schedules: Iterable[Schedule] = (),
+        queues: Iterable[StepQueue] = (),
         **options: Any,
     ) -> None:
         if consumers not in ("auto", "always", "never"):
@@ -109,6 +111,7 @@ class Engine:
         self.remote = RemoteSteps(self, self.transport) if self.transport is not None else None
         self.registry = Registry(workflows, steps)
         self._declared = _declared_schedules(schedules, self.registry)
+        self.queues = _registered_queues(queues)
         self.schedules = Scheduler(_SchedulerHost(self))
         self.clock: Clock = clock or SystemClock()
         self.namespace = namespace
@@ -145,6 +148,9 @@ class Engine:
                 self._execute, self._route, lambda: self._accepting, self.options.max_local_runs
             )
             self._wakeup = asyncio.Event()
+            if self.queues:
+                settings = [queue.settings() for queue in self.queues]
+                await self._api(functools.partial(self.store.register_queues, settings, self.now()))
             for schedule in self._declared:
                 await self._api(functools.partial(self.schedules.declare, schedule))
 
@@ -725,21 +731,25 @@ class Engine:
         if self.runqueue is not None and not self.runqueue.claiming(run_id):
             return None
         now = self.now()
-        retry = RetryTimer(
-            self.options.singleton_retry, self.options.lease, random.uniform(0.75, 1.25)
-        )
         outcome = await self.store.claim_run(
             run_id,
             f"{self.id}:{next(self._tokens)}",
             now,
             now + timedelta(seconds=self.options.lease),
-            singleton_retry=retry,
+            singleton_retry=self.admission_retry(),
             max_recoveries=self.options.max_recovery_attempts,
             handoff=handoff,
         )
         if outcome.settled is not None:
             self._notify_many([run_id], outcome.settled)
         return outcome.claim
+
+    def admission_retry(self) -> RetryTimer:
+        """The fallback timer of a denied admission (a singleton waiter's, a queued step's),
+        jittered for each denial so waiters parked together do not all come back together."""
+        return RetryTimer(
+            self.options.singleton_retry, self.options.lease, random.uniform(0.75, 1.25)
+        )
 
     def successor_lease(self) -> Lease | None:
         """A lease for a run this engine can execute at once: a singleton waiter a settlement
@@ -748,6 +758,10 @@ class Engine:
             return None
         until = self.now() + timedelta(seconds=self.options.lease)
         return Lease(f"{self.id}:{next(self._tokens)}", until)
+
+    def poll_soon(self) -> None:
+        """Look for due work now rather than at the next poll interval."""
+        self._wake_loop()
 
     def _wake_loop(self) -> None:
         if self._wakeup is not None:
@@ -875,6 +889,17 @@ class _SchedulerHost:
         # A driving engine fires a window at most a poll late, and a busy pass later still:
         # windows later than this passed while nobody drove the schedule.
         return max(MISSED_AFTER, 2 * self._engine.options.poll_interval)
+
+
+def _registered_queues(queues: Iterable[StepQueue]) -> list[StepQueue]:
+    registered: dict[str, StepQueue] = {}
+    for queue in queues:
+        if not isinstance(queue, StepQueue):
+            raise DefinitionError(f"queues= takes StepQueue objects, not {queue!r}")
+        if queue.name in registered and registered[queue.name] != queue:
+            raise DefinitionError(f"step queue {queue.name!r} is registered twice, differently")
+        registered[queue.name] = queue
+    return list(registered.values())
 
 
 def _declared_schedules(schedules: Iterable[Schedule], registry: Registry) -> list[Schedule]:

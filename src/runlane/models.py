@@ -73,6 +73,8 @@ class Run:
     concurrency_statuses: frozenset[RunStatus] | None = None
     # Admission retries a singleton waiter was denied in a row (its fallback timer backs off).
     admission_retries: int = 0
+    # The run has entered a step queue: its settlement releases what it holds or waits for.
+    queued: bool = False
 
     @property
     def is_terminal(self) -> bool:
@@ -405,6 +407,28 @@ def requeued_run(run: Run, now: datetime, deadline_at: datetime | None) -> Run:
         deadline_at=deadline_at,
         updated_at=now,
     )
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """A step queue as the store keeps it: every engine sharing the store enforces these."""
+
+    name: str
+    concurrency: int | None = None
+    rate_limit: int | None = None  # admissions per fixed window of ``rate_period`` seconds
+    rate_period: float | None = None
+    fairness: str = "fifo"  # "fifo" | "key"
+    order: str = "fifo"  # "fifo" | "lifo"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What a step queue answered: admitted, or when to ask again (None: when woken; the
+    caller's fallback timer then), and the waiters it woke to take a free slot first."""
+
+    admitted: bool
+    retry_at: datetime | None = None
+    woken: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

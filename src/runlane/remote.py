@@ -194,6 +194,10 @@ class RemoteSteps:
             # The run resumes where its result landed: a wake through the run queue would cost
             # every remote step of a sequential workflow one more hop.
             self.engine.resume_here([run_id])
+        if outcome == "recorded" and self.engine.queues:
+            # A queued step's slot was freed in that write, and its next waiters made due: the
+            # loop's next pass (now, not a poll interval later) hands them out.
+            self.engine.poll_soon()
 
     async def _hear_beats(self) -> None:
         while not self._stopping:
@@ -260,6 +264,8 @@ async def settle_remote_step(turn: Turn, op: StepOp, remote: RemoteSteps) -> Set
     if record is not None and record.wake_at is not None and record.wake_at > turn.now():
         turn.wakes.append(record.wake_at)
         return None
+    if op.definition.queue is not None and not await turn.admit(op):
+        return None  # its queue admits it later; the slot is held until its result is recorded
     return await _dispatch(turn, op, remote, record, (record.attempts if record else 0) + 1)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -37,6 +37,7 @@ from .models import (
     Claim,
     Event,
     Lease,
+    RetryTimer,
     Run,
     RunSpec,
     RunStatus,
@@ -51,6 +52,7 @@ from .models import (
     settled_run,
 )
 from .options import EngineOptions
+from .queues import QueueRequest
 from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
 from .stores.base import RunCancelling, Store
@@ -75,6 +77,14 @@ class TurnHost(Protocol):
 
     def successor_lease(self) -> Lease | None:
         """A lease for the next singleton waiter, when this engine can run it now."""
+        ...
+
+    def admission_retry(self) -> RetryTimer:
+        """The fallback timer of a step its queue did not admit."""
+        ...
+
+    def wake(self, run_ids: Iterable[str]) -> None:
+        """Make runs the store just woke execute soon (step queue waiters a slot is for)."""
         ...
 
     def resolve_step(
@@ -293,20 +303,62 @@ class Turn:
                 return []
             writes = self._take_writes(children)
             checkpoint = self.host.store.checkpoint(self.run.id, self.owner, writes, self.now())
-            try:
-                return await self._write(writes, checkpoint)
-            except RunCancelling:
-                raise Cancelled() from None
-            except LeaseLostError:
-                raise Abandon() from None
+            return await self._fenced(writes, checkpoint)
+
+    async def _fenced(self, writes: Writes, call: Awaitable[T]) -> T:
+        """A fenced write of this turn: a cancellation or a lost lease ends the turn."""
+        try:
+            return await self._write(writes, call)
+        except RunCancelling:
+            raise Cancelled() from None
+        except LeaseLostError:
+            raise Abandon() from None
+
+    # ---------------------------------------------------------------- step queues
+
+    async def admit(self, op: StepOp) -> bool:
+        """Ask the step's queue to admit it (flushing what is staged in the same write); when
+        it does not, the turn's wakes get the time to ask again and the step waits."""
+        assert op.definition.queue is not None
+        request = QueueRequest(op.definition.queue, op.seq, op.priority, op.fairness_key)
+        async with self._lock:
+            writes = self._take_writes()
+            ask = self.host.store.admit_step(
+                self.run.id, self.owner, writes, request, self.now(), self.host.admission_retry()
+            )
+            admission = await self._fenced(writes, ask)
+        if admission.woken:
+            self.host.wake(admission.woken)
+        if not admission.admitted and admission.retry_at is not None:
+            self.wakes.append(admission.retry_at)
+        return admission.admitted
+
+    async def release(self, seq: int) -> None:
+        """Write the queued step's attempt and free its slot in one write; the waiters the
+        slot is for are woken at once."""
+        async with self._lock:
+            writes = self._take_writes()
+            call = self.host.store.release_step(self.run.id, self.owner, writes, seq, self.now())
+            woken = await self._fenced(writes, call)
+        if woken:
+            self.host.wake(woken)
+
+    def attempt_recorded(self, seq: int) -> bool:
+        """Whether this turn staged the end of an attempt at ``seq`` (its slot may go)."""
+        record = self.staged.get(seq)
+        return record is not None and record.status != StepStatus.RUNNING
 
     # ---------------------------------------------------------------- steps
 
     async def settle_step(self, op: StepOp) -> Settled | None:
         """Run or replay one step; None means it waits (a retry backoff) and the run suspends."""
+        queued = op.definition.queue is not None
         if op.definition.remote:
             assert self.host.remote is not None
-            return await settle_remote_step(self, op, self.host.remote)
+            settled = await settle_remote_step(self, op, self.host.remote)
+            if queued and self.attempt_recorded(op.seq):
+                await self.release(op.seq)
+            return settled
         record = self.recorded(op.seq, StepKind.STEP, op.name)
         if record is not None and record.status == StepStatus.COMPLETED:
             return Settled(True, record.output)
@@ -316,7 +368,19 @@ class Turn:
             self.wakes.append(record.wake_at)
             return None
         attempt = (record.attempts if record else 0) + 1
-        await self.flush()
+        if queued:
+            if not await self.admit(op):  # flushes what is staged, as below
+                return None
+        else:
+            await self.flush()
+        settled = await self._execute_step(op, record, attempt)
+        if queued:
+            await self.release(op.seq)
+        return settled
+
+    async def _execute_step(
+        self, op: StepOp, record: StepRecord | None, attempt: int
+    ) -> Settled | None:
         started = self.now()
         try:
             output = normalise(

@@ -11,6 +11,7 @@ import pytest
 
 from runlane.errors import (
     ConcurrencyLimitError,
+    DefinitionError,
     LeaseLostError,
     RunFinishedError,
     RunlaneError,
@@ -20,6 +21,7 @@ from runlane.errors import (
 from runlane.models import (
     ClaimOutcome,
     Lease,
+    QueueSettings,
     QuotaGate,
     RetryTimer,
     Run,
@@ -34,6 +36,7 @@ from runlane.models import (
     StepStatus,
     Writes,
 )
+from runlane.queues import QueueRequest
 from runlane.stores.base import RunCancelling, Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -1467,3 +1470,167 @@ async def test_a_window_refused_by_its_quota_records_the_refusal(store: Store) -
         "active": 1,
         "window": at(60).isoformat(),
     }
+
+
+# ---------------------------------------------------------------- step queues
+
+QUEUE_RETRY = RetryTimer(2.0, 60.0)
+
+
+async def queued(store: Store, *run_ids: str, now: datetime = T0) -> None:
+    """Create these runs and lease each to ``owner-<id>``, as turns asking a queue would be."""
+    await create(store, *(spec(run_id) for run_id in run_ids), now=now)
+    for run_id in run_ids:
+        await lease(store, run_id, owner=f"owner-{run_id}", now=now)
+
+
+async def ask(
+    store: Store,
+    run_id: str,
+    seq: int = 1,
+    *,
+    queue: str = "q",
+    priority: int = 0,
+    key: str | None = None,
+    now: datetime = T0,
+    writes: Writes | None = None,
+) -> Any:
+    request = QueueRequest(queue, seq, priority, key if key is not None else run_id)
+    owner = f"owner-{run_id}"
+    return await store.admit_step(run_id, owner, writes or Writes(), request, now, QUEUE_RETRY)
+
+
+async def done(store: Store, run_id: str, seq: int = 1, *, now: datetime = T0) -> list[str]:
+    """The attempt at ``seq`` recorded, its slot released."""
+    writes = Writes((step(run_id, seq, input=None, attempts=1, started_at=now),))
+    return await store.release_step(run_id, f"owner-{run_id}", writes, seq, now)
+
+
+async def test_an_unregistered_queue_raises_definition_error(store: Store) -> None:
+    await queued(store, "a")
+    with pytest.raises(DefinitionError, match="'nowhere' is not registered"):
+        await ask(store, "a", queue="nowhere")
+    assert not (await run_of(store, "a")).queued
+
+
+async def test_admission_holds_concurrency_and_wakes_the_next_on_release(store: Store) -> None:
+    await store.register_queues([QueueSettings("q", concurrency=2)], T0)
+    await queued(store, "a", "b", "c")
+    assert (await ask(store, "a", writes=Writes((step("a", 0),)))).admitted
+    assert [s.seq for s in await store.list_steps("a")] == [0]  # flushed in the same write
+    assert (await ask(store, "b")).admitted
+    denied = await ask(store, "c")
+    assert not denied.admitted and denied.retry_at == T0 + timedelta(seconds=2)
+    assert (await run_of(store, "a")).queued
+    again = await ask(store, "c", now=at(1))  # the fallback timer doubles
+    assert again.retry_at == at(1) + timedelta(seconds=4)
+    assert (await ask(store, "a")).admitted  # an entry holding a slot is admitted again
+    await store.suspend_run("c", "owner-c", Writes(), at(60), T0)
+    assert await done(store, "a") == ["c"]
+    assert (await run_of(store, "c")).wake_at == T0  # woken in the releasing write
+    await lease(store, "c", owner="owner-c")
+    assert (await ask(store, "c")).admitted
+    assert await store.get_step("a", 1) is not None
+
+
+async def test_order_is_priority_then_arrival_and_lifo_reverses_arrival(store: Store) -> None:
+    await store.register_queues(
+        [QueueSettings("q", concurrency=1), QueueSettings("l", concurrency=1, order="lifo")], T0
+    )
+    await queued(store, "h", "x", "y", "z", "p")
+    for queue in ("q", "l"):
+        assert (await ask(store, "h", queue=queue, seq=1 if queue == "q" else 2)).admitted
+        for n, run_id in enumerate(("x", "y", "z")):
+            denied = await ask(store, run_id, queue=queue, seq=1 if queue == "q" else 2)
+            assert not denied.admitted, n
+    assert not (await ask(store, "p", queue="q", priority=9)).admitted
+    await store.suspend_run("p", "owner-p", Writes(), None, T0)
+    assert await done(store, "h", 1) == ["p"]  # the highest priority
+    assert await done(store, "h", 2) == ["z"]  # the newest (lifo)
+
+
+async def test_fairness_serves_the_key_served_least_recently(store: Store) -> None:
+    await store.register_queues([QueueSettings("q", concurrency=1, fairness="key")], T0)
+    await queued(store, "a1", "a2", "b1")
+    assert (await ask(store, "a1", key="A")).admitted
+    assert not (await ask(store, "a2", key="A")).admitted
+    assert not (await ask(store, "b1", key="B")).admitted
+    assert await done(store, "a1") == ["b1"]  # B was never served; A just was
+
+
+async def test_a_used_up_rate_window_waits_for_the_next(store: Store) -> None:
+    await store.register_queues([QueueSettings("q", rate_limit=2, rate_period=60.0)], at(10))
+    await queued(store, "a", "b", "c")
+    assert (await ask(store, "a", now=at(10))).admitted
+    assert (await ask(store, "b", now=at(20))).admitted
+    denied = await ask(store, "c", now=at(30))
+    assert not denied.admitted and denied.retry_at == at(60)  # the next window's start
+    assert await done(store, "a", now=at(31)) == []  # no room: the window is used up
+    assert (await ask(store, "c", now=at(60))).admitted
+    # Registering again changes the numbers, not the window already counted.
+    await store.register_queues([QueueSettings("q", rate_limit=1, rate_period=60.0)], at(61))
+    await queued(store, "d")
+    assert not (await ask(store, "d", now=at(62))).admitted
+
+
+async def test_settling_a_run_releases_its_entries_and_wakes_the_next(store: Store) -> None:
+    await store.register_queues([QueueSettings("q", concurrency=1)], T0)
+    await queued(store, "a", "b")
+    assert (await ask(store, "a")).admitted
+    assert not (await ask(store, "b")).admitted
+    await store.suspend_run("b", "owner-b", Writes(), at(60), T0)
+    result = await store.settle_run("a", "owner-a", Writes(), DONE, T0)
+    assert "b" in result.woken
+    await lease(store, "b", owner="owner-b")
+    assert (await ask(store, "b")).admitted
+
+
+async def test_a_cancelled_holder_frees_its_slot(store: Store) -> None:
+    await store.register_queues([QueueSettings("q", concurrency=1)], T0)
+    await queued(store, "a", "b")
+    assert (await ask(store, "a")).admitted
+    await store.suspend_run("a", "owner-a", Writes(), None, T0)  # e.g. a remote step out
+    assert not (await ask(store, "b")).admitted
+    assert await store.cancel_run("a", T0, None) == ["a"]
+    assert (await ask(store, "b")).admitted
+
+
+async def test_a_recovered_run_gives_back_its_slots_and_asks_again(store: Store) -> None:
+    await store.register_queues([QueueSettings("q", concurrency=1)], T0)
+    await queued(store, "a", "b")
+    assert (await ask(store, "a")).admitted
+    assert not (await ask(store, "b")).admitted
+    await store.suspend_run("b", "owner-b", Writes(), at(600), T0)
+    expired = T0 + LEASE + timedelta(seconds=1)
+    outcome = await claim(store, "a", owner="owner-a", now=expired)  # a recovery
+    assert outcome.claim is not None and outcome.claim.run.recoveries == 1
+    assert (await run_of(store, "b")).wake_at == expired  # the freed slot woke the waiter
+    await lease(store, "b", owner="owner-b", now=expired)
+    assert (await ask(store, "b", now=expired)).admitted
+    assert not (await ask(store, "a", now=expired)).admitted  # a asks again, behind b
+
+
+async def test_a_workers_result_releases_the_remote_steps_slot(store: Store) -> None:
+    await store.register_queues([QueueSettings("q", concurrency=1)], T0)
+    await queued(store, "a", "b")
+    assert (await ask(store, "a")).admitted
+    running = step("a", 1, StepStatus.RUNNING, attempts=1, input=None)
+    await store.suspend_run("a", "owner-a", Writes((running,)), None, T0)
+    assert not (await ask(store, "b")).admitted
+    await store.suspend_run("b", "owner-b", Writes(), at(600), T0)
+    assert await store.record_step_result("a", 1, 1, True, "out", None, at(1)) == "recorded"
+    assert (await run_of(store, "b")).wake_at == at(1)
+    await lease(store, "b", owner="owner-b", now=at(1))
+    assert (await ask(store, "b", now=at(1))).admitted
+
+
+async def test_a_lost_lease_cannot_ask_or_release(store: Store) -> None:
+    await store.register_queues([QueueSettings("q", concurrency=1)], T0)
+    await queued(store, "a")
+    with pytest.raises(LeaseLostError):
+        await store.admit_step(
+            "a", "someone-else", Writes(), QueueRequest("q", 1, 0, "a"), T0, QUEUE_RETRY
+        )
+    with pytest.raises(LeaseLostError):
+        await store.release_step("a", "someone-else", Writes(), 1, T0)
+    assert (await ask(store, "a")).admitted  # nothing was taken by the failed calls

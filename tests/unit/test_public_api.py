@@ -32,6 +32,7 @@ EXPECTED = {
     "SignalTimeoutError",
     "Singleton",
     "SingletonQueueFullError",
+    "StepQueue",
     "StepRecord",
     "StepTimeoutError",
     "StoreUnavailableError",

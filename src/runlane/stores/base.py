@@ -17,6 +17,9 @@ Vocabulary:
   expiry, restart). Waiters are the key's active runs without a slot, FIFO by
   ``(created_at, id)``.
 * **Quota**: runs sharing a ``concurrency_key`` whose status is in the gate's counted statuses.
+* **Step queue entry**: a step (run id, seq) waiting for admission to a step queue, or holding
+  one of its slots from admission until the attempt is recorded. Entries of a settled run count
+  for nothing; its settlement deletes them (see :mod:`runlane.queues` for the order of waiters).
 """
 
 from __future__ import annotations
@@ -27,9 +30,11 @@ from typing import Protocol, runtime_checkable
 
 from ..errors import LeaseLostError
 from ..models import (
+    Admission,
     ClaimOutcome,
     Event,
     Lease,
+    QueueSettings,
     QuotaGate,
     RetryTimer,
     Run,
@@ -44,6 +49,7 @@ from ..models import (
     StoredSchedule,
     Writes,
 )
+from ..queues import QueueRequest
 
 
 class RunCancelling(LeaseLostError):
@@ -256,6 +262,53 @@ class Store(Protocol):
         claim exactly as :meth:`claim_run` returns one) instead of in ``woken``. Stores may
         grant it only where the settlement needs no children or continuation written.
         """
+        ...
+
+    # ---------------------------------------------------------------- step queues
+
+    async def register_queues(self, settings: Sequence[QueueSettings], now: datetime) -> None:
+        """Insert or update step queues' settings (the last registration's numbers are what
+        every engine enforces); a queue's entries, rate window and fairness history stay."""
+        ...
+
+    async def admit_step(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        request: QueueRequest,
+        now: datetime,
+        retry: RetryTimer,
+    ) -> Admission:
+        """Flush ``writes`` and ask the step queue ``request.queue`` to admit the step at
+        ``request.seq``, atomically, fenced like :meth:`checkpoint`. The queue's row is locked,
+        so admissions of one queue from every engine are decided one after the other.
+
+        An unregistered queue raises ``DefinitionError`` and writes nothing. Otherwise the run
+        is marked ``queued`` and the step's entry is found or added (waiting, its arrival after
+        every entry so far). An entry already holding a slot is admitted again (a replay after
+        an outage). Else, with ``room`` = the least of the free slots (``concurrency`` minus
+        the slots held by entries of unsettled runs) and what is left of the current fixed rate
+        window (aligned on the epoch), the step is admitted when its entry is among the first
+        ``room`` waiting entries of unsettled runs in the queue's order: it then holds a slot
+        from ``now``, the window counts it, and its fairness key is marked served last.
+        Denied, its entry counts a denial; ``retry_at`` is the next window's start when the
+        window is used up, else ``retry.due(now, denials before this one)``; and the runs of the
+        first ``room`` waiters are woken (``woken``, this run left out).
+        """
+        ...
+
+    async def release_step(
+        self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+    ) -> list[str]:
+        """Flush ``writes`` (the attempt's record) and delete the entry at ``seq``, fenced, in
+        one transaction; then wake the first waiters of its queue the free room is for. Returns
+        the ids woken (this run left out).
+
+        Entries are released the same way, in the same transaction, when a worker's result is
+        recorded (:meth:`record_step_result`, the entry at its seq), when the run settles (all
+        of its entries) and when an expired lease is recovered (the entries holding a slot: the
+        replay asks again)."""
         ...
 
     # ---------------------------------------------------------------- from outside a turn

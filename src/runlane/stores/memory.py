@@ -8,18 +8,20 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from .. import admission
+from .. import admission, queues
 from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
 from ..models import (
     ACTIVE_STATUSES,
+    Admission,
     Claim,
     ClaimOutcome,
     Event,
     Lease,
+    QueueSettings,
     QuotaGate,
     RetryTimer,
     Run,
@@ -43,6 +45,7 @@ from ..models import (
     run_from_spec,
     settled_run,
 )
+from ..queues import QueueEntry, QueueRequest, QueueRow, order_key
 from .base import RunCancelling, check_lease
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
@@ -62,6 +65,7 @@ class MemoryStore:
         self._event_ids: dict[str, Event] = {}
         self._ids = itertools.count(1)
         self._schedules: dict[str, StoredSchedule] = {}
+        self._queues = _MemoryQueues(self)
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
@@ -208,6 +212,8 @@ class MemoryStore:
                 return ClaimOutcome(
                     settled=self._finish(run, Settlement(RunStatus.DEAD, None, error), now)
                 )
+            if run.queued:  # the slots its lost turn held go (its replay asks again)
+                queues.release(self._queues, run_id, None, now, admitted_only=True)
         if run.singleton_key is not None and not run.holds_slot:
             if not self._admit(run):
                 self._runs[run_id] = blocked_run(run, singleton_retry, now)
@@ -267,6 +273,8 @@ class MemoryStore:
         verdict = report_verdict(self._runs.get(run_id), record, attempt)
         if verdict == "recorded" and record is not None:
             self._steps[run_id][seq] = reported_step(record, ok, output, error, now)
+            if self._runs[run_id].queued:
+                queues.release(self._queues, run_id, [seq], now)
         if verdict != "dropped":
             self._wake(run_id, now)
         return verdict
@@ -388,6 +396,8 @@ class MemoryStore:
             woken.extend(self._wake_waiters(run.singleton_key, run.singleton_limit or 1, now))
         if run.parent_id is not None and self._wake(run.parent_id, now):
             woken.append(run.parent_id)
+        if run.queued:
+            woken.extend(queues.release(self._queues, run.id, None, now))
         return done
 
     def _wake_waiters(self, key: str, limit: int, now: datetime) -> list[str]:
@@ -406,6 +416,33 @@ class MemoryStore:
         elif run.status in _LEASED:
             self._runs[run_id] = replace(run, wake_requested_at=now)
         return True
+
+    # ---------------------------------------------------------------- step queues
+
+    async def register_queues(self, settings: Sequence[QueueSettings], now: datetime) -> None:
+        self._queues.register(settings)
+
+    async def admit_step(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        request: QueueRequest,
+        now: datetime,
+        retry: RetryTimer,
+    ) -> Admission:
+        self._fenced(run_id, owner)
+        if self._queues.queue(request.queue) is None:
+            raise queues.unknown_queue(request.queue)
+        self._apply(run_id, writes, now)
+        return queues.admit(self._queues, run_id, request, now, retry)
+
+    async def release_step(
+        self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+    ) -> list[str]:
+        self._fenced(run_id, owner)
+        self._apply(run_id, writes, now)
+        return queues.release(self._queues, run_id, [seq], now)
 
     # ---------------------------------------------------------------- from outside a turn
 
@@ -610,6 +647,86 @@ class MemoryStore:
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
+
+
+class _MemoryQueues:
+    """The memory store's queue tables (a ``queues.QueueBook``)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self._rows: dict[str, QueueRow] = {}
+        self._entries: dict[tuple[str, int], QueueEntry] = {}
+        self._served: dict[tuple[str, str], int] = {}  # (queue, fairness key) -> last served
+        self._arrivals = itertools.count(1)
+
+    def register(self, settings: Sequence[QueueSettings]) -> None:
+        for given in settings:
+            row = self._rows.get(given.name) or QueueRow(given)
+            self._rows[given.name] = replace(row, settings=given)
+
+    def queue(self, name: str) -> QueueRow | None:
+        return self._rows.get(name)
+
+    def entry(self, run_id: str, seq: int) -> QueueEntry | None:
+        return self._entries.get((run_id, seq))
+
+    def add_entry(self, run_id: str, request: QueueRequest, now: datetime) -> QueueEntry:
+        entry = QueueEntry(
+            next(self._arrivals),
+            request.queue,
+            run_id,
+            request.seq,
+            request.priority,
+            request.fairness_key,
+        )
+        self._entries[run_id, request.seq] = entry
+        return entry
+
+    def _live(self, queue: str) -> list[QueueEntry]:
+        runs = self._store._runs
+        return [
+            e for e in self._entries.values() if e.queue == queue and not runs[e.run_id].is_terminal
+        ]
+
+    def holders(self, queue: str) -> int:
+        return sum(1 for e in self._live(queue) if e.admitted_at is not None)
+
+    def first_waiting(self, row: QueueRow, count: int) -> list[QueueEntry]:
+        name = row.settings.name
+        waiting = [e for e in self._live(name) if e.admitted_at is None]
+        waiting.sort(
+            key=lambda e: order_key(row.settings, e, self._served.get((name, e.fairness_key)))
+        )
+        return waiting[:count]
+
+    def save_admitted(self, entry: QueueEntry, row: QueueRow, now: datetime) -> None:
+        self._entries[entry.run_id, entry.seq] = replace(entry, admitted_at=now)
+        self._rows[row.settings.name] = row
+        self._served[row.settings.name, entry.fairness_key] = row.served
+
+    def save_denied(self, entry: QueueEntry) -> None:
+        self._entries[entry.run_id, entry.seq] = replace(entry, denials=entry.denials + 1)
+
+    def mark_queued(self, run_id: str) -> None:
+        run = self._store._runs[run_id]
+        if not run.queued:
+            self._store._runs[run_id] = replace(run, queued=True)
+
+    def drop_entries(
+        self, run_id: str, seqs: Collection[int] | None, *, admitted_only: bool
+    ) -> set[str]:
+        touched: set[str] = set()
+        for key, entry in list(self._entries.items()):
+            if entry.run_id != run_id or (seqs is not None and entry.seq not in seqs):
+                continue
+            if admitted_only and entry.admitted_at is None:
+                continue
+            del self._entries[key]
+            touched.add(entry.queue)
+        return touched
+
+    def wake(self, run_ids: Sequence[str], now: datetime) -> list[str]:
+        return [run_id for run_id in run_ids if self._store._wake(run_id, now)]
 
 
 def report_verdict(run: Run | None, record: StepRecord | None, attempt: int) -> str:

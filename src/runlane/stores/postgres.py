@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import psycopg
 
-from .. import admission
+from .. import admission, queues
 from ..errors import (
     LeaseLostError,
     RunFinishedError,
@@ -26,10 +26,12 @@ from ..errors import (
     StoreUnavailableError,
 )
 from ..models import (
+    Admission,
     Claim,
     ClaimOutcome,
     Event,
     Lease,
+    QueueSettings,
     QuotaGate,
     RetryTimer,
     Run,
@@ -45,6 +47,7 @@ from ..models import (
     StoredSchedule,
     Writes,
 )
+from ..queues import QueueRequest
 from ..urls import redact
 from .base import RunCancelling, check_lease
 from .postgres_db import (
@@ -273,6 +276,8 @@ class PostgresStore:
                 settled = await self._recover(conn, row, now, max_recoveries)
                 if settled is not None:
                     return ClaimOutcome(settled=settled)
+                if row["queued"]:  # the slots its lost turn held go (its replay asks again)
+                    await self._release_queued(conn, run_id, None, now, admitted_only=True)
             admit = row["singleton_key"] is not None and not row["holds_slot"]
             if admit and not await self._admits(conn, row):
                 await execute(conn, "park", id=run_id, now=now, **retry)
@@ -375,6 +380,7 @@ class PostgresStore:
                 conn,
                 ("record_step_result", result),
                 ("wake", {"ids": pg_array([run_id]), "now": now}),
+                _release_call(run_id, None, [seq], now) if found["queued"] else None,
             )
             return "recorded"
 
@@ -464,9 +470,16 @@ class PostgresStore:
             params = _settle_params(run_id, owner, settlement, now, writes, successor)
             _, settled = await self._db.batch(lock, ("settle", params))
             row = _check_fence(_first(settled), run_id, owner)
+            woken = _woken(row)
+            if row["fence_queued"]:
+                # Its entries counted for nothing once it settled; their waiters are woken now
+                # (if this process dies first, their fallback timers do it).
+                woken += await self._db.run(
+                    lambda conn: self._release_queued(conn, run_id, None, now)
+                )
             if row["id"] is None:
-                return SettleResult(_woken(row))
-            return SettleResult(_woken(row), await self._handed_claim(row))
+                return SettleResult(woken)
+            return SettleResult(woken, await self._handed_claim(row))
 
         async def work(conn: Conn) -> SettleResult:
             flushed, settle_lock = writes, lock
@@ -476,7 +489,10 @@ class PostgresStore:
                 flushed, settle_lock = Writes(), None
             settle = ("settle", _settle_params(run_id, owner, settlement, now, flushed))
             *_, rows = await pipeline(conn, settle_lock, settle)
-            woken = _woken(_check_fence(_first(rows), run_id, owner))
+            row = _check_fence(_first(rows), run_id, owner)
+            woken = _woken(row)
+            if row["fence_queued"]:
+                woken += await self._release_queued(conn, run_id, None, now)
             # The continuation skips the gates (its predecessor held the place), but its key
             # is locked above so concurrent counts see it or wait for it.
             started = await self._insert_plain(conn, follow)
@@ -524,6 +540,8 @@ class PostgresStore:
         """Settle a run terminal outside a turn, as ``settle_run`` does (its key lock held)."""
         row = await fetch_one(conn, "settle", **_settle_params(run_id, None, settlement, now))
         assert row is not None and row["written"], f"finishing unknown run {run_id!r}"
+        if row["fence_queued"]:
+            await self._release_queued(conn, run_id, None, now)
         run = await fetch_one(conn, "get_run", id=run_id)
         assert run is not None
         return run_from_row(run)
@@ -535,6 +553,68 @@ class PostgresStore:
         return {row["id"] for row in await fetch_all(conn, "wake", ids=pg_array(run_ids), now=now)}
 
     # ---------------------------------------------------------------- from outside a turn
+
+    # ---------------------------------------------------------------- step queues
+
+    async def register_queues(self, settings: Sequence[QueueSettings], now: datetime) -> None:
+        await self._db.batch(*(("register_queue", _queue_params(q, now)) for q in settings))
+
+    async def admit_step(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        request: QueueRequest,
+        now: datetime,
+        retry: RetryTimer,
+    ) -> Admission:
+        # One round trip, one transaction: the fenced flush (which locks the run), the queue's
+        # lock and the step's entry, then the decision. The later statements check the lease
+        # themselves, so a failed fence writes nothing there either.
+        asked = {
+            "id": run_id,
+            "owner": owner,
+            "now": now,
+            "queue": request.queue,
+            "seq": request.seq,
+            "priority": request.priority,
+            "fairness_key": request.fairness_key,
+        }
+        flushed, entered, decided = await self._db.batch(
+            ("checkpoint", {**fenced_params(run_id, owner, writes), "now": now}),
+            ("queue_enter", asked),
+            ("queue_admit", asked),
+        )
+        _check_fence(_first(flushed), run_id, owner)
+        if not entered[0]["known"]:
+            raise queues.unknown_queue(request.queue)
+        row = _first(decided)
+        if row is None:  # the lease went between the statements' locks: nothing was decided
+            raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
+        return _admission(row, retry, now)
+
+    async def release_step(
+        self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+    ) -> list[str]:
+        flushed, released = await self._db.batch(
+            ("checkpoint", {**fenced_params(run_id, owner, writes), "now": now}),
+            _release_call(run_id, owner, [seq], now),
+        )
+        _check_fence(_first(flushed), run_id, owner)
+        return list(released[0]["woken"])
+
+    async def _release_queued(
+        self,
+        conn: Conn,
+        run_id: str,
+        seqs: Sequence[int] | None,
+        now: datetime,
+        *,
+        admitted_only: bool = False,
+    ) -> list[str]:
+        call = _release_call(run_id, None, seqs, now, admitted_only=admitted_only)
+        [rows] = await pipeline(conn, call)
+        return list(rows[0]["woken"])
 
     async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
         async def work(conn: Conn) -> bool:
@@ -810,6 +890,50 @@ def _settle_params(
         "successor": successor.owner if successor else None,
         "successor_until": successor.until if successor else None,
     }
+
+
+def _queue_params(settings: QueueSettings, now: datetime) -> Row:
+    return {
+        "name": settings.name,
+        "concurrency": settings.concurrency,
+        "rate_limit": settings.rate_limit,
+        "rate_period": settings.rate_period,
+        "fairness": settings.fairness,
+        "arrival": settings.order,
+        "now": now,
+    }
+
+
+def _release_call(
+    run_id: str,
+    owner: str | None,
+    seqs: Sequence[int] | None,
+    now: datetime,
+    *,
+    admitted_only: bool = False,
+) -> Call:
+    return (
+        "queue_release",
+        {
+            "id": run_id,
+            "owner": owner,
+            "seqs": None if seqs is None else list(seqs),
+            "admitted_only": admitted_only,
+            "now": now,
+        },
+    )
+
+
+def _admission(row: Row, retry: RetryTimer, now: datetime) -> Admission:
+    """What a ``queue_admit`` row means (see ``queues.admit``, which it mirrors)."""
+    if row["admit"]:
+        return Admission(True)
+    limit, period, window = row["rate_limit"], row["rate_period"], row["win"]
+    if window is not None and limit is not None and row["used"] >= limit:
+        again = window + timedelta(seconds=period)
+    else:
+        again = retry.due(now, row["denials"])
+    return Admission(False, again, tuple(row["woken"]))
 
 
 def _started_by_id(rows: list[Row]) -> dict[str, Started]:

@@ -21,9 +21,11 @@ from urllib.parse import parse_qs
 from ..errors import RunlaneError
 from ..faults import is_infrastructure, unavailable
 from ..models import (
+    Admission,
     ClaimOutcome,
     Event,
     Lease,
+    QueueSettings,
     QuotaGate,
     RetryTimer,
     Run,
@@ -38,8 +40,10 @@ from ..models import (
     StoredSchedule,
     Writes,
 )
+from ..queues import QueueRequest
 from ..urls import SQLITE_URLS
 from . import sqlite_ops as ops
+from . import sqlite_queues
 from . import sqlite_reads as reads
 from . import sqlite_schedules as schedules
 from .migrations import pending_migrations
@@ -260,6 +264,27 @@ class SqliteStore:
         successor: Lease | None = None,
     ) -> SettleResult:
         return await self._write(ops.settle_run, run_id, owner, writes, settlement, now, successor)
+
+    # ---------------------------------------------------------------- step queues
+
+    async def register_queues(self, settings: Sequence[QueueSettings], now: datetime) -> None:
+        await self._write(sqlite_queues.register_queues, list(settings), now)
+
+    async def admit_step(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        request: QueueRequest,
+        now: datetime,
+        retry: RetryTimer,
+    ) -> Admission:
+        return await self._write(ops.admit_step, run_id, owner, writes, request, now, retry)
+
+    async def release_step(
+        self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+    ) -> list[str]:
+        return await self._write(ops.release_step, run_id, owner, writes, seq, now)
 
     # ---------------------------------------------------------------- from outside a turn
 

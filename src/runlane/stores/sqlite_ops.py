@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from .. import admission
+from .. import admission, queues
 from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
 from ..models import (
+    Admission,
     Claim,
     ClaimOutcome,
     Event,
@@ -38,9 +39,11 @@ from ..models import (
     run_from_spec,
     settled_run,
 )
+from ..queues import QueueRequest
 from ..serialization import dumps
 from .base import RunCancelling, check_lease
 from .memory import report_verdict, reported_step
+from .sqlite_queues import SqliteQueues
 from .sqlite_reads import (
     ACTIVE,
     LEASED,
@@ -199,6 +202,8 @@ def claim_run(
         settled = _settle_recovery(conn, run, now, max_recoveries)
         if settled is not None:
             return ClaimOutcome(settled=settled)
+        if run.queued:  # the slots its lost turn held go (its replay asks again)
+            queues.release(_book(conn), run_id, None, now, admitted_only=True)
     if run.singleton_key is not None and not run.holds_slot:
         if not _admit(conn, run):
             _save_run(conn, blocked_run(run, singleton_retry, now))
@@ -294,6 +299,8 @@ def record_step_result(
     verdict = report_verdict(get_run(conn, run_id), record, attempt)
     if verdict == "recorded" and record is not None:
         _save_step(conn, reported_step(record, ok, output, error, now))
+        if _existing(conn, run_id).queued:
+            queues.release(_book(conn), run_id, [seq], now)
     if verdict != "dropped":
         _wake(conn, run_id, now)
     return verdict
@@ -410,6 +417,8 @@ def finish(
         woken.extend(_wake_waiters(conn, run.singleton_key, run.singleton_limit or 1, now))
     if run.parent_id is not None and _wake(conn, run.parent_id, now):
         woken.append(run.parent_id)
+    if run.queued:
+        woken.extend(queues.release(_book(conn), run.id, None, now))
     return done
 
 
@@ -443,6 +452,35 @@ def _wake(conn: Conn, run_id: str, now: datetime) -> bool:
         (stamp, run_id),
     )
     return True
+
+
+# ---------------------------------------------------------------- step queues
+
+
+def _book(conn: Conn) -> SqliteQueues:
+    return SqliteQueues(conn, _wake)
+
+
+def admit_step(
+    conn: Conn,
+    run_id: str,
+    owner: str,
+    writes: Writes,
+    request: QueueRequest,
+    now: datetime,
+    retry: RetryTimer,
+) -> Admission:
+    _fenced(conn, run_id, owner)
+    _apply(conn, run_id, writes, now)
+    return queues.admit(_book(conn), run_id, request, now, retry)
+
+
+def release_step(
+    conn: Conn, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+) -> list[str]:
+    _fenced(conn, run_id, owner)
+    _apply(conn, run_id, writes, now)
+    return queues.release(_book(conn), run_id, [seq], now)
 
 
 # ---------------------------------------------------------------- from outside a turn

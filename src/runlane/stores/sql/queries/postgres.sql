@@ -256,7 +256,7 @@ WHERE r.id = %(id)s;
 -- name: step_for_result
 -- Locks the run (a turn's fenced writes lock it too) and the record a worker reports on. Both
 -- rows are locked so that, after waiting for a concurrent writer, both are read as it left them.
-SELECT r.status AS run_status, s.status, s.attempts
+SELECT r.status AS run_status, r.queued, s.status, s.attempts
 FROM runlane_runs AS r JOIN runlane_steps AS s ON s.run_id = r.id AND s.seq = %(seq)s
 WHERE r.id = %(id)s
 FOR NO KEY UPDATE;
@@ -337,7 +337,8 @@ ON CONFLICT (run_id, seq) DO UPDATE SET
 -- run's key lock). ``ok`` is the fenced row when the writes may go ahead: every write below
 -- reads it, so a lost lease (or a cancellation the caller may not write through) writes nothing.
 WITH fence AS (
-    SELECT id, status, holds_slot, singleton_key, singleton_limit, parent_id, wake_requested_at
+    SELECT id, status, holds_slot, singleton_key, singleton_limit, parent_id, wake_requested_at,
+           queued
     FROM runlane_runs
     WHERE id = %(id)s
       AND (%(owner)s::text IS NULL
@@ -450,7 +451,7 @@ FROM fence;
     RETURNING id
 )
 SELECT h.*, fence.status AS fence_status, fence.parent_id AS fence_parent_id,
-       f.id IS NOT NULL AS written,
+       fence.queued AS fence_queued, f.id IS NOT NULL AS written,
        ARRAY(SELECT id FROM waiters WHERE id NOT IN (SELECT id FROM handed)
              ORDER BY created_at, id) AS waiters,
        fence.parent_id IN (SELECT id FROM woken) AS parent_woken
@@ -559,7 +560,8 @@ WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
 ORDER BY created_at, id;
 
 -- name: reset
-TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules
+TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
+    runlane_queues, runlane_queue_entries, runlane_queue_keys
     RESTART IDENTITY;
 
 -- name: save_schedule
@@ -601,3 +603,161 @@ RETURNING id;
 -- name: record_schedule_fire
 UPDATE runlane_schedules SET last_run_id = %(run_id)s, last_error = %(error)s::json
 WHERE id = %(id)s;
+
+-- name: queue_window
+-- (A fragment.) The start of the fixed rate window ``now`` falls in (aligned on the epoch), for
+-- a queue row ``q`` with a rate limit; NULL without one.
+CASE WHEN q.rate_limit IS NULL THEN NULL ELSE to_timestamp(
+    floor(extract(epoch FROM %(now)s::timestamptz) / q.rate_period) * q.rate_period) END
+
+-- name: queue_order
+-- (A fragment.) The order of a queue's waiters ``w`` (``k`` their fairness key's row): higher
+-- priority, then the key served least recently (never served first), then arrival.
+w.priority DESC,
+CASE WHEN q.fairness = 'key' THEN coalesce(k.served, -1) ELSE 0 END,
+CASE WHEN q.arrival = 'lifo' THEN -w.id ELSE w.id END
+
+-- name: register_queue
+INSERT INTO runlane_queues (name, concurrency, rate_limit, rate_period, fairness, arrival,
+                            updated_at)
+VALUES (%(name)s, %(concurrency)s, %(rate_limit)s, %(rate_period)s, %(fairness)s, %(arrival)s,
+        %(now)s)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = EXCLUDED.concurrency, rate_limit = EXCLUDED.rate_limit,
+    rate_period = EXCLUDED.rate_period, fairness = EXCLUDED.fairness,
+    arrival = EXCLUDED.arrival, updated_at = EXCLUDED.updated_at;
+
+-- name: queue_enter
+-- After the turn's fenced flush (an earlier statement of the same transaction, which holds the
+-- run's row): while the caller still holds the lease, lock the queue's row (the admissions of a
+-- queue are decided one at a time), mark the run queued and give the step an entry if it has
+-- none. ``known`` is false for a queue nobody registered.
+WITH q AS (
+    SELECT name FROM runlane_queues WHERE name = %(queue)s FOR NO KEY UPDATE
+), held AS (
+    SELECT id FROM runlane_runs
+    WHERE id = %(id)s AND lease_owner = %(owner)s AND status = 'running'
+), marked AS (
+    UPDATE runlane_runs SET queued = true
+    WHERE id IN (SELECT id FROM held) AND NOT queued AND EXISTS (SELECT FROM q)
+), entered AS (
+    INSERT INTO runlane_queue_entries (queue, run_id, seq, priority, fairness_key, created_at)
+    SELECT q.name, held.id, %(seq)s, %(priority)s, %(fairness_key)s, %(now)s FROM q, held
+    ON CONFLICT (run_id, seq) DO NOTHING
+)
+SELECT EXISTS (SELECT FROM q) AS known, EXISTS (SELECT FROM held) AS held;
+
+-- name: queue_admit
+-- The admission (see ``Store.admit_step``), after ``queue_enter``: the step is admitted when its
+-- entry already holds a slot, or is among the first ``free`` waiters of unsettled runs, ``free``
+-- being the least of the free slots and what is left of the rate window. Admitted: it holds a
+-- slot from now, the window counts it and its fairness key is served last. Denied: one more
+-- denial, and the first waiters (who the room is for) are woken.
+WITH q AS (
+    SELECT q.*, {queue_window} AS win FROM runlane_queues AS q WHERE q.name = %(queue)s
+), me AS (
+    SELECT e.* FROM runlane_queue_entries AS e
+    WHERE e.run_id = %(id)s AND e.seq = %(seq)s AND EXISTS (
+        SELECT FROM runlane_runs
+        WHERE id = %(id)s AND lease_owner = %(owner)s AND status = 'running')
+), room AS (
+    SELECT q.name, q.win,
+           CASE WHEN q.window_start >= q.win THEN q.window_count ELSE 0 END AS used,
+           GREATEST(0, LEAST(
+               coalesce(q.concurrency - (
+                   SELECT count(*) FROM runlane_queue_entries AS h
+                   JOIN runlane_runs AS r ON r.id = h.run_id
+                   WHERE h.queue = q.name AND h.admitted_at IS NOT NULL
+                     AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')),
+                   4611686018427387904),
+               coalesce(q.rate_limit - CASE WHEN q.window_start >= q.win THEN q.window_count
+                                            ELSE 0 END,
+                        4611686018427387904))) AS free
+    FROM q
+), first AS (
+    SELECT w.id, w.run_id FROM q, runlane_queue_entries AS w
+    JOIN runlane_runs AS r ON r.id = w.run_id
+    LEFT JOIN runlane_queue_keys AS k ON k.queue = w.queue AND k.fairness_key = w.fairness_key
+    WHERE w.queue = q.name AND w.admitted_at IS NULL
+      AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    ORDER BY {queue_order}
+    LIMIT (SELECT free FROM room)
+), decision AS (
+    SELECT me.id, me.denials, me.fairness_key, me.admitted_at IS NOT NULL AS again,
+           me.admitted_at IS NOT NULL OR me.id IN (SELECT id FROM first) AS admit
+    FROM me
+), admitted AS (
+    UPDATE runlane_queue_entries AS e SET admitted_at = %(now)s
+    FROM decision AS d WHERE e.id = d.id AND d.admit AND NOT d.again
+    RETURNING e.id
+), counted AS (
+    UPDATE runlane_queues AS u
+    SET window_start = room.win,
+        window_count = CASE WHEN room.win IS NULL THEN 0 ELSE room.used + 1 END,
+        served = u.served + 1
+    FROM room WHERE u.name = room.name AND EXISTS (SELECT FROM admitted)
+    RETURNING u.served, u.fairness
+), served AS (
+    INSERT INTO runlane_queue_keys (queue, fairness_key, served)
+    SELECT %(queue)s, d.fairness_key, c.served FROM decision AS d, counted AS c
+    WHERE c.fairness = 'key'
+    ON CONFLICT (queue, fairness_key) DO UPDATE SET served = EXCLUDED.served
+), denied AS (
+    UPDATE runlane_queue_entries AS e SET denials = e.denials + 1
+    FROM decision AS d WHERE e.id = d.id AND NOT d.admit
+), woken AS (
+    UPDATE runlane_runs {wake_set}
+    WHERE id IN (SELECT run_id FROM first WHERE run_id <> %(id)s)
+      AND EXISTS (SELECT FROM decision WHERE NOT admit)
+      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    RETURNING id
+)
+SELECT d.admit, d.denials, room.win, room.used, q.rate_limit, q.rate_period,
+       ARRAY(SELECT id FROM woken ORDER BY id) AS woken
+FROM decision AS d, room, q;
+
+-- name: queue_release
+-- Delete the run's entries (at ``seqs``, or all of them with ``seqs`` NULL; only those holding
+-- a slot with ``admitted_only``), with ``owner`` set only while it holds the run's lease; then
+-- wake the first waiters of their queues the free room is for. The statement's snapshot still
+-- shows the deleted entries, hence the ``NOT IN gone`` below.
+WITH gone AS (
+    DELETE FROM runlane_queue_entries
+    WHERE run_id = %(id)s
+      AND (%(seqs)s::int[] IS NULL OR seq = ANY(%(seqs)s::int[]))
+      AND (NOT %(admitted_only)s OR admitted_at IS NOT NULL)
+      AND (%(owner)s::text IS NULL OR EXISTS (
+          SELECT FROM runlane_runs
+          WHERE id = %(id)s AND lease_owner = %(owner)s AND status = 'running'))
+    RETURNING id, queue
+), room AS (
+    SELECT q.name, q.fairness, q.arrival, GREATEST(0, LEAST(
+        coalesce(q.concurrency - (
+            SELECT count(*) FROM runlane_queue_entries AS h
+            JOIN runlane_runs AS r ON r.id = h.run_id
+            WHERE h.queue = q.name AND h.admitted_at IS NOT NULL
+              AND h.id NOT IN (SELECT id FROM gone)
+              AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')),
+            4611686018427387904),
+        coalesce(q.rate_limit - CASE WHEN q.window_start >= {queue_window} THEN q.window_count
+                                     ELSE 0 END,
+                 4611686018427387904))) AS free
+    FROM runlane_queues AS q WHERE q.name IN (SELECT queue FROM gone)
+), nexts AS (
+    SELECT n.run_id FROM room AS q, LATERAL (
+        SELECT w.run_id FROM runlane_queue_entries AS w
+        JOIN runlane_runs AS r ON r.id = w.run_id
+        LEFT JOIN runlane_queue_keys AS k
+          ON k.queue = w.queue AND k.fairness_key = w.fairness_key
+        WHERE w.queue = q.name AND w.admitted_at IS NULL AND w.id NOT IN (SELECT id FROM gone)
+          AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+        ORDER BY {queue_order}
+        LIMIT q.free
+    ) AS n
+), woken AS (
+    UPDATE runlane_runs {wake_set}
+    WHERE id IN (SELECT run_id FROM nexts)
+      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    RETURNING id
+)
+SELECT ARRAY(SELECT id FROM woken WHERE id <> %(id)s ORDER BY id) AS woken;

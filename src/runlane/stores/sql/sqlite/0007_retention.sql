@@ -1,0 +1,2 @@
+-- placeholder: replaced when that branch lands
+SELECT 1;
