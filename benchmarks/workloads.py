@@ -32,7 +32,7 @@ from pgcount import count_statements
 from roundtrips import RoundTripProxy
 
 import runlane
-from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton
+from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton, StepQueue
 from runlane.stores import MemoryStore
 from runlane.stores.base import Store
 
@@ -559,6 +559,131 @@ async def seed_then_measure(target: Target, n: int, finished: int) -> Figures:
     return {**figures, "seed_seconds": round(seed_seconds, 1)}
 
 
+# ---------------------------------------------------------------- 5c. step queues
+
+
+@dataclass
+class SlotProbe:
+    """Who was inside a queued step, and when (perf_counter seconds)."""
+
+    inside: int = 0
+    peak: int = 0
+    spans: list[tuple[float, float]] = field(default_factory=list)
+
+    async def hold(self, ms: float) -> None:
+        self.inside += 1
+        self.peak = max(self.peak, self.inside)
+        t_in = time.perf_counter()
+        try:
+            await asyncio.sleep(ms / 1000)
+        finally:
+            self.inside -= 1
+            self.spans.append((t_in, time.perf_counter()))
+
+
+SLOTS = SlotProbe()
+
+
+@runlane.step(name="bench.slot", queue="bench")
+async def slot_step(ms: float) -> None:
+    await SLOTS.hold(ms)
+
+
+@runlane.step(name="bench.unqueued")
+async def unqueued_step(ms: float) -> None:
+    await SLOTS.hold(ms)
+
+
+@runlane.workflow(name="bench.queued")
+async def queued_wf(ctx: runlane.Context, i: dict[str, Any]) -> None:
+    await ctx.step(slot_step if i["queued"] else unqueued_step, i["ms"])
+
+
+async def step_queue(
+    target: Target, n: int = 1000, concurrency: int = 8, step_ms: float = 2.0, chain: int = 50
+) -> Figures:
+    """A StepQueue's cost and speed: round trips, statements and commits per queued step
+    beside the same run without a queue (PostgreSQL); ``n`` runs through
+    ``concurrency`` slots; and the hand-off latency of a freed slot (``chain`` runs through
+    one slot, the gap from one step's end to the next one's start)."""
+    global SLOTS
+    figures: Figures = {"runs": n, "concurrency": concurrency, "step_sleep_ms": step_ms}
+    if target.db == "pg":
+        for label, queued in (("queued", True), ("unqueued", False)):
+            cost = await _queue_cost(target, queued, runs=100)
+            figures.update({f"{k}_{label}": v for k, v in cost.items()})
+    target.renew()
+    SLOTS = SlotProbe()
+    async with _queue_engine(target, concurrency) as engine:
+        t0, cpu0 = time.perf_counter(), cpu_seconds()
+        await wait_all(
+            engine, await start_all(engine, queued_wf, [{"queued": True, "ms": step_ms}] * n)
+        )
+        elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    figures.update(
+        {
+            "total_seconds": round(elapsed, 3),
+            "workflows_per_s": round(n / elapsed, 1),
+            "cpu_ms_per_run": round(cpu / n * 1000, 3),
+            "peak_inside": SLOTS.peak,
+            "ideal_workflows_per_s": round(concurrency / (step_ms / 1000), 1),
+        }
+    )
+    target.renew()
+    SLOTS = SlotProbe()
+    async with _queue_engine(target, 1) as engine:
+        holder = await engine.start(queued_wf, {"queued": True, "ms": 1500.0})
+        while SLOTS.inside == 0:  # the first holds the slot while the others line up behind
+            await asyncio.sleep(0.001)
+        ids = await start_all(engine, queued_wf, [{"queued": True, "ms": 1.0}] * chain)
+        await until_suspended(engine, chain)
+        await wait_all(engine, [holder.id, *ids])
+    spans = sorted(SLOTS.spans)
+    gaps = [(b[0] - a[1]) * 1000 for a, b in itertools.pairwise(spans)]
+    figures.update(
+        {
+            "handoffs": len(gaps),
+            "handoff_p50_ms": round(common.pct(gaps, 0.5), 2),
+            "handoff_p99_ms": round(common.pct(gaps, 0.99), 2),
+            "overlapping_handoffs": sum(g < 0 for g in gaps),
+        }
+    )
+    return figures
+
+
+def _queue_engine(target: Target, concurrency: int, store: Store | None = None) -> Engine:
+    return Engine(
+        store or target.store(),
+        workflows=[queued_wf],
+        steps=[slot_step, unqueued_step],
+        queues=[StepQueue("bench", concurrency=concurrency)],
+    )
+
+
+async def _queue_cost(target: Target, queued: bool, runs: int) -> Figures:
+    """Per run of one step, run one after the other: commits, statements and round trips."""
+    target.renew()
+    proxy = RoundTripProxy()
+    before = common.pg_settled_commits()
+    async with _queue_engine(
+        target, 8, Target("pg", target.tmp, proxy.url(target.url)).store()
+    ) as engine:
+        await wait_all(engine, await start_all(engine, queued_wf, [{"queued": queued, "ms": 0.0}]))
+        trips0 = proxy.trips
+        with count_statements() as counts:
+            for _ in range(runs):
+                await wait_all(
+                    engine, await start_all(engine, queued_wf, [{"queued": queued, "ms": 0.0}])
+                )
+        trips = proxy.trips - trips0
+    commits = common.pg_settled_commits() - before
+    return {
+        "round_trips_per_run": round(trips / runs, 2),
+        "statements_per_run": round(counts["statements"] / runs, 2),
+        "commits_per_run": round(commits / runs, 2),
+    }
+
+
 # ---------------------------------------------------------------- command line
 
 WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
@@ -572,6 +697,7 @@ WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "memory_completed": memory_completed,
     "scale": scale,
     "waiters": waiters,
+    "step_queue": step_queue,
 }
 
 

@@ -4,6 +4,8 @@ python mp_app.py hammer URL TOTAL             -> drives the hot-key runs (create
                                                  the test) until TOTAL of them completed
 python mp_app.py quota URL N_STARTS PROC     -> fires N_STARTS starts at a full-able quota and
                                                  prints "admitted=<n> refused=<m>"
+python mp_app.py queue URL TOTAL             -> drives the queued runs (created beforehand by the
+                                                 test) until TOTAL of them completed
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 from typing import Any
 
 import runlane
-from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton
+from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton, StepQueue
 from runlane.stores import open_store
 
 LOG = os.environ.get("RUNLANE_MP_LOG", "")
@@ -46,8 +48,29 @@ async def quota(ctx: runlane.Context, i: Any) -> None:
     await ctx.wait_for_signal("never")
 
 
-async def hammer(url: str, total: int) -> None:
-    engine = Engine(open_store(url), workflows=[hot], poll_interval=0.05, singleton_retry=0.2)
+@runlane.step(name="slot", queue="three")
+async def slot(name: str) -> None:
+    with open(LOG, "a") as log:
+        log.write(f"enter {name} {time.time():.6f}\n")
+    await asyncio.sleep(0.005)
+    with open(LOG, "a") as log:
+        log.write(f"exit {name} {time.time():.6f}\n")
+
+
+@runlane.workflow(name="queued")
+async def queued(ctx: runlane.Context, i: Any) -> None:
+    for n in range(3):
+        await ctx.step(slot, f"{ctx.run_id}:{n}")
+
+
+async def hammer(url: str, total: int, queue: bool = False) -> None:
+    engine = Engine(
+        open_store(url),
+        workflows=[queued if queue else hot],
+        queues=[StepQueue("three", concurrency=3)],
+        poll_interval=0.05,
+        singleton_retry=0.2,
+    )
     async with engine:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -77,7 +100,7 @@ async def race(url: str, starts: int, proc: str) -> None:
 
 if __name__ == "__main__":
     mode, url = sys.argv[1], sys.argv[2]
-    if mode == "hammer":
-        asyncio.run(hammer(url, int(sys.argv[3])))
+    if mode in ("hammer", "queue"):
+        asyncio.run(hammer(url, int(sys.argv[3]), queue=mode == "queue"))
     else:
         asyncio.run(race(url, int(sys.argv[3]), sys.argv[4]))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import runlane
 from runlane import Engine
 from runlane.stores import open_store
 
@@ -115,3 +116,49 @@ def test_200_racing_starts_from_4_processes_admit_exactly_the_limit(backend_url:
         return len(runs)
 
     assert asyncio.run(rows()) == 8
+
+
+@pytest.mark.slow
+def test_three_processes_run_300_steps_through_a_queue_of_3_never_more_at_once(
+    backend_url: str, tmp_path: Path
+) -> None:
+    from .mp_app import queued
+
+    log = tmp_path / "slots.log"
+    runs, procs = 100, 3
+
+    async def create() -> None:
+        engine = Engine(open_store(backend_url), workflows=[queued], drive=False)
+        async with engine:
+            for n in range(runs):
+                await engine.start(queued, None, run_id=f"q{n:03d}")
+
+    asyncio.run(create())
+    env = {"RUNLANE_MP_LOG": str(log)}
+    children = [_spawn("queue", backend_url, str(runs), env=env) for _ in range(procs)]
+    for child in children:
+        out, _ = child.communicate(timeout=150)
+        assert child.returncode == 0, out
+    events = [line.split() for line in log.read_text().splitlines()]
+    inside, peak, entered = 0, 0, []
+    # At equal stamps, count the exit first: the slot it frees may be taken in that instant.
+    for kind, step_id, _stamp in sorted(events, key=lambda e: (float(e[2]), e[0] == "enter")):
+        inside += 1 if kind == "enter" else -1
+        peak = max(peak, inside)
+        if kind == "enter":
+            entered.append(step_id)
+    assert peak <= 3
+    assert peak == 3  # the queue was used to the full, not serialised
+    assert len(set(entered)) == runs * 3  # none lost
+    assert len(entered) == runs * 3  # none twice
+
+    async def check() -> None:
+        store = open_store(backend_url)
+        await store.open()
+        try:
+            done = await store.list_runs(status=runlane.RunStatus.COMPLETED, limit=runs + 1)
+            assert len(done) == runs
+        finally:
+            await store.close()
+
+    asyncio.run(check())

@@ -197,8 +197,10 @@ class PostgresStore:
         if refusal is not None:
             return Started(None, created=False, rejected=refusal)
         key = gate_params(spec)["singleton_key"]
+        # A replaced run's step queue entries count for nothing once it settled; they go when
+        # its run is pruned (a run that holds a queue's slot is rarely replaced from outside).
         for other in await fetch_all(conn, "active_of_key", key=key):
-            await self._cancel_one(conn, other["id"], other["status"], now, None)
+            await self._cancel_one(conn, other["id"], other["status"], now, None, [])
         inserted = await self._insert_plain(conn, [spec])
         if not inserted[spec.id].created:
             raise Contended(spec.id)
@@ -277,20 +279,30 @@ class PostgresStore:
                 if settled is not None:
                     return ClaimOutcome(settled=settled)
                 if row["queued"]:  # the slots its lost turn held go (its replay asks again)
-                    await self._release_queued(conn, run_id, None, now, admitted_only=True)
+                    call = _release_call(run_id, None, None, now, admitted_only=True)
+                    await pipeline(conn, call)
             admit = row["singleton_key"] is not None and not row["holds_slot"]
             if admit and not await self._admits(conn, row):
                 await execute(conn, "park", id=run_id, now=now, **retry)
                 return ClaimOutcome(parked=True)
             return await self._lease(conn, {**lease, "admit": admit})
 
-        return await self._db.tx(work)
+        outcome = await self._db.tx(work)
+        if outcome.settled is not None and outcome.settled.queued:
+            await self._release_settled(run_id, now)
+        return outcome
 
     async def _lock_claimable(
         self, conn: Conn, run_id: str, now: datetime, handoff: bool
     ) -> Row | None:
         """The run's row, locked, if it is claimable now (its key lock taken first)."""
-        *_, rows = await pipeline(conn, _lock_call((), run_id), ("lock_run", {"id": run_id}))
+        *_, rows = await pipeline(
+            conn,
+            _lock_call((), run_id),
+            # A recovery releases the slots the run holds: their queues are locked first.
+            _queue_locks(run_id, None),
+            ("lock_run", {"id": run_id}),
+        )
         return rows[0] if rows and claimable(rows[0], now, handoff) else None
 
     async def _recover(
@@ -370,7 +382,11 @@ class PostgresStore:
         }
 
         async def work(conn: Conn) -> str:
-            found = await fetch_one(conn, "step_for_result", id=run_id, seq=seq)
+            # The step's queue first, if it has one (the lock order), then the run and the step.
+            _, rows = await pipeline(
+                conn, _queue_locks(run_id, [seq]), ("step_for_result", {"id": run_id, "seq": seq})
+            )
+            found = _first(rows)
             if found is None or found["run_status"] in _TERMINAL or found["attempts"] != attempt:
                 return "dropped"
             if found["status"] != StepStatus.RUNNING:
@@ -472,11 +488,7 @@ class PostgresStore:
             row = _check_fence(_first(settled), run_id, owner)
             woken = _woken(row)
             if row["fence_queued"]:
-                # Its entries counted for nothing once it settled; their waiters are woken now
-                # (if this process dies first, their fallback timers do it).
-                woken += await self._db.run(
-                    lambda conn: self._release_queued(conn, run_id, None, now)
-                )
+                woken += await self._release_settled(run_id, now)
             if row["id"] is None:
                 return SettleResult(woken)
             return SettleResult(woken, await self._handed_claim(row))
@@ -491,15 +503,18 @@ class PostgresStore:
             *_, rows = await pipeline(conn, settle_lock, settle)
             row = _check_fence(_first(rows), run_id, owner)
             woken = _woken(row)
-            if row["fence_queued"]:
-                woken += await self._release_queued(conn, run_id, None, now)
             # The continuation skips the gates (its predecessor held the place), but its key
             # is locked above so concurrent counts see it or wait for it.
             started = await self._insert_plain(conn, follow)
             woken.extend(s.run.id for s in started.values() if s.created and s.run is not None)
+            queued.append(row["fence_queued"])
             return SettleResult(woken)
 
-        return await self._db.tx(work)
+        queued: list[bool] = []
+        result = await self._db.tx(work)
+        if queued[-1]:
+            result.woken.extend(await self._release_settled(run_id, now))
+        return result
 
     async def _handed_claim(self, leased: Row) -> Claim:
         """The claim of the waiter a settlement leased: its history read only if it has one.
@@ -540,8 +555,6 @@ class PostgresStore:
         """Settle a run terminal outside a turn, as ``settle_run`` does (its key lock held)."""
         row = await fetch_one(conn, "settle", **_settle_params(run_id, None, settlement, now))
         assert row is not None and row["written"], f"finishing unknown run {run_id!r}"
-        if row["fence_queued"]:
-            await self._release_queued(conn, run_id, None, now)
         run = await fetch_one(conn, "get_run", id=run_id)
         assert run is not None
         return run_from_row(run)
@@ -580,7 +593,8 @@ class PostgresStore:
             "priority": request.priority,
             "fairness_key": request.fairness_key,
         }
-        flushed, entered, decided = await self._db.batch(
+        _, flushed, entered, decided = await self._db.batch(
+            ("lock_queue", {"queue": request.queue}),
             ("checkpoint", {**fenced_params(run_id, owner, writes), "now": now}),
             ("queue_enter", asked),
             ("queue_admit", asked),
@@ -596,25 +610,25 @@ class PostgresStore:
     async def release_step(
         self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
     ) -> list[str]:
-        flushed, released = await self._db.batch(
+        _, flushed, released = await self._db.batch(
+            _queue_locks(run_id, [seq]),
             ("checkpoint", {**fenced_params(run_id, owner, writes), "now": now}),
             _release_call(run_id, owner, [seq], now),
         )
         _check_fence(_first(flushed), run_id, owner)
         return list(released[0]["woken"])
 
-    async def _release_queued(
-        self,
-        conn: Conn,
-        run_id: str,
-        seqs: Sequence[int] | None,
-        now: datetime,
-        *,
-        admitted_only: bool = False,
-    ) -> list[str]:
-        call = _release_call(run_id, None, seqs, now, admitted_only=admitted_only)
-        [rows] = await pipeline(conn, call)
-        return list(rows[0]["woken"])
+    async def _release_settled(self, run_id: str, now: datetime) -> list[str]:
+        """Delete a settled run's queue entries and wake their queues' next waiters.
+
+        Its entries counted for nothing from its settlement on (only unsettled runs' entries
+        count), so this follows in a transaction of its own, which takes the queues' locks
+        before any run's row as every queue operation does; if the process dies in between,
+        the waiters' fallback timers wake them."""
+        _, released = await self._db.batch(
+            _queue_locks(run_id, None), _release_call(run_id, None, None, now, settled=True)
+        )
+        return list(released[0]["woken"])
 
     async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
         async def work(conn: Conn) -> bool:
@@ -647,22 +661,35 @@ class PostgresStore:
             status = {r["id"]: r["status"] for r in locked}
             changed = []
             for target in depth_first(run_id, tree):
-                if await self._cancel_one(conn, target, status[target], now, error):
+                if await self._cancel_one(conn, target, status[target], now, error, settled):
                     changed.append(target)
             return changed
 
-        return await self._db.tx(work)
+        settled: list[Run] = []
+        changed = await self._db.tx(work)
+        for run in settled:
+            if run.queued:
+                await self._release_settled(run.id, now)
+        return changed
 
     async def _cancel_one(
-        self, conn: Conn, run_id: str, status: str, now: datetime, error: dict[str, object] | None
+        self,
+        conn: Conn,
+        run_id: str,
+        status: str,
+        now: datetime,
+        error: dict[str, object] | None,
+        settled: list[Run],
     ) -> bool:
-        """Cancel one active run (its key lock held): leased ones go to ``cancelling``."""
+        """Cancel one active run (its key lock held): leased ones go to ``cancelling``; the
+        others settle, and join ``settled``."""
         if status in _TERMINAL or status == RunStatus.CANCELLING:
             return False
         if status == RunStatus.RUNNING:
             await execute(conn, "mark_cancelling", id=run_id, now=now, error=json_param(error))
         else:
-            await self._finish(conn, run_id, Settlement(RunStatus.CANCELLED, None, error), now)
+            cancelled = Settlement(RunStatus.CANCELLED, None, error)
+            settled.append(await self._finish(conn, run_id, cancelled, now))
         return True
 
     async def requeue_run(
@@ -904,6 +931,10 @@ def _queue_params(settings: QueueSettings, now: datetime) -> Row:
     }
 
 
+def _queue_locks(run_id: str, seqs: Sequence[int] | None) -> Call:
+    return ("lock_queues_of", {"id": run_id, "seqs": None if seqs is None else list(seqs)})
+
+
 def _release_call(
     run_id: str,
     owner: str | None,
@@ -911,7 +942,10 @@ def _release_call(
     now: datetime,
     *,
     admitted_only: bool = False,
+    settled: bool = False,
 ) -> Call:
+    """``queue_release`` of the run's entries at ``seqs`` (None: all): fenced by ``owner``'s
+    lease, or (``settled``) only once the run is settled."""
     return (
         "queue_release",
         {
@@ -919,6 +953,7 @@ def _release_call(
             "owner": owner,
             "seqs": None if seqs is None else list(seqs),
             "admitted_only": admitted_only,
+            "settled": settled,
             "now": now,
         },
     )

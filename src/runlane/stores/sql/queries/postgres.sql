@@ -627,13 +627,26 @@ ON CONFLICT (name) DO UPDATE SET
     rate_period = EXCLUDED.rate_period, fairness = EXCLUDED.fairness,
     arrival = EXCLUDED.arrival, updated_at = EXCLUDED.updated_at;
 
+-- name: lock_queue
+-- A queue's row lock: every queue operation takes it before any run's row (the lock order:
+-- singleton keys, then queues, then runs), so the operations of one queue go one at a time and
+-- never deadlock with each other over the runs they wake.
+SELECT name FROM runlane_queues WHERE name = %(queue)s FOR NO KEY UPDATE;
+
+-- name: lock_queues_of
+-- The row locks of the queues a run's entries are in (at ``seqs``, or all), in name order.
+SELECT name FROM runlane_queues
+WHERE name IN (SELECT queue FROM runlane_queue_entries
+               WHERE run_id = %(id)s AND (%(seqs)s::int[] IS NULL OR seq = ANY(%(seqs)s::int[])))
+ORDER BY name
+FOR NO KEY UPDATE;
+
 -- name: queue_enter
--- After the turn's fenced flush (an earlier statement of the same transaction, which holds the
--- run's row): while the caller still holds the lease, lock the queue's row (the admissions of a
--- queue are decided one at a time), mark the run queued and give the step an entry if it has
--- none. ``known`` is false for a queue nobody registered.
+-- After the queue's lock and the turn's fenced flush (earlier statements of the transaction):
+-- while the caller still holds the lease, mark the run queued and give the step an entry if it
+-- has none. ``known`` is false for a queue nobody registered.
 WITH q AS (
-    SELECT name FROM runlane_queues WHERE name = %(queue)s FOR NO KEY UPDATE
+    SELECT name FROM runlane_queues WHERE name = %(queue)s
 ), held AS (
     SELECT id FROM runlane_runs
     WHERE id = %(id)s AND lease_owner = %(owner)s AND status = 'running'
@@ -718,7 +731,8 @@ FROM decision AS d, room, q;
 
 -- name: queue_release
 -- Delete the run's entries (at ``seqs``, or all of them with ``seqs`` NULL; only those holding
--- a slot with ``admitted_only``), with ``owner`` set only while it holds the run's lease; then
+-- a slot with ``admitted_only``), with ``owner`` set only while it holds the run's lease, with
+-- ``settled`` only once the run is settled (the caller took the queues' locks); then
 -- wake the first waiters of their queues the free room is for. The statement's snapshot still
 -- shows the deleted entries, hence the ``NOT IN gone`` below.
 WITH gone AS (
@@ -729,6 +743,9 @@ WITH gone AS (
       AND (%(owner)s::text IS NULL OR EXISTS (
           SELECT FROM runlane_runs
           WHERE id = %(id)s AND lease_owner = %(owner)s AND status = 'running'))
+      AND (NOT %(settled)s OR EXISTS (
+          SELECT FROM runlane_runs
+          WHERE id = %(id)s AND status IN ('completed', 'failed', 'cancelled', 'dead')))
     RETURNING id, queue
 ), room AS (
     SELECT q.name, q.fairness, q.arrival, GREATEST(0, LEAST(
