@@ -175,6 +175,7 @@ def run_from_row(row: Row) -> Run:
         concurrency_limit=row["concurrency_limit"],
         concurrency_statuses=_statuses(row["concurrency_statuses"]),
         admission_retries=row["admission_retries"],
+        failures=row["failures"],
     )
 
 

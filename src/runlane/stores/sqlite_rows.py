@@ -59,6 +59,7 @@ def run_from_row(row: sqlite3.Row) -> Run:
         concurrency_limit=row["concurrency_limit"],
         concurrency_statuses=_statuses(loads(row["concurrency_statuses"])),
         admission_retries=row["admission_retries"],
+        failures=row["failures"],
     )
 
 
@@ -70,7 +71,7 @@ RUN_COLUMNS = (
     "id, workflow, version, status, input, output, error, tags, created_at, updated_at, wake_at,"
     " parent_id, namespace, priority, singleton_key, singleton_limit, holds_slot,"
     " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at,"
-    " concurrency_limit, concurrency_statuses, admission_retries"
+    " concurrency_limit, concurrency_statuses, admission_retries, failures"
 )
 
 
@@ -103,6 +104,7 @@ def run_values(run: Run) -> tuple[Any, ...]:
         run.concurrency_limit,
         None if run.concurrency_statuses is None else dumps(sorted(run.concurrency_statuses)),
         run.admission_retries,
+        run.failures,
     )
 
 
