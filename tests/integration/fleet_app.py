@@ -57,6 +57,17 @@ async def mixed(ctx: runlane.Context, _: Any) -> list[str]:
     return [first, second]
 
 
+@runlane.workflow(name="fleet.alert")
+async def alert(ctx: runlane.Context, info: dict[str, Any]) -> str:
+    return str(await ctx.step(local, [ctx.run_id, 1]))
+
+
+@runlane.workflow(name="fleet.fails", on_failure=alert)
+async def fails(ctx: runlane.Context, _: Any) -> None:
+    await ctx.step(local, [ctx.run_id, 1])
+    raise ValueError(f"{ctx.run_id} fails")
+
+
 def transport(kind: str, pg_url: str, prefix: str) -> Transport | None:
     if kind == "redis":
         return RedisTransport(REDIS_URL, prefix=prefix)
@@ -78,7 +89,7 @@ async def serve(role: str, pg_url: str, kind: str, prefix: str) -> None:
     engine = Engine(
         open_store(pg_url),
         transport=transport(kind, pg_url, prefix),
-        workflows=[three, mixed],
+        workflows=[three, mixed, fails, alert],
         steps=[local, remote],
         lease=5.0,
         poll_interval=0.1,
