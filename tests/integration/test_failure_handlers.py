@@ -111,13 +111,19 @@ async def failed(engine: Any, clock: Any, run_id: str) -> Any:
     return await settle(engine, run_id)
 
 
-async def keep_dying(engine: Any, clock: Any, run_id: str, turns: int) -> None:
-    """Claim the run ``turns`` times for turns that die: each lease expires unreleased."""
+async def keep_dying(
+    make_engine: Any, clock: Any, workflow: Any, run_id: str, *, limit: int, turns: int
+) -> Any:
+    """An engine (``max_recovery_attempts=limit``) and a run of ``workflow`` claimed ``turns``
+    times for turns that die: each lease expires unreleased."""
+    engine = await make_engine(*ALL, max_recovery_attempts=limit, lease=LEASE)
+    await engine.start(workflow, {"id": run_id}, run_id=run_id)
     for n in range(turns):
         now = clock.now()
         until = now + timedelta(seconds=LEASE)
         await engine.store.claim_run(run_id, f"dying:{n}", now, until, singleton_retry=NO_WAIT)
         clock.advance(LEASE + 1)
+    return engine
 
 
 async def test_a_failed_run_starts_its_on_failure_handler_with_what_happened(
@@ -143,9 +149,7 @@ async def test_a_failed_run_starts_its_on_failure_handler_with_what_happened(
 async def test_a_run_whose_turns_keep_dying_is_declared_dead_and_its_dead_letter_runs(
     make_engine: Any, clock: Any
 ) -> None:
-    engine = await make_engine(*ALL, max_recovery_attempts=1, lease=LEASE)
-    await engine.start(order, {"id": 1}, run_id="o1")
-    await keep_dying(engine, clock, "o1", 2)
+    engine = await keep_dying(make_engine, clock, order, "o1", limit=1, turns=2)
     await engine.recover_incomplete()
     run = await engine.get_run("o1")
     assert (run.status, run.recoveries, run.failures) == (RunStatus.DEAD, 2, 1)
@@ -158,9 +162,7 @@ async def test_a_run_whose_turns_keep_dying_is_declared_dead_and_its_dead_letter
 async def test_a_dead_run_without_a_dead_letter_starts_its_on_failure_handler(
     make_engine: Any, clock: Any
 ) -> None:
-    engine = await make_engine(*ALL, max_recovery_attempts=0, lease=LEASE)
-    await engine.start(fragile, None, run_id="f")
-    await keep_dying(engine, clock, "f", 1)
+    engine = await keep_dying(make_engine, clock, fragile, "f", limit=0, turns=1)
     await engine.recover_incomplete()
     assert (await engine.get_run("f")).status == RunStatus.DEAD
     handler = await settle(engine, "f.failure.1")
@@ -170,9 +172,7 @@ async def test_a_dead_run_without_a_dead_letter_starts_its_on_failure_handler(
 async def test_a_dying_run_whose_engine_died_before_settling_it_is_declared_dead_once(
     make_engine: Any, clock: Any
 ) -> None:
-    engine = await make_engine(*ALL, max_recovery_attempts=0, lease=LEASE)
-    await engine.start(order, {"id": 2}, run_id="o2")
-    await keep_dying(engine, clock, "o2", 1)
+    engine = await keep_dying(make_engine, clock, order, "o2", limit=0, turns=1)
     now = clock.now()
     dying = await engine.store.claim_run(
         "o2",
