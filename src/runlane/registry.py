@@ -88,7 +88,7 @@ class Registry:
 
     @property
     def dead_letters(self) -> frozenset[str]:
-        """The workflows a dead run of which starts a handler (in some version)."""
+        """The workflows whose dead runs start a handler (in some version of them)."""
         return frozenset(
             name
             for name, versions in self._workflows.items()
