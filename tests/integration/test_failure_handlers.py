@@ -3,6 +3,7 @@ settles it; the handler starts like any run (quotas, singletons), and a cancelle
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -229,7 +230,10 @@ async def test_a_handler_refused_by_its_quota_is_recorded_on_the_failed_run(
     engine = await make_engine(paged_order, page)
     await engine.start(page, None, run_id="busy")
     await engine.start(paged_order, None, run_id="p")
+    waiter = asyncio.create_task(engine.wait_for_run("p", timeout=10))
+    await asyncio.sleep(0)
     run = await settle(engine, "p")
+    assert await waiter == run  # the settling turn's own view says what the store says
     assert (run.status, run.failures) == (RunStatus.FAILED, 1)
     refusal = run.error["handler_error"]
     assert refusal["type"] == "ConcurrencyLimitError"
