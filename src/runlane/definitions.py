@@ -121,6 +121,24 @@ class WorkflowDefinition:
     execution_timeout: float | None = None
     on_event: tuple[str, ...] = ()
     tags: tuple[str, ...] = field(default_factory=tuple)
+    on_failure: str | None = None
+    dead_letter: str | None = None
+    # The handlers given as decorated workflows: an engine that registers this workflow
+    # registers them too, unless it registers a workflow of that name itself.
+    given_handlers: tuple[WorkflowDefinition, ...] = field(default=(), compare=False, repr=False)
+
+    def handler(self, status: RunStatus) -> str | None:
+        """The workflow a run that ended ``status`` starts: ``on_failure`` for a failed run,
+        ``dead_letter`` (else ``on_failure``) for a dead one, none otherwise."""
+        if status == RunStatus.FAILED:
+            return self.on_failure
+        if status == RunStatus.DEAD:
+            return self.dead_letter or self.on_failure
+        return None
+
+    @property
+    def handlers(self) -> tuple[str, ...]:
+        return tuple(h for h in (self.on_failure, self.dead_letter) if h is not None)
 
 
 def check_tags(tags: Iterable[str]) -> tuple[str, ...]:
@@ -145,6 +163,8 @@ def workflow(
     execution_timeout: Seconds | None = None,
     on_event: Iterable[str] = (),
     tags: Iterable[str] = (),
+    on_failure: str | Callable[..., Any] | None = None,
+    dead_letter: str | Callable[..., Any] | None = None,
 ) -> Callable[[F], F]: ...
 def workflow(
     fn: F | None = None,
@@ -157,9 +177,18 @@ def workflow(
     execution_timeout: Seconds | None = None,
     on_event: Iterable[str] = (),
     tags: Iterable[str] = (),
+    on_failure: str | Callable[..., Any] | None = None,
+    dead_letter: str | Callable[..., Any] | None = None,
 ) -> F | Callable[[F], F]:
-    """Declare an ``async def body(ctx, input)`` as a durable workflow."""
+    """Declare an ``async def body(ctx, input)`` as a durable workflow.
+
+    ``on_failure`` and ``dead_letter`` name the workflows (by name, or the decorated function)
+    that a failed, respectively dead, run starts; see README "When a run fails".
+    """
     checked_tags = check_tags(tags)
+    failure, failure_definition = _handler("on_failure", on_failure)
+    dead, dead_definition = _handler("dead_letter", dead_letter)
+    given = tuple(d for d in (failure_definition, dead_definition) if d is not None)
 
     def decorate(body: F) -> F:
         if not inspect.iscoroutinefunction(body):
@@ -169,8 +198,11 @@ def workflow(
         if concurrency is not None and not isinstance(concurrency, Concurrency):
             raise DefinitionError("concurrency= takes a runlane.Concurrency")
         events = (on_event,) if isinstance(on_event, str) else tuple(on_event)
+        workflow_name = name or body.__name__
+        if workflow_name in (failure, dead):
+            raise DefinitionError(f"workflow {workflow_name!r} cannot be its own failure handler")
         definition = WorkflowDefinition(
-            name=name or body.__name__,
+            name=workflow_name,
             version=str(version),
             fn=body,
             singleton=singleton,
@@ -178,11 +210,29 @@ def workflow(
             execution_timeout=seconds(execution_timeout, "execution_timeout"),
             on_event=events,
             tags=checked_tags,
+            on_failure=failure,
+            dead_letter=dead,
+            given_handlers=given,
         )
         setattr(body, WORKFLOW_ATTR, definition)
         return body
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _handler(
+    option: str, handler: str | Callable[..., Any] | None
+) -> tuple[str | None, WorkflowDefinition | None]:
+    """The workflow a handler option names (a non-empty name or a decorated workflow), and
+    its definition when it was given as a workflow."""
+    if handler is None or (isinstance(handler, str) and handler):
+        return handler, None
+    definition = getattr(handler, WORKFLOW_ATTR, None)
+    if not isinstance(definition, WorkflowDefinition):
+        raise DefinitionError(
+            f"{option}= takes a workflow name or a @runlane.workflow function, got {handler!r}"
+        )
+    return definition.name, definition
 
 
 @overload

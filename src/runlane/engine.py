@@ -43,14 +43,18 @@ from .local import LocalRuns
 from .models import (
     JSON,
     Claim,
+    ClaimOutcome,
     Lease,
     RetryTimer,
     Run,
     RunSpec,
     RunStatus,
+    Settlement,
     SingletonGate,
     Started,
     StepRecord,
+    dead_settlement,
+    ready_ids,
 )
 from .options import EngineOptions
 from .queues import StepQueue
@@ -113,6 +117,8 @@ class Engine:
         self._declared = _declared_schedules(schedules, self.registry)
         self.queues = _registered_queues(queues)
         self.schedules = Scheduler(_SchedulerHost(self))
+        # A dead run of these starts a handler: the claim that finds it dead leaves it to us.
+        self._dead_letters = self.registry.dead_letters
         self.clock: Clock = clock or SystemClock()
         self.namespace = namespace
         self.drive = drive
@@ -330,6 +336,22 @@ class Engine:
             definition, input, next_id, priority=run.priority, tags=user_tags
         )
 
+    async def handler_spec(self, workflow: str, run: Run, settlement: Settlement) -> RunSpec:
+        """The start of ``workflow`` as the failure handler of ``run`` settling so: its input
+        says which run ended how, its id counts the run's failures (``failure_id``), and its
+        gates are evaluated as any start's."""
+        value = {
+            "run_id": run.id,
+            "workflow": run.workflow,
+            "input": run.input,
+            "error": settlement.error,
+            "status": str(settlement.status),
+        }
+        definition = self.registry.workflow(workflow)
+        value = normalise(value, f"input of failure handler {workflow!r}")
+        spec = await self.build_spec(definition, value, failure_id(run), priority=run.priority)
+        return replace(spec, namespace=run.namespace)
+
     async def signal(self, run_id: str, name: str, payload: JSON = None) -> None:
         """Deliver a signal to the run's waiter, or buffer it until the run waits for it."""
         value = normalise(payload, f"payload of signal {name!r}")
@@ -374,8 +396,7 @@ class Engine:
                     "event %s: subscriber %s skipped: %s", name, spec.workflow, result.rejected
                 )
         new = [s.run.id for s in started if s.created and s.run is not None]
-        ready = [s.run.id for s in started if s.created and not s.waiting and s.run is not None]
-        self._kick([*woken, *ready])
+        self._kick([*woken, *ready_ids(started)])
         return len(woken) + len(new) if created or new else 0
 
     async def cancel(self, run_id: str) -> bool:
@@ -699,20 +720,24 @@ class Engine:
         self, run_id: str, handoff: bool = False, claim: Claim | None = None
     ) -> list[str]:
         """Claim the run (or use ``claim``) and drive one turn; returns runs to execute next."""
+        verdict = None
         if claim is None:
             try:
-                claim = await self._claim(run_id, handoff)
+                outcome = await self._claim(run_id, handoff)
             except Exception as exc:
                 if not is_infrastructure(exc):
                     raise
                 # The run stays claimable in the store: a later poll takes it.
                 self.outage.failed(exc, f"claiming run {run_id}")
                 return []
+            claim = outcome.claim
             if claim is None:
                 return []
+            if outcome.dying:
+                verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
-        result = await Turn(self, claim, owner, definition).execute()
+        result = await Turn(self, claim, owner, definition).execute(verdict)
         if result.outage is not None:
             self.outage.failed(result.outage, f"executing run {run_id}")
         elif self.outage.down:
@@ -727,9 +752,9 @@ class Engine:
             self._note_wake(result.wake_at)
         return result.woken
 
-    async def _claim(self, run_id: str, handoff: bool) -> Claim | None:
+    async def _claim(self, run_id: str, handoff: bool) -> ClaimOutcome:
         if self.runqueue is not None and not self.runqueue.claiming(run_id):
-            return None
+            return ClaimOutcome()
         now = self.now()
         outcome = await self.store.claim_run(
             run_id,
@@ -739,10 +764,11 @@ class Engine:
             singleton_retry=self.admission_retry(),
             max_recoveries=self.options.max_recovery_attempts,
             handoff=handoff,
+            dead_letters=self._dead_letters,
         )
         if outcome.settled is not None:
             self._notify_many([run_id], outcome.settled)
-        return outcome.claim
+        return outcome
 
     def admission_retry(self) -> RetryTimer:
         """The fallback timer of a denied admission (a singleton waiter's, a queued step's),
@@ -920,10 +946,15 @@ def _same_start(run: Run, spec: RunSpec) -> bool:
     )
 
 
+def failure_id(run: Run) -> str:
+    """``<id>.failure.<n>``: the failure handler run of the run's n-th failure (from 1)."""
+    return f"{run.id}.failure.{run.failures + 1}"
+
+
 def continuation_id(run_id: str) -> str:
     """``<id>~1`` for a first continuation, then ``~2``, ``~3``, ..."""
     base, _, n = run_id.rpartition("~")
     return f"{base}~{int(n) + 1}" if base and n.isdigit() else f"{run_id}~1"
 
 
-__all__ = ["Engine", "RunStatus", "continuation_id"]
+__all__ = ["Engine", "RunStatus", "continuation_id", "failure_id"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
+
+from .errors import error_dict
 
 JSON = Any
 """A JSON-serialisable value: dict, list, str, int, float, bool or None."""
@@ -75,6 +77,8 @@ class Run:
     admission_retries: int = 0
     # The run has entered a step queue: its settlement releases what it holds or waits for.
     queued: bool = False
+    # Terminal failures (failed or dead) so far, across requeues: names the failure handler runs.
+    failures: int = 0
 
     @property
     def is_terminal(self) -> bool:
@@ -231,6 +235,11 @@ class Started:
     claim: Claim | None = None
 
 
+def ready_ids(started: Iterable[Started]) -> list[str]:
+    """The runs among ``started`` created now that may run at once (not waiting for a slot)."""
+    return [s.run.id for s in started if s.created and not s.waiting and s.run is not None]
+
+
 @dataclass(frozen=True)
 class Signal:
     id: int
@@ -265,6 +274,9 @@ class ClaimOutcome:
     claim: Claim | None = None
     parked: bool = False  # a singleton waiter denied a slot and parked until woken
     settled: Run | None = None  # the claim found the run terminal (e.g. a recovered cancelling run)
+    # The claim is a recovery past the limit of a workflow with a dead-letter handler: the run
+    # is leased so that its claimer settles it dead, with the handler, instead of running it.
+    dying: bool = False
 
 
 @dataclass(frozen=True)
@@ -273,6 +285,30 @@ class Settlement:
     output: JSON = None
     error: dict[str, Any] | None = None
     continue_as: RunSpec | None = None
+    # A failed or dead run's failure handler, started in the settling write.
+    handler: RunSpec | None = None
+
+
+FAILURES = frozenset({RunStatus.FAILED, RunStatus.DEAD})
+"""The terminal statuses that count as a run's failures and start its failure handler."""
+
+
+def dead_settlement(recoveries: int, max_recoveries: int | None) -> Settlement | None:
+    """How a run recovered ``recoveries`` times settles when that is past ``max_recoveries``:
+    dead; None while it may run again."""
+    if max_recoveries is None or recoveries <= max_recoveries:
+        return None
+    error = {
+        "type": "RecoveryLimitExceeded",
+        "message": f"run recovered {recoveries} times (max {max_recoveries})",
+    }
+    return Settlement(RunStatus.DEAD, None, error)
+
+
+def with_handler_error(error: dict[str, Any] | None, refusal: BaseException) -> dict[str, Any]:
+    """A failed run's error once its failure handler could not be started: ``handler_error``
+    holds why (the refusal's type, message and fields, as ``error_dict`` stores an error)."""
+    return {**(error or {}), "handler_error": error_dict(refusal, with_traceback=False)}
 
 
 @dataclass(frozen=True)
@@ -307,6 +343,8 @@ class SettleResult:
 
     woken: list[str] = field(default_factory=list)
     successor: Claim | None = None
+    # The settlement's failure handler as its start went (created, found, or refused).
+    handler: Started | None = None
 
 
 def requeue_spec(run: Run, quota: QuotaGate | None, singleton: SingletonGate | None) -> RunSpec:
@@ -375,12 +413,14 @@ def blocked_run(run: Run, retry: RetryTimer, now: datetime) -> Run:
 
 
 def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
-    """The run as a terminal settlement leaves it: outcome recorded, slot, lease and wake cleared."""
+    """The run as a terminal settlement leaves it: outcome recorded, a failure counted, slot,
+    lease and wake cleared."""
     return replace(
         run,
         status=settlement.status,
         output=settlement.output,
         error=settlement.error,
+        failures=run.failures + int(settlement.status in FAILURES),
         holds_slot=False,
         lease_owner=None,
         lease_expires_at=None,
@@ -390,8 +430,16 @@ def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
     )
 
 
+def refused_handler(settled: Run, handler: Started) -> Run | None:
+    """The settled run with its failure handler's refused start recorded; None if not refused."""
+    if handler.rejected is None:
+        return None
+    return replace(settled, error=with_handler_error(settled.error, handler.rejected))
+
+
 def requeued_run(run: Run, now: datetime, deadline_at: datetime | None) -> Run:
-    """The run as a requeue leaves it: pending again, outcome, lease, slot and recoveries cleared."""
+    """The run as a requeue leaves it: pending again, outcome, lease, slot and recoveries cleared
+    (its failures are kept: the next one is counted after them)."""
     return replace(
         run,
         status=RunStatus.PENDING,

@@ -12,6 +12,7 @@ from .definitions import (
     workflow_definition,
 )
 from .errors import DefinitionError, UnknownStepError, UnknownWorkflowError
+from .models import RunStatus
 
 
 class Registry:
@@ -23,6 +24,24 @@ class Registry:
             self.add_workflow(wf)
         for st in steps:
             self.add_step(st)
+        self._add_handlers()
+
+    def _add_handlers(self) -> None:
+        """Register the failure handlers given as workflows that are not registered by name
+        (after every workflow given, so those win), then check that every handler named is
+        registered: a run's settlement starts it."""
+        pending = [d for versions in self._workflows.values() for d in versions.values()]
+        while pending:
+            definition = pending.pop()
+            for handler in definition.given_handlers:
+                if handler.name not in self._workflows:
+                    pending.append(self.add_workflow(handler))
+            missing = [h for h in definition.handlers if h not in self._workflows]
+            if missing:
+                raise DefinitionError(
+                    f"workflow {definition.name!r} names {missing[0]!r} as a failure handler,"
+                    " but no workflow of that name is registered"
+                )
 
     def add_workflow(self, obj: Any) -> WorkflowDefinition:
         definition = obj if isinstance(obj, WorkflowDefinition) else workflow_definition(obj)
@@ -66,6 +85,15 @@ class Registry:
         if group is not None:
             return StepDefinition(name=ref, fn=None, group=group)
         raise UnknownStepError(ref)
+
+    @property
+    def dead_letters(self) -> frozenset[str]:
+        """The workflows whose dead runs start a handler (in some version of them)."""
+        return frozenset(
+            name
+            for name, versions in self._workflows.items()
+            if any(d.handler(RunStatus.DEAD) for d in versions.values())
+        )
 
     @property
     def workflows(self) -> list[WorkflowDefinition]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -49,7 +49,9 @@ from .models import (
     StepRecord,
     StepStatus,
     Writes,
+    ready_ids,
     settled_run,
+    with_handler_error,
 )
 from .options import EngineOptions
 from .queues import QueueRequest
@@ -96,6 +98,10 @@ class TurnHost(Protocol):
     async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec: ...
 
     async def continuation_spec(self, run: Run, input: JSON) -> RunSpec: ...
+
+    async def handler_spec(self, workflow: str, run: Run, settlement: Settlement) -> RunSpec:
+        """The start of ``workflow`` as the failure handler of ``run`` settling so."""
+        ...
 
 
 @dataclass
@@ -474,9 +480,7 @@ class Turn:
                 for op in chunk
             ]
             started = await self.flush(specs)
-            self.created.extend(
-                s.run.id for s in started if s.created and not s.waiting and s.run is not None
-            )
+            self.created.extend(ready_ids(started))
             pairs.extend(zip(chunk, started, strict=True))
         return pairs
 
@@ -613,18 +617,20 @@ class Turn:
 
     # ---------------------------------------------------------------- the turn
 
-    async def execute(self) -> TurnOutcome:
+    async def execute(self, verdict: Settlement | None = None) -> TurnOutcome:
+        """Run the body to its next suspension point; with ``verdict``, settle the run so
+        without running it (a run recovered too often, leased to be declared dead)."""
         self.host.leases.hold(self.run.id, self.owner)
         try:
-            outcome = await self._execute()
+            outcome = await self._execute(verdict)
         finally:
             self.host.leases.release(self.run.id, self.owner)
         outcome.woken = [*self.created, *outcome.woken]
         return outcome
 
-    async def _execute(self) -> TurnOutcome:
+    async def _execute(self, verdict: Settlement | None) -> TurnOutcome:
         try:
-            ending = await self._body()
+            ending = (verdict, False) if verdict is not None else await self._body()
             if ending is None:
                 return await self._suspend()
             return await self._finish(*ending)
@@ -669,6 +675,7 @@ class Turn:
         return TurnOutcome("rewake" if rewake else "suspended", wake_at=wake)
 
     async def _finish(self, settlement: Settlement, discard: bool = False) -> TurnOutcome:
+        settlement = await self._with_handler(settlement)
         writes = Writes() if discard else self._take_writes()
         if settlement.status == RunStatus.CANCELLED and settlement.error is None:
             current = await self.io(self.host.store.get_run(self.run.id))
@@ -685,13 +692,32 @@ class Turn:
             return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
         except LeaseLostError:
             return TurnOutcome("abandoned")
+        settled = settled_run(self.run, settlement, now)
+        refusal = result.handler.rejected if result.handler is not None else None
+        if refusal is not None:
+            log.warning("run %s: its failure handler's start was refused: %s", self.run.id, refusal)
+            settled = replace(settled, error=with_handler_error(settled.error, refusal))
         return TurnOutcome(
             "settled",
             woken=result.woken,
             status=settlement.status,
-            settled=settled_run(self.run, settlement, now),
+            settled=settled,
             successor=result.successor,
         )
+
+    async def _with_handler(self, settlement: Settlement) -> Settlement:
+        """A failed or dead settlement with its failure handler's run to create, if the workflow
+        names one; when that start cannot even be built (its gate's key callable raised, say),
+        the run records why in ``error["handler_error"]`` and settles all the same."""
+        workflow = self.definition.handler(settlement.status)
+        if workflow is None:
+            return settlement
+        try:
+            spec = await self.io(self.host.handler_spec(workflow, self.run, settlement))
+        except Exception as exc:
+            log.warning("run %s: failure handler %s cannot start: %s", self.run.id, workflow, exc)
+            return replace(settlement, error=with_handler_error(settlement.error, exc))
+        return replace(settlement, handler=spec)
 
     async def _release(self, outage: BaseException) -> TurnOutcome:
         """Give the run back after a store outage: suspended and due now, with the records this

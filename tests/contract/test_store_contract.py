@@ -84,6 +84,7 @@ async def claim(
     now: datetime = T0,
     max_recoveries: int | None = None,
     handoff: bool = False,
+    dead_letters: frozenset[str] = frozenset(),
 ) -> ClaimOutcome:
     return await store.claim_run(
         run_id,
@@ -93,6 +94,7 @@ async def claim(
         singleton_retry=RetryTimer(RETRY.total_seconds(), 3600.0),
         max_recoveries=max_recoveries,
         handoff=handoff,
+        dead_letters=dead_letters,
     )
 
 
@@ -1005,6 +1007,159 @@ async def test_settle_creates_the_continuation_without_gates(store: Store) -> No
     assert woken == ["a~1"]
     assert await status_of(store, "a~1") == RunStatus.PENDING
     assert await status_of(store, "busy") == RunStatus.PENDING
+
+
+# ---------------------------------------------------------------- failure handlers
+
+BOOM = {"type": "Boom", "message": "no"}
+
+
+def failing(handler: RunSpec | None, status: RunStatus = RunStatus.FAILED) -> Settlement:
+    """A failed (or dead) settlement that starts ``handler``."""
+    return Settlement(status, None, BOOM, handler=handler)
+
+
+def handler_of(run_id: str, n: int = 1, **fields: Any) -> RunSpec:
+    return spec(f"{run_id}.failure.{n}", created=1, workflow="alert", **fields)
+
+
+async def test_a_failed_settlement_creates_its_handler_in_the_same_write(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    result = await store.settle_run("a", "owner-1", Writes(), failing(handler_of("a")), at(1))
+    assert result.woken == ["a.failure.1"]
+    assert result.handler is not None and result.handler.created
+    run = await run_of(store, "a")
+    assert (run.status, run.error, run.failures) == (RunStatus.FAILED, BOOM, 1)
+    handler = await run_of(store, "a.failure.1")
+    assert (handler.status, handler.workflow, handler.input) == (
+        RunStatus.PENDING,
+        "alert",
+        {"id": "a.failure.1"},
+    )
+
+
+async def test_failures_count_failed_and_dead_settlements_and_outlive_a_requeue(
+    store: Store,
+) -> None:
+    await create(store, spec("a"), spec("b"))
+    await settle(store, "a", failing(None))
+    assert (await store.requeue_run("a", at(1), None)).failures == 1
+    await settle(store, "a", failing(None, RunStatus.DEAD), now=at(2))
+    await store.requeue_run("a", at(3), None)
+    await settle(store, "a", now=at(4))
+    assert (await run_of(store, "a")).failures == 2
+    await store.cancel_run("b", T0, None)
+    assert (await run_of(store, "b")).failures == 0
+
+
+async def test_a_handler_refused_by_its_quota_is_recorded_on_the_failed_run(store: Store) -> None:
+    quota = QuotaGate("alerts", 1)
+    await create(store, spec("a"), spec("busy", workflow="alert", quota=quota))
+    await lease(store, "a")
+    settlement = failing(handler_of("a", quota=quota))
+    result = await store.settle_run("a", "owner-1", Writes(), settlement, at(1))
+    assert result.woken == [] and result.handler is not None
+    assert isinstance(result.handler.rejected, ConcurrencyLimitError)
+    run = await run_of(store, "a")
+    assert (run.status, run.failures) == (RunStatus.FAILED, 1)
+    assert run.error == {
+        **BOOM,
+        "handler_error": {
+            "type": "ConcurrencyLimitError",
+            "message": str(result.handler.rejected),
+            "attrs": {"workflow": "alert", "key": "alerts", "limit": 1, "active": 1},
+        },
+    }
+    assert await store.get_run("a.failure.1") is None
+
+
+async def test_a_handler_counts_against_its_quota_once_the_failed_run_has_settled(
+    store: Store,
+) -> None:
+    quota = QuotaGate("tenant", 1)
+    await create(store, spec("a", quota=quota))
+    await lease(store, "a")
+    settlement = failing(handler_of("a", quota=quota))
+    result = await store.settle_run("a", "owner-1", Writes(), settlement, at(1))
+    assert result.woken == ["a.failure.1"]
+    assert (await run_of(store, "a")).error == BOOM
+
+
+async def test_a_handler_behind_a_full_singleton_key_is_created_waiting(store: Store) -> None:
+    lane = SingletonGate("alerts")
+    await create(store, spec("busy", workflow="alert", singleton=lane), spec("a"))
+    await lease(store, "busy")
+    await lease(store, "a")
+    settlement = failing(handler_of("a", singleton=lane))
+    result = await store.settle_run("a", "owner-1", Writes(), settlement, at(1))
+    assert result.woken == [] and result.handler is not None
+    assert result.handler.created and result.handler.waiting
+    assert await status_of(store, "a.failure.1") == RunStatus.PENDING
+    woken = (await store.settle_run("busy", "owner-1", Writes(), DONE, at(2))).woken
+    assert woken == ["a.failure.1"]
+
+
+async def test_a_handler_run_that_exists_is_not_created_again(store: Store) -> None:
+    await create(store, spec("a"), handler_of("a"))
+    await lease(store, "a")
+    result = await store.settle_run("a", "owner-1", Writes(), failing(handler_of("a")), at(1))
+    assert result.woken == [] and result.handler is not None and not result.handler.created
+    assert (await run_of(store, "a")).error == BOOM
+
+
+async def test_a_settlement_refused_by_its_fence_creates_no_handler(store: Store) -> None:
+    await create(store, spec("stale"), spec("cancelled"))
+    await lease(store, "stale")
+    await lease(store, "stale", owner="second", now=T0 + LEASE)
+    with pytest.raises(LeaseLostError):
+        await store.settle_run("stale", "owner-1", Writes(), failing(handler_of("stale")), T0)
+    await lease(store, "cancelled")
+    await store.cancel_run("cancelled", T0, None)
+    with pytest.raises(RunCancelling):
+        await store.settle_run(
+            "cancelled", "owner-1", Writes(), failing(handler_of("cancelled")), T0
+        )
+    assert await store.get_runs(["stale.failure.1", "cancelled.failure.1"]) == {}
+    assert (await run_of(store, "cancelled")).failures == 0
+
+
+async def test_a_recovery_beyond_the_limit_of_a_dead_letter_workflow_leases_the_run_dying(
+    store: Store,
+) -> None:
+    await create(store, spec("a"), spec("b", workflow="plain"))
+    for run_id in ("a", "b"):
+        await lease(store, run_id)
+    dying = await claim(
+        store, "a", owner="second", now=T0 + LEASE, max_recoveries=0, dead_letters=frozenset({"wf"})
+    )
+    assert dying.dying and dying.claim is not None and dying.settled is None
+    run = dying.claim.run
+    assert (run.status, run.lease_owner, run.recoveries) == (RunStatus.RUNNING, "second", 1)
+    plain = await claim(
+        store, "b", now=T0 + LEASE, max_recoveries=0, dead_letters=frozenset({"wf"})
+    )
+    assert not plain.dying and plain.settled is not None
+    assert plain.settled.status == RunStatus.DEAD
+
+
+async def test_a_dying_run_whose_claimer_died_is_dying_again_then_settles_dead_once(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    letters = frozenset({"wf"})
+    for n, owner in enumerate(("second", "third"), start=1):
+        outcome = await claim(
+            store, "a", owner=owner, now=T0 + n * LEASE, max_recoveries=0, dead_letters=letters
+        )
+        assert outcome.dying and outcome.claim is not None
+        assert outcome.claim.run.recoveries == n
+    dead = failing(handler_of("a"), RunStatus.DEAD)
+    result = await store.settle_run("a", "third", Writes(), dead, at(70))
+    assert result.woken == ["a.failure.1"]
+    run = await run_of(store, "a")
+    assert (run.status, run.failures, run.recoveries) == (RunStatus.DEAD, 1, 2)
 
 
 # ---------------------------------------------------------------- signals

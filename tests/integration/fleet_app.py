@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 from typing import Any
 
@@ -57,6 +58,25 @@ async def mixed(ctx: runlane.Context, _: Any) -> list[str]:
     return [first, second]
 
 
+@runlane.step(name="fleet.slow")
+async def slow(args: list[Any]) -> None:
+    _log(args[0], args[1])
+    # Spread over time, so that an engine killed as the first runs fail holds runs settling
+    # and runs still in their step.
+    await asyncio.sleep(random.uniform(0.05, 0.5))
+
+
+@runlane.workflow(name="fleet.alert")
+async def alert(ctx: runlane.Context, info: dict[str, Any]) -> str:
+    return str(await ctx.step(local, [ctx.run_id, 1]))
+
+
+@runlane.workflow(name="fleet.fails", on_failure=alert)
+async def fails(ctx: runlane.Context, _: Any) -> None:
+    await ctx.step(slow, [ctx.run_id, 1])
+    raise ValueError(f"{ctx.run_id} fails")
+
+
 def transport(kind: str, pg_url: str, prefix: str) -> Transport | None:
     if kind == "redis":
         return RedisTransport(REDIS_URL, prefix=prefix)
@@ -78,8 +98,8 @@ async def serve(role: str, pg_url: str, kind: str, prefix: str) -> None:
     engine = Engine(
         open_store(pg_url),
         transport=transport(kind, pg_url, prefix),
-        workflows=[three, mixed],
-        steps=[local, remote],
+        workflows=[three, mixed, fails, alert],
+        steps=[local, remote, slow],
         lease=5.0,
         poll_interval=0.1,
         # A task, beat or result the killed engine took off the transport is lost with it; a

@@ -3,7 +3,8 @@
 Every run must complete exactly once with every checkpoint recorded once. A local step runs
 twice only if it was in flight in the killed process; a remote step runs twice only when its
 attempt fell silent (a result the killed engine had taken off the transport is lost with it,
-and the attempt is retried), and never more than once more.
+and the attempt is retried), and never more than once more. Runs that fail each start exactly
+one failure handler, killed engine or not.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from typing import Any
 import pytest
 
 from runlane import Engine, RunStatus
+from runlane.models import RunQuery
 from runlane.stores import open_store
+from tests.helpers import snapshot
 from tests.servers import REPO
 
 from . import fleet_app
-from .fleet_app import mixed, three
+from .fleet_app import fails, mixed, three
 
 APP = fleet_app.__name__
 
@@ -82,6 +85,34 @@ def _wait_until(pg_url: str, target: int, timeout: float) -> int:
     return done
 
 
+async def _wait_for(
+    pg_url: str, workflow: str, status: RunStatus, target: int, timeout: float
+) -> int:
+    """How many runs of ``workflow`` are ``status`` once ``target`` are, or at the timeout."""
+    store: Any = open_store(pg_url)
+    await store.open()
+    query = RunQuery(workflow=workflow, status=status)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            found = int((await store.count_runs(query)).get(status, 0))
+            if found >= target or time.monotonic() > deadline:
+                return found
+            await asyncio.sleep(0.02)
+    finally:
+        await store.close()
+
+
+def _stop(procs: list[subprocess.Popen[str]], tmp_path: Path) -> None:
+    """SIGTERM the members still alive, and keep every member's output beside the test."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        out, _ = proc.communicate(timeout=30)
+        (tmp_path / f"proc-{proc.pid}.out").write_text(out or "")
+
+
 def _fleet_run(
     pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_path: Path, remote: int = 0
 ) -> None:
@@ -100,12 +131,7 @@ def _fleet_run(
         procs[0].wait(10)
         done = _wait_until(pg_url, n, 150)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            out, _ = proc.communicate(timeout=30)
-            (tmp_path / f"proc-{proc.pid}.out").write_text(out or "")
+        _stop(procs, tmp_path)
     _, rows = asyncio.run(_progress(pg_url))
     unfinished = [
         (run.id, run.status, run.error, [(r.seq, r.status, r.attempts) for r in records])
@@ -147,3 +173,39 @@ def test_engines_and_workers_over_a_transport_survive_a_killed_engine(
     pg_url: str, kind: str, tmp_path: Path
 ) -> None:
     _fleet_run(pg_url, kind, mixed, 300, 2, tmp_path, remote=2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_failed_runs_each_start_exactly_one_handler_though_an_engine_is_killed(
+    pg_url: str, tmp_path: Path
+) -> None:
+    n = 400
+    asyncio.run(_reset(pg_url))
+    procs = [_spawn("engine", pg_url, "none", "rlfail", tmp_path / "steps.log") for _ in range(3)]
+
+    async def start_and_kill_as_failures_begin() -> int:
+        starting = asyncio.create_task(_start(pg_url, fails, n))
+        begun = await _wait_for(pg_url, "fleet.fails", RunStatus.FAILED, 1, 60)
+        os.kill(procs[0].pid, signal.SIGKILL)
+        await starting
+        return begun
+
+    try:
+        assert asyncio.run(start_and_kill_as_failures_begin()) >= 1, "no run failed within 60 s"
+        procs[0].wait(10)
+        handled = asyncio.run(_wait_for(pg_url, "fleet.alert", RunStatus.COMPLETED, n, 150))
+    finally:
+        _stop(procs, tmp_path)
+    runs, _ = asyncio.run(snapshot(pg_url, steps=False))
+    failed = {r.id: r for r in runs if r.workflow == "fleet.fails"}
+    handlers = {r.id: r for r in runs if r.workflow == "fleet.alert"}
+    assert handled == n, f"{handled}/{n} handlers completed"
+    assert len(failed) == n and len(runs) == 2 * n
+    # The kill landed mid-burst: runs the killed engine held were recovered by the others.
+    assert any(r.recoveries for r in failed.values()), "the killed engine held no run"
+    assert all(r.status == RunStatus.FAILED and r.failures == 1 for r in failed.values())
+    assert sorted(handlers) == sorted(f"{run_id}.failure.1" for run_id in failed)
+    for handler in handlers.values():
+        assert handler.input["run_id"] == handler.id.removesuffix(".failure.1")
+        assert handler.input["status"] == "failed"

@@ -93,3 +93,62 @@ def test_retry_in_is_none_once_attempts_run_out_or_for_a_fatal_error() -> None:
 def test_engine_rejects_unknown_options() -> None:
     with pytest.raises(TypeError, match="unknown engine option"):
         runlane.Engine("memory://", leese=3)
+
+
+def test_failure_handlers_are_workflow_names_or_decorated_workflows() -> None:
+    @runlane.workflow(name="alert")
+    async def alert(ctx: Any, info: Any) -> None:
+        return None
+
+    @runlane.workflow(name="order", on_failure=alert, dead_letter="bury")
+    async def order(ctx: Any, input: Any) -> None:
+        return None
+
+    definition = Registry([order, alert, _bury()]).workflow("order")
+    assert (definition.on_failure, definition.dead_letter) == ("alert", "bury")
+
+    def plain(ctx: Any, info: Any) -> None:
+        return None
+
+    for wrong in (plain, "", 3):
+        with pytest.raises(DefinitionError, match="on_failure= takes a workflow name"):
+            runlane.workflow(name="x", on_failure=wrong)  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match="its own failure handler"):
+
+        @runlane.workflow(name="loop", dead_letter="loop")
+        async def loop(ctx: Any, input: Any) -> None:
+            return None
+
+
+def _bury() -> Any:
+    @runlane.workflow(name="bury")
+    async def bury(ctx: Any, info: Any) -> None:
+        return None
+
+    return bury
+
+
+def test_an_engine_refuses_a_failure_handler_it_does_not_register() -> None:
+    @runlane.workflow(name="order", on_failure="alert")
+    async def order(ctx: Any, input: Any) -> None:
+        return None
+
+    with pytest.raises(DefinitionError, match="'alert' as a failure handler"):
+        runlane.Engine("memory://", workflows=[order])
+
+
+def test_an_engine_registers_the_failure_handlers_given_as_workflows() -> None:
+    @runlane.workflow(name="notify")
+    async def notify(ctx: Any, info: Any) -> None:
+        return None
+
+    @runlane.workflow(name="notify", version="2")
+    async def notify_v2(ctx: Any, info: Any) -> None:
+        return None
+
+    @runlane.workflow(name="job", on_failure=notify)
+    async def job(ctx: Any, input: Any) -> None:
+        return None
+
+    assert Registry([job]).workflow("notify").fn is notify
+    assert Registry([job, notify_v2]).workflow("notify").fn is notify_v2

@@ -24,7 +24,7 @@ Vocabulary:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
@@ -140,6 +140,7 @@ class Store(Protocol):
         singleton_retry: RetryTimer,
         max_recoveries: int | None = None,
         handoff: bool = False,
+        dead_letters: Collection[str] = (),
     ) -> ClaimOutcome:
         """Lease a run for one turn, atomically.
 
@@ -149,7 +150,13 @@ class Store(Protocol):
         Anything else returns an empty outcome and writes nothing.
 
         * A recovered ``cancelling`` run settles ``cancelled`` (``outcome.settled``).
-        * A recovery beyond ``max_recoveries`` settles the run ``dead`` (``outcome.settled``).
+        * A recovery beyond ``max_recoveries`` settles the run ``dead`` (``outcome.settled``,
+          as ``models.dead_settlement`` words it), unless its workflow is among
+          ``dead_letters`` (workflows whose dead runs start a handler, which only the caller
+          can build): that run is leased as below, and ``outcome.dying`` says that the claimer
+          is to settle it ``dead`` through :meth:`settle_run` under this lease instead of
+          running it. If the claimer dies first, the lease expires and the next claim of it is
+          another recovery beyond the limit: dying again.
         * A singleton run without a slot is admitted only when its key has a free slot and it
           is among the oldest waiters for the free slots; admitted, it holds the slot from this
           write on (and ``admission_retries`` goes back to 0). Denied, it is parked ``blocked``
@@ -256,11 +263,20 @@ class Store(Protocol):
         ``continue_as`` spec is created (without gates). ``woken`` lists the ids woken or
         created, so the caller may run them at once.
 
+        A ``failed`` or ``dead`` settlement counts one more of the run's ``failures``. Its
+        ``handler`` spec (the failure handler's run) is created in the same transaction, after
+        the settlement (so the run no longer counts against a quota or holds a slot), exactly as
+        :meth:`create_runs` creates a spec: through its gates, an existing id found and not
+        created again, ``waiting`` behind a full singleton key. ``SettleResult.handler`` is that
+        start's :class:`Started`; a created run that is not waiting is in ``woken``. A refused
+        start writes no handler run and sets ``error["handler_error"]`` on the settled run
+        (``models.with_handler_error``); the run settles all the same.
+
         With ``successor``, the oldest waiter the release admits, if it is not leased (pending,
         suspended or blocked), is claimed in the same transaction: it holds the slot, is leased
         to ``successor.owner`` until ``successor.until``, and comes back as ``successor`` (a
         claim exactly as :meth:`claim_run` returns one) instead of in ``woken``. Stores may
-        grant it only where the settlement needs no children or continuation written.
+        grant it only where the settlement needs no children, continuation or handler written.
         """
         ...
 

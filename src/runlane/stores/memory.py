@@ -39,7 +39,10 @@ from ..models import (
     StoredSchedule,
     Writes,
     blocked_run,
+    dead_settlement,
     leased_run,
+    ready_ids,
+    refused_handler,
     requeue_spec,
     requeued_run,
     run_from_spec,
@@ -194,24 +197,23 @@ class MemoryStore:
         singleton_retry: RetryTimer,
         max_recoveries: int | None = None,
         handoff: bool = False,
+        dead_letters: Collection[str] = (),
     ) -> ClaimOutcome:
         run = self._runs.get(run_id)
         if run is None or not _claimable(run, now, handoff):
             return ClaimOutcome()
+        lease = Lease(owner, lease_until)
         if run.status in _LEASED:
             run = replace(run, recoveries=run.recoveries + 1)
             self._runs[run_id] = run
             if run.status == RunStatus.CANCELLING:
                 cancelled = Settlement(RunStatus.CANCELLED, None, run.error)
                 return ClaimOutcome(settled=self._finish(run, cancelled, now))
-            if max_recoveries is not None and run.recoveries > max_recoveries:
-                error = {
-                    "type": "RecoveryLimitExceeded",
-                    "message": f"run recovered {run.recoveries} times (max {max_recoveries})",
-                }
-                return ClaimOutcome(
-                    settled=self._finish(run, Settlement(RunStatus.DEAD, None, error), now)
-                )
+            dead = dead_settlement(run.recoveries, max_recoveries)
+            if dead is not None and run.workflow in dead_letters:
+                return ClaimOutcome(claim=self._lease(run, lease, now), dying=True)
+            if dead is not None:
+                return ClaimOutcome(settled=self._finish(run, dead, now))
             if run.queued:  # the slots its lost turn held go (its replay asks again)
                 queues.release(self._queues, run_id, None, now, admitted_only=True)
         if run.singleton_key is not None and not run.holds_slot:
@@ -219,7 +221,7 @@ class MemoryStore:
                 self._runs[run_id] = blocked_run(run, singleton_retry, now)
                 return ClaimOutcome(parked=True)
             run = replace(run, holds_slot=True, admission_retries=0)
-        return ClaimOutcome(claim=self._lease(run, Lease(owner, lease_until), now))
+        return ClaimOutcome(claim=self._lease(run, lease, now))
 
     def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         leased = replace(
@@ -370,8 +372,17 @@ class MemoryStore:
             if started.created:
                 woken.append(settlement.continue_as.id)
             successor = None
+        handler = None
+        if settlement.handler is not None:
+            handler = self._create(settlement.handler, now)
+            refused = refused_handler(settled, handler)
+            if refused is not None:
+                self._runs[run_id] = refused
+            woken.extend(ready_ids([handler]))
+            successor = None
         claim = self._hand_over(settled, woken, successor, now)
-        return SettleResult([w for w in woken if claim is None or w != claim.run.id], claim)
+        woken = [w for w in woken if claim is None or w != claim.run.id]
+        return SettleResult(woken, claim, handler)
 
     def _hand_over(
         self, settled: Run, woken: list[str], successor: Lease | None, now: datetime
@@ -760,4 +771,9 @@ def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     return False
 
 
-__all__ = ["ACTIVE_STATUSES", "MemoryStore", "report_verdict", "reported_step"]
+__all__ = [
+    "ACTIVE_STATUSES",
+    "MemoryStore",
+    "report_verdict",
+    "reported_step",
+]

@@ -11,7 +11,7 @@ another instance is claiming is simply "not claimable now". The statements live 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -46,6 +46,9 @@ from ..models import (
     StepStatus,
     StoredSchedule,
     Writes,
+    dead_settlement,
+    ready_ids,
+    with_handler_error,
 )
 from ..queues import QueueRequest
 from ..urls import redact
@@ -244,6 +247,7 @@ class PostgresStore:
         singleton_retry: RetryTimer,
         max_recoveries: int | None = None,
         handoff: bool = False,
+        dead_letters: Collection[str] = (),
     ) -> ClaimOutcome:
         lease = {"id": run_id, "owner": owner, "now": now, "lease_until": lease_until}
         # One round trip for every claim but a recovery: the run's key lock (none without a
@@ -275,9 +279,9 @@ class PostgresStore:
             if row is None:
                 return ClaimOutcome()
             if row["status"] in _LEASED:
-                settled = await self._recover(conn, row, now, max_recoveries)
-                if settled is not None:
-                    return ClaimOutcome(settled=settled)
+                recovered = await self._recover(conn, row, lease, max_recoveries, dead_letters)
+                if recovered is not None:
+                    return recovered
                 if row["queued"]:  # the slots its lost turn held go (its replay asks again)
                     call = _release_call(run_id, None, None, now, admitted_only=True)
                     await pipeline(conn, call)
@@ -306,22 +310,27 @@ class PostgresStore:
         return rows[0] if rows and claimable(rows[0], now, handoff) else None
 
     async def _recover(
-        self, conn: Conn, row: Row, now: datetime, max_recoveries: int | None
-    ) -> Run | None:
-        """Count a recovery of an expired lease; the run when that settles it, else None."""
+        self,
+        conn: Conn,
+        row: Row,
+        lease: Row,
+        max_recoveries: int | None,
+        dead_letters: Collection[str],
+    ) -> ClaimOutcome | None:
+        """Count a recovery of an expired lease. The outcome when the run must not run again
+        (settled cancelled or dead, or leased to ``lease`` dying), else None."""
+        now = lease["now"]
         bumped = await fetch_one(conn, "add_recovery", id=row["id"])
         recoveries = bumped["recoveries"] if bumped is not None else 0
         if row["status"] == RunStatus.CANCELLING:
             cancelled = Settlement(RunStatus.CANCELLED, None, row["error"])
-            return await self._finish(conn, row["id"], cancelled, now)
-        if max_recoveries is not None and recoveries > max_recoveries:
-            error = {
-                "type": "RecoveryLimitExceeded",
-                "message": f"run recovered {recoveries} times (max {max_recoveries})",
-            }
-            dead = Settlement(RunStatus.DEAD, None, error)
-            return await self._finish(conn, row["id"], dead, now)
-        return None
+            return ClaimOutcome(settled=await self._finish(conn, row["id"], cancelled, now))
+        dead = dead_settlement(recoveries, max_recoveries)
+        if dead is None:
+            return None
+        if row["workflow"] in dead_letters:
+            return replace(await self._lease(conn, {**lease, "admit": False}), dying=True)
+        return ClaimOutcome(settled=await self._finish(conn, row["id"], dead, now))
 
     async def _admits(self, conn: Conn, row: Row) -> bool:
         counts = await fetch_one(
@@ -479,8 +488,9 @@ class PostgresStore:
         successor: Lease | None = None,
     ) -> SettleResult:
         follow = [settlement.continue_as] if settlement.continue_as is not None else []
-        lock = _lock_call(gate_keys([*writes.children, *follow]), run_id)
-        if not writes.children and not follow:
+        handler = [settlement.handler] if settlement.handler is not None else []
+        lock = _lock_call(gate_keys([*writes.children, *follow, *handler]), run_id)
+        if not writes.children and not follow and not handler:
             # The common case: the key lock, the writes, settlement and wakes, and the hand-over
             # of the freed slot: one round trip.
             params = _settle_params(run_id, owner, settlement, now, writes, successor)
@@ -508,7 +518,15 @@ class PostgresStore:
             started = await self._insert_plain(conn, follow)
             woken.extend(s.run.id for s in started.values() if s.created and s.run is not None)
             queued.append(row["fence_queued"])
-            return SettleResult(woken)
+            if not handler:
+                return SettleResult(woken)
+            # The failure handler goes through its gates (their keys locked above), after the
+            # settlement: the run no longer counts against a quota nor holds a slot.
+            [outcome] = await self._create_all(conn, handler, now, locked=True)
+            if outcome.rejected is not None:
+                error = with_handler_error(settlement.error, outcome.rejected)
+                await execute(conn, "record_error", id=run_id, error=json_param(error))
+            return SettleResult([*woken, *ready_ids([outcome])], None, outcome)
 
         queued: list[bool] = []
         result = await self._db.tx(work)

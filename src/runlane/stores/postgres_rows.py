@@ -187,6 +187,7 @@ def run_from_row(row: Row) -> Run:
         concurrency_statuses=_statuses(row["concurrency_statuses"]),
         admission_retries=row["admission_retries"],
         queued=row["queued"],
+        failures=row["failures"],
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs
@@ -202,6 +202,7 @@ class SqliteStore:
         singleton_retry: RetryTimer,
         max_recoveries: int | None = None,
         handoff: bool = False,
+        dead_letters: Collection[str] = (),
     ) -> ClaimOutcome:
         return await self._write(
             ops.claim_run,
@@ -212,6 +213,7 @@ class SqliteStore:
             singleton_retry,
             max_recoveries,
             handoff,
+            dead_letters,
         )
 
     async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:

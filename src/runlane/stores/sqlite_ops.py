@@ -7,7 +7,7 @@ rolls back everything the unit wrote.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -33,7 +33,10 @@ from ..models import (
     StepStatus,
     Writes,
     blocked_run,
+    dead_settlement,
     leased_run,
+    ready_ids,
+    refused_handler,
     requeue_spec,
     requeued_run,
     run_from_spec,
@@ -192,6 +195,7 @@ def claim_run(
     singleton_retry: RetryTimer,
     max_recoveries: int | None,
     handoff: bool,
+    dead_letters: Collection[str] = (),
 ) -> ClaimOutcome:
     run = _claimable(conn, run_id, now, handoff)
     if run is None:
@@ -199,9 +203,14 @@ def claim_run(
     if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
         run = replace(run, recoveries=run.recoveries + 1)
         _save_run(conn, run)
-        settled = _settle_recovery(conn, run, now, max_recoveries)
-        if settled is not None:
-            return ClaimOutcome(settled=settled)
+        if run.status == RunStatus.CANCELLING:
+            cancelled = Settlement(RunStatus.CANCELLED, None, run.error)
+            return ClaimOutcome(settled=finish(conn, run, cancelled, now))
+        dead = dead_settlement(run.recoveries, max_recoveries)
+        if dead is not None and run.workflow in dead_letters:
+            return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now), dying=True)
+        if dead is not None:
+            return ClaimOutcome(settled=finish(conn, run, dead, now))
         if run.queued:  # the slots its lost turn held go (its replay asks again)
             queues.release(_book(conn), run_id, None, now, admitted_only=True)
     if run.singleton_key is not None and not run.holds_slot:
@@ -210,19 +219,6 @@ def claim_run(
             return ClaimOutcome(parked=True)
         run = replace(run, holds_slot=True, admission_retries=0)
     return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now))
-
-
-def _settle_recovery(conn: Conn, run: Run, now: datetime, max_recoveries: int | None) -> Run | None:
-    """Settle a recovered run that must not run again: cancelled, or recovered too often."""
-    if run.status == RunStatus.CANCELLING:
-        return finish(conn, run, Settlement(RunStatus.CANCELLED, None, run.error), now)
-    if max_recoveries is not None and run.recoveries > max_recoveries:
-        error = {
-            "type": "RecoveryLimitExceeded",
-            "message": f"run recovered {run.recoveries} times (max {max_recoveries})",
-        }
-        return finish(conn, run, Settlement(RunStatus.DEAD, None, error), now)
-    return None
 
 
 def _admit(conn: Conn, run: Run) -> bool:
@@ -385,8 +381,17 @@ def settle_run(
         if started.created:
             woken.append(settlement.continue_as.id)
         successor = None
+    handler = None
+    if settlement.handler is not None:
+        handler = create(conn, settlement.handler, now)
+        refused = refused_handler(settled, handler)
+        if refused is not None:
+            _save_run(conn, refused)
+        woken.extend(ready_ids([handler]))
+        successor = None
     claim = _hand_over(conn, settled, woken, successor, now) if run.holds_slot else None
-    return SettleResult([w for w in woken if claim is None or w != claim.run.id], claim)
+    woken = [w for w in woken if claim is None or w != claim.run.id]
+    return SettleResult(woken, claim, handler)
 
 
 def _hand_over(

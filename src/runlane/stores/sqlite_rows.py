@@ -60,6 +60,7 @@ def run_from_row(row: sqlite3.Row) -> Run:
         concurrency_statuses=_statuses(loads(row["concurrency_statuses"])),
         admission_retries=row["admission_retries"],
         queued=bool(row["queued"]),
+        failures=row["failures"],
     )
 
 
@@ -71,7 +72,7 @@ RUN_COLUMNS = (
     "id, workflow, version, status, input, output, error, tags, created_at, updated_at, wake_at,"
     " parent_id, namespace, priority, singleton_key, singleton_limit, holds_slot,"
     " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at,"
-    " concurrency_limit, concurrency_statuses, admission_retries, queued"
+    " concurrency_limit, concurrency_statuses, admission_retries, queued, failures"
 )
 
 
@@ -105,6 +106,7 @@ def run_values(run: Run) -> tuple[Any, ...]:
         None if run.concurrency_statuses is None else dumps(sorted(run.concurrency_statuses)),
         run.admission_retries,
         int(run.queued),
+        run.failures,
     )
 
 

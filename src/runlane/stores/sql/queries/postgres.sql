@@ -403,8 +403,9 @@ SELECT status, EXISTS (SELECT 1 FROM ok) AS written, (SELECT rewake FROM suspend
 FROM fence;
 
 -- name: settle
--- The writes and a terminal settlement in one statement: the run's signals go, its singleton
--- slot is released and the oldest waiters for the freed slots are woken, and so is its parent.
+-- The writes and a terminal settlement in one statement: the run's signals go, a failure is
+-- counted, its singleton slot is released and the oldest waiters for the freed slots are woken,
+-- and so is its parent.
 -- With a successor lease, the first of those waiters is not woken but takes the slot at once,
 -- leased to the successor (unless another claimer holds its lease: then it is woken).
 -- The caller holds the key lock (taken in an earlier statement, so this statement's snapshot
@@ -417,7 +418,8 @@ FROM fence;
     UPDATE runlane_runs AS r
     SET status = %(status)s, output = %(output)s::json, error = %(error)s::json,
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
-        wake_requested_at = NULL, updated_at = %(now)s
+        wake_requested_at = NULL, updated_at = %(now)s,
+        failures = r.failures + CASE WHEN %(status)s IN ('failed', 'dead') THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
 ), waiters AS (
@@ -456,6 +458,10 @@ SELECT h.*, fence.status AS fence_status, fence.parent_id AS fence_parent_id,
              ORDER BY created_at, id) AS waiters,
        fence.parent_id IN (SELECT id FROM woken) AS parent_woken
 FROM fence LEFT JOIN finished AS f ON true LEFT JOIN handed AS h ON true;
+
+-- name: record_error
+-- A settled run's error, rewritten in its settling transaction (a failure handler's refusal).
+UPDATE runlane_runs SET error = %(error)s::json WHERE id = %(id)s;
 
 -- name: wake_set
 -- (A fragment.) A waiting run becomes due now; a leased one is told to stay due when its turn
