@@ -128,6 +128,17 @@ def unknown_queue(name: str) -> DefinitionError:
     )
 
 
+FALLBACK_HEAD_START = 3
+"""A denied step's fallback timer starts this many doublings in (8x ``singleton_retry``): the
+write that frees a slot wakes the waiters it is for, durably, so the timer only covers a waker
+that died between two writes; short timers would only have every waiter ask again and again."""
+
+
+def fallback(retry: RetryTimer, now: datetime, denials: int) -> datetime:
+    """When a step denied ``denials`` times before asks again, woken or not."""
+    return retry.due(now, denials + FALLBACK_HEAD_START)
+
+
 def window_start(now: datetime, period: float) -> datetime:
     """The start of the fixed rate window ``now`` falls in (windows are aligned on the epoch)."""
     seconds = now.timestamp()
@@ -233,10 +244,18 @@ def admit(
     if start is not None and limit is not None and period is not None and count >= limit:
         again = start + timedelta(seconds=period)  # the next window
     else:
-        again = retry.due(now, entry.denials)
+        again = fallback(retry, now, entry.denials)
     # Whoever the free room is for is woken: it may be parked on its fallback timer.
     ahead = [e.run_id for e in first if e.run_id != run_id]
     return Admission(False, again, tuple(book.wake(ahead, now)))
+
+
+def admitted(admission: Admission, released: Sequence[str]) -> Admission:
+    """``admission`` with the runs a release in the same write woke among its ``woken``."""
+    if not released:
+        return admission
+    woken = tuple(dict.fromkeys([*released, *admission.woken]))
+    return Admission(admission.admitted, admission.retry_at, woken)
 
 
 def release(
@@ -261,4 +280,4 @@ def release(
     return woken
 
 
-__all__ = ["QueueRequest", "StepQueue", "admit", "release"]
+__all__ = ["QueueRequest", "StepQueue", "admit", "fallback", "release"]

@@ -131,6 +131,10 @@ class Turn:
         self.live_errors: dict[int, BaseException] = {}
         self.diverged: NonDeterminismError | None = None
         self.created: list[str] = []  # children started by this turn, to execute right away
+        # Step queues: whether the run entered one, and the seqs of queued steps whose attempt
+        # is staged but whose slot is not released yet (it goes with the turn's next write).
+        self.queued = claim.run.queued
+        self.unreleased: list[int] = []
         self._seq = 0
         self._lock = asyncio.Lock()
 
@@ -304,6 +308,8 @@ class Turn:
 
     async def flush(self, children: Sequence[RunSpec] = ()) -> list[Started]:
         """Write staged records (and create children) in one fenced transaction."""
+        if self.unreleased:
+            await self.release()  # the staged records go with the slots (no children here)
         async with self._lock:
             if not self.staged and not self.consumed and not children:
                 return []
@@ -328,42 +334,63 @@ class Turn:
         assert op.definition.queue is not None
         request = QueueRequest(op.definition.queue, op.seq, op.priority, op.fairness_key)
         async with self._lock:
-            writes = self._take_writes()
+            writes, release = self._take_writes(), self._take_unreleased()
             ask = self.host.store.admit_step(
-                self.run.id, self.owner, writes, request, self.now(), self.host.admission_retry()
+                self.run.id,
+                self.owner,
+                writes,
+                request,
+                self.now(),
+                self.host.admission_retry(),
+                release=release,
             )
             admission = await self._fenced(writes, ask)
+            self.queued = True
         if admission.woken:
             self.host.wake(admission.woken)
         if not admission.admitted and admission.retry_at is not None:
             self.wakes.append(admission.retry_at)
         return admission.admitted
 
-    async def release(self, seq: int) -> None:
-        """Write the queued step's attempt and free its slot in one write; the waiters the
-        slot is for are woken at once."""
+    async def release(self) -> None:
+        """Write what is staged (the queued steps' attempts among it) and free those steps'
+        slots, in one write; the waiters the slots are for are woken at once."""
         async with self._lock:
-            writes = self._take_writes()
-            call = self.host.store.release_step(self.run.id, self.owner, writes, seq, self.now())
-            woken = await self._fenced(writes, call)
+            if not self.unreleased:
+                return
+            woken = await self._fenced(*self._release_call())
         if woken:
             self.host.wake(woken)
 
-    def attempt_recorded(self, seq: int) -> bool:
-        """Whether this turn staged the end of an attempt at ``seq`` (its slot may go)."""
-        record = self.staged.get(seq)
-        return record is not None and record.status != StepStatus.RUNNING
+    def _release_call(self) -> tuple[Writes, Awaitable[list[str]]]:
+        writes, seqs = self._take_writes(), self._take_unreleased()
+        call = self.host.store.release_steps(self.run.id, self.owner, writes, seqs, self.now())
+        return writes, call
+
+    def _take_unreleased(self) -> list[int]:
+        seqs, self.unreleased = self.unreleased, []
+        return seqs
+
+    async def recorded_attempt(self, op: StepOp, *, alone: bool) -> None:
+        """A queued step's attempt was staged: its slot goes with the turn's next write, or at
+        once when other steps of the turn still run (their next write may be a while off)."""
+        record = self.staged.get(op.seq)
+        if op.definition.queue is None or record is None or record.status == StepStatus.RUNNING:
+            return
+        self.unreleased.append(op.seq)
+        if not alone:
+            await self.release()
 
     # ---------------------------------------------------------------- steps
 
-    async def settle_step(self, op: StepOp) -> Settled | None:
-        """Run or replay one step; None means it waits (a retry backoff) and the run suspends."""
+    async def settle_step(self, op: StepOp, *, alone: bool = True) -> Settled | None:
+        """Run or replay one step; None means it waits (a retry backoff) and the run suspends.
+        ``alone``: no other step of the turn is being settled beside it."""
         queued = op.definition.queue is not None
         if op.definition.remote:
             assert self.host.remote is not None
             settled = await settle_remote_step(self, op, self.host.remote)
-            if queued and self.attempt_recorded(op.seq):
-                await self.release(op.seq)
+            await self.recorded_attempt(op, alone=alone)
             return settled
         record = self.recorded(op.seq, StepKind.STEP, op.name)
         if record is not None and record.status == StepStatus.COMPLETED:
@@ -380,8 +407,7 @@ class Turn:
         else:
             await self.flush()
         settled = await self._execute_step(op, record, attempt)
-        if queued:
-            await self.release(op.seq)
+        await self.recorded_attempt(op, alone=alone)
         return settled
 
     async def _execute_step(
@@ -572,7 +598,7 @@ class Turn:
         """Settle steps side by side. When one stops the turn (an outage, a lost lease, a
         cancellation), the others still finish, so nothing of the turn runs after it ended."""
         outcomes = await asyncio.gather(
-            *(self.settle_step(op) for op in steps), return_exceptions=True
+            *(self.settle_step(op, alone=False) for op in steps), return_exceptions=True
         )
         results: list[Settled | None] = []
         for outcome in outcomes:
@@ -664,6 +690,14 @@ class Turn:
 
     async def _suspend(self) -> TurnOutcome:
         wake = min(self.wakes) if self.wakes else None
+        if self.unreleased:
+            try:
+                woken = await self._write(*self._release_call())
+            except RunCancelling:
+                return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
+            except LeaseLostError:
+                return TurnOutcome("abandoned")
+            self.host.wake(woken)
         writes = self._take_writes()
         suspend = self.host.store.suspend_run(self.run.id, self.owner, writes, wake, self.now())
         try:
@@ -683,8 +717,16 @@ class Turn:
         now = self.now()
         # The slot this run frees can go straight to the next waiter, leased to this engine.
         successor = self.host.successor_lease() if self.run.holds_slot else None
+        # A queued run's settlement releases every slot it holds (the unreleased ones too).
+        self.unreleased = []
         settle = self.host.store.settle_run(
-            self.run.id, self.owner, writes, settlement, now, successor=successor
+            self.run.id,
+            self.owner,
+            writes,
+            settlement,
+            now,
+            successor=successor,
+            queued=self.queued,
         )
         try:
             result = await self._write(writes, settle)
@@ -728,12 +770,19 @@ class Turn:
         commit a settlement, this one finds the lease gone and changes nothing.
         """
         writes = self._take_writes()
-        kept = tuple(r for r in writes.steps if r.status != StepStatus.RUNNING)
-        now = self.now()
+        steps = tuple(r for r in writes.steps if r.status != StepStatus.RUNNING)
+        kept, seqs, now = (
+            Writes(steps, writes.consumed_signals),
+            self._take_unreleased(),
+            self.now(),
+        )
         try:
-            await self.host.store.suspend_run(
-                self.run.id, self.owner, Writes(kept, writes.consumed_signals), now, now
-            )
+            if seqs:
+                # Queued attempts go with their slots or not at all: if not, the replay runs
+                # them again in the slots they still hold.
+                await self.host.store.release_steps(self.run.id, self.owner, kept, seqs, now)
+                kept = Writes()
+            await self.host.store.suspend_run(self.run.id, self.owner, kept, now, now)
         except RunCancelling:
             try:
                 return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)

@@ -1658,7 +1658,7 @@ async def ask(
 async def done(store: Store, run_id: str, seq: int = 1, *, now: datetime = T0) -> list[str]:
     """The attempt at ``seq`` recorded, its slot released."""
     writes = Writes((step(run_id, seq, input=None, attempts=1, started_at=now),))
-    return await store.release_step(run_id, f"owner-{run_id}", writes, seq, now)
+    return await store.release_steps(run_id, f"owner-{run_id}", writes, [seq], now)
 
 
 async def test_an_unregistered_queue_raises_definition_error(store: Store) -> None:
@@ -1675,10 +1675,10 @@ async def test_admission_holds_concurrency_and_wakes_the_next_on_release(store: 
     assert [s.seq for s in await store.list_steps("a")] == [0]  # flushed in the same write
     assert (await ask(store, "b")).admitted
     denied = await ask(store, "c")
-    assert not denied.admitted and denied.retry_at == T0 + timedelta(seconds=2)
+    assert not denied.admitted and denied.retry_at == T0 + timedelta(seconds=16)
     assert (await run_of(store, "a")).queued
     again = await ask(store, "c", now=at(1))  # the fallback timer doubles
-    assert again.retry_at == at(1) + timedelta(seconds=4)
+    assert again.retry_at == at(1) + timedelta(seconds=32)
     assert (await ask(store, "a")).admitted  # an entry holding a slot is admitted again
     await store.suspend_run("c", "owner-c", Writes(), at(60), T0)
     assert await done(store, "a") == ["c"]
@@ -1787,5 +1787,5 @@ async def test_a_lost_lease_cannot_ask_or_release(store: Store) -> None:
             "a", "someone-else", Writes(), QueueRequest("q", 1, 0, "a"), T0, QUEUE_RETRY
         )
     with pytest.raises(LeaseLostError):
-        await store.release_step("a", "someone-else", Writes(), 1, T0)
+        await store.release_steps("a", "someone-else", Writes(), [1], T0)
     assert (await ask(store, "a")).admitted  # nothing was taken by the failed calls

@@ -252,6 +252,7 @@ class Store(Protocol):
         now: datetime,
         *,
         successor: Lease | None = None,
+        queued: bool = False,
     ) -> SettleResult:
         """Flush ``writes`` and finish the run with a terminal status; release the lease.
 
@@ -277,6 +278,11 @@ class Store(Protocol):
         to ``successor.owner`` until ``successor.until``, and comes back as ``successor`` (a
         claim exactly as :meth:`claim_run` returns one) instead of in ``woken``. Stores may
         grant it only where the settlement needs no children, continuation or handler written.
+
+        A run that entered a step queue has its entries deleted and their queues' next waiters
+        woken (in ``woken``): in this transaction when the caller says ``queued`` (the turn
+        knows), else in this one or one of the store's own after it (the entries of a settled
+        run count for nothing either way).
         """
         ...
 
@@ -295,10 +301,14 @@ class Store(Protocol):
         request: QueueRequest,
         now: datetime,
         retry: RetryTimer,
+        *,
+        release: Sequence[int] = (),
     ) -> Admission:
-        """Flush ``writes`` and ask the step queue ``request.queue`` to admit the step at
-        ``request.seq``, atomically, fenced like :meth:`checkpoint`. The queue's row is locked,
-        so admissions of one queue from every engine are decided one after the other.
+        """Flush ``writes``, release the run's entries at ``release`` as
+        :meth:`release_steps` does (their woken waiters join ``woken``), and ask the step queue
+        ``request.queue`` to admit the step at ``request.seq``, atomically, fenced like
+        :meth:`checkpoint`. The queue's row is locked, so admissions of one queue from every
+        engine are decided one after the other.
 
         An unregistered queue raises ``DefinitionError`` and writes nothing. Otherwise the run
         is marked ``queued`` and the step's entry is found or added (waiting, its arrival after
@@ -309,22 +319,23 @@ class Store(Protocol):
         ``room`` waiting entries of unsettled runs in the queue's order: it then holds a slot
         from ``now``, the window counts it, and its fairness key is marked served last.
         Denied, its entry counts a denial; ``retry_at`` is the next window's start when the
-        window is used up, else ``retry.due(now, denials before this one)``; and the runs of the
-        first ``room`` waiters are woken (``woken``, this run left out).
+        window is used up, else ``queues.fallback(retry, now, denials before this one)``; and
+        the runs of the first ``room`` waiters are woken (``woken``, this run left out).
         """
         ...
 
-    async def release_step(
-        self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+    async def release_steps(
+        self, run_id: str, owner: str, writes: Writes, seqs: Sequence[int], now: datetime
     ) -> list[str]:
-        """Flush ``writes`` (the attempt's record) and delete the entry at ``seq``, fenced, in
-        one transaction; then wake the first waiters of its queue the free room is for. Returns
-        the ids woken (this run left out).
+        """Flush ``writes`` (the attempts' records) and delete the run's entries at ``seqs``,
+        fenced, in one transaction; then wake the first waiters of their queues the free room
+        is for. Returns the ids woken (this run left out).
 
         Entries are released the same way, in the same transaction, when a worker's result is
         recorded (:meth:`record_step_result`, the entry at its seq), when the run settles (all
-        of its entries) and when an expired lease is recovered (the entries holding a slot: the
-        replay asks again)."""
+        of its entries: ``settle_run(queued=True)`` does it in the settling transaction where a
+        store would otherwise do it in one of its own) and when an expired lease is recovered
+        (the entries holding a slot: the replay asks again)."""
         ...
 
     # ---------------------------------------------------------------- from outside a turn

@@ -360,6 +360,7 @@ class MemoryStore:
         now: datetime,
         *,
         successor: Lease | None = None,
+        queued: bool = False,
     ) -> SettleResult:
         self._fenced(run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
         self._apply(run_id, writes, now)
@@ -441,19 +442,22 @@ class MemoryStore:
         request: QueueRequest,
         now: datetime,
         retry: RetryTimer,
+        *,
+        release: Sequence[int] = (),
     ) -> Admission:
         self._fenced(run_id, owner)
         if self._queues.queue(request.queue) is None:
             raise queues.unknown_queue(request.queue)
         self._apply(run_id, writes, now)
-        return queues.admit(self._queues, run_id, request, now, retry)
+        woken = queues.release(self._queues, run_id, release, now) if release else []
+        return queues.admitted(queues.admit(self._queues, run_id, request, now, retry), woken)
 
-    async def release_step(
-        self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+    async def release_steps(
+        self, run_id: str, owner: str, writes: Writes, seqs: Sequence[int], now: datetime
     ) -> list[str]:
         self._fenced(run_id, owner)
         self._apply(run_id, writes, now)
-        return queues.release(self._queues, run_id, [seq], now)
+        return queues.release(self._queues, run_id, seqs, now)
 
     # ---------------------------------------------------------------- from outside a turn
 

@@ -486,6 +486,7 @@ class PostgresStore:
         now: datetime,
         *,
         successor: Lease | None = None,
+        queued: bool = False,
     ) -> SettleResult:
         follow = [settlement.continue_as] if settlement.continue_as is not None else []
         handler = [settlement.handler] if settlement.handler is not None else []
@@ -493,11 +494,18 @@ class PostgresStore:
         if not writes.children and not follow and not handler:
             # The common case: the key lock, the writes, settlement and wakes, and the hand-over
             # of the freed slot: one round trip.
+            # A queued run's slots go in the same transaction (see ``release_steps``).
             params = _settle_params(run_id, owner, settlement, now, writes, successor)
-            _, settled = await self._db.batch(lock, ("settle", params))
+            released = _release_call(run_id, None, None, now, settled=True) if queued else None
+            if released is None:
+                _, settled = await self._db.batch(lock, ("settle", params))
+            else:
+                _, settled, freed = await self._db.batch(lock, ("settle", params), released)
             row = _check_fence(_first(settled), run_id, owner)
             woken = _woken(row)
-            if row["fence_queued"]:
+            if released is not None:
+                woken += freed[0]["woken"]
+            elif row["fence_queued"]:
                 woken += await self._release_settled(run_id, now)
             if row["id"] is None:
                 return SettleResult(woken)
@@ -517,7 +525,7 @@ class PostgresStore:
             # is locked above so concurrent counts see it or wait for it.
             started = await self._insert_plain(conn, follow)
             woken.extend(s.run.id for s in started.values() if s.created and s.run is not None)
-            queued.append(row["fence_queued"])
+            was_queued.append(row["fence_queued"])
             if not handler:
                 return SettleResult(woken)
             # The failure handler goes through its gates (their keys locked above), after the
@@ -528,9 +536,9 @@ class PostgresStore:
                 await execute(conn, "record_error", id=run_id, error=json_param(error))
             return SettleResult([*woken, *ready_ids([outcome])], None, outcome)
 
-        queued: list[bool] = []
+        was_queued: list[bool] = []
         result = await self._db.tx(work)
-        if queued[-1]:
+        if was_queued[-1]:
             result.woken.extend(await self._release_settled(run_id, now))
         return result
 
@@ -598,10 +606,12 @@ class PostgresStore:
         request: QueueRequest,
         now: datetime,
         retry: RetryTimer,
+        *,
+        release: Sequence[int] = (),
     ) -> Admission:
-        # One round trip, one transaction: the fenced flush (which locks the run), the queue's
-        # lock and the step's entry, then the decision. The later statements check the lease
-        # themselves, so a failed fence writes nothing there either.
+        # One round trip, one transaction: the queues' locks, the fenced flush (which locks
+        # the run), the slots released, the step's entry, then the decision. The statements
+        # after the flush check the lease themselves, so a failed fence writes nothing there.
         asked = {
             "id": run_id,
             "owner": owner,
@@ -611,41 +621,45 @@ class PostgresStore:
             "priority": request.priority,
             "fairness_key": request.fairness_key,
         }
-        _, flushed, entered, decided = await self._db.batch(
-            ("lock_queue", {"queue": request.queue}),
+        freed = _release_call(run_id, owner, release, now) if release else None
+        rows = await self._db.batch(
+            ("lock_queues_for", {"queue": request.queue, "id": run_id, "release": list(release)}),
             ("checkpoint", {**fenced_params(run_id, owner, writes), "now": now}),
+            freed,
             ("queue_enter", asked),
             ("queue_admit", asked),
         )
+        flushed, entered, decided = rows[1], rows[-2], rows[-1]
         _check_fence(_first(flushed), run_id, owner)
         if not entered[0]["known"]:
             raise queues.unknown_queue(request.queue)
         row = _first(decided)
         if row is None:  # the lease went between the statements' locks: nothing was decided
             raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
-        return _admission(row, retry, now)
+        woken = list(rows[2][0]["woken"]) if freed is not None else []
+        return queues.admitted(_admission(row, retry, now), woken)
 
-    async def release_step(
-        self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+    async def release_steps(
+        self, run_id: str, owner: str, writes: Writes, seqs: Sequence[int], now: datetime
     ) -> list[str]:
-        _, flushed, released = await self._db.batch(
-            _queue_locks(run_id, [seq]),
+        # No queue lock: a release only deletes entries and wakes, and an admission deciding
+        # meanwhile (under its queue's lock) at worst counts a slot that is going as held, then
+        # the release wakes the waiter the slot is for. Taking the queue's lock here would
+        # serialise every release behind every admission of the queue.
+        flushed, released = await self._db.batch(
             ("checkpoint", {**fenced_params(run_id, owner, writes), "now": now}),
-            _release_call(run_id, owner, [seq], now),
+            _release_call(run_id, owner, seqs, now),
         )
         _check_fence(_first(flushed), run_id, owner)
         return list(released[0]["woken"])
 
     async def _release_settled(self, run_id: str, now: datetime) -> list[str]:
-        """Delete a settled run's queue entries and wake their queues' next waiters.
-
-        Its entries counted for nothing from its settlement on (only unsettled runs' entries
-        count), so this follows in a transaction of its own, which takes the queues' locks
-        before any run's row as every queue operation does; if the process dies in between,
-        the waiters' fallback timers wake them."""
-        _, released = await self._db.batch(
-            _queue_locks(run_id, None), _release_call(run_id, None, None, now, settled=True)
-        )
+        """Delete a settled run's queue entries and wake their queues' next waiters, for a
+        settlement that did not (its caller did not say the run was queued, or it settled
+        outside a turn). Its entries counted for nothing from its settlement on, so this may
+        follow in a transaction of its own; if the process dies in between, the waiters'
+        fallback timers wake them."""
+        [released] = await self._db.batch(_release_call(run_id, None, None, now, settled=True))
         return list(released[0]["woken"])
 
     async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
@@ -985,7 +999,7 @@ def _admission(row: Row, retry: RetryTimer, now: datetime) -> Admission:
     if window is not None and limit is not None and row["used"] >= limit:
         again = window + timedelta(seconds=period)
     else:
-        again = retry.due(now, row["denials"])
+        again = queues.fallback(retry, now, row["denials"])
     return Admission(False, again, tuple(row["woken"]))
 
 

@@ -264,6 +264,7 @@ class SqliteStore:
         now: datetime,
         *,
         successor: Lease | None = None,
+        queued: bool = False,
     ) -> SettleResult:
         return await self._write(ops.settle_run, run_id, owner, writes, settlement, now, successor)
 
@@ -280,13 +281,17 @@ class SqliteStore:
         request: QueueRequest,
         now: datetime,
         retry: RetryTimer,
+        *,
+        release: Sequence[int] = (),
     ) -> Admission:
-        return await self._write(ops.admit_step, run_id, owner, writes, request, now, retry)
+        return await self._write(
+            ops.admit_step, run_id, owner, writes, request, now, retry, list(release)
+        )
 
-    async def release_step(
-        self, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+    async def release_steps(
+        self, run_id: str, owner: str, writes: Writes, seqs: Sequence[int], now: datetime
     ) -> list[str]:
-        return await self._write(ops.release_step, run_id, owner, writes, seq, now)
+        return await self._write(ops.release_steps, run_id, owner, writes, list(seqs), now)
 
     # ---------------------------------------------------------------- from outside a turn
 

@@ -474,18 +474,21 @@ def admit_step(
     request: QueueRequest,
     now: datetime,
     retry: RetryTimer,
+    release: Sequence[int],
 ) -> Admission:
     _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
-    return queues.admit(_book(conn), run_id, request, now, retry)
+    book = _book(conn)
+    woken = queues.release(book, run_id, release, now) if release else []
+    return queues.admitted(queues.admit(book, run_id, request, now, retry), woken)
 
 
-def release_step(
-    conn: Conn, run_id: str, owner: str, writes: Writes, seq: int, now: datetime
+def release_steps(
+    conn: Conn, run_id: str, owner: str, writes: Writes, seqs: Sequence[int], now: datetime
 ) -> list[str]:
     _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
-    return queues.release(_book(conn), run_id, [seq], now)
+    return queues.release(_book(conn), run_id, seqs, now)
 
 
 # ---------------------------------------------------------------- from outside a turn

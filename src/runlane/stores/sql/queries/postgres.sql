@@ -633,14 +633,21 @@ ON CONFLICT (name) DO UPDATE SET
     rate_period = EXCLUDED.rate_period, fairness = EXCLUDED.fairness,
     arrival = EXCLUDED.arrival, updated_at = EXCLUDED.updated_at;
 
--- name: lock_queue
--- A queue's row lock: every queue operation takes it before any run's row (the lock order:
--- singleton keys, then queues, then runs), so the operations of one queue go one at a time and
--- never deadlock with each other over the runs they wake.
-SELECT name FROM runlane_queues WHERE name = %(queue)s FOR NO KEY UPDATE;
+-- name: lock_queues_for
+-- The row locks of an admission's queue and of the queues of the entries it releases, in name
+-- order, taken before any run's row (the lock order: singleton keys, then queues, then runs):
+-- the admissions of a queue are decided one at a time, and never deadlock with each other over
+-- the runs they wake. Releases take no queue lock (see ``release_steps``).
+SELECT name FROM runlane_queues
+WHERE name = %(queue)s
+   OR name IN (SELECT queue FROM runlane_queue_entries
+               WHERE run_id = %(id)s AND seq = ANY(%(release)s::int[]))
+ORDER BY name
+FOR NO KEY UPDATE;
 
 -- name: lock_queues_of
--- The row locks of the queues a run's entries are in (at ``seqs``, or all), in name order.
+-- The row locks of the queues a run's entries are in (at ``seqs``, or all), in name order: a
+-- recovery (which re-decides the run's slots) and a worker's result take them first.
 SELECT name FROM runlane_queues
 WHERE name IN (SELECT queue FROM runlane_queue_entries
                WHERE run_id = %(id)s AND (%(seqs)s::int[] IS NULL OR seq = ANY(%(seqs)s::int[])))
