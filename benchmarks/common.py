@@ -18,7 +18,7 @@ from typing import Any
 PG_HOST = os.environ.get("BENCH_PG_HOST", "127.0.0.1")
 PG_USER = os.environ.get("BENCH_PG_USER", "postgres")
 PG_ADMIN = f"postgresql://{PG_USER}@{PG_HOST}:5432/postgres"
-PG_DB = "runlane_bench"
+PG_DB = os.environ.get("BENCH_PG_DB", "runlane_bench")  # another name: benches side by side
 PG_URL = f"postgresql://{PG_USER}@{PG_HOST}:5432/{PG_DB}"
 PG_DB_MISSING = "pg_db_missing"
 

@@ -227,8 +227,18 @@ def store_cost_method(line: Line, facts: Line) -> str:
 
 
 def quota(results: Sequence[Line]) -> list[str]:
+    title = "## 5. Quota rejections on a full key (`ConcurrencyLimitError`)"
+    return refusals(results, "quota", title)
+
+
+def rate_limit(results: Sequence[Line]) -> list[str]:
+    title = "## 5b. Rate limit rejections on a used-up window (`RateLimitError`)"
+    return refusals(results, "rate_limit", title)
+
+
+def refusals(results: Sequence[Line], workload: str, title: str) -> list[str]:
     out = [
-        "## 5. Quota rejections on a full key (`ConcurrencyLimitError`)",
+        title,
         "",
         "| store | refusals/s (median) | us per refusal | statements + BEGIN/COMMIT per refusal"
         " | round trips per refusal | runs written by refusals | PG row writes"
@@ -236,7 +246,7 @@ def quota(results: Sequence[Line]) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for db, label in DBS:
-        lines = pick(results, "runlane", "quota", db)
+        lines = pick(results, "runlane", workload, db)
         if not lines:
             continue
         writes = [
@@ -362,6 +372,7 @@ def render(
         lambda: queue(results),
         lambda: store_cost(results, facts),
         lambda: quota(results),
+        lambda: rate_limit(results),
         lambda: waiters(results),
         lambda: memory(results),
         lambda: scale(results),

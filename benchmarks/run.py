@@ -38,6 +38,7 @@ FULL: dict[str, Any] = {
         "handoff": {"per_key": 50},
         "store_cost": {"n": 200, "steps": [1, 2, 10]},
         "quota": {"attempts": 2000},
+        "rate_limit": {"attempts": 2000},
         "memory_suspended": {"n": 10_000},
         "memory_completed": {"n": 100_000, "batch": 10_000},
         "scale": {"n": 1000, "finished": 100_000},
@@ -67,6 +68,7 @@ QUICK: dict[str, Any] = {
         "handoff": {"per_key": 20},
         "store_cost": {"n": 40, "steps": [2, 10]},
         "quota": {"attempts": 300},
+        "rate_limit": {"attempts": 300},
         "memory_suspended": {"n": 2000},
         "memory_completed": {"n": 10_000, "batch": 2_000},
         "scale": {"n": 300, "finished": 20_000},
@@ -77,6 +79,7 @@ SOLO_DBS = {
     "handoff": ["pg", "sqlite"],
     "store_cost": ["pg"],
     "quota": ["pg", "sqlite"],
+    "rate_limit": ["pg", "sqlite"],
     "memory_suspended": ["sqlite"],
     "memory_completed": ["sqlite"],
     "scale": ["pg", "sqlite"],
@@ -172,7 +175,7 @@ def compared(session: Session) -> None:
 
 
 def solo(session: Session) -> None:
-    """runlane-only workloads (store cost, quota, memory, scale)."""
+    """runlane-only workloads (store cost, quota and rate limit refusals, memory, scale)."""
     for name, params in session.plan["solo"].items():
         reps = 1 if name.startswith("memory") or name in ("store_cost", "waiters") else session.reps
         for rep in range(1, reps + 1):

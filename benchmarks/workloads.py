@@ -32,7 +32,16 @@ from pgcount import count_statements
 from roundtrips import RoundTripProxy
 
 import runlane
-from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton, StepQueue
+from runlane import (
+    Concurrency,
+    ConcurrencyLimitError,
+    Engine,
+    RateLimit,
+    RateLimitError,
+    RunlaneError,
+    Singleton,
+    StepQueue,
+)
 from runlane.stores import MemoryStore
 from runlane.stores.base import Store
 
@@ -62,6 +71,11 @@ async def waiter_wf(ctx: runlane.Context, _: Any) -> Any:
 @runlane.workflow(name="bench.quota", concurrency=Concurrency(key="bench:full", limit=1))
 async def quota_wf(ctx: runlane.Context, _: Any) -> Any:
     return await ctx.wait_for_signal("go")
+
+
+@runlane.workflow(name="bench.rate", rate_limit=RateLimit(limit=1, period=3600))
+async def rate_wf(ctx: runlane.Context, _: Any) -> Any:
+    return None
 
 
 @runlane.workflow(name="bench.lane", singleton=runlane.Singleton(key=lambda _: "one-key"))
@@ -370,23 +384,37 @@ async def concurrent(engine: Engine, steps: int, n: int) -> None:
 
 
 async def quota(target: Target, attempts: int = 2000) -> Figures:
+    """Refused starts on a full quota key (``ConcurrencyLimitError``); see ``refusals``."""
+    # The run that fills the key counts once it has suspended (active, and never again pending).
+    return await refusals(target, quota_wf, ConcurrencyLimitError, attempts, suspends=True)
+
+
+async def rate_limit(target: Target, attempts: int = 2000) -> Figures:
+    """Refused starts over a rate limit whose window is used up (``RateLimitError``)."""
+    return await refusals(target, rate_wf, RateLimitError, attempts, suspends=False)
+
+
+async def refusals(
+    target: Target, workflow: Any, error: type[RunlaneError], attempts: int, *, suspends: bool
+) -> Figures:
     """Refused starts on a full key; one engine fills the key, a second one is refused.
 
     Each engine's backends exit when it closes, flushing their table statistics, so the row
     writes counted between the two closes are the refusals' (and the second engine's open).
     """
     target.renew()
-    async with target.engine(quota_wf) as engine:
-        await engine.start(quota_wf, None)
-        await until_suspended(engine, 1)
+    async with target.engine(workflow) as engine:
+        await engine.start(workflow, None)
+        if suspends:
+            await until_suspended(engine, 1)
     writes0 = pg_writes_settled() if target.db == "pg" else None
     proxy = RoundTripProxy() if target.db == "pg" else None
     store = Target(target.db, target.tmp, proxy.url(target.url)).store() if proxy else None
-    async with target.engine(quota_wf, store=store) as engine:
+    async with target.engine(workflow, store=store) as engine:
         before = await count_runs(engine)
         trips0 = proxy.trips if proxy else 0
         with count_statements() as counts:
-            refused, elapsed = await refuse_many(engine, attempts)
+            refused, elapsed = await refuse_many(engine, workflow, error, attempts)
         trips = (proxy.trips - trips0) if proxy else 0
         after = await count_runs(engine)
     figures: Figures = {
@@ -405,13 +433,15 @@ async def quota(target: Target, attempts: int = 2000) -> Figures:
     return figures
 
 
-async def refuse_many(engine: Engine, attempts: int) -> tuple[int, float]:
+async def refuse_many(
+    engine: Engine, workflow: Any, error: type[RunlaneError], attempts: int
+) -> tuple[int, float]:
     refused = 0
     t0 = time.perf_counter()
     for _ in range(attempts):
         try:
-            await engine.start(quota_wf, None)
-        except ConcurrencyLimitError:
+            await engine.start(workflow, None)
+        except error:
             refused += 1
     return refused, time.perf_counter() - t0
 
@@ -693,6 +723,7 @@ WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "handoff": handoff,
     "store_cost": store_cost,
     "quota": quota,
+    "rate_limit": rate_limit,
     "memory_suspended": memory_suspended,
     "memory_completed": memory_completed,
     "scale": scale,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._version import __version__ as __version__
 from .context import Context
-from .definitions import Concurrency, Singleton, step, workflow
+from .definitions import Concurrency, Debounce, RateLimit, Singleton, step, workflow
 from .engine import Engine
 from .errors import (
     ChildFailedError,
@@ -16,6 +16,7 @@ from .errors import (
     GatherError,
     MissingExtraError,
     NonDeterminismError,
+    RateLimitError,
     RunExistsError,
     RunFinishedError,
     RunlaneError,
@@ -41,6 +42,7 @@ __all__ = [
     "ConcurrencyLimitError",
     "ConfigurationError",
     "Context",
+    "Debounce",
     "DefinitionError",
     "Engine",
     "EventTimeoutError",
@@ -48,6 +50,8 @@ __all__ = [
     "GatherError",
     "MissingExtraError",
     "NonDeterminismError",
+    "RateLimit",
+    "RateLimitError",
     "Retry",
     "Run",
     "RunExistsError",

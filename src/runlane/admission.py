@@ -1,4 +1,4 @@
-"""Singleton gate and concurrency quota policy: pure decisions over counts a store read.
+"""Singleton, quota, rate limit and debounce policy: pure decisions over what a store read.
 
 Stores call these inside the one atomic operation that reads the counts and writes the result,
 so the policy is written once and every backend applies it the same way.
@@ -7,13 +7,22 @@ so the policy is written once and every backend applies it the same way.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from .definitions import Concurrency, WorkflowDefinition
-from .errors import ConcurrencyLimitError, RunlaneError, SingletonQueueFullError
-from .models import JSON, QuotaGate, Run, SingletonGate, Started
+from .definitions import Concurrency, WorkflowDefinition, as_seconds
+from .errors import ConcurrencyLimitError, RateLimitError, RunlaneError, SingletonQueueFullError
+from .models import (
+    JSON,
+    DebounceGate,
+    QuotaGate,
+    RateGate,
+    Run,
+    RunSpec,
+    SingletonGate,
+    Started,
+)
 
 
 def singleton_gate(definition: WorkflowDefinition, input: JSON) -> SingletonGate | None:
@@ -40,6 +49,44 @@ def lane(scope: str, workflow: str, key: str) -> str:
     one workflow, ``*:<key>`` for a global lane. The length makes the text unambiguous whatever
     the names hold, and a global lane never collides with a workflow's."""
     return f"*:{key}" if scope == "global" else f"{len(workflow)}:{workflow}:{key}"
+
+
+def rate_gate(definition: WorkflowDefinition, input: JSON) -> RateGate | None:
+    """The workflow's rate limit evaluated on a start's input; None when it does not apply."""
+    rule = definition.rate_limit
+    keyed = None if rule is None else _limit_lane(rule.key, input, "rate limit", definition.name)
+    if rule is None or keyed is None:
+        return None
+    key, user_key = keyed
+    return RateGate(key, rule.limit, as_seconds(rule.period), rule.on_limit == "delay", user_key)
+
+
+def debounce_gate(definition: WorkflowDefinition, input: JSON) -> DebounceGate | None:
+    """The workflow's debounce evaluated on a start's input; None when it does not apply."""
+    rule = definition.debounce
+    keyed = None if rule is None else _limit_lane(rule.key, input, "debounce", definition.name)
+    if rule is None or keyed is None:
+        return None
+    max_wait = None if rule.max_wait is None else as_seconds(rule.max_wait)
+    return DebounceGate(keyed[0], as_seconds(rule.period), max_wait)
+
+
+def _limit_lane(
+    key: Callable[[Any], str | None] | None, input: JSON, what: str, workflow: str
+) -> tuple[str, str | None] | None:
+    """The lane of a rate limit's or debounce's key, and the key as the rule gave it: the
+    workflow's own lane for ``key=None``; None when the key function says None (not applied).
+    Rate limits and debounces are per workflow, like a singleton of the default scope."""
+    if key is None:
+        return f"{len(workflow)}:{workflow}", None
+    user_key = key(input)
+    if user_key is None:
+        return None
+    if not isinstance(user_key, str) or not user_key:
+        raise RunlaneError(
+            f"{what} key of {workflow!r} must be a non-empty string or None, got {user_key!r}"
+        )
+    return lane("workflow", workflow, user_key), user_key
 
 
 def lane_parts(lane: str) -> tuple[str | None, str]:
@@ -108,7 +155,7 @@ async def requeue_gates(
 def refusal_record(refusal: Exception, window: datetime | None) -> dict[str, Any]:
     """A refused schedule window, as its ``last_error``: the refusal's type, message, fields."""
     record: dict[str, Any] = {"type": type(refusal).__name__, "message": str(refusal)}
-    for name in ("workflow", "key", "limit", "active", "max_queue_depth"):
+    for name in ("workflow", "key", "limit", "active", "max_queue_depth", "period", "retry_after"):
         if hasattr(refusal, name):
             record[name] = getattr(refusal, name)
     if window is not None:
@@ -142,6 +189,67 @@ def queue_refusal(
     if active >= gate.limit + gate.max_queue_depth:
         return SingletonQueueFullError(workflow, gate.shown_key, gate.max_queue_depth)
     return None
+
+
+def window_opens(gate: RateGate, last: datetime | None) -> datetime | None:
+    """When the key's sliding window has room for one more start: ``period`` after ``last``, the
+    ``limit``-th most recent start the key counts; None when it counts fewer (room now).
+
+    Starts count at their ``rate_at``, which never goes back in time within a key (a throttle
+    hands out later instants only), so a start at ``t`` keeps every window of ``period`` to
+    ``limit`` starts exactly when ``t >= last + period``.
+    """
+    return None if last is None else last + timedelta(seconds=gate.period)
+
+
+def rate_refusal(
+    workflow: str, gate: RateGate | None, last: datetime | None, now: datetime
+) -> RateLimitError | None:
+    """The refusal of a start over its rate limit (a throttle refuses none)."""
+    opens = None if gate is None else window_opens(gate, last)
+    if gate is None or gate.delay or opens is None or opens <= now:
+        return None
+    retry_after = (opens - now).total_seconds()
+    return RateLimitError(workflow, gate.user_key, gate.limit, gate.period, retry_after)
+
+
+def debounce_begin(gate: DebounceGate, now: datetime, first: datetime) -> datetime:
+    """When a debounced run begins after a start at ``now``: ``period`` later, but never past
+    ``max_wait`` after ``first``, the start that created the run."""
+    begin = now + timedelta(seconds=gate.period)
+    if gate.max_wait is None:
+        return begin
+    return min(begin, first + timedelta(seconds=gate.max_wait))
+
+
+def wanted_begin(spec: RunSpec, now: datetime) -> datetime:
+    """When a new run of ``spec`` begins but for its rate limit: now, or after its debounce."""
+    return now if spec.debounce is None else debounce_begin(spec.debounce, now, now)
+
+
+def start_times(
+    spec: RunSpec, last: datetime | None, now: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """A new limited run's ``(rate_at, begin_at)``: the instant its start counts in its rate
+    window (None without a rate limit: ``now`` when refusing, the first instant the window
+    allows when throttling), and the instant it begins when that is later than now (else None).
+
+    A debounced run begins after its period; a throttled one also no sooner than its window.
+    """
+    wanted = wanted_begin(spec, now)
+    rate_at = None
+    if spec.rate is not None:
+        opens = window_opens(spec.rate, last) if spec.rate.delay else None
+        rate_at = now if not spec.rate.delay else max(wanted, opens or wanted)
+    begin = max(wanted, rate_at or wanted)
+    return rate_at, begin if begin > now else None
+
+
+def refolded_begin(gate: DebounceGate, run: Run, now: datetime) -> datetime:
+    """A held debounced run's new beginning when a start folds into it: after the debounce
+    period, and still no sooner than its rate window allowed it (its ``rate_at``)."""
+    begin = debounce_begin(gate, now, run.created_at)
+    return begin if run.rate_at is None else max(begin, run.rate_at)
 
 
 def waits_at_start(gate: SingletonGate | None, ahead: int) -> bool:

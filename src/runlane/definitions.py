@@ -93,6 +93,75 @@ class Concurrency:
         return frozenset(self.count_statuses) if self.count_statuses else ACTIVE_STATUSES  # type: ignore[arg-type]
 
 
+def as_seconds(value: Seconds) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _period(value: Seconds, what: str) -> float:
+    """A window's length in seconds, which must be positive."""
+    if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        raise DefinitionError(f"{what} must be a number of seconds or a timedelta, got {value!r}")
+    result = as_seconds(value)
+    if not result > 0:
+        raise DefinitionError(f"{what} must be positive, got {value!r}")
+    return result
+
+
+def _key_function(key: object, what: str) -> None:
+    if key is not None and not callable(key):
+        raise DefinitionError(f"{what}.key must be a callable of the input, or None")
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``limit`` starts per ``key(input)`` in any sliding window of ``period`` seconds.
+
+    ``on_limit="reject"``: a start over the limit raises ``RateLimitError`` and writes nothing.
+    ``on_limit="delay"`` (a throttle): every start is accepted, and its run begins at the first
+    instant the window allows, in order per key. ``key=None``: one limit for the whole workflow;
+    a key function that returns None leaves that start unlimited.
+    """
+
+    limit: int
+    period: Seconds
+    key: Callable[[Any], str | None] | None = None
+    on_limit: Literal["reject", "delay"] = "reject"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+            raise DefinitionError(
+                f"RateLimit.limit must be a whole number >= 1, got {self.limit!r}"
+            )
+        object.__setattr__(self, "period", _period(self.period, "RateLimit.period"))
+        _key_function(self.key, "RateLimit")
+        if self.on_limit not in ("reject", "delay"):
+            raise DefinitionError("RateLimit.on_limit must be 'reject' or 'delay'")
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """Starts of one ``key(input)`` that come while its run has not begun fold into that run.
+
+    A start for a key whose debounced run has not begun replaces the run's input (the last one
+    wins) and moves its beginning to ``period`` seconds later, but never past ``max_wait``
+    seconds after the first of them. ``key=None``: one debounced run for the whole workflow; a
+    key function that returns None leaves that start undebounced.
+    """
+
+    key: Callable[[Any], str | None] | None
+    period: Seconds
+    max_wait: Seconds | None = None
+
+    def __post_init__(self) -> None:
+        _key_function(self.key, "Debounce")
+        object.__setattr__(self, "period", _period(self.period, "Debounce.period"))
+        if self.max_wait is not None:
+            max_wait = _period(self.max_wait, "Debounce.max_wait")
+            if max_wait < as_seconds(self.period):
+                raise DefinitionError("Debounce.max_wait must not be shorter than its period")
+            object.__setattr__(self, "max_wait", max_wait)
+
+
 @dataclass(frozen=True)
 class StepDefinition:
     name: str
@@ -120,6 +189,8 @@ class WorkflowDefinition:
     concurrency: Concurrency | None = None
     execution_timeout: float | None = None
     on_event: tuple[str, ...] = ()
+    rate_limit: RateLimit | None = None
+    debounce: Debounce | None = None
     tags: tuple[str, ...] = field(default_factory=tuple)
     on_failure: str | None = None
     dead_letter: str | None = None
@@ -165,6 +236,8 @@ def workflow(
     tags: Iterable[str] = (),
     on_failure: str | Callable[..., Any] | None = None,
     dead_letter: str | Callable[..., Any] | None = None,
+    rate_limit: RateLimit | None = None,
+    debounce: Debounce | None = None,
 ) -> Callable[[F], F]: ...
 def workflow(
     fn: F | None = None,
@@ -179,6 +252,8 @@ def workflow(
     tags: Iterable[str] = (),
     on_failure: str | Callable[..., Any] | None = None,
     dead_letter: str | Callable[..., Any] | None = None,
+    rate_limit: RateLimit | None = None,
+    debounce: Debounce | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an ``async def body(ctx, input)`` as a durable workflow.
 
@@ -197,6 +272,10 @@ def workflow(
             raise DefinitionError("singleton= takes a runlane.Singleton")
         if concurrency is not None and not isinstance(concurrency, Concurrency):
             raise DefinitionError("concurrency= takes a runlane.Concurrency")
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise DefinitionError("rate_limit= takes a runlane.RateLimit")
+        if debounce is not None and not isinstance(debounce, Debounce):
+            raise DefinitionError("debounce= takes a runlane.Debounce")
         events = (on_event,) if isinstance(on_event, str) else tuple(on_event)
         workflow_name = name or body.__name__
         if workflow_name in (failure, dead):
@@ -213,6 +292,8 @@ def workflow(
             on_failure=failure,
             dead_letter=dead,
             given_handlers=given,
+            rate_limit=rate_limit,
+            debounce=debounce,
         )
         setattr(body, WORKFLOW_ATTR, definition)
         return body

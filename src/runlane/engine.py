@@ -244,17 +244,19 @@ class Engine:
             concurrency=concurrency,
             priority=priority,
             tags=check_tags(tags),
+            debounce=True,
         )
         started, retried = await self._create(spec)
         run = self._started(started)
         # After an outage, the run found may be the one this start's first write created.
         ours = retried and _same_start(run, spec)
-        if not started.created and if_exists == "fail" and not ours:
+        if not (started.created or started.debounced) and if_exists == "fail" and not ours:
             raise RunExistsError(run.id, run.status)
         if started.claim is not None and self._local is not None:
             self._local.spawn(run.id, claim=started.claim)
         elif (started.created or ours) and not started.waiting:
             self._kick_started([run])
+        self._note_held([run])
         return run
 
     async def _create(self, spec: RunSpec) -> tuple[Started, bool]:
@@ -292,17 +294,23 @@ class Engine:
         priority: int = 0,
         tags: Sequence[str] = (),
         lane: SingletonGate | Literal["workflow"] | None = "workflow",
+        debounce: bool = False,
     ) -> RunSpec:
-        """The spec of a new run, with its singleton and quota gates evaluated on ``input``.
+        """The spec of a new run, with its gates (singleton, quota, rate limit, and with
+        ``debounce`` its debounce) evaluated on ``input``.
 
-        ``lane`` replaces the workflow's singleton gate (a schedule's overlap lane)."""
+        ``lane`` replaces the workflow's singleton gate (a schedule's overlap lane). Only starts
+        from outside a run are debounced (``start``, event subscribers): a child's or a
+        schedule window's run id must name a run of its own."""
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("run_id must be a non-empty string")
         singleton = admission.singleton_gate(definition, input) if lane == "workflow" else lane
         quota = await admission.quota_gate(concurrency or definition.concurrency, input)
-        if (singleton or quota) and not self.store.atomic_admission:
+        rate = admission.rate_gate(definition, input)
+        folded = admission.debounce_gate(definition, input) if debounce else None
+        if (singleton or quota or rate or folded) and not self.store.atomic_admission:
             raise UnsupportedStoreError(
-                f"{type(self.store).__name__} cannot admit singleton or quota runs atomically"
+                f"{type(self.store).__name__} cannot admit gated or limited runs atomically"
             )
         now = self.now()
         timeout = definition.execution_timeout
@@ -321,6 +329,8 @@ class Engine:
             deadline_at=now + timedelta(seconds=timeout) if timeout is not None else None,
             singleton=singleton,
             quota=quota,
+            rate=rate,
+            debounce=folded,
         )
 
     async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
@@ -385,7 +395,7 @@ class Engine:
         for definition in self.registry.subscribers(name):
             run_id = f"{definition.name}:event:{event.id or event.seq}"
             try:
-                specs.append(await self.build_spec(definition, value, run_id))
+                specs.append(await self.build_spec(definition, value, run_id, debounce=True))
             except RunlaneError:
                 log.exception("event %s: could not start subscriber %s", name, definition.name)
         # Subscriber ids are deterministic: a retry after an outage creates each run once.
@@ -395,8 +405,10 @@ class Engine:
                 log.warning(
                     "event %s: subscriber %s skipped: %s", name, spec.workflow, result.rejected
                 )
-        new = [s.run.id for s in started if s.created and s.run is not None]
+        # A subscriber start folded into a debounced run touched that run all the same.
+        new = [s.run for s in started if (s.created or s.debounced) and s.run is not None]
         self._kick([*woken, *ready_ids(started)])
+        self._note_held(new)
         return len(woken) + len(new) if created or new else 0
 
     async def cancel(self, run_id: str) -> bool:
@@ -793,6 +805,13 @@ class Engine:
         if self._wakeup is not None:
             self._wakeup.set()
 
+    def _note_held(self, runs: Iterable[Run]) -> None:
+        """Runs held by a throttle or a debounce begin by their timer: the loop comes back then."""
+        now = self.now()
+        for run in runs:
+            if run.held(now) and run.wake_at is not None:
+                self._note_wake(run.wake_at)
+
     def _note_wake(self, when: datetime) -> None:
         if self._next_wake is None or when < self._next_wake:
             self._next_wake = when
@@ -942,7 +961,7 @@ def _same_start(run: Run, spec: RunSpec) -> bool:
     return (
         run.created_at == spec.created_at
         and run.workflow == spec.workflow
-        and run.status == RunStatus.PENDING
+        and run.status in (RunStatus.PENDING, RunStatus.BLOCKED)
     )
 
 

@@ -112,6 +112,30 @@ class SingletonQueueFullError(RunlaneError):
         )
 
 
+class RateLimitError(RunlaneError):
+    """The rate limit for this key is used up; the start was refused and nothing was created.
+
+    ``retry_after``: seconds until a start of the key would be accepted (if no other comes first).
+    ``key`` is None for a limit on the whole workflow.
+    """
+
+    http_status = 429
+
+    def __init__(
+        self, workflow: str, key: str | None, limit: int, period: float, retry_after: float
+    ) -> None:
+        self.workflow = workflow
+        self.key = key
+        self.limit = limit
+        self.period = period
+        self.retry_after = retry_after
+        what = f"key {key!r}" if key is not None else "the workflow"
+        super().__init__(
+            f"rate limit reached for {what}: {limit} starts per {period:g}s"
+            f" (workflow {workflow!r}); retry after {retry_after:.3f}s"
+        )
+
+
 class MissingExtraError(RunlaneError, ImportError):
     """A feature needs an optional dependency that is not installed."""
 
@@ -317,6 +341,7 @@ _REBUILDABLE: dict[str, type[Exception]] = {
     for cls in (
         ConcurrencyLimitError,
         SingletonQueueFullError,
+        RateLimitError,
         UnknownWorkflowError,
         FatalError,
         NonDeterminismError,

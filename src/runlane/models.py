@@ -79,10 +79,24 @@ class Run:
     queued: bool = False
     # Terminal failures (failed or dead) so far, across requeues: names the failure handler runs.
     failures: int = 0
+    # A rate-limited run's key (a lane of its workflow) and the instant its start counts in the
+    # key's window; None without a rate limit.
+    rate_key: str | None = None
+    rate_at: datetime | None = None
+    # A run held by its rate limit (a throttle) or its debounce: blocked, and not claimable, until
+    # this instant; None for a run never held.
+    begin_at: datetime | None = None
+    # A debounced run's key (a lane of its workflow): starts of it fold into the run until it begins.
+    debounce_key: str | None = None
 
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    def held(self, now: datetime) -> bool:
+        """Whether the run is still held by its rate limit or debounce: it has not begun, and
+        it does not wait for a singleton slot yet."""
+        return self.begin_at is not None and self.begin_at > now
 
     @property
     def quota(self) -> QuotaGate | None:
@@ -203,6 +217,34 @@ class QuotaGate:
 
 
 @dataclass(frozen=True)
+class RateGate:
+    """Rate limit rules carried by a run spec: at most ``limit`` starts of ``key`` in any window
+    of ``period`` seconds; over it, a start is refused, or with ``delay`` held until the window
+    allows it.
+
+    ``key`` is a lane of the workflow (see ``admission.rate_lane``): what stores count and lock
+    by. ``user_key`` is the key as the workflow's rule gave it (None: the whole workflow).
+    """
+
+    key: str
+    limit: int
+    period: float
+    delay: bool = False
+    user_key: str | None = None
+
+
+@dataclass(frozen=True)
+class DebounceGate:
+    """Debounce rules carried by a run spec: starts of ``key`` (a lane of the workflow) fold into
+    its run that has not begun, which then begins ``period`` seconds after the last of them, at
+    most ``max_wait`` seconds after the first."""
+
+    key: str
+    period: float
+    max_wait: float | None = None
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """A run to create. ``created_at`` comes from the engine clock."""
 
@@ -218,6 +260,13 @@ class RunSpec:
     deadline_at: datetime | None = None
     singleton: SingletonGate | None = None
     quota: QuotaGate | None = None
+    rate: RateGate | None = None
+    debounce: DebounceGate | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Whether a rate limit or a debounce applies to the start."""
+        return self.rate is not None or self.debounce is not None
 
 
 @dataclass(frozen=True)
@@ -229,10 +278,14 @@ class Started:
     rejected: Exception | None = None
     # A singleton run created behind a full key: a claim now would only park it. The engine
     # leaves it to the release of a slot (which wakes or hands it over) or to the pending poll.
+    # Also a run created held (by a throttle or a debounce): its timer begins it.
     waiting: bool = False
     # The new run, already leased to the creator (``create_runs(..., lease=...)``); ``run`` is
     # the run as it was created, ``pending``.
     claim: Claim | None = None
+    # The start folded into a debounced run that had not begun: ``run`` is that run, with the
+    # start's input and its new beginning.
+    debounced: bool = False
 
 
 def ready_ids(started: Iterable[Started]) -> list[str]:
@@ -398,6 +451,34 @@ def leased_run(run: Run, lease: Lease) -> Run:
     )
 
 
+def held_run(run: Run, spec: RunSpec, rate_at: datetime | None, begin_at: datetime | None) -> Run:
+    """A run just created under a rate limit or a debounce: its start counted at ``rate_at``;
+    held (blocked, due at ``begin_at``, its execution timeout counted from then) when
+    ``begin_at`` is given."""
+    limits = replace(
+        run,
+        rate_key=spec.rate.key if spec.rate else None,
+        rate_at=rate_at,
+        debounce_key=spec.debounce.key if spec.debounce else None,
+    )
+    return limits if begin_at is None else _held_until(limits, spec, begin_at)
+
+
+def debounced_run(run: Run, spec: RunSpec, begin_at: datetime, now: datetime) -> Run:
+    """A held debounced run once a start folded into it: the start's input, a later beginning."""
+    return replace(_held_until(run, spec, begin_at), input=spec.input, updated_at=now)
+
+
+def _held_until(run: Run, spec: RunSpec, begin_at: datetime) -> Run:
+    """``run`` blocked until ``begin_at``, its execution timeout (the spec's) counted from then."""
+    deadline = run.deadline_at
+    if spec.deadline_at is not None:
+        deadline = begin_at + (spec.deadline_at - spec.created_at)
+    return replace(
+        run, status=RunStatus.BLOCKED, begin_at=begin_at, wake_at=begin_at, deadline_at=deadline
+    )
+
+
 def blocked_run(run: Run, retry: RetryTimer, now: datetime) -> Run:
     """A singleton waiter its claim did not admit: blocked until woken, or until its timer."""
     return replace(
@@ -453,6 +534,7 @@ def requeued_run(run: Run, now: datetime, deadline_at: datetime | None) -> Run:
         wake_at=None,
         wake_requested_at=None,
         deadline_at=deadline_at,
+        begin_at=None,
         updated_at=now,
     )
 

@@ -17,8 +17,9 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
+from .definitions import RateLimit, as_seconds
 from .errors import DefinitionError
 from .models import Admission, QueueSettings, RetryTimer
 
@@ -35,7 +36,7 @@ class StepQueue:
 
     name: str
     concurrency: int | None = None
-    rate_limit: Any = None  # a RateLimit: its limit and period (a step queue has no key)
+    rate_limit: RateLimit | None = None  # its limit and period; a step queue's has no key
     fairness: Literal["fifo", "key"] = "fifo"
     order: Literal["fifo", "lifo"] = "fifo"
 
@@ -49,8 +50,14 @@ class StepQueue:
             or self.concurrency < 1
         ):
             problems.append("concurrency must be None or at least 1")
-        if self.rate_limit is not None and _rate(self.rate_limit) is None:
-            problems.append("rate_limit must be a RateLimit with limit >= 1 and period > 0")
+        if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
+            problems.append("rate_limit must be a RateLimit")
+        elif self.rate_limit is not None and self.rate_limit.key is not None:
+            problems.append(
+                "rate_limit has no key in a step queue (fairness_key spreads it over tenants)"
+            )
+        elif self.rate_limit is not None and self.rate_limit.on_limit != "reject":
+            problems.append("rate_limit.on_limit does not apply: a step over the rate waits")
         if self.fairness not in ("fifo", "key"):
             problems.append("fairness must be 'fifo' or 'key'")
         if self.order not in ("fifo", "lifo"):
@@ -59,29 +66,15 @@ class StepQueue:
             raise DefinitionError(f"step queue {self.name!r}: " + "; ".join(problems))
 
     def settings(self) -> QueueSettings:
-        rate = _rate(self.rate_limit) if self.rate_limit is not None else None
+        rate = self.rate_limit
         return QueueSettings(
             name=self.name,
             concurrency=self.concurrency,
-            rate_limit=None if rate is None else rate[0],
-            rate_period=None if rate is None else rate[1],
+            rate_limit=None if rate is None else rate.limit,
+            rate_period=None if rate is None else as_seconds(rate.period),
             fairness=self.fairness,
             order=self.order,
         )
-
-
-def _rate(rate: Any) -> tuple[int, float] | None:
-    """A rate limit's ``(limit, period seconds)``, or None when it is not a valid one."""
-    limit, period = getattr(rate, "limit", None), getattr(rate, "period", None)
-    if isinstance(period, timedelta):
-        period = period.total_seconds()
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        return None
-    if not isinstance(period, int | float) or isinstance(period, bool):
-        return None
-    if not math.isfinite(period) or period <= 0:
-        return None
-    return limit, float(period)
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import multiprocessing
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -17,9 +17,11 @@ import psycopg
 import pytest
 
 from runlane.admission import lane
-from runlane.errors import ConcurrencyLimitError, RunlaneError, StoreUnavailableError
+from runlane.errors import RunlaneError, StoreUnavailableError
 from runlane.models import (
+    DebounceGate,
     QuotaGate,
+    RateGate,
     RetryTimer,
     RunSpec,
     RunStatus,
@@ -34,10 +36,13 @@ from runlane.stores.postgres import SQL, PostgresStore, upgrade
 from runlane.stores.postgres_rows import (
     fenced_params,
     gate_params,
+    limit_params,
     query_where,
     specs_params,
     utc_conninfo,
 )
+
+from ..races import race_starts
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LATER = timedelta(seconds=1)
@@ -279,7 +284,7 @@ def test_every_statement_is_short_enough_for_psycopg_to_cache_its_parsing() -> N
 
 # Statements whose work is done by a function (see the migrations): its statements' plans are
 # what matters, and only auto_explain shows them, by running the statement.
-_IN_FUNCTIONS = {"gate_counts"}
+_IN_FUNCTIONS = {"gate_counts", "limit_counts"}
 
 
 async def _nested_plans(
@@ -328,6 +333,11 @@ _GATED = RunSpec(
     singleton=SingletonGate("key-10", max_queue_depth=5),
     quota=QuotaGate("tenant-7", 8),
 )
+_LIMITED = replace(
+    _GATED,
+    rate=RateGate("4:wf-3:tenant-7", 10, 60.0, delay=True),
+    debounce=DebounceGate("4:wf-3:doc-1", 5.0, 60.0),
+)
 
 # Half way down 100,000 runs: a page deep in the listing.
 _CURSOR = {"after_at": T0 + timedelta(seconds=50000), "after_id": "run-50000"}
@@ -335,6 +345,14 @@ _CURSOR = {"after_at": T0 + timedelta(seconds=50000), "after_id": "run-50000"}
 _HOT = {
     "runs by id": ("get_runs", {"ids": "{run-10,run-11}"}),
     "a gated start": ("insert_gated", {**specs_params([_GATED]), **gate_params(_GATED)}),
+    "a start under a rate limit and a debounce": (
+        "insert_limited",
+        {**specs_params([_LIMITED]), **limit_params(_LIMITED, T0)},
+    ),
+    "the counts of a start under a rate limit and a debounce": (
+        "limit_counts",
+        limit_params(_LIMITED, T0),
+    ),
     "pending pickup": ("pending_run_ids", {"now": T0, "limit": 100, "namespace": None}),
     "pending pickup of a namespace": (
         "pending_run_ids",
@@ -363,7 +381,13 @@ _HOT = {
     ),
     "singleton admission at claim": (
         "admission_counts",
-        {"key": "key-10", "created_at": T0 + timedelta(hours=5), "id": "run-10", "most": 1},
+        {
+            "key": "key-10",
+            "created_at": T0 + timedelta(hours=5),
+            "id": "run-10",
+            "most": 1,
+            "now": T0,
+        },
     ),
     "a waiter's claim (admitted or blocked)": (
         "claim_admit",
@@ -433,59 +457,27 @@ async def test_hot_queries_use_indexes_when_planned_on_empty_tables(scratch_url:
     assert not scans, "\n\n".join(f"{what}:\n{plan}" for what, plan in scans.items())
 
 
-# ---------------------------------------------------------------- an exact quota across processes
+# ---------------------------------------------------------------- exact admission across processes
 
 QUOTA = QuotaGate("tenant:race", 8)
-
-
-def _start_quota_runs(url: str, worker: int, count: int, barrier: Any, results: Any) -> None:
-    """In a spawned process: start ``count`` runs against the shared quota, all at once."""
-
-    async def main() -> tuple[list[str], list[str]]:
-        store = PostgresStore(url, max_size=10)
-        await store.open()
-        try:
-            specs = [
-                RunSpec(f"w{worker}-{n:03}", "wf", "1", None, T0, quota=QUOTA) for n in range(count)
-            ]
-            barrier.wait(timeout=60)
-            outcomes = await asyncio.gather(*(store.create_runs([s], T0) for s in specs))
-            admitted = [s.id for s, [o] in zip(specs, outcomes, strict=True) if o.created]
-            rejected = [
-                s.id
-                for s, [o] in zip(specs, outcomes, strict=True)
-                if isinstance(o.rejected, ConcurrencyLimitError)
-            ]
-            return admitted, rejected
-        finally:
-            await store.close()
-
-    results.put(asyncio.run(main()))
+RATE = RateGate("2:wf:tenant:race", 10, 3600.0, user_key="tenant:race")
 
 
 @pytest.mark.slow
-async def test_200_starts_from_4_processes_against_a_quota_of_8_admit_exactly_8(
-    pg_store: PostgresStore, pg_url: str
+@pytest.mark.parametrize(
+    ("gates", "limit", "refusal"),
+    [({"quota": QUOTA}, 8, "ConcurrencyLimitError"), ({"rate": RATE}, 10, "RateLimitError")],
+    ids=["quota-of-8", "rate-limit-of-10"],
+)
+async def test_200_starts_from_4_processes_admit_exactly_the_limit(
+    pg_store: PostgresStore, pg_url: str, gates: dict[str, Any], limit: int, refusal: str
 ) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(4), ctx.Queue()
-    procs = [
-        ctx.Process(target=_start_quota_runs, args=(pg_url, worker, 50, barrier, results))
-        for worker in range(4)
-    ]
-    for proc in procs:
-        proc.start()
-    try:
-        reports = [results.get(timeout=120) for _ in procs]
-    finally:
-        for proc in procs:
-            proc.join(timeout=30)
-    admitted = [run_id for ids, _ in reports for run_id in ids]
-    rejected = [run_id for _, ids in reports for run_id in ids]
-    assert len(admitted) == QUOTA.limit, admitted
-    assert len(admitted) + len(rejected) == 200
+    outcomes = race_starts(pg_url, gates)
+    admitted = [run_id for run_id, created, _ in outcomes if created]
+    assert len(admitted) == limit, admitted
+    assert len(outcomes) == 200
+    assert {refused for _, created, refused in outcomes if not created} == {refusal}
     assert sorted(run.id for run in await pg_store.list_runs(limit=1000)) == sorted(admitted)
-    assert await pg_store.get_runs(rejected) == {}
 
 
 # ---------------------------------------------------------------- cost per run

@@ -16,11 +16,13 @@ import pytest
 
 from runlane.admission import lane
 from runlane.errors import ConcurrencyLimitError, LeaseLostError, RunlaneError
-from runlane.models import QuotaGate, RetryTimer, RunSpec, Writes
+from runlane.models import QuotaGate, RateGate, RetryTimer, RunSpec, Writes
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
 from runlane.stores.sqlite import SqliteStore, _configure
 from runlane.stores.sqlite_worker import SqliteWorker
+
+from ..races import race_starts
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -345,6 +347,25 @@ async def test_two_processes_claiming_the_same_runs_never_both_claim_one(
     await store.close()
     assert all(owners[run_id] == "p1" for run_id in won["p1"])
     assert all(owners[run_id] == "p2" for run_id in won["p2"])
+
+
+@pytest.mark.slow
+async def test_200_starts_from_4_processes_against_a_rate_limit_of_10_admit_exactly_10(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "shared.db"
+    await open_and_close(path)  # migrated once, before the race
+    rate = RateGate("2:wf:tenant:race", 10, 3600.0, user_key="tenant:race")
+    outcomes = race_starts(f"sqlite:///{path}", {"rate": rate})
+    admitted = sorted(run_id for run_id, created, _ in outcomes if created)
+    assert len(admitted) == 10, admitted
+    assert {refusal for _, created, refusal in outcomes if not created} == {"RateLimitError"}
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        assert sorted(run.id for run in await store.list_runs(limit=1000)) == admitted
+    finally:
+        await store.close()
 
 
 async def test_a_worker_that_cannot_connect_reports_why_however_fast_it_fails() -> None:

@@ -13,6 +13,7 @@ from runlane.errors import (
     ConcurrencyLimitError,
     DefinitionError,
     LeaseLostError,
+    RateLimitError,
     RunFinishedError,
     RunlaneError,
     RunNotFoundError,
@@ -20,9 +21,11 @@ from runlane.errors import (
 )
 from runlane.models import (
     ClaimOutcome,
+    DebounceGate,
     Lease,
     QueueSettings,
     QuotaGate,
+    RateGate,
     RetryTimer,
     Run,
     RunCursor,
@@ -330,6 +333,136 @@ async def test_gates_of_different_keys_never_interact(store: Store) -> None:
     other = spec("b", quota=QuotaGate("q2", 1), singleton=SingletonGate("k2", max_queue_depth=0))
     [started] = await store.create_runs([other], T0)
     assert started.created
+
+
+# ---------------------------------------------------------------- rate limits and debounce
+
+
+def limited(run_id: str, now: float, **fields: Any) -> RunSpec:
+    """A start made at ``now`` (rate windows and debounces count from the start's instant)."""
+    return spec(run_id, created=now, **fields)
+
+
+async def test_a_start_over_its_rate_limit_is_refused_and_writes_nothing(store: Store) -> None:
+    rate = RateGate("r", 2, 60.0, user_key="tenant")
+    await create(store, limited("a", 0, rate=rate))
+    await create(store, limited("b", 10, rate=rate), now=at(10))
+    refused, plain = await store.create_runs([limited("c", 20, rate=rate), spec("d")], at(20))
+    assert isinstance(refused.rejected, RateLimitError) and refused.run is None
+    error = refused.rejected
+    assert (error.workflow, error.key, error.limit, error.period) == ("wf", "tenant", 2, 60.0)
+    assert error.retry_after == pytest.approx(40.0)
+    assert plain.created and await store.get_run("c") is None
+    [room] = await store.create_runs([limited("e", 60, rate=rate)], at(60))
+    assert room.created and room.run is not None and room.run.rate_at == at(60)
+
+
+async def test_a_rate_window_counts_every_run_of_its_key_whatever_its_status(
+    store: Store,
+) -> None:
+    rate = RateGate("r", 1, 60.0)
+    await create(store, limited("a", 0, rate=rate))
+    await settle(store, "a")
+    [refused] = await store.create_runs([limited("b", 1, rate=rate)], at(1))
+    assert isinstance(refused.rejected, RateLimitError)
+    [other] = await store.create_runs([limited("c", 1, rate=RateGate("other", 1, 60.0))], at(1))
+    assert other.created
+
+
+async def test_an_existing_id_is_returned_without_a_rate_check(store: Store) -> None:
+    rate = RateGate("r", 1, 60.0)
+    await create(store, limited("a", 0, rate=rate))
+    [again] = await store.create_runs([limited("a", 1, rate=rate)], at(1))
+    assert not again.created and again.rejected is None and again.run is not None
+
+
+async def test_a_throttled_start_is_created_held_until_its_window_has_room(store: Store) -> None:
+    rate = RateGate("r", 1, 10.0, delay=True)
+    [first] = await store.create_runs([limited("a", 0, rate=rate)], T0)
+    assert first.run is not None and first.run.status == RunStatus.PENDING
+    assert (first.run.rate_at, first.run.begin_at, first.waiting) == (T0, None, False)
+    [second] = await store.create_runs([limited("b", 0, rate=rate)], T0, lease=Lease("s", at(30)))
+    assert second.created and second.waiting and second.claim is None  # a lease never claims it
+    held = await run_of(store, "b")
+    assert (held.status, held.rate_at, held.begin_at, held.wake_at) == (
+        RunStatus.BLOCKED,
+        at(10),
+        at(10),
+        at(10),
+    )
+    [third] = await store.create_runs([limited("c", 2, rate=rate)], at(2))
+    assert third.run is not None and third.run.begin_at == at(20)
+    assert (await claim(store, "b", now=at(9))).claim is None
+    assert await store.due_run_ids(at(10), 10, None) == ["b"]
+    assert (await lease(store, "b", now=at(10))).status == RunStatus.RUNNING
+
+
+async def test_a_held_runs_execution_timeout_counts_from_its_beginning(store: Store) -> None:
+    rate = RateGate("r", 1, 10.0, delay=True)
+    await create(store, limited("a", 0, rate=rate, deadline_at=at(30)))
+    await create(store, limited("b", 0, rate=rate, deadline_at=at(30)))
+    assert [(await run_of(store, r)).deadline_at for r in "ab"] == [at(30), at(40)]
+    assert await store.timed_out_run_ids(at(35), 10, None) == ["a"]
+
+
+async def test_a_debounced_start_folds_into_its_keys_held_run(store: Store) -> None:
+    debounce = DebounceGate("d", 5.0, 12.0)
+    [first] = await store.create_runs([limited("a", 0, debounce=debounce)], T0)
+    assert first.created and first.waiting
+    assert first.run is not None and first.run.begin_at == at(5)
+    for run_id, second, begin in (("b", 3, 8), ("c", 7, 12), ("d", 11, 12)):
+        [folded] = await store.create_runs([limited(run_id, second, debounce=debounce)], at(second))
+        assert folded.debounced and not folded.created and folded.run is not None
+        assert (folded.run.id, folded.run.input, folded.run.begin_at) == (
+            "a",
+            {"id": run_id},
+            at(begin),
+        )
+        assert folded.run.wake_at == at(begin) and await store.get_run(run_id) is None
+    [other] = await store.create_runs([limited("x", 11, debounce=DebounceGate("e", 5.0))], at(11))
+    assert other.created
+    [after] = await store.create_runs([limited("e", 12, debounce=debounce)], at(12))  # "a" began
+    assert after.created and after.run is not None and after.run.begin_at == at(17)
+    assert (await run_of(store, "a")).input == {"id": "d"}
+
+
+async def test_a_start_that_folds_adds_no_run_so_no_gate_refuses_it(store: Store) -> None:
+    gates: dict[str, Any] = {
+        "debounce": DebounceGate("d", 5.0),
+        "quota": QuotaGate("q", 1),
+        "rate": RateGate("r", 1, 60.0),
+    }
+    await create(store, limited("a", 0, **gates))
+    [folded] = await store.create_runs([limited("b", 1, **gates)], at(1))
+    assert folded.debounced and folded.rejected is None
+    [refused] = await store.create_runs([limited("c", 1, **{**gates, "debounce": None})], at(1))
+    assert isinstance(refused.rejected, RateLimitError)  # the rate limit is checked first
+
+
+async def test_a_held_run_is_no_singleton_waiter_until_it_begins(store: Store) -> None:
+    gate = key(limit=1)
+    await create(store, spec("holder", singleton=gate))
+    await lease(store, "holder")
+    debounce = DebounceGate("d", 100.0)
+    await create(store, limited("held", 1, singleton=gate, debounce=debounce), now=at(1))
+    await create(store, spec("waiter", created=2, singleton=gate), now=at(2))
+    result = await store.settle_run(
+        "holder", "owner-1", Writes(), DONE, at(10), successor=Lease("heir", at(40))
+    )
+    assert result.successor is not None and result.successor.run.id == "waiter"
+    assert (await run_of(store, "held")).wake_at == at(101)  # neither woken nor handed the slot
+    await store.settle_run("waiter", "heir", Writes(), DONE, at(20))
+    assert (await claim(store, "held", now=at(101))).claim is not None
+
+
+async def test_a_held_run_is_never_ahead_of_a_waiter_at_its_claim(store: Store) -> None:
+    gate = key(limit=1)
+    debounce = DebounceGate("d", 100.0)
+    await create(store, limited("held", 1, singleton=gate, debounce=debounce), now=at(1))
+    await create(store, spec("waiter", created=2, singleton=gate), now=at(2))
+    await create(store, spec("holder", singleton=gate))
+    assert await settle(store, "holder", now=at(10)) == ["waiter"]
+    assert (await claim(store, "waiter", now=at(10))).claim is not None
 
 
 # ---------------------------------------------------------------- claim queues

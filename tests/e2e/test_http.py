@@ -37,6 +37,19 @@ async def nightly(ctx: runlane.Context, input: dict[str, Any]) -> str:
     return "synced"
 
 
+@runlane.workflow(
+    name="alert",
+    rate_limit=runlane.RateLimit(limit=1, period=90, key=lambda i: i["team"]),
+)
+async def alert(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return "sent"
+
+
+@runlane.workflow(name="refresh", debounce=runlane.Debounce(key=lambda i: i["page"], period=60))
+async def refresh(ctx: runlane.Context, input: dict[str, Any]) -> Any:
+    return input
+
+
 @runlane.workflow(name="on-order", on_event=("order.placed",))
 async def on_order(ctx: runlane.Context, input: dict[str, Any]) -> Any:
     return input
@@ -46,7 +59,7 @@ async def on_order(ctx: runlane.Context, input: dict[str, Any]) -> Any:
 async def engine(tmp_path: Path) -> AsyncIterator[runlane.Engine]:
     engine = runlane.Engine(
         store=SqliteStore(tmp_path / "http.db"),
-        workflows=[approval, report, nightly, on_order],
+        workflows=[approval, report, nightly, alert, refresh, on_order],
         drive=False,
     )
     async with engine:
@@ -139,6 +152,34 @@ async def test_a_full_singleton_backlog_is_answered_429(client: httpx.AsyncClien
         "store:n",
         0,
     )
+
+
+async def test_a_start_over_the_rate_limit_is_answered_429_with_when_to_retry(
+    client: httpx.AsyncClient,
+) -> None:
+    body = {"workflow": "alert", "input": {"team": "ops"}}
+    assert (await client.post("/runs", json=body)).status_code == 201
+    refused = await client.post("/runs", json=body)
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "90"  # whole seconds, rounded up
+    error = refused.json()
+    assert (error["type"], error["error"], error["key"]) == ("rate_limit", "RateLimitError", "ops")
+    assert (error["limit"], error["period"]) == (1, 90.0) and 89 < error["retry_after"] <= 90
+    other = {"workflow": "alert", "input": {"team": "dev"}}
+    assert (await client.post("/runs", json=other)).status_code == 201
+
+
+async def test_a_start_that_folds_into_a_debounced_run_answers_that_run(
+    client: httpx.AsyncClient,
+) -> None:
+    first = await client.post("/runs", json={"workflow": "refresh", "input": {"page": "home"}})
+    assert first.status_code == 201 and first.json()["status"] == "blocked"
+    again = {"workflow": "refresh", "input": {"page": "home", "v": 2}, "run_id": "mine"}
+    folded = await client.post("/runs", json=again)
+    assert folded.status_code == 200
+    body = folded.json()
+    assert (body["id"], body["input"]) == (first.json()["id"], {"page": "home", "v": 2})
+    assert (body["created"], body["debounced"], body["input_differs"]) == (False, True, False)
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import runlane
-from runlane import DefinitionError, Engine, RunStatus, StepQueue
+from runlane import DefinitionError, Engine, RateLimit, RunStatus, StepQueue
 from runlane.testing import ManualClock
 
 from ..helpers import settle
@@ -120,9 +120,10 @@ async def driving(make_engine: Any, *queues: StepQueue, **kwargs: Any) -> Engine
         ({"name": ""}, "name must be"),
         ({"concurrency": 0}, "concurrency must be"),
         ({"concurrency": True}, "concurrency must be"),
-        ({"rate_limit": SimpleNamespace(limit=0, period=1)}, "rate_limit"),
-        ({"rate_limit": SimpleNamespace(limit=1, period=0)}, "rate_limit"),
-        ({"rate_limit": 5}, "rate_limit"),
+        ({"rate_limit": SimpleNamespace(limit=2, period=1)}, "rate_limit must be a RateLimit"),
+        ({"rate_limit": 5}, "rate_limit must be a RateLimit"),
+        ({"rate_limit": RateLimit(2, 1, key=lambda i: i["t"])}, "has no key"),
+        ({"rate_limit": RateLimit(2, 1, on_limit="delay")}, "on_limit does not apply"),
         ({"fairness": "round-robin"}, "fairness"),
         ({"order": "random"}, "order"),
     ],
@@ -279,7 +280,7 @@ async def test_lifo_serves_the_newest_first(make_engine: Any) -> None:
 
 async def test_rate_limit_admits_per_fixed_window(make_engine: Any, clock: ManualClock) -> None:
     clock.set(clock.now().replace(second=10))  # 10 s into a 60 s window
-    rate = SimpleNamespace(limit=2, period=60)
+    rate = RateLimit(limit=2, period=60)
     engine = await make_engine(*WORKFLOWS, queues=[StepQueue("slots", rate_limit=rate)])
     runs = [await engine.start(one, {"name": f"r{n}"}) for n in range(5)]
     ids = [r.id for r in runs]
@@ -310,7 +311,7 @@ async def test_rate_limit_admits_per_fixed_window(make_engine: Any, clock: Manua
 
 
 async def test_rate_and_concurrency_both_hold(make_engine: Any, clock: ManualClock) -> None:
-    rate = SimpleNamespace(limit=3, period=timedelta(minutes=1))
+    rate = RateLimit(limit=3, period=timedelta(minutes=1))
     engine = await driving(make_engine, StepQueue("slots", concurrency=1, rate_limit=rate))
     runs = [await engine.start(one, {"name": f"r{n}"}) for n in range(4)]
     await until(lambda: _true(len(slots.order) == 3), "three admissions (the window's)", timeout=10)

@@ -68,6 +68,46 @@ def test_options_are_validated() -> None:
     assert Singleton(key=lambda i: "k", on_busy="reject").queue_depth == 0
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: runlane.RateLimit(limit=0, period=60),
+        lambda: runlane.RateLimit(limit=True, period=60),
+        lambda: runlane.RateLimit(limit=2.5, period=60),
+        lambda: runlane.RateLimit(limit=1, period=0),
+        lambda: runlane.RateLimit(limit=1, period="60"),
+        lambda: runlane.RateLimit(limit=1, period=60, key="tenant"),
+        lambda: runlane.RateLimit(limit=1, period=60, on_limit="queue"),
+        lambda: runlane.Debounce(key=lambda i: "k", period=-1),
+        lambda: runlane.Debounce(key="doc", period=5),
+        lambda: runlane.Debounce(key=lambda i: "k", period=10, max_wait=5),
+        lambda: runlane.workflow(rate_limit=Concurrency(key="k", limit=1)),
+        lambda: runlane.workflow(debounce=runlane.RateLimit(limit=1, period=1)),
+    ],
+)
+def test_rate_limits_and_debounces_are_validated(make: Any) -> None:
+    with pytest.raises(DefinitionError):
+        built = make()
+        if callable(built) and not isinstance(built, runlane.RateLimit | runlane.Debounce):
+
+            @built
+            async def body(ctx: Any, input: Any) -> None:
+                return None
+
+
+def test_rate_limit_and_debounce_windows_are_seconds() -> None:
+    limit = runlane.RateLimit(limit=3, period=timedelta(minutes=1), on_limit="delay")
+    debounce = runlane.Debounce(key=None, period=timedelta(seconds=5), max_wait=30)
+    assert (limit.period, debounce.period, debounce.max_wait) == (60.0, 5.0, 30.0)
+
+    @runlane.workflow(name="limited", rate_limit=limit, debounce=debounce)
+    async def limited(ctx: Any, input: Any) -> None:
+        return None
+
+    definition = Registry([limited]).workflow("limited")
+    assert (definition.rate_limit, definition.debounce) == (limit, debounce)
+
+
 def test_durations_accept_seconds_or_timedeltas() -> None:
     @runlane.workflow(name="timed", execution_timeout=timedelta(minutes=2))
     async def timed(ctx: Any, input: Any) -> None:

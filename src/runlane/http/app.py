@@ -1,13 +1,15 @@
 """The JSON API over an engine, its OpenAPI document, and the dashboard's pages.
 
-A refused start is an HTTP answer, not a crash: quota and singleton backlog refusals become 429
-with the key and limit in the body, so a caller can back off on exactly the key that is full.
+A refused start is an HTTP answer, not a crash: quota, singleton backlog and rate limit refusals
+become 429 with the key and limit in the body, so a caller can back off on exactly the key that
+is full.
 Every error is JSON with a ``type`` (see :mod:`runlane.http.errors`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
 from ..lanes import lanes
-from ..models import RunCursor
+from ..models import Run, RunCursor
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
 from .errors import HTTPError, error_response, http_exception, server_error
@@ -65,6 +67,18 @@ def page(name: str) -> Handler:
     return serve
 
 
+def _started(
+    run: Run,
+    status: int,
+    *,
+    created: bool = False,
+    input_differs: bool = False,
+    debounced: bool = False,
+) -> Response:
+    flags = {"created": created, "input_differs": input_differs, "debounced": debounced}
+    return JSONResponse({**run_to_dict(run), **flags}, status)
+
+
 class Api:
     """The endpoints, bound to one engine."""
 
@@ -74,12 +88,14 @@ class Api:
     async def start(self, request: Request) -> Response:
         wanted = StartRequest.parse(await read_json(request))
         value = normalise(wanted.input, "input")
+        # Named here, so a start that folded into a debounced run is told by the id returned.
+        run_id = wanted.run_id or uuid.uuid4().hex
         try:
             # "fail" always: the refusal is how an existing run is told from a new one.
             run = await self.engine.start(
                 wanted.workflow,
                 value,
-                wanted.run_id,
+                run_id,
                 priority=wanted.priority,
                 tags=wanted.tags,
                 if_exists="fail",
@@ -87,12 +103,13 @@ class Api:
         except RunExistsError:
             if wanted.if_exists == "fail":
                 raise
-            existing = await self.engine.get_run(str(wanted.run_id))
+            existing = await self.engine.get_run(run_id)
             if existing is None:  # pragma: no cover - a run is never deleted under a start
                 raise
-            body = {**run_to_dict(existing), "created": False}
-            return JSONResponse({**body, "input_differs": existing.input != value}, 200)
-        return JSONResponse({**run_to_dict(run), "created": True, "input_differs": False}, 201)
+            return _started(existing, 200, input_differs=existing.input != value)
+        if run.id != run_id:
+            return _started(run, 200, debounced=True)
+        return _started(run, 201, created=True)
 
     async def list_runs(self, request: Request) -> Response:
         query = run_query(request)

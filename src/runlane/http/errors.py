@@ -3,6 +3,7 @@ of the error as ``error``; refusals carry what a caller needs to back off (key, 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -12,6 +13,7 @@ from starlette.responses import JSONResponse
 from ..errors import (
     ConcurrencyLimitError,
     DefinitionError,
+    RateLimitError,
     RunExistsError,
     RunFinishedError,
     RunlaneError,
@@ -47,6 +49,7 @@ _ERROR_NAMES = {401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed"}
 _MAPPING: tuple[tuple[type[Exception], int, str], ...] = (
     (ConcurrencyLimitError, 429, "concurrency_limit"),
     (SingletonQueueFullError, 429, "singleton_queue_full"),
+    (RateLimitError, 429, "rate_limit"),
     (StoreUnavailableError, 503, "store_unavailable"),
     (UnknownWorkflowError, 404, "unknown_workflow"),
     (RunNotFoundError, 404, "run_not_found"),
@@ -68,8 +71,15 @@ def error_response(exc: Exception) -> JSONResponse:
     status, kind = next((s, t) for cls, s, t in _MAPPING if isinstance(exc, cls))
     body = {"type": kind, "error": exc.__class__.__name__}
     body.update(message=str(exc), **_details(exc))
-    headers = {"Retry-After": RETRY_AFTER} if status in (429, 503) else None
+    headers = {"Retry-After": _retry_after(exc)} if status in (429, 503) else None
     return JSONResponse(body, status, headers=headers)
+
+
+def _retry_after(exc: Exception) -> str:
+    """Whole seconds until a retry may succeed: a rate limit says when its window has room."""
+    if isinstance(exc, RateLimitError):
+        return str(max(1, math.ceil(exc.retry_after)))
+    return RETRY_AFTER
 
 
 def _details(exc: Exception) -> dict[str, Any]:
@@ -77,6 +87,9 @@ def _details(exc: Exception) -> dict[str, Any]:
         return {"workflow": exc.workflow, "key": exc.key, "limit": exc.limit, "active": exc.active}
     if isinstance(exc, SingletonQueueFullError):
         return {"workflow": exc.workflow, "key": exc.key, "max_queue_depth": exc.max_queue_depth}
+    if isinstance(exc, RateLimitError):
+        limits = {"limit": exc.limit, "period": exc.period, "retry_after": exc.retry_after}
+        return {"workflow": exc.workflow, "key": exc.key, **limits}
     if isinstance(exc, RunExistsError | RunFinishedError):
         return {"run_id": exc.run_id, "status": str(exc.status)}
     return {}

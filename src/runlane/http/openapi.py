@@ -40,7 +40,10 @@ _ERROR = _json(_ref("Error"), "an error")
 _RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
 _UNAVAILABLE = _json(_ref("Error"), "the store is unreachable; try again", headers=_RETRY_AFTER)
 _REFUSED = _json(
-    _ref("Error"), "refused by a quota or a full singleton backlog", headers=_RETRY_AFTER
+    _ref("Error"),
+    "refused by a quota (concurrency_limit), a full singleton backlog (singleton_queue_full) or"
+    " a rate limit (rate_limit: Retry-After is when its window has room)",
+    headers=_RETRY_AFTER,
 )
 
 
@@ -149,11 +152,16 @@ _SCHEMAS: JSONObject = {
         "allOf": [
             _ref("Run"),
             _object(
-                ["created", "input_differs"],
+                ["created", "input_differs", "debounced"],
                 created={"type": "boolean"},
                 input_differs={
                     "type": "boolean",
                     "description": "an existing run whose input is not the one posted",
+                },
+                debounced={
+                    "type": "boolean",
+                    "description": "the start folded into its debounce key's run that had not"
+                    " begun: that run, with the input posted and its beginning moved",
                 },
             ),
         ]
@@ -239,7 +247,11 @@ def _operations() -> JSONObject:
                 "responses": _responses(
                     {
                         "201": _json(_ref("Started"), "a new pending run"),
-                        "200": _json(_ref("Started"), "the existing run of that run_id"),
+                        "200": _json(
+                            _ref("Started"),
+                            "the existing run of that run_id, or the debounced run the start"
+                            " folded into",
+                        ),
                     },
                     "400",
                     "404",

@@ -20,6 +20,12 @@ Vocabulary:
 * **Step queue entry**: a step (run id, seq) waiting for admission to a step queue, or holding
   one of its slots from admission until the attempt is recorded. Entries of a settled run count
   for nothing; its settlement deletes them (see :mod:`runlane.queues` for the order of waiters).
+* **Rate window**: the runs sharing a ``rate_key``, whatever their status, each counted at its
+  ``rate_at``; a start fits when fewer than ``limit`` of them are later than ``period`` before
+  its own instant.
+* **Held**: a run its throttle or debounce holds is ``blocked`` with ``wake_at = begin_at`` and
+  ``begin_at > now``. It is no singleton waiter until then: admission neither counts it ahead of
+  other waiters nor wakes or hands a slot to it.
 """
 
 from __future__ import annotations
@@ -104,6 +110,24 @@ class Store(Protocol):
         singleton key, or one that is not ``waiting`` nor ``replace``) is also claimed for
         ``lease`` in the same write, taking its slot if keyed; ``Started.claim`` carries it
         (``Started.run`` is the run as created, ``pending``).
+
+        Rate limits and debounce (``spec.rate``, ``spec.debounce``), in the same atomic unit,
+        after the existing-id check (an idempotent restart is never refused nor folded):
+
+        * debounce: if the key has a held run (``debounce_key == gate.key``, ``blocked``,
+          ``begin_at > now``), the start folds into it and nothing else applies (no gate counts
+          it, it adds no run): the run takes ``spec.input``, ``begin_at = wake_at =
+          admission.refolded_begin(gate, run, now)``, its deadline counted from then
+          (``models.debounced_run``), and comes back as ``Started(run, False, debounced=True)``.
+        * rate limit: ``last`` is the ``limit``-th most recent ``rate_at`` of the key (None when
+          it has fewer); without ``delay``, ``admission.rate_refusal`` refuses a start before
+          ``last + period`` with ``RateLimitError(workflow, key, limit, period, retry_after)``,
+          checked before the gates above.
+        * a new run records ``rate_key``/``debounce_key`` and ``admission.start_times(spec,
+          last, now)``: ``rate_at``, and ``begin_at`` when it begins later (a throttle's window,
+          a debounce's period). Such a run is created held (``models.held_run``: ``blocked``,
+          ``wake_at = begin_at``, its deadline shifted by the wait), ``waiting=True``, and never
+          claimed by ``lease``.
         """
         ...
 

@@ -40,6 +40,8 @@ from ..models import (
     Writes,
     blocked_run,
     dead_settlement,
+    debounced_run,
+    held_run,
     leased_run,
     ready_ids,
     refused_handler,
@@ -94,14 +96,22 @@ class MemoryStore:
         existing = self._runs.get(spec.id)
         if existing is not None:
             return Started(existing, created=False)
-        refusal = self._refusal(spec) if gated else None
+        limited = gated and spec.limited
+        held = self._held_of(spec, now) if limited else None
+        if held is not None:
+            return self._fold(held, spec, now)
+        last = self._rate_last(spec) if limited else None
+        refusal = self._refusal(spec, now, last) if gated else None
         if refusal is not None:
             return Started(None, created=False, rejected=refusal)
         if gated and spec.singleton is not None and spec.singleton.replace:
             for other in self._active_of_key(spec.singleton.key):
                 self._cancel_one(other, now, None)
-        waiting = gated and admission.waits_at_start(spec.singleton, self._ahead(spec))
         run = run_from_spec(spec)
+        if limited:
+            run = held_run(run, spec, *admission.start_times(spec, last, now))
+        ahead = self._ahead(spec, now)
+        waiting = gated and (run.held(now) or admission.waits_at_start(spec.singleton, ahead))
         claim = None
         if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
             claim = Claim(leased_run(run, lease), [], [])
@@ -109,13 +119,41 @@ class MemoryStore:
         self._steps[run.id] = {}
         return Started(run, created=True, waiting=waiting, claim=claim)
 
-    def _ahead(self, spec: RunSpec) -> int:
+    def _held_of(self, spec: RunSpec, now: datetime) -> Run | None:
+        """The held run of the spec's debounce key a start folds into, if there is one."""
+        if spec.debounce is None:
+            return None
+        key = spec.debounce.key
+        held = [r for r in self._runs.values() if r.debounce_key == key and _foldable(r, now)]
+        return max(held, key=lambda r: (r.begin_at, r.id), default=None)
+
+    def _fold(self, held: Run, spec: RunSpec, now: datetime) -> Started:
+        assert spec.debounce is not None
+        begin_at = admission.refolded_begin(spec.debounce, held, now)
+        folded = debounced_run(held, spec, begin_at, now)
+        self._runs[held.id] = folded
+        return Started(folded, created=False, debounced=True)
+
+    def _rate_last(self, spec: RunSpec) -> datetime | None:
+        """The ``limit``-th most recent instant the spec's rate key counted a start at."""
+        if spec.rate is None:
+            return None
+        key, limit = spec.rate.key, spec.rate.limit
+        counted = [r.rate_at for r in self._runs.values() if r.rate_key == key and r.rate_at]
+        return heapq.nlargest(limit, counted)[-1] if len(counted) >= limit else None
+
+    def _ahead(self, spec: RunSpec, now: datetime) -> int:
         if spec.singleton is None:
             return 0
-        key = self._active_of_key(spec.singleton.key)
-        return sum(1 for r in key if r.holds_slot or r.status != RunStatus.CANCELLING)
+        holders, waiters = self._slots_of(spec.singleton.key, now)
+        return holders + len(waiters)
 
-    def _refusal(self, spec: RunSpec) -> Exception | None:
+    def _refusal(
+        self, spec: RunSpec, now: datetime, last: datetime | None = None
+    ) -> Exception | None:
+        refusal: Exception | None = admission.rate_refusal(spec.workflow, spec.rate, last, now)
+        if refusal is not None:
+            return refusal
         if spec.quota is not None:
             counted = spec.quota.count_statuses
             active = sum(
@@ -217,7 +255,7 @@ class MemoryStore:
             if run.queued:  # the slots its lost turn held go (its replay asks again)
                 queues.release(self._queues, run_id, None, now, admitted_only=True)
         if run.singleton_key is not None and not run.holds_slot:
-            if not self._admit(run):
+            if not self._admit(run, now):
                 self._runs[run_id] = blocked_run(run, singleton_retry, now)
                 return ClaimOutcome(parked=True)
             run = replace(run, holds_slot=True, admission_retries=0)
@@ -237,17 +275,22 @@ class MemoryStore:
         steps = sorted(self._steps.get(run.id, {}).values(), key=lambda s: s.seq)
         return Claim(leased, steps, list(self._signals.get(run.id, [])))
 
-    def _slots_of(self, key: str) -> tuple[int, list[Run]]:
-        """The key's slot holders, and its waiters FIFO (a cancelling run never waits for one)."""
+    def _slots_of(self, key: str, now: datetime) -> tuple[int, list[Run]]:
+        """The key's slot holders, and its waiters FIFO (a cancelling run never waits for one,
+        nor does a run its throttle or debounce still holds: it has not begun)."""
         same_key = self._active_of_key(key)
         holders = sum(1 for r in same_key if r.holds_slot)
-        waiters = [r for r in same_key if not r.holds_slot and r.status != RunStatus.CANCELLING]
+        waiters = [
+            r
+            for r in same_key
+            if not r.holds_slot and r.status != RunStatus.CANCELLING and not r.held(now)
+        ]
         return holders, waiters
 
-    def _admit(self, run: Run) -> bool:
+    def _admit(self, run: Run, now: datetime) -> bool:
         key = run.singleton_key
         assert key is not None
-        holders, waiters = self._slots_of(key)
+        holders, waiters = self._slots_of(key, now)
         rank = next((i for i, r in enumerate(waiters) if r.id == run.id), len(waiters))
         return admission.admits(run.singleton_limit or 1, holders, rank)
 
@@ -413,7 +456,7 @@ class MemoryStore:
         return done
 
     def _wake_waiters(self, key: str, limit: int, now: datetime) -> list[str]:
-        holders, waiters = self._slots_of(key)
+        holders, waiters = self._slots_of(key, now)
         chosen = waiters[: admission.free_slots(limit, holders)]
         for waiter in chosen:
             self._wake(waiter.id, now)
@@ -526,7 +569,7 @@ class MemoryStore:
             raise RunlaneError(
                 f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
             )
-        refusal = self._refusal(requeue_spec(run, quota, singleton))
+        refusal = self._refusal(requeue_spec(run, quota, singleton), now)
         if refusal is not None:
             raise refusal
         records = self._steps.setdefault(run_id, {})
@@ -763,6 +806,11 @@ def reported_step(
         wake_at=None,
         finished_at=now,
     )
+
+
+def _foldable(run: Run, now: datetime) -> bool:
+    """Whether a debounced run has not begun yet, so a start of its key folds into it."""
+    return run.status == RunStatus.BLOCKED and run.held(now)
 
 
 def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:

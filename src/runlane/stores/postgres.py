@@ -25,6 +25,7 @@ from ..errors import (
     RunNotFoundError,
     StoreUnavailableError,
 )
+from ..faults import unavailable
 from ..models import (
     Admission,
     Claim,
@@ -78,6 +79,7 @@ from .postgres_rows import (
     gate_refusal,
     gated,
     json_param,
+    limit_params,
     pg_array,
     query_params,
     query_where,
@@ -85,6 +87,7 @@ from .postgres_rows import (
     schedule_from_row,
     signal_from_row,
     specs_params,
+    start_refusal,
     step_from_row,
 )
 from .postgres_schema import upgrade
@@ -94,6 +97,7 @@ _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStat
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
 _NONE = Writes()
 _GROUP_MOST = 100  # checkpoints of different runs written by one statement, at most
+_RACES = 5  # a start that lost a race (its id, its held run) to a concurrent one: tries, at most
 
 
 class PostgresStore:
@@ -146,19 +150,23 @@ class PostgresStore:
             found.update((run.id, Started(run, created=False)) for run in await self._runs(missing))
             return [found[spec.id] for spec in specs]
         if len(specs) == 1 and not _replaces(specs[0]):
-            return [await self._create_gated(specs[0], lease)]
+            return [await self._create_gated(specs[0], now, lease)]
         return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
 
-    async def _create_gated(self, spec: RunSpec, lease: Lease | None = None) -> Started:
-        """One gated start: the key locks, the counts and the insert in one statement."""
-        params = {**specs_params([spec], lease), **gate_params(spec)}
-        row = _first(await self._db.rows("insert_gated", **params))
-        started = _gated_outcome(spec, row)
-        if started is None:  # the id was inserted by a start that committed meanwhile
-            run = await self.get_run(spec.id)
-            assert run is not None, f"run {spec.id!r} neither inserted nor found"
-            started = Started(run, created=False)
-        return started
+    async def _create_gated(
+        self, spec: RunSpec, now: datetime, lease: Lease | None = None
+    ) -> Started:
+        """One gated or limited start: the key locks, the counts and the insert (or the fold
+        into a held debounced run) in one statement."""
+        name, params = _start_statement(spec, now, lease)
+        for _ in range(_RACES):
+            started = _gated_outcome(spec, _first(await self._db.rows(name, **params)), now)
+            if started is None:  # a start of the id (or into the held run) committed meanwhile
+                run = await self.get_run(spec.id)
+                started = Started(run, created=False) if run is not None else None
+            if started is not None:
+                return started
+        raise unavailable(Contended(spec.id))
 
     async def _create_all(
         self, conn: Conn, specs: Sequence[RunSpec], now: datetime, *, locked: bool = False
@@ -185,29 +193,35 @@ class PostgresStore:
 
     async def _create_one(self, conn: Conn, spec: RunSpec, now: datetime) -> Started:
         """Check, gate and insert one spec (its keys locked) inside the caller's transaction."""
+        name, params = _start_statement(spec, now)
         if not _replaces(spec):
-            row = await fetch_one(conn, "insert_gated", **specs_params([spec]), **gate_params(spec))
-            started = _gated_outcome(spec, row)
-            if started is None:
-                raise Contended(spec.id)
-            return started
-        existing, counts = await pipeline(
-            conn, ("get_run", {"id": spec.id}), ("gate_counts", gate_params(spec))
-        )
+            return await self._insert_gated(conn, spec, now, name, params)
+        counting = "limit_counts" if spec.limited else "gate_counts"
+        existing, counts = await pipeline(conn, ("get_run", {"id": spec.id}), (counting, params))
         if existing:
             return Started(run_from_row(existing[0]), created=False)
-        refusal = gate_refusal(spec, counts[0])
+        refusal = start_refusal(spec, counts[0], now)
         if refusal is not None:
             return Started(None, created=False, rejected=refusal)
-        key = gate_params(spec)["singleton_key"]
-        # A replaced run's step queue entries count for nothing once it settled; they go when
-        # its run is pruned (a run that holds a queue's slot is rarely replaced from outside).
-        for other in await fetch_all(conn, "active_of_key", key=key):
-            await self._cancel_one(conn, other["id"], other["status"], now, None, [])
+        if not (spec.limited and counts[0]["debounced"]):  # a start that folds replaces nothing
+            # A replaced run's step queue entries count for nothing once it settled; they go
+            # when its run is pruned (a run that holds a queue's slot is rarely replaced).
+            for other in await fetch_all(conn, "active_of_key", key=params["singleton_key"]):
+                await self._cancel_one(conn, other["id"], other["status"], now, None, [])
+        if spec.limited:
+            return await self._insert_gated(conn, spec, now, name, params)
         inserted = await self._insert_plain(conn, [spec])
         if not inserted[spec.id].created:
             raise Contended(spec.id)
         return inserted[spec.id]
+
+    async def _insert_gated(
+        self, conn: Conn, spec: RunSpec, now: datetime, name: str, params: Row
+    ) -> Started:
+        started = _gated_outcome(spec, await fetch_one(conn, name, **params), now)
+        if started is None:
+            raise Contended(spec.id)
+        return started
 
     async def _fetch_runs(self, conn: Conn, run_ids: Sequence[str]) -> list[Run]:
         if not run_ids:
@@ -286,7 +300,7 @@ class PostgresStore:
                     call = _release_call(run_id, None, None, now, admitted_only=True)
                     await pipeline(conn, call)
             admit = row["singleton_key"] is not None and not row["holds_slot"]
-            if admit and not await self._admits(conn, row):
+            if admit and not await self._admits(conn, row, now):
                 await execute(conn, "park", id=run_id, now=now, **retry)
                 return ClaimOutcome(parked=True)
             return await self._lease(conn, {**lease, "admit": admit})
@@ -332,7 +346,7 @@ class PostgresStore:
             return replace(await self._lease(conn, {**lease, "admit": False}), dying=True)
         return ClaimOutcome(settled=await self._finish(conn, row["id"], dead, now))
 
-    async def _admits(self, conn: Conn, row: Row) -> bool:
+    async def _admits(self, conn: Conn, row: Row, now: datetime) -> bool:
         counts = await fetch_one(
             conn,
             "admission_counts",
@@ -340,6 +354,7 @@ class PostgresStore:
             created_at=row["created_at"],
             id=row["id"],
             most=row["singleton_limit"] or 1,
+            now=now,
         )
         assert counts is not None
         return admission.admits(row["singleton_limit"] or 1, counts["holders"], counts["ahead"])
@@ -1023,13 +1038,25 @@ def _replaces(spec: RunSpec) -> bool:
     return spec.singleton is not None and spec.singleton.replace
 
 
-def _gated_outcome(spec: RunSpec, row: Row | None) -> Started | None:
-    """What an ``insert_gated`` row means; None when the id was taken by a concurrent start."""
+def _start_statement(spec: RunSpec, now: datetime, lease: Lease | None = None) -> Call:
+    """The statement of one gated start and its parameters: ``insert_limited`` for a start
+    under a rate limit or a debounce, else ``insert_gated``."""
+    if spec.limited:
+        return "insert_limited", {**specs_params([spec], lease), **limit_params(spec, now)}
+    return "insert_gated", {**specs_params([spec], lease), **gate_params(spec)}
+
+
+def _gated_outcome(spec: RunSpec, row: Row | None, now: datetime) -> Started | None:
+    """What an ``insert_gated`` or ``insert_limited`` row means; None when a concurrent start
+    took the id (or folded into the held run, or created it) after the statement began."""
     assert row is not None
     if row["id"] is not None:
-        waiting = row["created"] and admission.waits_at_start(spec.singleton, row["key_ahead"])
-        return _new_or_found(row, waiting)
-    refusal = gate_refusal(spec, row)
+        if row.get("folded"):
+            return Started(run_from_row(row), created=False, debounced=True)
+        held = row["begin_at"] is not None and row["begin_at"] > now
+        ahead = admission.waits_at_start(spec.singleton, row["key_ahead"])
+        return _new_or_found(row, row["created"] and (held or ahead))
+    refusal = start_refusal(spec, row, now)
     return None if refusal is None else Started(None, created=False, rejected=refusal)
 
 

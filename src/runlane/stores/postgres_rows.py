@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
@@ -188,6 +188,10 @@ def run_from_row(row: Row) -> Run:
         admission_retries=row["admission_retries"],
         queued=row["queued"],
         failures=row["failures"],
+        rate_key=row["rate_key"],
+        rate_at=row["rate_at"],
+        begin_at=row["begin_at"],
+        debounce_key=row["debounce_key"],
     )
 
 
@@ -283,13 +287,17 @@ def query_where(given: Row) -> str:
 
 
 def gate_keys(specs: Sequence[RunSpec]) -> list[str]:
-    """The admission lock names of the specs' gates (singleton and quota keys live apart)."""
+    """The admission lock names of the specs' gates, rate limits and debounces (each kind of
+    key lives apart)."""
     keys = [f"s:{s.singleton.key}" for s in specs if s.singleton is not None]
-    return keys + [f"q:{s.quota.key}" for s in specs if s.quota is not None]
+    keys += [f"q:{s.quota.key}" for s in specs if s.quota is not None]
+    keys += [f"r:{s.rate.key}" for s in specs if s.rate is not None]
+    return keys + [f"d:{s.debounce.key}" for s in specs if s.debounce is not None]
 
 
 def gated(spec: RunSpec) -> bool:
-    return spec.singleton is not None or spec.quota is not None
+    """Whether a start of ``spec`` counts or locks anything (else it is a plain insert)."""
+    return spec.singleton is not None or spec.quota is not None or spec.limited
 
 
 def gate_params(spec: RunSpec) -> Row:
@@ -305,6 +313,34 @@ def gate_params(spec: RunSpec) -> Row:
         "singleton_key": singleton.key if singleton else None,
         "queue_capacity": singleton.limit + depth if singleton and depth is not None else None,
     }
+
+
+def limit_params(spec: RunSpec, now: datetime) -> Row:
+    """The parameters of ``insert_limited`` and ``limit_counts``, the gates' included."""
+    rate, debounce = spec.rate, spec.debounce
+    timeout = spec.deadline_at - spec.created_at if spec.deadline_at is not None else None
+    max_wait = debounce.max_wait if debounce is not None else None
+    return {
+        **gate_params(spec),
+        "now": now,
+        "input": json_param(spec.input),
+        "timeout": timeout,
+        "rate_key": rate.key if rate else None,
+        "rate_limit": rate.limit if rate else None,
+        "rate_period": timedelta(seconds=rate.period) if rate else None,
+        "delay": rate is not None and rate.delay,
+        "wanted": admission.wanted_begin(spec, now),
+        "debounce_key": debounce.key if debounce else None,
+        "debounce_period": timedelta(seconds=debounce.period) if debounce else None,
+        "max_wait": timedelta(seconds=max_wait) if max_wait is not None else None,
+    }
+
+
+def start_refusal(spec: RunSpec, counts: Row, now: datetime) -> Exception | None:
+    """The refusal of a start from its counts: its rate limit's first, then its gates'."""
+    rate_last = counts.get("rate_last")
+    refusal = admission.rate_refusal(spec.workflow, spec.rate, rate_last, now)
+    return refusal if refusal is not None else gate_refusal(spec, counts)
 
 
 def gate_refusal(spec: RunSpec, counts: Row) -> Exception | None:
@@ -361,6 +397,7 @@ __all__ = [
     "gate_refusal",
     "gated",
     "json_param",
+    "limit_params",
     "load_queries",
     "query_params",
     "query_where",
@@ -368,6 +405,7 @@ __all__ = [
     "schedule_from_row",
     "signal_from_row",
     "specs_params",
+    "start_refusal",
     "step_from_row",
     "utc_conninfo",
 ]

@@ -34,6 +34,8 @@ from ..models import (
     Writes,
     blocked_run,
     dead_settlement,
+    debounced_run,
+    held_run,
     leased_run,
     ready_ids,
     refused_handler,
@@ -64,6 +66,7 @@ from .sqlite_rows import (
     RUN_COLUMNS,
     STEP_COLUMNS,
     event_from_row,
+    from_ts,
     placeholders,
     run_from_row,
     run_values,
@@ -72,6 +75,8 @@ from .sqlite_rows import (
 )
 
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
+# A run its throttle or debounce no longer holds (given now): only such a run waits for a slot.
+_BEGUN = "(begin_at IS NULL OR begin_at <= ?)"
 
 # ---------------------------------------------------------------- rows
 
@@ -119,15 +124,23 @@ def create(
     existing = get_run(conn, spec.id)
     if existing is not None:
         return Started(existing, created=False)
+    limited = gated and spec.limited
+    held = _held_of(conn, spec, now) if limited else None
+    if held is not None:
+        return _fold(conn, held, spec, now)
+    last = _rate_last(conn, spec) if limited else None
     if gated:
-        refusal = _refusal(conn, spec)
+        refusal = _refusal(conn, spec, now, last)
         if refusal is not None:
             return Started(None, created=False, rejected=refusal)
         if spec.singleton is not None and spec.singleton.replace:
             for other_id in _active_ids_of_key(conn, spec.singleton.key):
                 cancel_one(conn, _existing(conn, other_id), now, None)
-    waiting = gated and admission.waits_at_start(spec.singleton, _ahead(conn, spec))
     run = run_from_spec(spec)
+    if limited:
+        run = held_run(run, spec, *admission.start_times(spec, last, now))
+    ahead = _ahead(conn, spec, now)
+    waiting = gated and (run.held(now) or admission.waits_at_start(spec.singleton, ahead))
     claim = None
     if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
         claim = Claim(leased_run(run, lease), [], [])
@@ -135,19 +148,55 @@ def create(
     return Started(run, created=True, waiting=waiting, claim=claim)
 
 
-def _ahead(conn: Conn, spec: RunSpec) -> int:
-    """Runs ahead of a new one of ``spec``'s singleton key: holders, and waiters not cancelling."""
+def _held_of(conn: Conn, spec: RunSpec, now: datetime) -> Run | None:
+    """The held run of the spec's debounce key a start folds into, if there is one."""
+    if spec.debounce is None:
+        return None
+    row = conn.execute(
+        "SELECT * FROM runs WHERE debounce_key = ? AND status = 'blocked' AND begin_at > ?"
+        " ORDER BY begin_at DESC, id DESC LIMIT 1",
+        (spec.debounce.key, ts(now)),
+    ).fetchone()
+    return None if row is None else run_from_row(row)
+
+
+def _fold(conn: Conn, held: Run, spec: RunSpec, now: datetime) -> Started:
+    assert spec.debounce is not None
+    folded = debounced_run(held, spec, admission.refolded_begin(spec.debounce, held, now), now)
+    _save_run(conn, folded)
+    return Started(folded, created=False, debounced=True)
+
+
+def _rate_last(conn: Conn, spec: RunSpec) -> datetime | None:
+    """The ``limit``-th most recent instant the spec's rate key counted a start at."""
+    if spec.rate is None:
+        return None
+    row = conn.execute(
+        "SELECT rate_at FROM runs WHERE rate_key = ? ORDER BY rate_at DESC LIMIT 1 OFFSET ?",
+        (spec.rate.key, spec.rate.limit - 1),
+    ).fetchone()
+    return None if row is None else from_ts(row["rate_at"])
+
+
+def _ahead(conn: Conn, spec: RunSpec, now: datetime) -> int:
+    """Runs ahead of a new one of ``spec``'s singleton key: holders, and waiters not cancelling
+    (nor held: see ``_admit``)."""
     if spec.singleton is None:
         return 0
     (count,) = conn.execute(
         f"SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}"
-        " AND (holds_slot OR status <> 'cancelling')",
-        (spec.singleton.key,),
+        f" AND (holds_slot OR (status <> 'cancelling' AND {_BEGUN}))",
+        (spec.singleton.key, ts(now)),
     ).fetchone()
     return int(count)
 
 
-def _refusal(conn: Conn, spec: RunSpec) -> Exception | None:
+def _refusal(
+    conn: Conn, spec: RunSpec, now: datetime, last: datetime | None = None
+) -> Exception | None:
+    refusal: Exception | None = admission.rate_refusal(spec.workflow, spec.rate, last, now)
+    if refusal is not None:
+        return refusal
     if spec.quota is not None:
         counted = sorted(spec.quota.count_statuses)
         (count,) = conn.execute(
@@ -214,16 +263,17 @@ def claim_run(
         if run.queued:  # the slots its lost turn held go (its replay asks again)
             queues.release(_book(conn), run_id, None, now, admitted_only=True)
     if run.singleton_key is not None and not run.holds_slot:
-        if not _admit(conn, run):
+        if not _admit(conn, run, now):
             _save_run(conn, blocked_run(run, singleton_retry, now))
             return ClaimOutcome(parked=True)
         run = replace(run, holds_slot=True, admission_retries=0)
     return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now))
 
 
-def _admit(conn: Conn, run: Run) -> bool:
+def _admit(conn: Conn, run: Run, now: datetime) -> bool:
     """Whether a free slot is this waiter's. Both counts stop early (the holders by their own
-    index, the waiters ahead at the free slots): a denial costs the same however many wait."""
+    index, the waiters ahead at the free slots): a denial costs the same however many wait.
+    A run its throttle or debounce still holds is no waiter yet, and so never ahead."""
     limit = run.singleton_limit or 1
     (holders,) = conn.execute(
         "SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND holds_slot", (run.singleton_key,)
@@ -233,8 +283,9 @@ def _admit(conn: Conn, run: Run) -> bool:
         return False
     (ahead,) = conn.execute(
         "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE singleton_key = ? AND NOT holds_slot"
-        f" AND status IN {WAITERS} AND (created_at, id) < (?, ?) ORDER BY created_at, id LIMIT ?)",
-        (run.singleton_key, ts(run.created_at), run.id, free),
+        f" AND status IN {WAITERS} AND {_BEGUN} AND (created_at, id) < (?, ?)"
+        " ORDER BY created_at, id LIMIT ?)",
+        (run.singleton_key, ts(now), ts(run.created_at), run.id, free),
     ).fetchone()
     return admission.admits(limit, holders, ahead)
 
@@ -434,8 +485,9 @@ def _wake_waiters(conn: Conn, key: str, limit: int, now: datetime) -> list[str]:
     ).fetchone()
     rows = conn.execute(
         f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}"
-        " AND NOT holds_slot AND status != 'cancelling' ORDER BY created_at, id LIMIT ?",
-        (key, admission.free_slots(limit, holders)),
+        f" AND NOT holds_slot AND status != 'cancelling' AND {_BEGUN}"
+        " ORDER BY created_at, id LIMIT ?",
+        (key, ts(now), admission.free_slots(limit, holders)),
     )
     chosen = [row["id"] for row in rows]
     for waiter_id in chosen:
@@ -562,7 +614,7 @@ def requeue_run(
         raise RunlaneError(
             f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
         )
-    refusal = _refusal(conn, requeue_spec(run, quota, singleton))
+    refusal = _refusal(conn, requeue_spec(run, quota, singleton), now)
     if refusal is not None:
         raise refusal
     conn.execute(

@@ -61,6 +61,10 @@ def run_from_row(row: sqlite3.Row) -> Run:
         admission_retries=row["admission_retries"],
         queued=bool(row["queued"]),
         failures=row["failures"],
+        rate_key=row["rate_key"],
+        rate_at=from_opt_ts(row["rate_at"]),
+        begin_at=from_opt_ts(row["begin_at"]),
+        debounce_key=row["debounce_key"],
     )
 
 
@@ -72,7 +76,8 @@ RUN_COLUMNS = (
     "id, workflow, version, status, input, output, error, tags, created_at, updated_at, wake_at,"
     " parent_id, namespace, priority, singleton_key, singleton_limit, holds_slot,"
     " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at,"
-    " concurrency_limit, concurrency_statuses, admission_retries, queued, failures"
+    " concurrency_limit, concurrency_statuses, admission_retries, queued, failures, rate_key,"
+    " rate_at, begin_at, debounce_key"
 )
 
 
@@ -107,6 +112,10 @@ def run_values(run: Run) -> tuple[Any, ...]:
         run.admission_retries,
         int(run.queued),
         run.failures,
+        run.rate_key,
+        ts(run.rate_at),
+        ts(run.begin_at),
+        run.debounce_key,
     )
 
 

@@ -33,18 +33,30 @@ SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
     concurrency_key text, concurrency_limit integer, concurrency_statuses text[],
     deadline_at timestamptz, lease_owner text, lease_until timestamptz)
 
+-- name: unlimited
+-- (A fragment.) What ``insert_given`` reads of a start under no rate limit or debounce (a
+-- continuation of a run that had one included: it skips the gates).
+NULL::text AS rate_key, NULL::timestamptz AS rate_at, NULL::timestamptz AS begin_at,
+NULL::text AS debounce_key
+
 -- name: insert_given
 -- (A fragment.) Insert the rows of ``given`` as pending runs, or as running ones leased to
 -- their creator where ``claimed`` (taking the slot, if keyed); an existing id is left alone.
+-- A run its throttle or debounce holds (``begin_at``) is blocked until then, and its execution
+-- timeout counts from then.
 INSERT INTO runlane_runs (
     id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
     priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
-    concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot)
-SELECT id, workflow, version, CASE WHEN claimed THEN 'running' ELSE 'pending' END, input::json,
-       ARRAY(SELECT json_array_elements_text(tags::json)), created_at, created_at, parent_id,
-       namespace, priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
-       concurrency_statuses, deadline_at, CASE WHEN claimed THEN lease_owner END,
-       CASE WHEN claimed THEN lease_until END, claimed AND singleton_key IS NOT NULL
+    concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot, rate_key,
+    rate_at, begin_at, wake_at, debounce_key)
+SELECT id, workflow, version,
+       CASE WHEN claimed THEN 'running' WHEN begin_at IS NOT NULL THEN 'blocked' ELSE 'pending' END,
+       input::json, ARRAY(SELECT json_array_elements_text(tags::json)), created_at, created_at,
+       parent_id, namespace, priority, singleton_key, singleton_limit, concurrency_key,
+       concurrency_limit, concurrency_statuses,
+       coalesce(deadline_at + (begin_at - created_at), deadline_at),
+       CASE WHEN claimed THEN lease_owner END, CASE WHEN claimed THEN lease_until END,
+       claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at, begin_at, debounce_key
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -53,7 +65,7 @@ RETURNING *
 -- Ungated specs in one statement: the new runs (``created``), then the ones that existed.
 -- An id inserted by a transaction that committed after this statement began is in neither.
 WITH given AS (
-    SELECT s.*, s.lease_owner IS NOT NULL AS claimed FROM ({spec_rows}) AS s
+    SELECT s.*, s.lease_owner IS NOT NULL AS claimed, {unlimited} FROM ({spec_rows}) AS s
 ), inserted AS ({insert_given})
 SELECT *, true AS created FROM inserted
 UNION ALL
@@ -69,7 +81,7 @@ WITH existing AS (
     SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[])
 ), counts AS ({gate_counts}), given AS (
     -- Claimed at once when a lease came with it and a claim would admit it now.
-    SELECT g.*, g.lease_owner IS NOT NULL
+    SELECT g.*, {unlimited}, g.lease_owner IS NOT NULL
                 AND (g.singleton_key IS NULL OR c.key_ahead < g.singleton_limit) AS claimed
     FROM ({spec_rows}) AS g, counts AS c
     WHERE NOT EXISTS (SELECT 1 FROM existing)
@@ -80,6 +92,53 @@ WITH existing AS (
 SELECT r.*, c.quota_active, c.key_active, c.key_ahead
 FROM counts AS c
 LEFT JOIN (SELECT *, true AS created FROM inserted UNION ALL SELECT * FROM existing) AS r ON true;
+
+-- name: insert_limited
+-- One start under a rate limit or a debounce (and its gates), its locks taken by
+-- ``limit_counts`` before it counts: the existing run of the id; else the start folded into its
+-- debounce key's held run (``refolded``: the start's input, a later beginning); else the new
+-- run when the rate limit and the gates admit it, held (blocked) until its throttle or debounce
+-- begins it; else neither, with the counts the refusal is built from. As in ``insert_gated``,
+-- the existing run and the held one are looked for in this statement's snapshot, taken before
+-- the locks: one committed meanwhile makes the statement write nothing, and the caller retries.
+WITH existing AS (
+    SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[])
+), counts AS ({limit_counts}), refolded AS (
+    UPDATE runlane_runs AS r
+    SET input = %(input)s::json, updated_at = %(now)s,
+        (begin_at, wake_at, deadline_at) = (
+            SELECT b.at, b.at, coalesce(b.at + %(timeout)s::interval, r.deadline_at)
+            FROM (SELECT GREATEST(LEAST(%(now)s + %(debounce_period)s::interval,
+                                        r.created_at + %(max_wait)s::interval),
+                                  r.rate_at) AS at) AS b)
+    FROM counts AS c
+    WHERE r.id = c.debounced AND NOT EXISTS (SELECT 1 FROM existing)
+      AND r.status = 'blocked' AND r.begin_at > %(now)s
+    RETURNING r.*
+), timed AS (
+    -- When the new run's start counts: now when refusing, the window's first room throttling.
+    SELECT c.*, CASE WHEN %(rate_key)s::text IS NULL THEN NULL
+                     WHEN %(delay)s THEN GREATEST(%(wanted)s, c.rate_last + %(rate_period)s::interval)
+                     ELSE %(now)s END AS rate_at
+    FROM counts AS c
+), given AS (
+    SELECT g.*, %(rate_key)s::text AS rate_key, t.rate_at, %(debounce_key)s::text AS debounce_key,
+           nullif(GREATEST(%(wanted)s, t.rate_at), %(now)s) AS begin_at,
+           g.lease_owner IS NOT NULL AND GREATEST(%(wanted)s, t.rate_at) = %(now)s
+           AND (g.singleton_key IS NULL OR t.key_ahead < g.singleton_limit) AS claimed
+    FROM ({spec_rows}) AS g, timed AS t
+    WHERE NOT EXISTS (SELECT 1 FROM existing) AND t.debounced IS NULL
+      AND (%(delay)s OR t.rate_last IS NULL
+           OR t.rate_last + %(rate_period)s::interval <= %(now)s)
+      AND (%(quota_limit)s::integer IS NULL
+           OR (%(quota_limit)s > 0 AND t.quota_active < %(quota_limit)s))
+      AND (%(queue_capacity)s::integer IS NULL OR t.key_active < %(queue_capacity)s)
+), inserted AS ({insert_given})
+SELECT r.*, c.quota_active, c.key_active, c.key_ahead, c.rate_last, c.debounced
+FROM counts AS c
+LEFT JOIN (SELECT *, true AS created, false AS folded FROM inserted
+           UNION ALL SELECT *, false, true FROM refolded
+           UNION ALL SELECT *, false FROM existing) AS r ON true;
 
 -- name: get_run
 SELECT * FROM runlane_runs WHERE id = %(id)s;
@@ -93,6 +152,14 @@ SELECT * FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
 SELECT quota_active, key_active, key_ahead
 FROM runlane_gate_counts(
     %(lock_keys)s::text[], %(quota_key)s, %(quota_statuses)s::text[], %(singleton_key)s);
+
+-- name: limit_counts
+-- What a limited start competes with, once it holds its locks (see migration 0009): the gates'
+-- counts, its rate key's ``limit``-th most recent start, its debounce key's held run.
+SELECT quota_active, key_active, key_ahead, rate_last, debounced
+FROM runlane_limit_counts(
+    %(lock_keys)s::text[], %(quota_key)s, %(quota_statuses)s::text[], %(singleton_key)s,
+    %(rate_key)s, %(rate_limit)s, %(debounce_key)s, %(now)s);
 
 -- name: active_of_key
 SELECT id, status FROM runlane_runs
@@ -191,6 +258,7 @@ WITH target AS (
             SELECT 1 FROM runlane_runs AS k
             WHERE k.singleton_key = t.singleton_key AND NOT k.holds_slot
               AND k.status IN ('pending', 'running', 'suspended', 'blocked')
+              AND (k.begin_at IS NULL OR k.begin_at <= %(now)s)
               AND (k.created_at, k.id) < (t.created_at, t.id)
             ORDER BY k.created_at, k.id
             LIMIT t.lim - h.holders
@@ -228,13 +296,15 @@ UPDATE runlane_runs SET recoveries = recoveries + 1 WHERE id = %(id)s RETURNING 
 
 -- name: admission_counts
 -- Slot holders of the key, and the waiters ahead of this run in FIFO order (counted up to
--- ``most``: the caller only asks whether they fill the free slots).
+-- ``most``: the caller only asks whether they fill the free slots). A run its throttle or
+-- debounce still holds is no waiter yet.
 SELECT
     (SELECT count(*) FROM runlane_runs WHERE singleton_key = %(key)s AND holds_slot) AS holders,
     (SELECT count(*) FROM (
         SELECT 1 FROM runlane_runs
         WHERE singleton_key = %(key)s AND NOT holds_slot
           AND status IN ('pending', 'running', 'suspended', 'blocked')
+          AND (begin_at IS NULL OR begin_at <= %(now)s)
           AND (created_at, id) < (%(created_at)s, %(id)s)
         ORDER BY created_at, id
         LIMIT %(most)s) AS ahead
@@ -426,6 +496,7 @@ FROM fence;
     SELECT w.id, w.status, w.created_at FROM runlane_runs AS w
     WHERE w.singleton_key = (SELECT singleton_key FROM ok WHERE holds_slot)
       AND NOT w.holds_slot AND w.status IN ('pending', 'running', 'suspended', 'blocked')
+      AND (w.begin_at IS NULL OR w.begin_at <= %(now)s)
     ORDER BY w.created_at, w.id
     LIMIT (
         SELECT GREATEST(0, coalesce(nullif(ok.singleton_limit, 0), 1) - count(h.id))
@@ -506,7 +577,7 @@ DELETE FROM runlane_steps WHERE run_id = %(id)s AND status <> 'completed';
 UPDATE runlane_runs
 SET status = 'pending', output = NULL, error = NULL, holds_slot = false, recoveries = 0,
     lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, wake_requested_at = NULL,
-    deadline_at = %(deadline_at)s, updated_at = %(now)s
+    begin_at = NULL, deadline_at = %(deadline_at)s, updated_at = %(now)s
 WHERE id = %(id)s
 RETURNING *;
 
