@@ -232,7 +232,7 @@ def quota(results: Sequence[Line]) -> list[str]:
 
 
 def rate_limit(results: Sequence[Line]) -> list[str]:
-    title = "## 5b. Rate limit rejections on a used-up window (`RateLimitError`)"
+    title = "## 5c. Rate limit rejections on a used-up window (`RateLimitError`)"
     return refusals(results, "rate_limit", title)
 
 
@@ -288,6 +288,53 @@ def waiters(results: Sequence[Line]) -> list[str]:
             " denial, up to the lease (30 s): the rate falls towards waiters / 30 s; the release"
             " still hands the slot over at once."
         )
+    return out
+
+
+def step_queue(results: Sequence[Line]) -> list[str]:
+    out = [
+        "## 8. Step queues (`StepQueue(concurrency=8)`)",
+        "",
+        "| store | runs | wf/s (median) | ideal wf/s | CPU ms per run | most steps inside at once"
+        " | hand-off p50 / p99 ms | overlapping hand-offs | verdict (never over the limit) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for db, label in DBS:
+        lines = pick(results, "runlane", "step_queue", db)
+        if not lines:
+            continue
+        peak = max(x["peak_inside"] for x in lines)
+        overlaps = sum(x["overlapping_handoffs"] for x in lines)
+        ok = peak <= lines[0]["concurrency"] and overlaps == 0
+        out.append(
+            f"| {label} | {lines[0]['runs']:,} | {fmt(med(lines, 'workflows_per_s'))}"
+            f" | {fmt(lines[0]['ideal_workflows_per_s'])} | {fmt(med(lines, 'cpu_ms_per_run'))}"
+            f" | {peak} | {fmt(med(lines, 'handoff_p50_ms'))} / {fmt(med(lines, 'handoff_p99_ms'))}"
+            f" | {overlaps} | {verdict(ok)} |"
+        )
+    pg = pick(results, "runlane", "step_queue", "pg")
+    if pg:
+        out += [
+            "",
+            "A run of one step, one after the other, on PostgreSQL (engine's side, through the"
+            " round-trip proxy), with and without a queue, in the same engine:",
+            "",
+            "| step | round trips per run | statements per run | commits per run |",
+            "|---|---|---|---|",
+        ]
+        for label in ("unqueued", "queued"):
+            out.append(
+                f"| {label} | {fmt(med(pg, f'round_trips_per_run_{label}'))}"
+                f" | {fmt(med(pg, f'statements_per_run_{label}'))}"
+                f" | {fmt(med(pg, f'commits_per_run_{label}'))} |"
+            )
+    out += [
+        "",
+        "Each step sleeps `step_sleep_ms`; ideal = concurrency / step time. Hand-off: one slot,"
+        " a chain of runs lined up behind a holder; the gap from one step's end to the next"
+        " step's start (the freeing write wakes the next waiter). A step that names no queue"
+        " never touches the queue tables: its figures are the `unqueued` row.",
+    ]
     return out
 
 
@@ -376,6 +423,7 @@ def render(
         lambda: waiters(results),
         lambda: memory(results),
         lambda: scale(results),
+        lambda: step_queue(results),
     ]
     out = header(facts, command, quick, results)
     for section in sections:

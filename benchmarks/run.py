@@ -43,6 +43,7 @@ FULL: dict[str, Any] = {
         "memory_completed": {"n": 100_000, "batch": 10_000},
         "scale": {"n": 1000, "finished": 100_000},
         "waiters": {"n": 10_000, "seconds": 90.0},
+        "step_queue": {"n": 1000},
     },
 }
 QUICK: dict[str, Any] = {
@@ -73,6 +74,7 @@ QUICK: dict[str, Any] = {
         "memory_completed": {"n": 10_000, "batch": 2_000},
         "scale": {"n": 300, "finished": 20_000},
         "waiters": {"n": 2000, "seconds": 30.0},
+        "step_queue": {"n": 300, "chain": 20},
     },
 }
 SOLO_DBS = {
@@ -84,6 +86,7 @@ SOLO_DBS = {
     "memory_completed": ["sqlite"],
     "scale": ["pg", "sqlite"],
     "waiters": ["pg"],
+    "step_queue": ["pg", "sqlite"],
 }
 
 
