@@ -24,7 +24,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks chaos
 	$(VENV)/bin/ruff format --check src tests benchmarks chaos
-	$(VENV)/bin/mypy src
+	$(VENV)/bin/mypy src tests
 
 # Re-resolve the lock after a change to pyproject.toml's dependencies; versions already locked
 # stay unless the new bounds exclude them (pip-tools, in a throwaway venv).

@@ -25,6 +25,7 @@ from .errors import (
     GatherError,
     LeaseLostError,
     NonDeterminismError,
+    RunCancelling,
     RunlaneError,
     Suspend,
     error_dict,
@@ -57,7 +58,7 @@ from .options import EngineOptions
 from .queues import QueueRequest
 from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
-from .stores.base import RunCancelling, Store
+from .stores.base import Store
 
 log = logging.getLogger("runlane.engine")
 
