@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peerkit
 
-DB = "absurd_bench"
+DB = os.environ.get("BENCH_ABSURD_DB", "absurd_bench")  # another name: benches side by side
 QUEUE = "bench"
 TASK = "bench_chain"
 

@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peerkit
 
-SYS_DB = "dbos_bench"
+SYS_DB = os.environ.get("BENCH_DBOS_DB", "dbos_bench")  # another name: benches side by side
 
 
 def parse_args() -> argparse.Namespace:
