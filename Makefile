@@ -40,16 +40,24 @@ dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 
-# Benchmarks against DBOS Transact (not part of `make test`); QUICK=1 for a short run.
+# Benchmarks against the peers, DBOS Transact and Absurd (not part of `make test`); QUICK=1 for a
+# short run. Each peer has its own venv, built from its pinned requirements; the drivers are in
+# benchmarks/peers/. Absurd's schema is read from ../shared/peers/absurd/ (skipped when absent).
 PEERS_VENV := .peers-venv
+ABSURD_VENV := .absurd-venv
 
 $(PEERS_VENV)/bin/python: benchmarks/peer-requirements.txt
 	python3 -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q -r benchmarks/peer-requirements.txt
 	touch $@
 
-bench: $(STAMP) $(PEERS_VENV)/bin/python
-	QUICK=$(QUICK) $(PY) benchmarks/run.py
+$(ABSURD_VENV)/bin/python: benchmarks/absurd-requirements.txt
+	python3 -m venv $(ABSURD_VENV)
+	$(ABSURD_VENV)/bin/pip install -q -r benchmarks/absurd-requirements.txt
+	touch $@
+
+bench: $(STAMP) $(PEERS_VENV)/bin/python $(ABSURD_VENV)/bin/python
+	QUICK=$(QUICK) $(PY) benchmarks/run.py $(if $(filter 1,$(QUICK)),--out $${BENCH_OUT:-/tmp/BENCHMARKS-quick.md})
 
 # A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of
 # faults (300 by default), CHAOS_SEED (random by default, printed), CHAOS_REPORT (where the
@@ -58,4 +66,4 @@ chaos: $(STAMP)
 	$(PY) -m chaos
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(PEERS_VENV) $(ABSURD_VENV) build dist *.egg-info
