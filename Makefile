@@ -46,17 +46,18 @@ dist: $(STAMP)
 PEERS_VENV := .peers-venv
 ABSURD_VENV := .absurd-venv
 
-$(PEERS_VENV)/bin/python: benchmarks/peer-requirements.txt
+# A stamp file, not bin/python: that is a symlink, and touch would follow it to the system's.
+$(PEERS_VENV)/.installed: benchmarks/peer-requirements.txt
 	python3 -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q -r benchmarks/peer-requirements.txt
 	touch $@
 
-$(ABSURD_VENV)/bin/python: benchmarks/absurd-requirements.txt
+$(ABSURD_VENV)/.installed: benchmarks/absurd-requirements.txt
 	python3 -m venv $(ABSURD_VENV)
 	$(ABSURD_VENV)/bin/pip install -q -r benchmarks/absurd-requirements.txt
 	touch $@
 
-bench: $(STAMP) $(PEERS_VENV)/bin/python $(ABSURD_VENV)/bin/python
+bench: $(STAMP) $(PEERS_VENV)/.installed $(ABSURD_VENV)/.installed
 	QUICK=$(QUICK) $(PY) benchmarks/run.py $(if $(filter 1,$(QUICK)),--out $${BENCH_OUT:-/tmp/BENCHMARKS-quick.md})
 
 # A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of

@@ -256,12 +256,13 @@ def solo(session: Session) -> None:
 
 def ensure_venv(peer: Peer) -> None:
     """The peer's own venv, built from its pinned requirements when missing."""
-    if peer.python.exists():
+    stamp, reqs = ROOT / peer.venv / ".installed", ROOT / peer.requirements
+    if stamp.exists() and stamp.stat().st_mtime >= reqs.stat().st_mtime:
         return
-    print(f"--> creating {peer.venv} from {peer.requirements}", flush=True)
+    print(f"--> building {peer.venv} from {peer.requirements}", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(ROOT / peer.venv)], check=True)
-    reqs = ROOT / peer.requirements
     subprocess.run([str(peer.python), "-m", "pip", "install", "-q", "-r", str(reqs)], check=True)
+    stamp.touch()  # the same stamp as the Makefile's
 
 
 def choose_peers(session: Session, wanted: str) -> None:
