@@ -43,6 +43,7 @@ dist: $(STAMP)
 # Benchmarks against the peers, DBOS Transact and Absurd (not part of `make test`); QUICK=1 for a
 # short run. Each peer has its own venv, built from its pinned requirements; the drivers are in
 # benchmarks/peers/. Absurd's schema is read from ../shared/peers/absurd/ (skipped when absent).
+# A QUICK=1 run writes /tmp/BENCHMARKS-quick.md (or $BENCH_OUT), never BENCHMARKS.md.
 PEERS_VENV := .peers-venv
 ABSURD_VENV := .absurd-venv
 
@@ -58,7 +59,7 @@ $(ABSURD_VENV)/.installed: benchmarks/absurd-requirements.txt
 	touch $@
 
 bench: $(STAMP) $(PEERS_VENV)/.installed $(ABSURD_VENV)/.installed
-	QUICK=$(QUICK) $(PY) benchmarks/run.py $(if $(filter 1,$(QUICK)),--out $${BENCH_OUT:-/tmp/BENCHMARKS-quick.md})
+	QUICK=$(QUICK) $(PY) benchmarks/run.py
 
 # A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of
 # faults (300 by default), CHAOS_SEED (random by default, printed), CHAOS_REPORT (where the

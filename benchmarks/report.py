@@ -65,13 +65,13 @@ def per_rep(lines: Sequence[Line], key: str) -> str:
 PEERS = (("dbos", "DBOS"), ("absurd", "Absurd"))
 
 
-def peers_in(results: Sequence[Line], db: str) -> list[tuple[str, str]]:
-    """The peers with lines on this store (Absurd runs on PostgreSQL only)."""
+def peers_in(results: Sequence[Line]) -> list[tuple[str, str]]:
+    """The peers with lines in this run (a store a peer does not run on shows '-')."""
     return [(side, label) for side, label in PEERS if any(r.get("side") == side for r in results)]
 
 
 def throughput(results: Sequence[Line]) -> list[str]:
-    peers = peers_in(results, "pg")
+    peers = peers_in(results)
     head = ["store", "runlane wf/s"]
     for _, label in peers:
         head += [f"{label} wf/s", f"runlane / {label}"]
@@ -118,7 +118,7 @@ def throughput(results: Sequence[Line]) -> list[str]:
 
 
 def latency(results: Sequence[Line]) -> list[str]:
-    peers = peers_in(results, "pg")
+    peers = peers_in(results)
     head = ["store", "runlane median / p99 ms"]
     for _, label in peers:
         head += [f"{label} median / p99 ms", f"{label} / runlane (median; p99)"]

@@ -1,6 +1,6 @@
 """Run every workload on PostgreSQL and SQLite (WAL), runlane and its peers alternating; write the report.
 
-    .venv/bin/python benchmarks/run.py [--quick] [--reps 3] [--out BENCHMARKS.md]
+    .venv/bin/python benchmarks/run.py [--quick] [--reps 3] [--out BENCHMARKS.md] [--peers dbos,absurd]
 
 runlane's side runs in ``benchmarks/workloads.py``; each peer's driver is in ``benchmarks/peers/``
 and runs in the peer's own venv (``.peers-venv`` for DBOS Transact, ``.absurd-venv`` for Absurd),
@@ -291,7 +291,11 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", default=os.environ.get("QUICK") == "1")
     p.add_argument("--reps", type=int, default=0, help="repetitions (default 3; 1 when quick)")
-    p.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    p.add_argument(
+        "--out",
+        default=os.environ.get("BENCH_OUT", ""),
+        help="the report (default BENCHMARKS.md; /tmp/BENCHMARKS-quick.md when quick)",
+    )
     p.add_argument("--only", default="", help="'compared' or 'solo' (default both)")
     p.add_argument("--from-jsonl", default="", help="rebuild the report from a previous run")
     p.add_argument("--peers", default="", help="peers to compare with, e.g. 'dbos' (default all)")
@@ -301,6 +305,8 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     plan = QUICK if args.quick else FULL
+    if not args.out:  # a quick run never overwrites the committed page
+        args.out = "/tmp/BENCHMARKS-quick.md" if args.quick else str(ROOT / "BENCHMARKS.md")
     tmp = Path(tempfile.mkdtemp(prefix="runlane-bench-"))
     session = Session(args.quick, args.reps or plan["reps"], tmp, plan)
     command = "make bench QUICK=1" if args.quick else "make bench"
