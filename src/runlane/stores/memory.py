@@ -554,8 +554,8 @@ class MemoryStore:
         self._signals.setdefault(run_id, []).append(signal)
         if self._waits_for(run_id, StepKind.SIGNAL, name):
             return self._wake(run_id, now)
-        if run.status in _LEASED:
-            self._wake(run_id, now)
+        if run.status in _LEASED or _awaiting(run):
+            self._wake(run_id, now)  # the turn in flight (here or on a worker) may have missed it
         return False
 
     def _waits_for(self, run_id: str, kind: StepKind, name: str) -> bool:
