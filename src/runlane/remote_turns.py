@@ -63,8 +63,10 @@ class RemoteTurns:
         group = str(definition.group)
         try:
             children = await store.get_runs(awaited_children(claim.steps))
-            task = workflow_task(task_id, run, group, claim.steps, claim.signals, children, now)
             deadline = now + timedelta(seconds=self.silence())
+            task = workflow_task(
+                task_id, run, group, claim.steps, claim.signals, children, now, deadline
+            )
             await store.await_decision(run.id, owner, task_id, deadline, now)
         except RunCancelling:
             turn = Turn(self.engine, claim, owner, definition)

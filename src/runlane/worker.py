@@ -30,7 +30,13 @@ from .replay import replay
 from .serialization import normalise
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, Malformed, check
-from .workflow_tasks import WORKFLOW_KIND, Decision, check_workflow_task, decision_doc
+from .workflow_tasks import (
+    WORKFLOW_KIND,
+    Decision,
+    check_workflow_task,
+    decision_doc,
+    expired,
+)
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +141,9 @@ class Worker:
             task = check_workflow_task(raw)
         except Malformed as exc:
             log.warning("worker %s: dropping a malformed workflow task: %s", self.name, exc)
+            return
+        if expired(task, datetime.now(UTC)):
+            log.info("worker %s: skipping turn %s, sent again since", self.name, task["task_id"])
             return
         beat = {
             "protocol": PROTOCOL,

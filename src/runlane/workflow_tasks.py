@@ -89,6 +89,7 @@ def workflow_task(
     signals: Iterable[Signal],
     children: Mapping[str, Run],
     now: datetime,
+    expires_at: datetime,
     trace: Mapping[str, str] | None = None,
 ) -> Message:
     return {
@@ -110,7 +111,15 @@ def workflow_task(
         },
         "trace": dict(trace) if trace else None,
         "dispatched_at": now.isoformat(),
+        "expires_at": expires_at.isoformat(),
     }
+
+
+def expired(task: Message, now: datetime) -> bool:
+    """A task nobody took before ``expires_at`` has been (or is being) sent again under a fresh
+    task id: its decision would be dropped, so it is not worth replaying."""
+    expires = _from_ts(task.get("expires_at"))
+    return expires is not None and expires < now
 
 
 def awaited_children(history: Iterable[StepRecord]) -> list[str]:
