@@ -43,6 +43,8 @@ FULL: dict[str, Any] = {
         "memory_completed": {"n": 100_000, "batch": 10_000},
         "scale": {"n": 1000, "finished": 100_000},
         "waiters": {"n": 10_000, "seconds": 90.0},
+        "remote_latency": {"runs": 50, "steps": 10},
+        "remote_throughput": {"n": 1000, "steps": 2},
     },
 }
 QUICK: dict[str, Any] = {
@@ -73,6 +75,8 @@ QUICK: dict[str, Any] = {
         "memory_completed": {"n": 10_000, "batch": 2_000},
         "scale": {"n": 300, "finished": 20_000},
         "waiters": {"n": 2000, "seconds": 30.0},
+        "remote_latency": {"runs": 20, "steps": 10},
+        "remote_throughput": {"n": 300, "steps": 2},
     },
 }
 SOLO_DBS = {
@@ -84,6 +88,8 @@ SOLO_DBS = {
     "memory_completed": ["sqlite"],
     "scale": ["pg", "sqlite"],
     "waiters": ["pg"],
+    "remote_latency": ["pg", "sqlite"],
+    "remote_throughput": ["pg", "sqlite"],
 }
 
 

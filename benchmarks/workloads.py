@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import remote
 import seed
 from pgcount import count_statements
 from roundtrips import RoundTripProxy
@@ -729,6 +730,8 @@ WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "scale": scale,
     "waiters": waiters,
     "step_queue": step_queue,
+    "remote_latency": remote.remote_latency,
+    "remote_throughput": remote.remote_throughput,
 }
 
 
