@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from .context import ChildOp, StepOp
@@ -221,10 +221,6 @@ def _retry(command: Message) -> Retry:
 
 def _sibling_failed() -> dict[str, object]:
     return {"type": "Cancelled", "message": "a sibling failed (fail_fast)"}
-
-
-def deadline_passed(now: datetime, wake_at: datetime | None) -> bool:
-    return wake_at is not None and wake_at <= now
 
 
 __all__ = ["RemoteTurns", "apply_decision"]

@@ -77,8 +77,17 @@ async def fails(ctx: runlane.Context, _: Any) -> None:
     raise ValueError("no good")
 
 
-WORKFLOWS = [tour, child, fan, patient, fails]
-DECLARED = [RemoteWorkflow(d, group="wf") for d in ("tour", "child-wf", "fan", "patient", "fails")]
+@runlane.workflow(name="counter", group="wf")
+async def counter(ctx: runlane.Context, n: int) -> Any:
+    if n < 3:
+        ctx.continue_as_new(n + 1)
+    child_id = await ctx.start_child(child, n)
+    return {"n": n, "started": child_id}
+
+
+WORKFLOWS = [tour, child, fan, patient, fails, counter]
+NAMES = ("tour", "child-wf", "fan", "patient", "fails", "counter")
+DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
 
 
 @pytest.fixture(autouse=True)
@@ -235,6 +244,20 @@ async def test_a_run_cancelled_while_its_turn_is_out_drops_the_decision(store: S
         run = await engine.get_run("c1")
     assert run is not None and run.status == RunStatus.CANCELLED
     assert await engine.list_steps("c1") == []
+
+
+async def test_a_remote_run_continues_as_new_and_starts_children_it_does_not_wait_for(
+    store: Store,
+) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("counter", 0, run_id="k")
+        first = await engine.wait_for_run("k", timeout=10)
+        await until(lambda: engine.get_run("k~3.child.1"), "the last run started its child")
+        last = await engine.wait_for_run("k~3", timeout=10)
+        child_run = await engine.wait_for_run("k~3.child.1", timeout=10)
+    assert first.status == RunStatus.COMPLETED and first.output == {"continued_as": "k~1"}
+    assert last.output == {"n": 3, "started": "k~3.child.1"}
+    assert child_run.status == RunStatus.COMPLETED and child_run.output == 4
 
 
 async def test_a_workflow_the_worker_does_not_know_fails_the_run(store: Store) -> None:
