@@ -135,7 +135,7 @@ async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bo
         return Settlement(RunStatus.COMPLETED, outcome.get("output")), False
     if kind == "fail":
         error = outcome.get("error")
-        failure = error if isinstance(error, dict) else {"type": "RunlaneError", "message": "?"}
+        failure = error if isinstance(error, dict) else _unexplained()
         return Settlement(RunStatus.FAILED, None, failure), False
     if kind == "continue_as_new":
         return await turn.continued(outcome.get("input")), False
@@ -217,6 +217,10 @@ def _retry(command: Message) -> Retry:
         )
     except (TypeError, ValueError):
         return NO_RETRY
+
+
+def _unexplained() -> dict[str, object]:
+    return {"type": "RunlaneError", "message": "the worker failed the run without an error"}
 
 
 def _sibling_failed() -> dict[str, object]:
