@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -313,6 +314,25 @@ async def _truncated(store: Store, kind: str) -> None:
     reset = getattr(store, "reset_for_tests", None)
     if kind == "postgres" and reset is not None:
         await reset()
+
+
+async def test_a_remote_workflow_over_the_db_transport(
+    store: Store, store_kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    from runlane.transports import DbTransport
+
+    prefix = f"rl-{uuid.uuid4().hex[:8]}"
+    if store_kind == "postgres":
+        transport = DbTransport(request.getfixturevalue("pg_url"), prefix=prefix)
+    else:
+        transport = DbTransport(f"sqlite:///{tmp_path / 'transport.db'}", prefix=prefix)
+    try:
+        async with fleet(store, transport) as (engine, _, _):
+            await engine.start("fan", 3, run_id="d1")
+            done = await engine.wait_for_run("d1", timeout=20)
+    finally:
+        await transport.close()
+    assert done.status == RunStatus.COMPLETED and done.output == 2 * sum(range(6))
 
 
 def test_a_remote_workflow_needs_a_transport() -> None:
