@@ -86,6 +86,8 @@ FULL: dict[str, Any] = {
         "step_queue": {"n": 1000},
         "schedules": {"n": 10_000},
         "fan_out": {"n": 10_000},
+        "remote_latency": {"runs": 50, "steps": 10},
+        "remote_throughput": {"n": 1000, "steps": 2},
     },
 }
 QUICK: dict[str, Any] = {
@@ -120,6 +122,8 @@ QUICK: dict[str, Any] = {
         "step_queue": {"n": 300, "chain": 20},
         "schedules": {"n": 2000},
         "fan_out": {"n": 2000},
+        "remote_latency": {"runs": 20, "steps": 10},
+        "remote_throughput": {"n": 300, "steps": 2},
     },
 }
 SOLO_DBS = {
@@ -134,6 +138,8 @@ SOLO_DBS = {
     "step_queue": ["pg", "sqlite"],
     "schedules": ["pg", "sqlite"],
     "fan_out": ["pg", "sqlite"],
+    "remote_latency": ["pg", "sqlite"],
+    "remote_throughput": ["pg", "sqlite"],
 }
 ONE_REP = ("store_cost", "waiters", "schedules")
 

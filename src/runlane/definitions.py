@@ -194,6 +194,8 @@ class WorkflowDefinition:
     tags: tuple[str, ...] = field(default_factory=tuple)
     on_failure: str | None = None
     dead_letter: str | None = None
+    # A remote workflow: its turns run on Workers of this group, never in the engine.
+    group: str | None = None
     # The handlers given as decorated workflows: an engine that registers this workflow
     # registers them too, unless it registers a workflow of that name itself.
     given_handlers: tuple[WorkflowDefinition, ...] = field(default=(), compare=False, repr=False)
@@ -238,6 +240,7 @@ def workflow(
     dead_letter: str | Callable[..., Any] | None = None,
     rate_limit: RateLimit | None = None,
     debounce: Debounce | None = None,
+    group: str | None = None,
 ) -> Callable[[F], F]: ...
 def workflow(
     fn: F | None = None,
@@ -254,6 +257,7 @@ def workflow(
     dead_letter: str | Callable[..., Any] | None = None,
     rate_limit: RateLimit | None = None,
     debounce: Debounce | None = None,
+    group: str | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an ``async def body(ctx, input)`` as a durable workflow.
 
@@ -261,6 +265,7 @@ def workflow(
     that a failed, respectively dead, run starts; see README "When a run fails".
     """
     checked_tags = check_tags(tags)
+    _check_group(group)
     failure, failure_definition = _handler("on_failure", on_failure)
     dead, dead_definition = _handler("dead_letter", dead_letter)
     given = tuple(d for d in (failure_definition, dead_definition) if d is not None)
@@ -295,11 +300,49 @@ def workflow(
             given_handlers=given,
             rate_limit=rate_limit,
             debounce=debounce,
+            group=group,
         )
         setattr(body, WORKFLOW_ATTR, definition)
         return body
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _check_group(group: str | None) -> None:
+    if group is not None and (not isinstance(group, str) or not group):
+        raise DefinitionError(f"group= takes the name of a worker group, got {group!r}")
+
+
+async def _remote_body(ctx: Any, input: Any) -> Any:
+    raise DefinitionError("a RemoteWorkflow's body runs on its workers, never in the engine")
+
+
+def RemoteWorkflow(
+    name: str,
+    group: str,
+    version: str = "1",
+    singleton: Singleton | None = None,
+    concurrency: Concurrency | None = None,
+    on_failure: str | None = None,
+) -> WorkflowDefinition:
+    """A remote workflow declared by an engine that does not have its code: its turns go to
+    the Workers of ``group``, which register the decorated body under the same name."""
+    if not isinstance(name, str) or not name:
+        raise DefinitionError(f"a RemoteWorkflow needs a name, got {name!r}")
+    if group is None:
+        raise DefinitionError(f"RemoteWorkflow {name!r} needs a group")
+    _check_group(group)
+    if on_failure is not None and (not isinstance(on_failure, str) or not on_failure):
+        raise DefinitionError("on_failure= takes a workflow name")
+    return WorkflowDefinition(
+        name=name,
+        version=str(version),
+        fn=_remote_body,
+        singleton=singleton,
+        concurrency=concurrency,
+        on_failure=on_failure,
+        group=group,
+    )
 
 
 def _handler(

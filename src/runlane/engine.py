@@ -60,6 +60,7 @@ from .options import EngineOptions
 from .queues import StepQueue
 from .registry import Registry
 from .remote import RemoteSteps
+from .remote_turns import RemoteTurns, apply_decision
 from .runqueue import RunQueue
 from .schedules import Schedule, Scheduler
 from .serialization import normalise
@@ -68,6 +69,7 @@ from .stores.base import Store
 from .transports import open_transport
 from .transports.base import Transport
 from .turn import Turn
+from .workflow_tasks import Decision
 
 log = logging.getLogger("runlane.engine")
 
@@ -98,6 +100,7 @@ class Engine:
         consumers: Literal["auto", "always", "never"] = "auto",
         schedules: Iterable[Schedule] = (),
         queues: Iterable[StepQueue] = (),
+        remote_workflows: Iterable[WorkflowDefinition] = (),
         **options: Any,
     ) -> None:
         if consumers not in ("auto", "always", "never"):
@@ -113,7 +116,13 @@ class Engine:
             else None
         )
         self.remote = RemoteSteps(self, self.transport) if self.transport is not None else None
-        self.registry = Registry(workflows, steps)
+        self.registry = Registry([*workflows, *remote_workflows], steps)
+        self.remote_turns = (
+            RemoteTurns(self, self.transport) if self.transport is not None else None
+        )
+        _check_remote_workflows(self.registry, self.transport)
+        # Decisions claimed by the results consumer, by lease owner, for the turn that applies it.
+        self._decisions: dict[str, Decision] = {}
         self._declared = _declared_schedules(schedules, self.registry)
         self.queues = _registered_queues(queues)
         self.schedules = Scheduler(_SchedulerHost(self))
@@ -752,7 +761,14 @@ class Engine:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
-        result = await Turn(self, claim, owner, definition).execute(verdict)
+        decision = self._decisions.pop(owner, None)
+        if decision is not None:
+            drive = functools.partial(apply_decision, decision=decision)
+            result = await Turn(self, claim, owner, definition).execute(verdict, drive)
+        elif definition.group is not None and verdict is None and self.remote_turns is not None:
+            result = await self.remote_turns.send(claim, owner, definition)
+        else:
+            result = await Turn(self, claim, owner, definition).execute(verdict)
         if result.outage is not None:
             self.outage.failed(result.outage, f"executing run {run_id}")
         elif self.outage.down:
@@ -766,6 +782,22 @@ class Engine:
         elif result.wake_at is not None:
             self._note_wake(result.wake_at)
         return result.woken
+
+    async def apply_decision(self, decision: Decision) -> None:
+        """Lease the run for a worker's decision, if it still awaits that turn, and apply it on
+        a local task; a decision for a turn no longer awaited is dropped."""
+        now = self.now()
+        owner = f"{self.id}:{next(self._tokens)}"
+        lease_until = now + timedelta(seconds=self.options.lease)
+        claim = await self.store.claim_decision(
+            decision.run_id, decision.task_id, owner, now, lease_until
+        )
+        if claim is None:
+            log.debug("run %s: decision %s dropped", decision.run_id, decision.task_id)
+            return
+        self._decisions[owner] = decision
+        assert self._local is not None
+        self._local.spawn(decision.run_id, claim=claim)
 
     async def _claim(self, run_id: str, handoff: bool) -> ClaimOutcome:
         if self.runqueue is not None and not self.runqueue.claiming(run_id):
@@ -937,6 +969,14 @@ class _SchedulerHost:
         # A driving engine fires a window at most a poll late, and a busy pass later still:
         # windows later than this passed while nobody drove the schedule.
         return max(MISSED_AFTER, 2 * self._engine.options.poll_interval)
+
+
+def _check_remote_workflows(registry: Registry, transport: Transport | None) -> None:
+    remote = [d.name for d in registry.workflows if d.group is not None]
+    if remote and transport is None:
+        raise DefinitionError(
+            f"workflow {remote[0]!r} is remote (it has a group); its turns need a transport"
+        )
 
 
 def _registered_queues(queues: Iterable[StepQueue]) -> list[StepQueue]:

@@ -20,6 +20,7 @@ EXPECTED = {
     "NonDeterminismError",
     "RateLimit",
     "RateLimitError",
+    "RemoteWorkflow",
     "Retry",
     "Run",
     "RunExistsError",
