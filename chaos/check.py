@@ -513,7 +513,7 @@ def _debounces(evidence: Evidence, findings: Findings) -> None:
             findings.add("debounce", f"{e['requested']} folded into {e['run']}, begun before")
     for run_id, e in last.items():
         ran = evidence.runs.get(run_id)
-        if ran is None or e["input"]["key"] in lost_answers:
+        if ran is None or "input" not in e or e["input"]["key"] in lost_answers:
             continue
         seen = ran.output.get("seen") if isinstance(ran.output, dict) else None
         if ran.input != e["input"] or (ran.status == RunStatus.COMPLETED and seen != e["input"]):
