@@ -326,9 +326,24 @@ def _quota(lane: str, runs: dict[str, tuple[float, float]], findings: Findings) 
 
 def _executions(evidence: Evidence, findings: Findings) -> None:
     counts = Counter((e.run, e.label) for e in evidence.executions)
+    records = {
+        (run_id, str(r.input[1])): r
+        for run_id, rs in evidence.steps.items()
+        for r in rs
+        if r.kind == "step" and isinstance(r.input, list) and len(r.input) == 3
+    }
     for (run, label), n in sorted(counts.items()):
         if n > 2:
-            findings.add("executed_over_twice", f"{run} {label}: {n} times")
+            # What the store says of it, to tell a recovery's or a re-send's execution apart.
+            found = evidence.runs.get(run)
+            record = records.get((run, label))
+            detail = (
+                f"; the run recovered {found.recoveries if found else '?'} times, the step's "
+                f"attempts {record.attempts if record else '?'}, sent "
+                f"{record.dispatches if record else '?'} times"
+            )
+            pids = sorted({e.pid for e in evidence.executions if (e.run, e.label) == (run, label)})
+            findings.add("executed_over_twice", f"{run} {label}: {n} times by {pids}{detail}")
 
 
 def _stale_starts(evidence: Evidence, findings: Findings) -> None:
