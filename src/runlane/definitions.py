@@ -7,6 +7,7 @@ middle of a run.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -93,18 +94,40 @@ class Concurrency:
         return frozenset(self.count_statuses) if self.count_statuses else ACTIVE_STATUSES  # type: ignore[arg-type]
 
 
+MAX_LIMIT = 2**31 - 1
+"""The largest rate limit or step queue concurrency: what every store keeps (a PostgreSQL
+``integer``)."""
+
+MIN_PERIOD = 1e-6
+MAX_PERIOD = timedelta(days=36_525).total_seconds()
+"""A rate limit's or debounce's period (and ``max_wait``) lies between a microsecond (the
+stores' resolution) and a hundred years (an instant that far ahead is still a date)."""
+
+
 def as_seconds(value: Seconds) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 def _period(value: Seconds, what: str) -> float:
-    """A window's length in seconds, which must be positive."""
+    """A window's length in seconds, from ``MIN_PERIOD`` to ``MAX_PERIOD``."""
     if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
         raise DefinitionError(f"{what} must be a number of seconds or a timedelta, got {value!r}")
-    result = as_seconds(value)
+    try:
+        result = as_seconds(value)
+    except OverflowError:  # an int too large for a float
+        result = math.inf
     if not result > 0:
         raise DefinitionError(f"{what} must be positive, got {value!r}")
+    if not MIN_PERIOD <= result <= MAX_PERIOD:
+        raise DefinitionError(
+            f"{what} must be from {MIN_PERIOD:g} s to {MAX_PERIOD:g} s (100 years), got {value!r}"
+        )
     return result
+
+
+def whole_limit(value: object) -> bool:
+    """Whether ``value`` is a whole number from 1 to ``MAX_LIMIT`` (a bool is not)."""
+    return not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= MAX_LIMIT
 
 
 def _key_function(key: object, what: str) -> None:
@@ -128,9 +151,9 @@ class RateLimit:
     on_limit: Literal["reject", "delay"] = "reject"
 
     def __post_init__(self) -> None:
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+        if not whole_limit(self.limit):
             raise DefinitionError(
-                f"RateLimit.limit must be a whole number >= 1, got {self.limit!r}"
+                f"RateLimit.limit must be a whole number from 1 to {MAX_LIMIT}, got {self.limit!r}"
             )
         object.__setattr__(self, "period", _period(self.period, "RateLimit.period"))
         _key_function(self.key, "RateLimit")

@@ -55,11 +55,20 @@ class _NoStore:
 
 
 class _NoLeases:
-    def hold(self, run_id: str, owner: str) -> None:
+    """A worker's turn holds no lease: the awaited task id is its fence (the engine checks it
+    when the decision comes back), so nothing here can run out."""
+
+    def hold(self, run_id: str, owner: str, until: datetime | None = None) -> None:
         pass
 
     def release(self, run_id: str, owner: str) -> None:
         pass
+
+    def expired(self, run_id: str, now: datetime) -> bool:
+        return False
+
+    async def confirm(self, run_id: str, owner: str) -> bool:
+        return True
 
 
 class WorkerHost:

@@ -410,6 +410,7 @@ class Turn:
                 return None
         else:
             await self.flush()
+        await self.ensure_lease()
         settled = await self._execute_step(op, record, attempt)
         await self.recorded_attempt(op, alone=alone)
         return settled
@@ -422,6 +423,18 @@ class Turn:
     async def settle_remote(self, op: StepOp) -> Settled | None:
         assert self.host.remote is not None
         return await settle_remote_step(self, op, self.host.remote)
+
+    async def ensure_lease(self) -> None:
+        """Before a step starts: a lease run out by this engine's clock (its process was frozen
+        or starved past it, or the keeper found it lost) is confirmed with the store first, and
+        the turn is abandoned when another took the run over. Without this a turn resumed after
+        a freeze would start its next step at once whenever nothing was staged to write (the
+        first step after its claim): a step in flight is beyond any fence."""
+        leases = self.host.leases
+        if leases.expired(self.run.id, self.now()) and not await self.io(
+            leases.confirm(self.run.id, self.owner)
+        ):
+            raise Abandon()
 
     async def _execute_step(
         self, op: StepOp, record: StepRecord | None, attempt: int
@@ -662,7 +675,7 @@ class Turn:
         """Run the body to its next suspension point; with ``verdict``, settle the run so
         without running it (a run recovered too often, leased to be declared dead); with
         ``drive``, let it decide the turn instead of the body (a remote workflow's decision)."""
-        self.host.leases.hold(self.run.id, self.owner)
+        self.host.leases.hold(self.run.id, self.owner, self.run.lease_expires_at)
         try:
             outcome = await self._execute(verdict, drive)
         finally:
