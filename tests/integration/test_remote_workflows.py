@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -187,6 +187,45 @@ async def test_a_fan_of_remote_steps_across_turns_is_dispatched_exactly_once(
         done = await engine.wait_for_run("f100", timeout=30)
     assert done.status == RunStatus.COMPLETED, done.error
     assert done.output == 2 * sum(range(100)) and calls["double"] == 100
+
+
+class SlowToReturn(InProcessTransport):
+    """Delivers each workflow task at once, but returns to the dispatcher only later: the
+    decision comes back (and is applied) before the dispatcher's send has returned."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+        self.applied_before_return = 0
+        self.store: Store | None = None
+
+    async def send_tasks(self, group: str, tasks: Sequence[Message]) -> None:
+        await super().send_tasks(group, tasks)
+        if group != "wf":
+            return
+        self.sent += [str(task["task_id"]) for task in tasks]
+        await asyncio.sleep(0.3)
+        assert self.store is not None
+        run = await self.store.get_run(str(tasks[0]["run_id"]))
+        if run is not None and run.awaiting_decision_task_id != tasks[0]["task_id"]:
+            self.applied_before_return += 1
+
+
+async def test_a_decision_applied_before_the_dispatchers_send_returned(store: Store) -> None:
+    transport = SlowToReturn()
+    transport.store = store
+    async with fleet(store, transport) as (engine, _, _):
+        await engine.start("fan", 3, run_id="early")
+        done = await engine.wait_for_run("early", timeout=30)
+        await asyncio.sleep(0.4)  # the last send returns after the run settled
+        after = await engine.get_run("early")
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert done.output == 2 * sum(range(6)) and calls["double"] == 6
+    # Each turn's decision was applied while its send had not returned, and nothing the
+    # dispatcher did on its late return touched the run: no turn was sent twice.
+    assert transport.applied_before_return == len(transport.sent) >= 3
+    assert len(set(transport.sent)) == len(transport.sent)
+    assert after == done
 
 
 async def test_a_signal_landing_while_a_turn_is_out_is_seen_by_the_next_turn(
