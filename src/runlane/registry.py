@@ -26,6 +26,10 @@ class Registry:
             self.add_step(st)
         self._add_handlers()
 
+    @property
+    def workflow_names(self) -> list[str]:
+        return sorted(self._latest)
+
     def _add_handlers(self) -> None:
         """Register the failure handlers given as workflows that are not registered by name
         (after every workflow given, so those win), then check that every handler named is

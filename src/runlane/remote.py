@@ -26,7 +26,7 @@ from .faults import is_infrastructure
 from .models import JSON, Settled, StepKind, StepRecord, StepStatus
 from .runqueue import RateLimitedLog
 from .transports.base import Message, Transport
-from .transports.messages import PROTOCOL, Malformed, check
+from .transports.messages import PROTOCOL, WORKER_KIND, Malformed, check
 from .workflow_tasks import DECISION_KIND, WORKFLOW_KIND
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class RemoteSteps:
         self._heard: dict[Key, float] = {}  # monotonic time of the last beat heard, per waiter
         self._taken: set[Key] = set()  # waiters whose task a worker took (a beat was heard)
         self._persisted: dict[Key, float] = {}  # monotonic time a beat was last written
+        self.workers: dict[str, Message] = {}  # descriptors of the workers heard announcing
         self._tasks: list[asyncio.Task[None]] = []
         # Results taken off the transport that the store could not record yet (an outage).
         self._unlanded: list[Message] = []
@@ -227,6 +228,9 @@ class RemoteSteps:
                             if self.engine.remote_turns is not None:
                                 await self.engine.remote_turns.heard_beat(raw)
                             continue
+                        if isinstance(raw, dict) and raw.get("kind") == WORKER_KIND:
+                            self._met(raw)
+                            continue
                         try:
                             beat = check("heartbeat", raw)
                         except Malformed as exc:
@@ -240,6 +244,21 @@ class RemoteSteps:
                     return
                 self._failures.warning("heartbeat feed failed (%s); resubscribing", exc)
                 await asyncio.sleep(TAKE_TIMEOUT)
+
+    def _met(self, raw: Message) -> None:
+        """A worker announced itself: remember it, or say why it cannot work with this engine."""
+        try:
+            descriptor = check(WORKER_KIND, raw)
+        except Malformed as exc:
+            log.warning("worker %r cannot work with this engine: %s", raw.get("worker"), exc)
+            return
+        self.workers[str(descriptor["worker"])] = descriptor
+        log.info(
+            "worker %s joined group %s (protocol %s)",
+            descriptor["worker"],
+            descriptor["group"],
+            descriptor.get("protocol", PROTOCOL),
+        )
 
     async def _heard_beat(self, beat: Message) -> None:
         key = _key(beat)

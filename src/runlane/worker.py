@@ -22,6 +22,7 @@ from collections.abc import Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from ._version import __version__
 from .concurrency import call_step_body
 from .definitions import StepDefinition, step_definition
 from .errors import UnknownStepError, error_dict
@@ -29,7 +30,7 @@ from .registry import Registry
 from .replay import replay
 from .serialization import normalise
 from .transports.base import Message, Transport
-from .transports.messages import PROTOCOL, Malformed, check
+from .transports.messages import PROTOCOL, WORKER_KIND, Malformed, check
 from .workflow_tasks import (
     WORKFLOW_KIND,
     Decision,
@@ -83,14 +84,42 @@ class Worker:
         """Take and execute tasks until ``stop()`` or cancellation, then drain."""
         await self.transport.open()
         self._running = True
+        announcing = asyncio.create_task(self._announce())
         try:
             while not self._stopping.is_set():
                 await self._take_and_start()
         finally:
+            announcing.cancel()
             # Runs on cancellation too: a step in flight finishes and its result goes out.
             await asyncio.gather(*self._in_flight, return_exceptions=True)
             self._running = False
             self._stopped.set()
+
+    def descriptor(self) -> Message:
+        """Who this worker is, which protocol it speaks, and what it runs (docs/wire.md)."""
+        return {
+            "protocol": PROTOCOL,
+            "kind": WORKER_KIND,
+            "worker": self.name,
+            "group": self.group,
+            "language": "python",
+            "version": __version__,
+            "workflows": self.workflows.workflow_names,
+            "steps": sorted(self.steps),
+            "concurrency": self.concurrency,
+            "at": _now(),
+        }
+
+    async def _announce(self) -> None:
+        """Tell every engine listening who joined the group, when it starts and again every
+        ``ANNOUNCE_EVERY`` heartbeat intervals (for engines that start later); an engine that
+        does not speak this worker's protocol says so in its log."""
+        while True:
+            try:
+                await self.transport.publish_heartbeat(self.descriptor())
+            except Exception as exc:  # an announcement lost costs a log line, not a step
+                log.warning("worker %s could not announce itself (%s)", self.name, exc)
+            await asyncio.sleep(self.heartbeat_interval * ANNOUNCE_EVERY)
 
     async def stop(self) -> None:
         """Take nothing more; return once the steps in flight have finished and reported."""
@@ -240,6 +269,10 @@ def _definition(step: Any) -> StepDefinition:
 
 def _identity(task: Message) -> Message:
     return {"step_id": task.get("step_id"), "run_id": task.get("run_id"), "seq": task.get("seq")}
+
+
+ANNOUNCE_EVERY = 10
+"""A worker announces itself again every this many heartbeat intervals."""
 
 
 def _now() -> str:

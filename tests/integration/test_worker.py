@@ -130,6 +130,9 @@ async def test_worker_beats_while_a_slow_step_runs(
                 break
 
     assert result["ok"] is True
+    announced = [b for b in beats if b.get("kind") == "worker"]
+    assert [(a["worker"], a["group"]) for a in announced] == [(worker.name, "math")]
+    beats = [b for b in beats if b.get("kind") != "worker"]
     assert len(beats) >= 3, beats
     assert {(b["step_id"], b["run_id"], b["seq"], b["attempt"], b["worker"]) for b in beats} == {
         ("r1:7", "r1", 7, 1, worker.name)

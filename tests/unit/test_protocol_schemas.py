@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +143,8 @@ async def proto_wf(ctx: runlane.Context, x: int) -> int:
 def message_kind(message: Message) -> str:
     if message.get("kind") == "decision":
         return "decision"
+    if message.get("kind") == "worker":
+        return "worker-descriptor"
     if message.get("kind") == "workflow":
         return "workflow-task" if "history" in message else "workflow-heartbeat"
     if "ok" in message:
@@ -188,4 +191,34 @@ async def test_the_messages_the_engine_and_the_worker_send_follow_the_schemas() 
         kind = message_kind(message)
         seen.add(kind)
         validator(kind).validate(message)
-    assert {"workflow-task", "decision", "step-task", "step-result"} <= seen
+    assert {"workflow-task", "decision", "step-task", "step-result", "worker-descriptor"} <= seen
+
+
+async def test_an_engine_hears_who_joined_and_says_when_a_worker_speaks_another_protocol(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    transport = InProcessTransport()
+    engine = Engine(MemoryStore(), transport=transport, poll_interval=0.05)
+    worker = Worker("proto-steps", transport, steps=[remote_step], poll_timeout=0.05)
+    async with engine:
+        assert engine.remote is not None
+        runner = asyncio.create_task(worker.run())
+        for _ in range(200):
+            if worker.name in engine.remote.workers:
+                break
+            await asyncio.sleep(0.01)
+        await worker.stop()
+        await runner
+        heard = engine.remote.workers[worker.name]
+        assert heard["group"] == "proto-steps" and heard["steps"] == ["proto.remote"]
+        assert heard["protocol"] == 1 and heard["language"] == "python"
+        with caplog.at_level(logging.WARNING, logger="runlane.remote"):
+            await transport.publish_heartbeat(
+                {**worker.descriptor(), "worker": "w2", "protocol": 2}
+            )
+            for _ in range(200):
+                if "cannot work with this engine" in caplog.text:
+                    break
+                await asyncio.sleep(0.01)
+    assert "'w2' cannot work with this engine: protocol version 2" in caplog.text
+    assert "w2" not in engine.remote.workers

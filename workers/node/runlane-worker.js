@@ -249,8 +249,22 @@ export class Worker {
     return `${this.prefix}:${name}`;
   }
 
+  descriptor() {
+    return {
+      protocol: PROTOCOL, kind: "worker", worker: this.name, group: this.group, language: "node",
+      version: process.version, workflows: Object.keys(this.workflows).sort(),
+      steps: Object.keys(this.steps).sort(), concurrency: this.concurrency, at: iso(Date.now()),
+    };
+  }
+
   async run() {
     await Promise.all([this.taker.connect(), this.sender.connect()]);
+    // Tell every engine who joined the group, and which protocol it speaks (docs/wire.md);
+    // again every ten heartbeat intervals, for the engines that start later.
+    const announce = () => this.sender
+      .publish(this.key("heartbeats"), JSON.stringify(this.descriptor())).catch(() => {});
+    await announce();
+    const announcing = setInterval(announce, this.heartbeatInterval * 10 * 1000);
     while (!this.stopping) {
       const free = this.concurrency - this.inFlight.size;
       if (free <= 0) {
@@ -261,6 +275,7 @@ export class Worker {
         ["BLMPOP", "1", "1", this.key(`tasks:${this.group}`), "LEFT", "COUNT", String(free)]);
       for (const raw of reply ? reply[1] : []) this.start(raw);
     }
+    clearInterval(announcing);
     await Promise.allSettled(this.inFlight);
     await Promise.all([this.taker.quit(), this.sender.quit()]);
   }

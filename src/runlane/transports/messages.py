@@ -19,6 +19,9 @@ from .base import Message
 PROTOCOL = 1
 """The protocol version every message carries (``"protocol"``); a message without it is 1."""
 
+WORKER_KIND = "worker"
+"""A worker's descriptor, published on the heartbeat channel when it starts."""
+
 log = logging.getLogger("runlane.transports")
 
 Check = Callable[[Any], bool]
@@ -52,6 +55,10 @@ def _flag(value: Any) -> bool:
     return isinstance(value, bool)
 
 
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(name, str) for name in value)
+
+
 def _error(value: Any) -> bool:
     return value is None or (isinstance(value, dict) and all(isinstance(k, str) for k in value))
 
@@ -78,6 +85,12 @@ _FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
         "ok": (_flag, "true or false"),
         "error": (_error, "an object or null"),
     },
+    "worker": {
+        "worker": (_text, "a non-empty string"),
+        "group": (_text, "a non-empty string"),
+        "workflows": (_names, "a list of strings"),
+        "steps": (_names, "a list of strings"),
+    },
     "heartbeat": {
         "step_id": (_text, "a non-empty string"),
         "run_id": (_text, "a non-empty string"),
@@ -88,7 +101,8 @@ _FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
 
 
 def check(kind: str, message: Any) -> Message:
-    """``message`` as a valid ``kind`` message (run, task, result, heartbeat), or ``Malformed``."""
+    """``message`` as a valid ``kind`` message (run, task, result, heartbeat, worker), or
+    ``Malformed``."""
     if not isinstance(message, dict):
         raise Malformed(f"a {kind} message must be a JSON object, not {type(message).__name__}")
     version = message.get("protocol", PROTOCOL)
