@@ -32,6 +32,7 @@ from .errors import (
 )
 from .models import Run, RunStatus, Settled, StepRecord
 from .queues import StepQueue
+from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
 from .worker import Worker
@@ -52,6 +53,7 @@ __all__ = [
     "NonDeterminismError",
     "RateLimit",
     "RateLimitError",
+    "Retention",
     "Retry",
     "Run",
     "RunExistsError",

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -412,6 +412,48 @@ def runs_signal(
 
 
 # ---------------------------------------------------------------- schedules
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w`` as a timedelta."""
+    value, unit = (text[:-1], text[-1]) if text[-1:].isalpha() else (text, "s")
+    try:
+        seconds = float(value) * DURATION_UNITS[unit.lower()]
+    except (KeyError, ValueError):
+        raise click.BadParameter(
+            f"{text!r} is no duration: a number of seconds, or with s, m, h, d or w",
+            param_hint="--older-than",
+        ) from None
+    if seconds < 0:
+        raise click.BadParameter("a duration is never negative", param_hint="--older-than")
+    return timedelta(seconds=seconds)
+
+
+@runs.command("prune")
+@_common
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    help="Delete settled runs last updated longer ago than this: 90s, 15m, 12h, 7d, 2w.",
+)
+@click.option("--batch", default=1000, show_default=True, type=click.IntRange(min=1))
+def runs_prune(db: str | None, app: str | None, as_json: bool, older_than: str, batch: int) -> None:
+    """Delete settled runs (completed, failed, cancelled, dead) with their steps and signals.
+
+    A parent whose children are still active is kept. Deletes in batches, so engines serving
+    the same database go on meanwhile.
+    """
+    period = parse_duration(older_than)
+    deleted = with_engine(db, app, lambda e: e.prune(period, batch=batch))
+    say(
+        as_json,
+        {"deleted": deleted, "older_than_seconds": period.total_seconds()},
+        f"deleted {deleted} settled run{'s' if deleted != 1 else ''} older than {older_than}",
+    )
 
 
 @main.group()

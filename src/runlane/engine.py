@@ -60,6 +60,8 @@ from .options import EngineOptions
 from .queues import StepQueue
 from .registry import Registry
 from .remote import RemoteSteps
+from .retention import Pruner, Retention
+from .retention import older_than as older_than_cutoffs
 from .runqueue import RunQueue
 from .schedules import Schedule, Scheduler
 from .serialization import normalise
@@ -98,6 +100,7 @@ class Engine:
         consumers: Literal["auto", "always", "never"] = "auto",
         schedules: Iterable[Schedule] = (),
         queues: Iterable[StepQueue] = (),
+        retention: Retention | None = None,
         **options: Any,
     ) -> None:
         if consumers not in ("auto", "always", "never"):
@@ -124,6 +127,10 @@ class Engine:
         self.drive = drive
         self.consumers = consumers
         self.options = EngineOptions.from_kwargs(options)
+        self.pruner = (
+            Pruner(retention, self._prune_batch, self.now) if retention is not None else None
+        )
+        self._prune_task: asyncio.Task[None] | None = None
         self.outage = OutageLog(log, on_recovered=self._wake_loop)
         self.leases = LeaseKeeper(self.store, self.now, lambda: self.options.lease, self.outage)
         self.id = uuid.uuid4().hex[:12]
@@ -209,6 +216,9 @@ class Engine:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
+        if self._prune_task is not None:
+            # A batch is one short statement: let it commit rather than roll it back.
+            await asyncio.gather(self._prune_task, return_exceptions=True)
         if self._local is not None:
             await self._local.wait(timeout)
         if self.runqueue is not None:
@@ -587,7 +597,51 @@ class Engine:
         total += await self.resume_due_timers()
         total += await self.fire_schedules()
         total += await self.run_pending()
+        await self.prune_retained()
         return total
+
+    async def prune_retained(self) -> int:
+        """Delete one batch of settled runs past their ``retention`` period, when one is due.
+
+        In the driving loop the batch runs beside the turns, in a task of its own, so a prune
+        never delays a pass; called directly (a test's ``tick``) it is awaited. Returns the runs
+        deleted (0 when the batch went to the background).
+        """
+        pruner = self.pruner
+        if pruner is None or not pruner.due() or self._prune_task is not None:
+            return 0
+        if self.drive and self._loop_task is not None and asyncio.current_task() is self._loop_task:
+            self._prune_task = asyncio.create_task(self._prune_beside())
+            return 0
+        return len(await pruner.run_batch())
+
+    async def _prune_beside(self) -> None:
+        assert self.pruner is not None
+        try:
+            await self.pruner.run_batch()
+        except Exception as exc:
+            if is_infrastructure(exc):
+                self.outage.failed(exc, "pruning settled runs")
+            else:
+                log.exception("pruning settled runs failed; retrying at the next interval")
+        finally:
+            self._prune_task = None
+
+    async def _prune_batch(self, cutoffs: dict[RunStatus, datetime], limit: int) -> list[str]:
+        return await self.store.prune_runs(cutoffs, limit)
+
+    async def prune(self, older_than: float | timedelta, *, batch: int = 1000) -> int:
+        """Delete every settled run (any terminal status) last updated more than
+        ``older_than`` ago, in batches of ``batch``; returns how many were deleted. A parent
+        whose children are still active is kept (``runlane runs prune --older-than``)."""
+        await self._ready()
+        cutoffs = older_than_cutoffs(older_than, self.now())
+        deleted = 0
+        while True:
+            gone = await self._api(functools.partial(self.store.prune_runs, cutoffs, batch))
+            deleted += len(gone)
+            if len(gone) < batch:
+                return deleted
 
     async def fire_schedules(self) -> int:
         """Start the runs of the schedules' due windows (each window once, across engines)."""

@@ -20,6 +20,7 @@ EXPECTED = {
     "NonDeterminismError",
     "RateLimit",
     "RateLimitError",
+    "Retention",
     "Retry",
     "Run",
     "RunExistsError",

@@ -468,6 +468,22 @@ class Store(Protocol):
         """
         ...
 
+    # ---------------------------------------------------------------- retention
+
+    async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
+        """Delete at most ``limit`` terminal runs, oldest ``updated_at`` first, each with all it
+        owns (step records, buffered signals, step-queue entries), in one transaction; return
+        the ids deleted (``[]`` when nothing is due).
+
+        A run is due when its status is a key of ``cutoffs`` (only terminal statuses are
+        honoured) and its ``updated_at`` is before that status's cutoff, and no child of it
+        (``parent_id``) is still active: a parent stays until its children settle. Children
+        already settled are not deleted with it; they are due on their own terms. A run that
+        another transaction holds is left for a later call (PostgreSQL skips it), so a prune
+        never waits behind a turn. Idempotent: a run already deleted is simply not returned.
+        """
+        ...
+
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:

@@ -657,6 +657,26 @@ class MemoryStore:
         self._schedules[schedule_id] = fired
         return started
 
+    # ---------------------------------------------------------------- retention
+
+    async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
+        busy = {r.parent_id for r in self._runs.values() if r.parent_id and not r.is_terminal}
+        due = [
+            r
+            for r in self._runs.values()
+            if r.is_terminal
+            and r.status in cutoffs
+            and r.updated_at < cutoffs[r.status]
+            and r.id not in busy
+        ]
+        doomed = [r.id for r in heapq.nsmallest(limit, due, key=lambda r: (r.updated_at, r.id))]
+        for run_id in doomed:
+            del self._runs[run_id]
+            self._steps.pop(run_id, None)
+            self._signals.pop(run_id, None)
+            self._queues.drop_entries(run_id, None, admitted_only=False)
+        return doomed
+
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:

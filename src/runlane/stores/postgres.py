@@ -844,6 +844,18 @@ class PostgresStore:
         rows = await self._filtered("count_runs", query_params(query, cursor=False))
         return {RunStatus(row["status"]): int(row["runs"]) for row in rows}
 
+    async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
+        due = {status: before for status, before in cutoffs.items() if status.is_terminal}
+        if not due or limit < 1:
+            return []
+        rows = await self._db.rows(
+            "prune_runs",
+            statuses=[str(status) for status in due],
+            cutoffs=list(due.values()),
+            limit=limit,
+        )
+        return [row["id"] for row in rows]
+
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]
 

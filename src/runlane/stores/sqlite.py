@@ -45,6 +45,7 @@ from ..urls import SQLITE_URLS
 from . import sqlite_ops as ops
 from . import sqlite_queues
 from . import sqlite_reads as reads
+from . import sqlite_retention as retention
 from . import sqlite_schedules as schedules
 from .migrations import pending_migrations
 from .sqlite_worker import SqliteWorker
@@ -355,6 +356,9 @@ class SqliteStore:
 
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
         return await self._read(reads.page_runs, query, limit)
+
+    async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
+        return await self._write(retention.prune_runs, dict(cutoffs), limit)
 
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
         return await self._read(reads.count_runs, query)
