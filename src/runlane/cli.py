@@ -22,12 +22,25 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from .cli_tables import lanes_table, run_details, runs_table, schedules_table, steps_table
+from .cli_tables import (
+    lanes_table,
+    queues_table,
+    run_details,
+    runs_table,
+    schedules_table,
+    steps_table,
+)
 from .engine import Engine
 from .errors import ConfigurationError, MissingExtraError, RunlaneError
 from .extras import needs_extra
-from .http.shapes import lane_to_dict, run_to_dict, schedule_to_dict, step_to_dict
-from .lanes import lanes
+from .http.shapes import (
+    lane_to_dict,
+    queue_lane_to_dict,
+    run_to_dict,
+    schedule_to_dict,
+    step_to_dict,
+)
+from .lanes import Lane, QueueLane, lanes, queue_lanes
 from .models import Run, RunQuery, RunStatus, StepRecord
 from .stores import open_store
 from .stores.base import Store
@@ -526,18 +539,29 @@ async def follow_runs(
 
 @main.command("lanes")
 @_common
-@click.option("--key", default=None, help="Only the lanes of this key.")
+@click.option("--key", default=None, help="Only the lanes of this key (or step queue).")
 def lanes_command(db: str | None, app: str | None, as_json: bool, key: str | None) -> None:
-    """Each singleton lane and quota key with active runs: holders, waiters in order, usage."""
-    found = [
-        lane
-        for lane in lanes(with_engine(db, app, lambda e: e.read(lambda s: s.lane_runs())))
-        if key is None or lane.key == key
-    ]
+    """Each singleton lane and quota key with active runs, and each step queue: holders,
+    waiters in order, usage (JSON: one list, step queues with kind "queue")."""
+
+    async def read(engine: Engine) -> tuple[list[Lane], list[QueueLane]]:
+        runs, views = (
+            await engine.read(lambda s: s.lane_runs()),
+            await engine.read(lambda s: s.queue_views()),
+        )
+        return lanes(runs), queue_lanes(views, engine.now())
+
+    found, queues = with_engine(db, app, read)
+    found = [lane for lane in found if key is None or lane.key == key]
+    queues = [lane for lane in queues if key is None or lane.name == key]
     if as_json:
-        click.echo(json.dumps([lane_to_dict(lane) for lane in found], indent=2))
+        shown = [lane_to_dict(lane) for lane in found] + [queue_lane_to_dict(q) for q in queues]
+        click.echo(json.dumps(shown, indent=2))
         return
-    Console().print(lanes_table(found) if found else "no busy lanes")
+    console = Console()
+    console.print(lanes_table(found) if found else "no busy lanes")
+    if queues:
+        console.print(queues_table(queues))
 
 
 # ---------------------------------------------------------------- db

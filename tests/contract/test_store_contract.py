@@ -1986,3 +1986,20 @@ async def test_a_parent_is_kept_until_its_children_settle_and_they_are_not_delet
     assert await status_of(store, "parent") == RunStatus.COMPLETED
     await settle(store, "kid", now=at(3))
     assert await store.prune_runs(cutoffs, 10) == ["parent", "kid"]
+
+
+async def test_queue_views_show_holders_and_waiters_in_admission_order(store: Store) -> None:
+    rate = QueueSettings("r", rate_limit=5, rate_period=60.0)
+    await store.register_queues([QueueSettings("q", concurrency=1), rate], T0)
+    await queued(store, "h", "x", "y", "gone")
+    assert (await ask(store, "h")).admitted
+    for run_id, priority in (("x", 0), ("y", 5), ("gone", 9)):
+        assert not (await ask(store, run_id, priority=priority)).admitted
+    assert (await ask(store, "x", queue="r", seq=2, now=at(1))).admitted
+    await store.settle_run("gone", "owner-gone", Writes(), DONE, at(2), queued=True)
+    [q, r] = await store.queue_views()
+    assert (q.row.settings.concurrency, r.row.settings.rate_limit) == (1, 5)
+    assert [(e.run_id, e.admitted_at) for e in q.holders()] == [("h", T0)]
+    assert [e.run_id for e in q.waiters()] == ["y", "x"]  # priority first; settled runs gone
+    assert [e.run_id for e in r.holders()] == ["x"]
+    assert (r.row.window_count, r.row.window_start) == (1, T0)

@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
-from ..lanes import lanes
+from ..lanes import lanes, queue_lanes
 from ..models import Run, RunCursor
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
@@ -39,7 +39,14 @@ from .params import (
     read_json,
     run_query,
 )
-from .shapes import lane_to_dict, run_summary, run_to_dict, schedule_to_dict, step_to_dict
+from .shapes import (
+    lane_to_dict,
+    queue_lane_to_dict,
+    run_summary,
+    run_to_dict,
+    schedule_to_dict,
+    step_to_dict,
+)
 
 HERE = Path(__file__).parent
 PAGES = HERE / "templates"
@@ -172,7 +179,13 @@ class Api:
         key = request.query_params.get("key") or None
         found = lanes(await self.engine.read(lambda store: store.lane_runs()))
         shown = [lane_to_dict(lane) for lane in found if key is None or lane.key == key]
-        return JSONResponse({"lanes": shown})
+        views = await self.engine.read(lambda store: store.queue_views())
+        queues = [
+            queue_lane_to_dict(lane)
+            for lane in queue_lanes(views, self.engine.now())
+            if key is None or lane.name == key
+        ]
+        return JSONResponse({"lanes": shown, "queues": queues})
 
     async def schedules(self, request: Request) -> Response:
         found = await self.engine.schedules.list()

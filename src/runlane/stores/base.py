@@ -55,7 +55,7 @@ from ..models import (
     StoredSchedule,
     Writes,
 )
-from ..queues import QueueRequest
+from ..queues import QueueRequest, QueueView
 
 
 class RunCancelling(LeaseLostError):
@@ -524,6 +524,12 @@ class Store(Protocol):
     async def lane_runs(self) -> list[Run]:
         """The active runs that hold or wait for a singleton slot, or count against a quota
         (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""
+        ...
+
+    async def queue_views(self) -> list[QueueView]:
+        """Every registered step queue, by name: its settings and current rate window, the
+        entries of its unsettled runs (holders and waiters) by arrival, and the last served
+        count of their fairness keys. A read for operators; it locks nothing."""
         ...
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:

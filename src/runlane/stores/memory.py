@@ -50,7 +50,7 @@ from ..models import (
     run_from_spec,
     settled_run,
 )
-from ..queues import QueueEntry, QueueRequest, QueueRow, order_key
+from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
 from .base import RunCancelling, check_lease
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
@@ -723,6 +723,9 @@ class MemoryStore:
         ]
         return sorted(gated, key=lambda r: (r.created_at, r.id))
 
+    async def queue_views(self) -> list[QueueView]:
+        return self._queues.views()
+
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
 
@@ -765,6 +768,11 @@ class _MemoryQueues:
         return [
             e for e in self._entries.values() if e.queue == queue and not runs[e.run_id].is_terminal
         ]
+
+    def views(self) -> list[QueueView]:
+        runs = self._store._runs
+        live = [e for e in self._entries.values() if not runs[e.run_id].is_terminal]
+        return views_of(list(self._rows.values()), sorted(live, key=lambda e: e.id), self._served)
 
     def holders(self, queue: str) -> int:
         return sum(1 for e in self._live(queue) if e.admitted_at is not None)

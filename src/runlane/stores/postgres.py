@@ -51,7 +51,7 @@ from ..models import (
     ready_ids,
     with_handler_error,
 )
-from ..queues import QueueRequest
+from ..queues import QueueRequest, QueueView
 from ..urls import redact
 from .base import RunCancelling, check_lease
 from .postgres_db import (
@@ -855,6 +855,16 @@ class PostgresStore:
             limit=limit,
         )
         return [row["id"] for row in rows]
+
+    async def queue_views(self) -> list[QueueView]:
+        rows, entries, keys = await self._db.batch(
+            ("queue_rows", {}), ("queue_live_entries", {}), ("queue_keys", {})
+        )
+        return queues.views_of(
+            [queues.row_from(r, r["window_start"]) for r in rows],
+            [queues.entry_from(e, e["admitted_at"]) for e in entries],
+            {(k["queue"], k["fairness_key"]): int(k["served"]) for k in keys},
+        )
 
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]

@@ -40,7 +40,7 @@ from ..models import (
     StoredSchedule,
     Writes,
 )
-from ..queues import QueueRequest
+from ..queues import QueueRequest, QueueView
 from ..urls import SQLITE_URLS
 from . import sqlite_ops as ops
 from . import sqlite_queues
@@ -365,6 +365,9 @@ class SqliteStore:
 
     async def lane_runs(self) -> list[Run]:
         return await self._read(reads.lane_runs)
+
+    async def queue_views(self) -> list[QueueView]:
+        return await self._read(sqlite_queues.queue_views)
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         return await self._read(reads.get_step, run_id, seq)

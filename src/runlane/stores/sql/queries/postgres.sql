@@ -666,6 +666,19 @@ WITH due AS (
 DELETE FROM runlane_runs AS r USING doomed WHERE r.id = doomed.id
 RETURNING r.id;
 
+-- name: queue_rows
+SELECT * FROM runlane_queues;
+
+-- name: queue_live_entries
+-- The entries of unsettled runs, by arrival (a settled run's may linger until it is pruned).
+SELECT e.* FROM runlane_queue_entries AS e
+JOIN runlane_runs AS r ON r.id = e.run_id
+    AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+ORDER BY e.id;
+
+-- name: queue_keys
+SELECT queue, fairness_key, served FROM runlane_queue_keys;
+
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
     runlane_queues, runlane_queue_entries, runlane_queue_keys
