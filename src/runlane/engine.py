@@ -65,11 +65,12 @@ from .retention import older_than as older_than_cutoffs
 from .runqueue import RunQueue
 from .schedules import Schedule, Scheduler
 from .serialization import normalise
+from .stats import REFUSAL_REASONS, EngineStats
 from .stores import open_store
 from .stores.base import Store
 from .transports import open_transport
 from .transports.base import Transport
-from .turn import Turn
+from .turn import Turn, TurnOutcome
 
 log = logging.getLogger("runlane.engine")
 
@@ -131,6 +132,7 @@ class Engine:
             Pruner(retention, self._prune_batch, self.now) if retention is not None else None
         )
         self._prune_task: asyncio.Task[None] | None = None
+        self.stats = EngineStats()
         self.outage = OutageLog(log, on_recovered=self._wake_loop)
         self.leases = LeaseKeeper(self.store, self.now, lambda: self.options.lease, self.outage)
         self.id = uuid.uuid4().hex[:12]
@@ -257,6 +259,7 @@ class Engine:
             debounce=True,
         )
         started, retried = await self._create(spec)
+        self.count_starts(definition.name, [started])
         run = self._started(started)
         # After an outage, the run found may be the one this start's first write created.
         ours = retried and _same_start(run, spec)
@@ -286,6 +289,14 @@ class Engine:
         if lease is not None and run is not None and run.lease_owner == lease.owner:
             started = replace(started, claim=Claim(run, [], []))
         return started, True
+
+    def count_starts(self, workflow: str, started: Iterable[Started]) -> None:
+        for one in started:
+            if one.rejected is not None:
+                reason = REFUSAL_REASONS.get(type(one.rejected).__name__, "other")
+                self.stats.refused(workflow, reason)
+            elif one.created:
+                self.stats.started(workflow)
 
     def _started(self, started: Started) -> Run:
         if started.rejected is not None:
@@ -803,11 +814,14 @@ class Engine:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
+        self.stats.turn_began(run_id, claim.run.workflow)
         result = await Turn(self, claim, owner, definition).execute(verdict)
         if result.outage is not None:
             self.outage.failed(result.outage, f"executing run {run_id}")
         elif self.outage.down:
             self.outage.succeeded()
+        if result.state == "settled":
+            self._count_settled(claim.run, result)
         if result.successor is not None and self._local is not None:
             self._local.spawn(result.successor.run.id, claim=result.successor)
         if result.state == "settled":
@@ -817,6 +831,14 @@ class Engine:
         elif result.wake_at is not None:
             self._note_wake(result.wake_at)
         return result.woken
+
+    def _count_settled(self, run: Run, result: TurnOutcome) -> None:
+        status = result.settled.status if result.settled is not None else "unknown"
+        self.stats.finished(run.workflow, str(status))
+        freed = list(result.woken)
+        if result.successor is not None:
+            freed.append(result.successor.run.id)
+        self.stats.slot_freed(freed)
 
     async def _claim(self, run_id: str, handoff: bool) -> ClaimOutcome:
         if self.runqueue is not None and not self.runqueue.claiming(run_id):
@@ -980,6 +1002,9 @@ class _SchedulerHost:
         )
 
     async def created(self, started: Sequence[Started]) -> None:
+        for one in started:
+            if one.run is not None:
+                self._engine.count_starts(one.run.workflow, [one])
         ready = [s.run for s in started if s.created and not s.waiting and s.run is not None]
         if ready:
             self._engine._kick_started(ready)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -57,6 +58,7 @@ from .options import EngineOptions
 from .queues import QueueRequest
 from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
+from .stats import EngineStats
 from .stores.base import RunCancelling, Store
 
 log = logging.getLogger("runlane.engine")
@@ -94,6 +96,11 @@ class TurnHost(Protocol):
     ) -> StepDefinition: ...
 
     async def call_step(self, definition: StepDefinition, input: JSON) -> JSON: ...
+
+    @property
+    def stats(self) -> EngineStats:
+        """Where the turn counts what it did (step durations)."""
+        ...
 
     async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec: ...
 
@@ -414,12 +421,15 @@ class Turn:
         self, op: StepOp, record: StepRecord | None, attempt: int
     ) -> Settled | None:
         started = self.now()
+        began = time.monotonic()
         try:
             output = normalise(
                 await self.host.call_step(op.definition, op.input), f"output of step {op.name!r}"
             )
         except Exception as exc:
+            self.host.stats.step_took(self.run.workflow, op.name, time.monotonic() - began)
             return self._step_failed(op, record, attempt, started, exc)
+        self.host.stats.step_took(self.run.workflow, op.name, time.monotonic() - began)
         self.complete(
             op.seq,
             StepKind.STEP,

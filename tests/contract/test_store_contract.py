@@ -2003,3 +2003,16 @@ async def test_queue_views_show_holders_and_waiters_in_admission_order(store: St
     assert [e.run_id for e in q.waiters()] == ["y", "x"]  # priority first; settled runs gone
     assert [e.run_id for e in r.holders()] == ["x"]
     assert (r.row.window_count, r.row.window_start) == (1, T0)
+
+
+async def test_active_run_counts_are_by_workflow_and_status_without_settled_runs(
+    store: Store,
+) -> None:
+    await create(store, spec("a"), spec("b"), spec("c", workflow="other"), spec("d"))
+    await lease(store, "b")
+    await settle(store, "d")
+    assert await store.active_run_counts() == {
+        ("wf", RunStatus.PENDING): 1,
+        ("wf", RunStatus.RUNNING): 1,
+        ("other", RunStatus.PENDING): 1,
+    }

@@ -29,6 +29,7 @@ from ..models import Run, RunCursor
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
 from .errors import HTTPError, error_response, http_exception, server_error
+from .metrics import Metrics
 from .openapi import openapi
 from .params import (
     DEFAULT_PAGE,
@@ -91,6 +92,7 @@ class Api:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.prometheus = Metrics(engine)
 
     async def start(self, request: Request) -> Response:
         wanted = StartRequest.parse(await read_json(request))
@@ -201,6 +203,10 @@ class Api:
             return JSONResponse(schedule_to_dict(await self.engine.schedules.resume(schedule_id)))
         raise HTTPError(404, "not_found", f"no action {action!r}: pause, resume or trigger")
 
+    async def metrics(self, request: Request) -> Response:
+        body, content_type = await self.prometheus.text()
+        return Response(body, media_type=content_type)
+
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"ok": True})
 
@@ -211,6 +217,7 @@ class Api:
 def routes(api: Api) -> list[BaseRoute]:
     json_routes: list[tuple[str, Handler, str]] = [
         ("/healthz", api.healthz, "GET"),
+        ("/metrics", api.metrics, "GET"),
         ("/openapi.json", api.openapi, "GET"),
         ("/runs", api.start, "POST"),
         ("/runs", api.list_runs, "GET"),

@@ -248,6 +248,19 @@ def _operations() -> JSONObject:
                 "responses": {"200": _json(_object(["ok"], ok={"type": "boolean"}), "alive")},
             }
         },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus text: this process's counters, the store's gauges",
+                "responses": _responses(
+                    {
+                        "200": {
+                            "description": "the metrics, in the Prometheus text format",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    }
+                ),
+            }
+        },
         "/runs": {
             "get": {
                 "summary": "runs, newest first, a page at a time",

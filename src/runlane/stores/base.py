@@ -521,6 +521,11 @@ class Store(Protocol):
         runs is left out."""
         ...
 
+    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
+        """How many active runs there are, by ``(workflow, status)``; pairs without runs are
+        left out. Reads the active runs only, however many settled runs are kept."""
+        ...
+
     async def lane_runs(self) -> list[Run]:
         """The active runs that hold or wait for a singleton slot, or count against a quota
         (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""

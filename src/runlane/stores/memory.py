@@ -714,6 +714,10 @@ class MemoryStore:
         everywhere = replace(query, after=None)
         return dict(Counter(r.status for r in self._runs.values() if everywhere.matches(r)))
 
+    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
+        active = (r for r in self._runs.values() if r.status in ACTIVE_STATUSES)
+        return dict(Counter((r.workflow, r.status) for r in active))
+
     async def lane_runs(self) -> list[Run]:
         gated = [
             r

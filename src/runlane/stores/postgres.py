@@ -866,6 +866,10 @@ class PostgresStore:
             {(k["queue"], k["fairness_key"]): int(k["served"]) for k in keys},
         )
 
+    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
+        rows = await self._db.rows("active_run_counts")
+        return {(row["workflow"], RunStatus(row["status"])): int(row["runs"]) for row in rows}
+
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]
 

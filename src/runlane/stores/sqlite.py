@@ -363,6 +363,9 @@ class SqliteStore:
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
         return await self._read(reads.count_runs, query)
 
+    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
+        return await self._read(reads.active_run_counts)
+
     async def lane_runs(self) -> list[Run]:
         return await self._read(reads.lane_runs)
 

@@ -630,6 +630,12 @@ LIMIT %(limit)s;
 -- name: count_runs
 SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
 
+-- name: active_run_counts
+-- An index walk of the active statuses (runlane_runs_status_newest), never of settled runs.
+SELECT workflow, status, count(*) AS runs FROM runlane_runs
+WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+GROUP BY workflow, status;
+
 -- name: lane_runs
 SELECT * FROM runlane_runs
 WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
