@@ -68,6 +68,7 @@ from .serialization import normalise
 from .stats import REFUSAL_REASONS, EngineStats
 from .stores import open_store
 from .stores.base import Store
+from .tracing import Tracing
 from .transports import open_transport
 from .transports.base import Transport
 from .turn import Turn, TurnOutcome
@@ -102,6 +103,7 @@ class Engine:
         schedules: Iterable[Schedule] = (),
         queues: Iterable[StepQueue] = (),
         retention: Retention | None = None,
+        tracer_provider: Any = None,
         **options: Any,
     ) -> None:
         if consumers not in ("auto", "always", "never"):
@@ -133,6 +135,7 @@ class Engine:
         )
         self._prune_task: asyncio.Task[None] | None = None
         self.stats = EngineStats()
+        self.tracing = Tracing(tracer_provider)
         self.outage = OutageLog(log, on_recovered=self._wake_loop)
         self.leases = LeaseKeeper(self.store, self.now, lambda: self.options.lease, self.outage)
         self.id = uuid.uuid4().hex[:12]
@@ -815,7 +818,9 @@ class Engine:
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
         self.stats.turn_began(run_id, claim.run.workflow)
-        result = await Turn(self, claim, owner, definition).execute(verdict)
+        run = claim.run
+        with self.tracing.turn(run.id, run.workflow, run.recoveries + 1):
+            result = await Turn(self, claim, owner, definition).execute(verdict)
         if result.outage is not None:
             self.outage.failed(result.outage, f"executing run {run_id}")
         elif self.outage.down:

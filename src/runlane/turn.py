@@ -60,6 +60,7 @@ from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
 from .stats import EngineStats
 from .stores.base import RunCancelling, Store
+from .tracing import Tracing
 
 log = logging.getLogger("runlane.engine")
 
@@ -100,6 +101,11 @@ class TurnHost(Protocol):
     @property
     def stats(self) -> EngineStats:
         """Where the turn counts what it did (step durations)."""
+        ...
+
+    @property
+    def tracing(self) -> Tracing:
+        """The spans of the turn's steps (a no-op unless OpenTelemetry is configured)."""
         ...
 
     async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec: ...
@@ -422,10 +428,13 @@ class Turn:
     ) -> Settled | None:
         started = self.now()
         began = time.monotonic()
+        run = self.run
         try:
-            output = normalise(
-                await self.host.call_step(op.definition, op.input), f"output of step {op.name!r}"
-            )
+            with self.host.tracing.step(run.id, run.workflow, op.name, op.seq, attempt):
+                output = normalise(
+                    await self.host.call_step(op.definition, op.input),
+                    f"output of step {op.name!r}",
+                )
         except Exception as exc:
             self.host.stats.step_took(self.run.workflow, op.name, time.monotonic() - began)
             return self._step_failed(op, record, attempt, started, exc)

@@ -22,6 +22,7 @@ from .concurrency import call_step_body
 from .definitions import StepDefinition, step_definition
 from .errors import UnknownStepError, error_dict
 from .serialization import normalise
+from .tracing import Tracing
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, Malformed, check
 
@@ -47,6 +48,7 @@ class Worker:
         heartbeat_interval: float = 2.0,
         poll_timeout: float = 1.0,
         name: str | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -59,6 +61,7 @@ class Worker:
         self.poll_timeout = poll_timeout
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.steps = {d.name: d for d in map(_definition, steps)}
+        self.tracing = Tracing(tracer_provider)
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._running = False
@@ -129,11 +132,12 @@ class Worker:
     async def _outcome(self, task: Message) -> Message:
         name = str(task.get("name"))
         try:
-            definition = self.steps.get(name)
-            if definition is None or definition.fn is None:
-                raise UnknownStepError(name)
-            output = await call_step_body(definition.fn, task.get("input"))
-            output = normalise(output, f"output of step {name!r}")
+            with self.tracing.remote_step(task):
+                definition = self.steps.get(name)
+                if definition is None or definition.fn is None:
+                    raise UnknownStepError(name)
+                output = await call_step_body(definition.fn, task.get("input"))
+                output = normalise(output, f"output of step {name!r}")
         except Exception as exc:
             return self._result(task, ok=False, error=error_dict(exc))
         return self._result(task, ok=True, output=output)
