@@ -60,7 +60,7 @@ from .options import EngineOptions
 from .queues import StepQueue
 from .registry import Registry
 from .remote import RemoteSteps
-from .retention import Pruner, Retention
+from .retention import CATCH_UP_PAUSE, Pruner, Retention
 from .retention import older_than as older_than_cutoffs
 from .runqueue import RunQueue
 from .schedules import Schedule, Scheduler
@@ -630,9 +630,13 @@ class Engine:
         return len(await pruner.run_batch())
 
     async def _prune_beside(self) -> None:
-        assert self.pruner is not None
+        pruner = self.pruner
+        assert pruner is not None
         try:
-            await self.pruner.run_batch()
+            # A backlog goes batch after batch, a short pause between, without waiting for
+            # the loop's next pass; then one pass per interval.
+            while len(await pruner.run_batch()) >= pruner.retention.batch and self._accepting:
+                await asyncio.sleep(CATCH_UP_PAUSE)
         except Exception as exc:
             if is_infrastructure(exc):
                 self.outage.failed(exc, "pruning settled runs")

@@ -17,19 +17,27 @@ Conn = sqlite3.Connection
 OWNED = ("steps", "signals", "queue_entries")
 
 
+# The partial index's condition, verbatim: SQLite uses a partial index only for a query that
+# repeats its WHERE term (a bound status would not prove it).
+SETTLED = "status IN ('cancelled', 'completed', 'dead', 'failed')"
+
+
 def prune_runs(conn: Conn, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
-    due = [(str(status), ts(before)) for status, before in cutoffs.items() if status.is_terminal]
-    if not due or limit < 1:
+    if limit < 1:
         return []
-    # One (status, updated_at) range per status: each an index walk of runs_terminal.
-    ranges = " OR ".join("(r.status = ? AND r.updated_at < ?)" for _ in due)
-    rows = conn.execute(
-        f"SELECT r.id FROM runs AS r WHERE ({ranges})"
-        f" AND NOT EXISTS (SELECT 1 FROM runs AS c WHERE c.parent_id = r.id AND c.status IN {ACTIVE})"
-        " ORDER BY r.updated_at, r.id LIMIT ?",
-        [value for pair in due for value in pair] + [limit],
-    ).fetchall()
-    doomed = [row["id"] for row in rows]
+    # One ordered walk of runs_terminal per status, at most ``limit`` rows each; the oldest
+    # ``limit`` of them all go. A single query over several statuses would sort every due run.
+    due: list[tuple[str, str]] = []
+    for status, before in cutoffs.items():
+        if status.is_terminal:
+            due += conn.execute(
+                f"SELECT r.updated_at, r.id FROM runs AS r WHERE r.{SETTLED}"
+                f" AND r.status = '{status}' AND r.updated_at < ?"
+                f" AND NOT EXISTS (SELECT 1 FROM runs AS c WHERE c.parent_id = r.id"
+                f" AND c.status IN {ACTIVE}) ORDER BY r.updated_at LIMIT ?",
+                (ts(before), limit),
+            ).fetchall()
+    doomed = [run_id for _, run_id in sorted(tuple(row) for row in due)[:limit]]
     if doomed:
         ids = dumps(doomed)
         for table in (*OWNED, "runs"):
