@@ -24,7 +24,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks chaos
 	$(VENV)/bin/ruff format --check src tests benchmarks chaos
-	$(VENV)/bin/mypy src
+	$(VENV)/bin/mypy src tests
 
 # Re-resolve the lock after a change to pyproject.toml's dependencies; versions already locked
 # stay unless the new bounds exclude them (pip-tools, in a throwaway venv).
@@ -40,15 +40,25 @@ dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build --outdir dist .
 
-# Benchmarks against DBOS Transact (not part of `make test`); QUICK=1 for a short run.
+# Benchmarks against the peers, DBOS Transact and Absurd (not part of `make test`); QUICK=1 for a
+# short run. Each peer has its own venv, built from its pinned requirements; the drivers are in
+# benchmarks/peers/. Absurd's schema is read from ../shared/peers/absurd/ (skipped when absent).
+# A QUICK=1 run writes /tmp/BENCHMARKS-quick.md (or $BENCH_OUT), never BENCHMARKS.md.
 PEERS_VENV := .peers-venv
+ABSURD_VENV := .absurd-venv
 
-$(PEERS_VENV)/bin/python: benchmarks/peer-requirements.txt
+# A stamp file, not bin/python: that is a symlink, and touch would follow it to the system's.
+$(PEERS_VENV)/.installed: benchmarks/peer-requirements.txt
 	python3 -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/pip install -q -r benchmarks/peer-requirements.txt
 	touch $@
 
-bench: $(STAMP) $(PEERS_VENV)/bin/python
+$(ABSURD_VENV)/.installed: benchmarks/absurd-requirements.txt
+	python3 -m venv $(ABSURD_VENV)
+	$(ABSURD_VENV)/bin/pip install -q -r benchmarks/absurd-requirements.txt
+	touch $@
+
+bench: $(STAMP) $(PEERS_VENV)/.installed $(ABSURD_VENV)/.installed
 	QUICK=$(QUICK) $(PY) benchmarks/run.py
 
 # A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of
@@ -58,4 +68,4 @@ chaos: $(STAMP)
 	$(PY) -m chaos
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) $(PEERS_VENV) $(ABSURD_VENV) build dist *.egg-info

@@ -1,11 +1,13 @@
-"""Run every workload on PostgreSQL and SQLite (WAL), runlane and DBOS alternating; write the report.
+"""Run every workload on PostgreSQL and SQLite (WAL), runlane and its peers alternating; write the report.
 
-    .venv/bin/python benchmarks/run.py [--quick] [--reps 3] [--out BENCHMARKS.md]
+    .venv/bin/python benchmarks/run.py [--quick] [--reps 3] [--out BENCHMARKS.md] [--peers dbos,absurd]
 
-runlane's side runs in ``benchmarks/workloads.py`` and the peer's in
-``../shared/peers/dbos_bench.py`` (read-only, in ``.peers-venv``); each side runs in a fresh
-process per repetition. Raw JSON lines go to a temp directory (printed); the report is rebuilt
-from them.
+runlane's side runs in ``benchmarks/workloads.py``; each peer's driver is in ``benchmarks/peers/``
+and runs in the peer's own venv (``.peers-venv`` for DBOS Transact, ``.absurd-venv`` for Absurd),
+created here from ``benchmarks/*-requirements.txt`` when missing. Absurd's schema is read from
+``../shared/peers/absurd/absurd.sql`` (or ``$BENCH_ABSURD_SCHEMA``); without it Absurd is
+skipped, and the report says so. Each side runs in a fresh process per repetition. Raw JSON
+lines go to a temp directory (printed); the report is rebuilt from them.
 """
 
 from __future__ import annotations
@@ -26,14 +28,52 @@ import report
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNLANE_PY = ROOT / ".venv" / "bin" / "python"
-PEER_PY = ROOT / ".peers-venv" / "bin" / "python"
-PEER_SCRIPT = Path("../shared/peers/dbos_bench.py")
 COMPARED = "throughput,latency,queue"
+ABSURD_SCHEMA = Path(
+    os.environ.get(
+        "BENCH_ABSURD_SCHEMA", ROOT.parent / "shared" / "peers" / "absurd" / "absurd.sql"
+    )
+)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer engine: its venv, the requirements it is built from, its driver and its stores."""
+
+    name: str
+    venv: str
+    requirements: str
+    driver: str
+    dbs: tuple[str, ...]
+    phases: str
+
+    @property
+    def python(self) -> Path:
+        return ROOT / self.venv / "bin" / "python"
+
+
+DBOS = Peer(
+    "dbos",
+    ".peers-venv",
+    "benchmarks/peer-requirements.txt",
+    "benchmarks/peers/dbos_driver.py",
+    ("pg", "sqlite"),
+    COMPARED,
+)
+ABSURD = Peer(
+    "absurd",
+    ".absurd-venv",
+    "benchmarks/absurd-requirements.txt",
+    "benchmarks/peers/absurd_driver.py",
+    ("pg",),
+    "throughput,latency",
+)
 
 FULL: dict[str, Any] = {
     "reps": 3,
     "runlane": {},
     "dbos": [],
+    "absurd": [],
     "solo": {
         "handoff": {"per_key": 50},
         "store_cost": {"n": 200, "steps": [1, 2, 10]},
@@ -43,6 +83,9 @@ FULL: dict[str, Any] = {
         "memory_completed": {"n": 100_000, "batch": 10_000},
         "scale": {"n": 1000, "finished": 100_000},
         "waiters": {"n": 10_000, "seconds": 90.0},
+        "step_queue": {"n": 1000},
+        "schedules": {"n": 10_000},
+        "fan_out": {"n": 10_000},
     },
 }
 QUICK: dict[str, Any] = {
@@ -64,6 +107,7 @@ QUICK: dict[str, Any] = {
         "--stats-settle",
         "1",
     ],
+    "absurd": ["--n", "300", "--seq-runs", "20"],
     "solo": {
         "handoff": {"per_key": 20},
         "store_cost": {"n": 40, "steps": [2, 10]},
@@ -73,6 +117,9 @@ QUICK: dict[str, Any] = {
         "memory_completed": {"n": 10_000, "batch": 2_000},
         "scale": {"n": 300, "finished": 20_000},
         "waiters": {"n": 2000, "seconds": 30.0},
+        "step_queue": {"n": 300, "chain": 20},
+        "schedules": {"n": 2000},
+        "fan_out": {"n": 2000},
     },
 }
 SOLO_DBS = {
@@ -84,7 +131,11 @@ SOLO_DBS = {
     "memory_completed": ["sqlite"],
     "scale": ["pg", "sqlite"],
     "waiters": ["pg"],
+    "step_queue": ["pg", "sqlite"],
+    "schedules": ["pg", "sqlite"],
+    "fan_out": ["pg", "sqlite"],
 }
+ONE_REP = ("store_cost", "waiters", "schedules")
 
 
 @dataclass
@@ -95,6 +146,8 @@ class Session:
     plan: dict[str, Any]
     results: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    peers: list[Peer] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
     @property
     def jsonl(self) -> Path:
@@ -138,20 +191,33 @@ def runlane_side(
         record(session, {"side": "runlane", "rep": rep, **line})
 
 
-def dbos_side(session: Session, db: str, rep: int, phases: str = COMPARED) -> None:
-    cmd = [str(PEER_PY), str(PEER_SCRIPT), "--db", db, "--phases", phases]
-    if db == "sqlite":
+def peer_side(session: Session, peer: Peer, db: str, rep: int, phases: str = "") -> None:
+    phases = phases or peer.phases
+    cmd = [str(peer.python), peer.driver, "--db", db, "--phases", phases]
+    if peer is DBOS and db == "sqlite":
         cmd += ["--sqlite-wal", "--sqlite-path", str(session.tmp / "dbos" / "dbos_sys.sqlite")]
-    cmd += session.plan["dbos"]
+    if peer is ABSURD:
+        cmd += ["--schema", str(ABSURD_SCHEMA)]
+    cmd += session.plan[peer.name]
     load = common.load_avg()
-    for line in run_child(session, f"dbos-{db}-{phases}-{rep}", cmd, 240):
+    for line in run_child(session, f"{peer.name}-{db}-{phases}-{rep}", cmd, 240):
+        extra = {"phases": phases}
+        for key in ("dbos_version", "absurd_sdk_version", "absurd_schema_sha256"):
+            if line.get(key):
+                extra[key] = line[key]
         for phase in phases.split(","):
             if phase in line:
                 figures = {"load_before": load, **line[phase], "load_after": common.load_avg()}
-                extra = {"phases": phases, "dbos_version": line.get("dbos_version")}
                 record(
                     session,
-                    {"side": "dbos", "rep": rep, "workload": phase, "db": db, **extra, **figures},
+                    {
+                        "side": peer.name,
+                        "rep": rep,
+                        "workload": phase,
+                        "db": db,
+                        **extra,
+                        **figures,
+                    },
                 )
 
 
@@ -166,9 +232,11 @@ def compared(session: Session) -> None:
     params = session.plan["runlane"]
     for rep in range(1, session.reps + 1):
         for db in ("pg", "sqlite"):
-            sides = [
-                lambda db=db, rep=rep: runlane_side(session, db, COMPARED, params, rep),
-                lambda db=db, rep=rep: dbos_side(session, db, rep),
+            sides = [lambda db=db, rep=rep: runlane_side(session, db, COMPARED, params, rep)]
+            sides += [
+                lambda db=db, rep=rep, peer=peer: peer_side(session, peer, db, rep)
+                for peer in session.peers
+                if db in peer.dbs
             ]
             for side in sides if rep % 2 else reversed(sides):
                 side()
@@ -177,36 +245,68 @@ def compared(session: Session) -> None:
 def solo(session: Session) -> None:
     """runlane-only workloads (store cost, quota and rate limit refusals, memory, scale)."""
     for name, params in session.plan["solo"].items():
-        reps = 1 if name.startswith("memory") or name in ("store_cost", "waiters") else session.reps
+        reps = 1 if name.startswith("memory") or name in ONE_REP else session.reps
         for rep in range(1, reps + 1):
             for db in SOLO_DBS[name]:
                 runlane_side(session, db, name, {name: params}, rep)
-    if not session.quick:
+    if not session.quick and DBOS in session.peers:
         # The peer's commits per workflow are computed only when throughput runs alone.
-        dbos_side(session, "pg", 1, phases="throughput")
+        peer_side(session, DBOS, "pg", 1, phases="throughput")
 
 
-def ensure_peer_venv() -> None:
-    if PEER_PY.exists():
+def ensure_venv(peer: Peer) -> None:
+    """The peer's own venv, built from its pinned requirements when missing."""
+    stamp, reqs = ROOT / peer.venv / ".installed", ROOT / peer.requirements
+    if stamp.exists() and stamp.stat().st_mtime >= reqs.stat().st_mtime:
         return
-    subprocess.run([sys.executable, "-m", "venv", str(ROOT / ".peers-venv")], check=True)
-    reqs = ROOT / "benchmarks" / "peer-requirements.txt"
-    subprocess.run([str(PEER_PY), "-m", "pip", "install", "-q", "-r", str(reqs)], check=True)
+    print(f"--> building {peer.venv} from {peer.requirements}", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(ROOT / peer.venv)], check=True)
+    subprocess.run([str(peer.python), "-m", "pip", "install", "-q", "-r", str(reqs)], check=True)
+    stamp.touch()  # the same stamp as the Makefile's
+
+
+def choose_peers(session: Session, wanted: str) -> None:
+    """The peers this run compares with; a peer that cannot run here is skipped, with a reason."""
+    for peer in (DBOS, ABSURD):
+        if wanted and peer.name not in wanted.split(","):
+            continue
+        if peer is ABSURD and not ABSURD_SCHEMA.is_file():
+            reason = (
+                f"Absurd skipped: its schema is not at {ABSURD_SCHEMA} (set BENCH_ABSURD_SCHEMA)"
+            )
+            print(reason, flush=True)
+            session.skipped.append(reason)
+            continue
+        try:
+            ensure_venv(peer)
+        except subprocess.CalledProcessError as exc:
+            reason = f"{peer.name} skipped: its venv could not be built ({exc})"
+            print(reason, flush=True)
+            session.skipped.append(reason)
+            continue
+        session.peers.append(peer)
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", default=os.environ.get("QUICK") == "1")
     p.add_argument("--reps", type=int, default=0, help="repetitions (default 3; 1 when quick)")
-    p.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    p.add_argument(
+        "--out",
+        default=os.environ.get("BENCH_OUT", ""),
+        help="the report (default BENCHMARKS.md; /tmp/BENCHMARKS-quick.md when quick)",
+    )
     p.add_argument("--only", default="", help="'compared' or 'solo' (default both)")
     p.add_argument("--from-jsonl", default="", help="rebuild the report from a previous run")
+    p.add_argument("--peers", default="", help="peers to compare with, e.g. 'dbos' (default all)")
     return p.parse_args()
 
 
 def main() -> None:
     args = parse_args()
     plan = QUICK if args.quick else FULL
+    if not args.out:  # a quick run never overwrites the committed page
+        args.out = "/tmp/BENCHMARKS-quick.md" if args.quick else str(ROOT / "BENCHMARKS.md")
     tmp = Path(tempfile.mkdtemp(prefix="runlane-bench-"))
     session = Session(args.quick, args.reps or plan["reps"], tmp, plan)
     command = "make bench QUICK=1" if args.quick else "make bench"
@@ -220,7 +320,7 @@ def main() -> None:
         command = facts["command"]
     else:
         print(f"raw results: {session.jsonl}", flush=True)
-        ensure_peer_venv()
+        choose_peers(session, args.peers)
         if args.only in ("", "compared"):
             compared(session)
         if args.only in ("", "solo"):
@@ -231,6 +331,7 @@ def main() -> None:
         facts["pg_stat_statements"] = common.pg_stat_statements_ready()
         facts["command"] = command
         facts["failures"] = session.failures
+        facts["skipped"] = session.skipped
         session.jsonl.with_name("facts.json").write_text(json.dumps(facts))
     session.failures = facts.get("failures", [])
     text = report.render(session.results, facts, command, session.quick, session.failures)

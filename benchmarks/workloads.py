@@ -1,4 +1,4 @@
-"""runlane's side of the benchmark workloads (the peer's side is ../shared/peers/dbos_bench.py).
+"""runlane's side of the benchmark workloads (the peers' sides are in ``benchmarks/peers/``).
 
 Run one or more workloads on one backend; every result is printed and appended to ``--json``
 as one JSON line, ``{"workload": name, "db": db, ...figures}``::
@@ -23,7 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +40,14 @@ from runlane import (
     RateLimit,
     RateLimitError,
     RunlaneError,
+    Schedule,
     Singleton,
     StepQueue,
 )
 from runlane.models import RunQuery
 from runlane.stores import MemoryStore
 from runlane.stores.base import Store
+from runlane.testing import ManualClock
 
 Figures = dict[str, Any]
 
@@ -778,6 +780,140 @@ async def _queue_cost(target: Target, queued: bool, runs: int) -> Figures:
     }
 
 
+# ---------------------------------------------------------------- 9. schedules
+
+
+@runlane.workflow(name="bench.tick")
+async def tick_wf(ctx: runlane.Context, _: Any) -> None:
+    return None
+
+
+async def schedules(target: Target, n: int = 10_000, every: int = 60) -> Figures:
+    """``n`` schedules each due once per ``every`` seconds, fired by hand on a ManualClock.
+
+    The engine does not drive (``drive=False``): a firing pass is ``engine.fire_schedules()``,
+    called here, and the windows' runs are created but not executed, so the figures are the
+    firing's alone. All ``n`` windows fall on the same minute (``every`` windows are multiples
+    of ``every`` since the epoch): the worst case for one pass.
+    """
+    target.renew()
+    clock = ManualClock(datetime.fromtimestamp((time.time() // every) * every + 1, UTC))
+    engine = Engine(target.store(), workflows=[tick_wf], clock=clock, drive=False)
+    figures: Figures = {"schedules": n, "every_seconds": every}
+    async with engine:
+        t0 = time.perf_counter()
+        for i in range(n):
+            await engine.schedules.upsert(Schedule(f"bench-{i:05d}", "bench.tick", every=every))
+        figures["upsert_ms_per_schedule"] = round((time.perf_counter() - t0) * 1000 / n, 3)
+        figures["poll_interval_seconds"] = engine.options.poll_interval
+        with count_statements() as idle:  # nothing due yet: the pass is its due query alone
+            t0 = time.perf_counter()
+            idle_fired = await engine.fire_schedules()
+            figures["idle_pass_ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        clock.advance(every)  # every schedule's next window is now one second past
+        passes = fired = 0
+        with count_statements() as due:
+            t0, cpu0 = time.perf_counter(), cpu_seconds()
+            while True:
+                passes += 1
+                got = await engine.fire_schedules()
+                fired += got
+                if got == 0:
+                    break
+            elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+        created = await count_runs(engine)
+    figures.update(
+        {
+            "idle_pass_windows": idle_fired,
+            "windows_fired": fired,
+            "runs_created": created,
+            "passes": passes,
+            "fire_seconds": round(elapsed, 3),
+            "windows_per_s": round(fired / elapsed, 1) if elapsed else None,
+            "fire_cpu_ms_per_window": round(cpu * 1000 / max(1, fired), 3),
+            "fired_within_poll_interval": elapsed <= engine.options.poll_interval,
+        }
+    )
+    if target.db == "pg":
+        figures["idle_pass_statements"] = idle["statements"]
+        figures["idle_pass_socket_waits"] = idle["waits"]
+        figures["due_statements_per_window"] = round(due["statements"] / max(1, fired), 2)
+        figures["due_socket_waits_per_window"] = round(due["waits"] / max(1, fired), 2)
+        figures["due_query_plan"] = due_query_plan(target.url, clock.now())
+    return figures
+
+
+def due_query_plan(url: str, now: datetime) -> str:
+    """The scan nodes of the due query's plan, with the server's default settings."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "EXPLAIN (FORMAT JSON) SELECT * FROM runlane_schedules"
+            " WHERE NOT paused AND next_fire_at <= %s ORDER BY next_fire_at, id LIMIT 500",
+            (now + timedelta(days=1),),
+        ).fetchone()
+    assert row is not None
+    found: list[str] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        if "Scan" in node["Node Type"]:
+            found.append(f"{node['Node Type']} {node.get('Index Name', '')}".strip())
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk(row[0][0]["Plan"])
+    return ", ".join(found)
+
+
+# ---------------------------------------------------------------- 10. fan-out
+
+
+@runlane.workflow(name="bench.leaf")
+async def leaf_wf(ctx: runlane.Context, i: int) -> int:
+    return i
+
+
+@runlane.workflow(name="bench.fan")
+async def fan_wf(ctx: runlane.Context, n: int) -> int:
+    outputs = await ctx.all([ctx.child(leaf_wf, i) for i in range(n)])
+    return len(outputs)
+
+
+async def fan_out(target: Target, n: int = 10_000) -> Figures:
+    """One parent starting ``n`` children with ``ctx.all([ctx.child(...)])``: time from the
+    parent's start until it completed (every child settled), and the store's cost per child."""
+    target.renew()
+    async with target.engine(fan_wf, leaf_wf) as engine:
+        warm = await engine.start(fan_wf, 20)
+        await wait_all(engine, [warm.id])
+        before = common.pg_settled_commits() if target.db == "pg" else 0
+        with count_statements() as counts:
+            t0, cpu0 = time.perf_counter(), cpu_seconds()
+            parent = await engine.start(fan_wf, n)
+            await wait_all(engine, [parent.id], timeout=1800)
+            elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+        done = await engine.get_run(parent.id)
+        if done is None or done.output != n:
+            raise RuntimeError(f"the parent saw {done and done.output} children, not {n}")
+    figures: Figures = {
+        "children": n,
+        "seconds": round(elapsed, 3),
+        "children_per_s": round(n / elapsed, 1),
+        "py_cpu_ms_per_child": round(cpu * 1000 / n, 3),
+    }
+    if target.db == "pg":
+        commits = common.pg_settled_commits() - before  # the engine closed: its stats are in
+        figures.update(
+            {
+                "statements_per_child": round(counts["statements"] / n, 2),
+                "socket_waits_per_child": round(counts["waits"] / n, 2),
+                "commits_per_child": round(commits / n, 2),
+            }
+        )
+    return figures
+
+
 # ---------------------------------------------------------------- command line
 
 WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
@@ -793,6 +929,8 @@ WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "scale": scale,
     "waiters": waiters,
     "step_queue": step_queue,
+    "schedules": schedules,
+    "fan_out": fan_out,
     "prune": prune,
 }
 

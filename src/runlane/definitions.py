@@ -268,6 +268,7 @@ def workflow(
     def decorate(body: F) -> F:
         if not inspect.iscoroutinefunction(body):
             raise DefinitionError(f"workflow {body.__qualname__} must be an 'async def' function")
+        _check_arity(body, (2,), "a workflow body takes (ctx, input)")
         if singleton is not None and not isinstance(singleton, Singleton):
             raise DefinitionError("singleton= takes a runlane.Singleton")
         if concurrency is not None and not isinstance(concurrency, Concurrency):
@@ -342,6 +343,9 @@ def step(
     def decorate(body: F) -> F:
         if not callable(body):
             raise DefinitionError("a step must be a function")
+        _check_arity(body, (1, 0), "a step takes one input, or none")
+        if name is None:
+            _check_not_nested(body, "step")
         if retry is not None and not isinstance(retry, Retry):
             raise DefinitionError("retry= takes a runlane.Retry")
         if queue is not None and (not isinstance(queue, str) or not queue):
@@ -358,6 +362,32 @@ def step(
         return body
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _check_arity(body: Callable[..., Any], counts: tuple[int, ...], rule: str) -> None:
+    """Refuse a body that cannot be called with any of ``counts`` positional arguments."""
+    try:
+        signature = inspect.signature(body)
+    except (TypeError, ValueError):  # a builtin without a signature: let the call tell
+        return
+    for count in counts:
+        try:
+            signature.bind(*([None] * count))
+            return
+        except TypeError:
+            continue
+    raise DefinitionError(f"{body.__qualname__}{signature}: {rule}")
+
+
+def _check_not_nested(body: Callable[..., Any], kind: str) -> None:
+    """A step's default name is its import path; one defined inside a function has none that
+    a worker or another engine could resolve, so it must be given a name. (A workflow's default
+    name is its plain ``__name__``, which resolves wherever the workflow is registered.)"""
+    if "<locals>" in body.__qualname__:
+        raise DefinitionError(
+            f"{kind} {body.__qualname__} is defined inside a function: give it a name="
+            " (its default name would not resolve on a worker or another engine)"
+        )
 
 
 def workflow_definition(obj: Any) -> WorkflowDefinition:

@@ -6,7 +6,9 @@ Three stories run side by side on one engine:
   (a signal the demo answers) and a fan-out of shipment child workflows;
 * **lanes**: a singleton workflow per store key, one slot each; a burst on one key backs up only
   its own lane while the others keep flowing;
-* **quota**: a per-tenant concurrency quota; a burst over the limit is refused at the door.
+* **quota**: a per-tenant concurrency quota; a burst over the limit is refused at the door;
+  the reports it lets in share one render farm, a step queue of two slots that every tenant's
+  render steps line up for (the highest priority first, tenants served in turn).
 
 Every start uses a deterministic run id and the script's progress is saved beside the database,
 so killing the demo (Ctrl-C, or SIGKILL) and running it again resumes the runs where they stopped.
@@ -31,12 +33,14 @@ from .context import Context
 from .engine import Engine
 from .errors import ConcurrencyLimitError
 from .models import JSON, StepStatus
+from .queues import StepQueue
 from .retry import Retry
 from .stores import open_store
 
 DEMO_DIR = "runlane-demo"
 LANES = ("north", "south", "east")
 TENANT_LIMIT = 3
+FARM_SLOTS = 2
 HARD_LIMIT = 150.0  # seconds of story time before the demo gives up (at speed 1)
 Log = Callable[[str], None]
 
@@ -44,9 +48,24 @@ Log = Callable[[str], None]
 # ---------------------------------------------------------------- the workflows
 
 
-def build_workflows(speed: float, log: Log) -> list[Any]:
+@dataclass
+class Farm:
+    """The render farm as the render steps see it: how many are inside now, and at most."""
+
+    inside: int = 0
+    peak: int = 0
+    rendered: int = 0
+
+
+def render_farm() -> StepQueue:
+    """Every tenant's render steps share these slots, served in turn (fairness by tenant)."""
+    return StepQueue("render-farm", concurrency=FARM_SLOTS, fairness="key")
+
+
+def build_workflows(speed: float, log: Log, farm: Farm | None = None) -> list[Any]:
     """The demo's workflows; ``speed`` compresses the simulated work and the retry backoff."""
     charged_once: set[str] = set()
+    farm = farm if farm is not None else Farm()
 
     async def work(seconds: float) -> None:
         await asyncio.sleep(seconds / speed)
@@ -111,9 +130,15 @@ def build_workflows(speed: float, log: Log) -> list[Any]:
         stock = await ctx.step(pull_inventory, input)
         return await ctx.step(reconcile, stock)
 
-    @rl.step(name="reports.render")
+    @rl.step(name="reports.render", queue="render-farm")
     async def render(input: dict[str, Any]) -> JSON:
-        await work(1.0)
+        farm.inside += 1
+        farm.peak = max(farm.peak, farm.inside)
+        try:
+            await work(1.0)
+        finally:
+            farm.inside -= 1
+        farm.rendered += 1
         return {"pages": 12}
 
     @rl.workflow(
@@ -122,7 +147,7 @@ def build_workflows(speed: float, log: Log) -> list[Any]:
         tags=("demo", "quota"),
     )
     async def render_report(ctx: Context, input: dict[str, Any]) -> JSON:
-        pages = await ctx.step(render, input)
+        pages = await ctx.step(render, input, fairness_key=input["tenant"])
         await ctx.sleep(input["hold"])  # suspended, yet still holding its quota slot
         return pages
 
@@ -266,7 +291,7 @@ def run_demo(
     folder = demo_dir(directory)
     progress = prepare(folder, fresh, console)
     url = db or f"sqlite:///{folder / 'demo.db'}"
-    view = DemoView(console, url, speed)
+    view = DemoView(console, url, speed, Farm())
     try:
         return asyncio.run(play(url, folder, progress, speed, view))
     except KeyboardInterrupt:
@@ -292,7 +317,8 @@ def prepare(folder: Path, fresh: bool, console: Console) -> Progress:
 async def play(url: str, folder: Path, progress: Progress, speed: float, view: Any) -> int:
     engine = Engine(
         store=open_store(url),
-        workflows=build_workflows(speed, view.event),
+        workflows=build_workflows(speed, view.event, view.farm),
+        queues=[render_farm()],
         poll_interval=0.2,
         lease=4.0,
         singleton_retry=1.0,

@@ -1,4 +1,4 @@
-"""The demo's terminal view: a live table of orders, singleton lanes and quotas.
+"""The demo's terminal view: a live table of orders, singleton lanes, quotas and the render farm.
 
 On a terminal it is a rich ``Live`` display with the event log scrolling above it. When stdout is
 not a terminal (a pipe, CI) it prints the events and a one-line status every few seconds instead,
@@ -23,7 +23,7 @@ from .engine import Engine
 from .models import Run, RunStatus, StepRecord, StepStatus
 
 if TYPE_CHECKING:
-    from .demo import Progress
+    from .demo import Farm, Progress
 
 LANES = ("north", "south", "east")
 STATUS_EVERY = 5.0  # seconds between status lines when not on a terminal
@@ -138,6 +138,16 @@ def quota_table(snap: Snapshot, progress: Progress) -> Table:
     return table
 
 
+def farm_line(farm: Farm) -> str:
+    from .demo import FARM_SLOTS
+
+    slots = "[green]■[/]" * farm.inside + "[dim]□[/]" * max(0, FARM_SLOTS - farm.inside)
+    return (
+        f"render farm (a step queue of {FARM_SLOTS} slots every tenant shares): {slots}"
+        f" {farm.inside} rendering, {farm.rendered} rendered, at most {farm.peak} at once"
+    )
+
+
 def headline(snap: Snapshot) -> str:
     counts = Counter(str(r.status) for r in snap.runs)
     parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
@@ -162,8 +172,9 @@ def summary(snap: Snapshot, progress: Progress) -> str:
 class DemoView:
     """Shows the story: live on a terminal, as bounded plain lines elsewhere."""
 
-    def __init__(self, console: Console, db: str, speed: float) -> None:
+    def __init__(self, console: Console, db: str, speed: float, farm: Farm) -> None:
         self.console = console
+        self.farm = farm
         self.db = db
         self.speed = speed
         self.live: Live | None = None
@@ -173,7 +184,11 @@ class DemoView:
     def render(self, snap: Snapshot, progress: Progress) -> RenderableType:
         return Panel(
             Group(
-                headline(snap), orders_table(snap), lanes_table(snap), quota_table(snap, progress)
+                headline(snap),
+                orders_table(snap),
+                lanes_table(snap),
+                quota_table(snap, progress),
+                farm_line(self.farm),
             ),
             title="runlane demo",
             subtitle=escape(str(self.db)),
@@ -227,6 +242,10 @@ class DemoView:
         else:
             self.console.print(self.render(snap, progress))
         self.console.print(f"[bold green]{summary(snap, progress)}[/]", soft_wrap=True)
+        self.console.print(
+            f"render farm: {self.farm.rendered} reports rendered through its step queue,"
+            f" at most {self.farm.peak} at once"
+        )
         self.console.print(f"all runs settled in {snap.elapsed:.1f}s of story time")
 
     def give_up(self, snap: Snapshot) -> None:

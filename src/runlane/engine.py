@@ -664,7 +664,10 @@ class Engine:
     async def fire_schedules(self) -> int:
         """Start the runs of the schedules' due windows (each window once, across engines)."""
         await self._ready()
-        return await self.schedules.fire_due()
+        fired = await self.schedules.fire_due()
+        if self.schedules.backlog:
+            self._backlog = True
+        return fired
 
     async def run_pending(self) -> int:
         """Execute pending runs, highest priority then oldest first."""

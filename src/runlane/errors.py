@@ -219,6 +219,10 @@ class LeaseLostError(RunlaneError):
     """This instance no longer holds the run's lease; the turn's writes were refused."""
 
 
+class RunCancelling(LeaseLostError):
+    """The run was cancelled while this turn held its lease; settle it as cancelled."""
+
+
 class StoreUnavailableError(RunlaneError):
     """The store could not be reached (connection lost, server restarting, database locked).
 

@@ -13,6 +13,7 @@ instant after the jump; of a local time that occurs twice, only the first occurr
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 from collections import deque
@@ -37,6 +38,7 @@ Catchup = Literal["latest", "skip", "all"]
 _OVERLAPS = ("allow", "skip", "buffer_one", "cancel_other")
 _CATCHUPS = ("latest", "skip", "all")
 FIRE_BATCH = 500  # due schedules taken per pass of the loop
+FIRE_PARALLEL = 4  # schedules fired at once (each its own compare-and-set): a few connections
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,7 @@ class Scheduler:
 
     def __init__(self, host: SchedulerHost) -> None:
         self._host = host
+        self.backlog = False  # the last pass left due schedules behind
 
     async def upsert(self, schedule: Schedule) -> ScheduleState:
         """Store a schedule (new, or a new definition of an existing one) and return it.
@@ -360,13 +363,24 @@ class Scheduler:
     # ---------------------------------------------------------------- firing
 
     async def fire_due(self) -> int:
-        """Fire every due window (one indexed query for the due schedules); windows fired."""
+        """Fire every due window (one indexed query for the due schedules); windows fired.
+        Schedules are independent, so a few fire at once; ``backlog`` tells whether the pass
+        left due schedules behind (the loop then comes back at once)."""
         await self._host.ready()
         now = self._host.now()
-        fired = 0
-        for row in await self._host.store.due_schedules(now, FIRE_BATCH):
-            fired += await self._fire(row, now)
-        return fired
+        rows = await self._host.store.due_schedules(now, FIRE_BATCH)
+        self.backlog = len(rows) >= FIRE_BATCH
+        gate = asyncio.Semaphore(FIRE_PARALLEL)
+
+        async def fire(row: StoredSchedule) -> int:
+            async with gate:
+                return await self._fire(row, now)
+
+        outcomes = await asyncio.gather(*(fire(row) for row in rows), return_exceptions=True)
+        for outcome in outcomes:  # every schedule had its go; the first failure is the pass's
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return sum(o for o in outcomes if isinstance(o, int))
 
     async def _fire(self, row: StoredSchedule, now: datetime) -> int:
         schedule = Schedule.from_record(row.definition, row.paused)

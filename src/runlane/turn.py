@@ -26,6 +26,7 @@ from .errors import (
     GatherError,
     LeaseLostError,
     NonDeterminismError,
+    RunCancelling,
     RunlaneError,
     Suspend,
     error_dict,
@@ -59,7 +60,7 @@ from .queues import QueueRequest
 from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
 from .stats import EngineStats
-from .stores.base import RunCancelling, Store
+from .stores.base import Store
 from .tracing import Tracing
 
 log = logging.getLogger("runlane.engine")

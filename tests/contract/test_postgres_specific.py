@@ -32,7 +32,8 @@ from runlane.models import (
 )
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations
-from runlane.stores.postgres import SQL, PostgresStore, upgrade
+from runlane.stores.postgres import PostgresStore, upgrade
+from runlane.stores.postgres_db import SQL
 from runlane.stores.postgres_rows import (
     fenced_params,
     gate_params,

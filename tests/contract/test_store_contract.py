@@ -14,6 +14,7 @@ from runlane.errors import (
     DefinitionError,
     LeaseLostError,
     RateLimitError,
+    RunCancelling,
     RunFinishedError,
     RunlaneError,
     RunNotFoundError,
@@ -40,7 +41,7 @@ from runlane.models import (
     Writes,
 )
 from runlane.queues import QueueRequest
-from runlane.stores.base import RunCancelling, Store
+from runlane.stores.base import Store
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -716,7 +717,7 @@ async def test_a_failed_attempt_returns_the_record_to_pending_with_its_error(
 ) -> None:
     record = remote("a", attempt=2, wake_at=at(60))
     await dispatched(store, "a", record)
-    error = {"type": "Boom", "message": "no"}
+    error: dict[str, object] = {"type": "Boom", "message": "no"}
     assert await store.record_step_result("a", 1, 2, False, "ignored", error, at(3)) == "recorded"
     pending = replace(
         record, status=StepStatus.PENDING, error=error, finished_at=at(3), wake_at=None

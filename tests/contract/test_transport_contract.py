@@ -266,7 +266,7 @@ async def test_take_on_an_empty_queue_returns_nothing_in_time(
         with pytest.raises(NotImplementedError):
             await transport.take_runs(["ns"], 5, 0.2)
         return
-    take = {
+    take: Callable[[], Awaitable[list[Any]]] = {
         "runs": lambda: transport.take_runs(["ns"], 5, 0.2),
         "tasks": lambda: transport.take_tasks("billing", 5, 0.2),
         "results": lambda: transport.take_results(5, 0.2),

@@ -19,7 +19,8 @@ def charge(order: dict[str, int]) -> dict[str, int]:
 
 @runlane.workflow(name="pay")
 async def pay(ctx: runlane.Context, order: dict[str, int]) -> dict[str, int]:
-    return await ctx.step(charge, order)
+    charged: dict[str, int] = await ctx.step(charge, order)
+    return charged
 
 
 def transport() -> RedisTransport:

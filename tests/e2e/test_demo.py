@@ -29,6 +29,7 @@ def test_the_demo_runs_every_story_to_completion_and_exits_0(tmp_path: Path) -> 
     assert "5 starts refused by the quota (ConcurrencyLimitError)" in out
     assert "approved A-1001" in out
     assert "card gateway timed out" in out
+    assert "render farm: 8 reports rendered through its step queue, at most 2 at once" in out
     assert len(result.stdout.splitlines()) < 120, "non-terminal output must stay short"
 
 

@@ -46,7 +46,7 @@ CHECKS = (
 )
 
 
-@schema.parametrize()
+@schema.parametrize()  # type: ignore[untyped-decorator]
 @settings(
     max_examples=30,
     deadline=None,

@@ -31,7 +31,7 @@ from .strategies import json_values
 transport_kind = contract.transport_kind
 make_transport = contract.make_transport
 
-VALID = {
+VALID: dict[str, dict[str, Any]] = {
     "run": {"run_id": "r", "reason": "wake", "namespace": None, "priority": 0},
     "task": {"step_id": "r:1", "run_id": "r", "seq": 1, "name": "s", "attempt": 1},
     "result": {"step_id": "r:1", "run_id": "r", "seq": 1, "attempt": 1, "ok": True},
@@ -45,6 +45,7 @@ def mangled(kind: str) -> list[Any]:
     wrong: list[Any] = [[1, 2], "text", None, 7, {}, {**valid, "protocol": 2}]
     for field in valid:
         wrong.append({k: v for k, v in valid.items() if k != field} if field != "namespace" else {})
+        bad: Any
         for bad in ("", "1", 1.5, -1, [], {}, True):
             wrong.append({**valid, field: bad})
     return [m for m in wrong if not _is_valid(kind, m)]
@@ -210,7 +211,7 @@ async def test_a_replayed_result_is_applied_once(
         await send(result)
         await send(result)
 
-    worker.transport.send_result = twice  # type: ignore[method-assign]
+    setattr(worker.transport, "send_result", twice)  # noqa: B010 (a hook for the test)
     await _completes(engine, 6, "replayed")
     await asyncio.sleep(0.3)  # the copy lands meanwhile
     [record] = await engine.list_steps("replayed")

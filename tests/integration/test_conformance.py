@@ -222,7 +222,8 @@ LANES = [sync_inventory, gen_report, global_a, global_b, quota_flow]
 async def _statuses(engine: Engine, *run_ids: str) -> list[str]:
     await engine.tick()
     await engine.tick()
-    return [str((await engine.get_run(run_id)).status) for run_id in run_ids]
+    runs = [await engine.get_run(run_id) for run_id in run_ids]
+    return [str(run.status if run else None) for run in runs]
 
 
 async def test_two_workflows_using_one_key_never_block_each_other(make_engine: Any) -> None:

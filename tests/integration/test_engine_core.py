@@ -101,7 +101,7 @@ async def test_a_sleep_is_not_resumed_before_its_wake_time(make_engine: Any, clo
 
 
 @runlane.workflow(name="flaky-wf")
-async def flaky_wf(ctx: runlane.Context, fail_times: int) -> str:
+async def flaky_wf(ctx: runlane.Context, fail_times: int) -> Any:
     return await ctx.step(flaky, fail_times)
 
 
@@ -131,6 +131,7 @@ async def test_retries_run_out_and_the_run_fails_with_the_step_error(
         clock.advance(60)
     run = await settle(engine, "r")
     assert run.status == RunStatus.FAILED
+    assert run.error is not None
     assert run.error["type"] == "ValueError"
     assert run.error["message"] == "flaky attempt 3"
     assert "Traceback" in run.error["traceback"]
@@ -147,6 +148,7 @@ async def test_a_fatal_error_is_never_retried(make_engine: Any) -> None:
     await engine.start(fatal_wf, None, run_id="r")
     run = await settle(engine, "r")
     assert run.status == RunStatus.FAILED
+    assert run.error is not None
     assert run.error["type"] == "FatalError"
     assert calls["fatal"] == 1
 
@@ -235,7 +237,7 @@ async def test_now_and_side_effects_are_recorded_once(make_engine: Any, clock: A
 
 
 @runlane.workflow(name="child")
-async def child_wf(ctx: runlane.Context, x: int) -> int:
+async def child_wf(ctx: runlane.Context, x: int) -> Any:
     if x < 0:
         raise ValueError("negative")
     return await ctx.step(double, x)
@@ -376,6 +378,7 @@ async def test_changed_code_fails_the_run_with_non_determinism(
     await other.tick()
     run = await engine.get_run("r")
     assert run.status == RunStatus.FAILED
+    assert run.error is not None
     assert run.error["type"] == "NonDeterminismError"
 
 
@@ -571,7 +574,7 @@ async def pause(seconds: float) -> float:
 
 
 @runlane.workflow(name="lane", singleton=runlane.Singleton(key=lambda i: "one-lane"))
-async def lane(ctx: runlane.Context, seconds: float) -> float:
+async def lane(ctx: runlane.Context, seconds: float) -> Any:
     return await ctx.step(pause, seconds)
 
 

@@ -235,6 +235,7 @@ async def test_a_handler_refused_by_its_quota_is_recorded_on_the_failed_run(
     run = await settle(engine, "p")
     assert await waiter == run  # the settling turn's own view says what the store says
     assert (run.status, run.failures) == (RunStatus.FAILED, 1)
+    assert run.error is not None
     refusal = run.error["handler_error"]
     assert refusal["type"] == "ConcurrencyLimitError"
     assert refusal["attrs"] == {"workflow": "page", "key": "pager", "limit": 1, "active": 1}
@@ -254,6 +255,7 @@ async def test_a_handler_that_cannot_be_started_is_recorded_and_the_run_still_fa
     await engine.start(picky_order, {"no": "lane"}, run_id="p")
     run = await settle(engine, "p")
     assert run.status == RunStatus.FAILED
+    assert run.error is not None
     assert run.error["handler_error"]["type"] == "KeyError"
     assert await engine.get_run("p.failure.1") is None
 

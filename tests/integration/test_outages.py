@@ -271,7 +271,7 @@ async def test_the_loop_backs_off_while_the_store_is_down_and_resumes_by_itself(
         await inner.reset_for_tests()  # type: ignore[attr-defined]
         await inner.close()
     store = FlakyStore(inner)
-    engine = Engine(store, workflows=WORKFLOWS, poll_interval=0.05)  # type: ignore[arg-type]
+    engine = Engine(store, workflows=WORKFLOWS, poll_interval=0.05)
     with caplog.at_level(logging.WARNING, logger="runlane.engine"):
         async with engine:
             store.down = True

@@ -26,12 +26,12 @@ quota = Concurrency(key=tenant, limit=limit_for)
 
 
 @runlane.workflow(name="report", concurrency=quota)
-async def report(ctx: runlane.Context, i: dict[str, Any]) -> str:
+async def report(ctx: runlane.Context, i: dict[str, Any]) -> Any:
     return await ctx.wait_for_signal("done")
 
 
 @runlane.workflow(name="export", concurrency=quota)
-async def export(ctx: runlane.Context, i: dict[str, Any]) -> str:
+async def export(ctx: runlane.Context, i: dict[str, Any]) -> Any:
     return await ctx.wait_for_signal("done")
 
 
@@ -39,7 +39,7 @@ async def export(ctx: runlane.Context, i: dict[str, Any]) -> str:
     name="parked",
     concurrency=Concurrency(key=tenant, limit=1, count_statuses=["pending", "running"]),
 )
-async def parked(ctx: runlane.Context, i: dict[str, Any]) -> str:
+async def parked(ctx: runlane.Context, i: dict[str, Any]) -> Any:
     return await ctx.wait_for_signal("done")
 
 
@@ -144,7 +144,7 @@ async def test_a_refused_child_start_fails_in_the_parent_and_can_be_caught(
     singleton=Singleton(key=lambda i: "lane"),
     concurrency=Concurrency(key=lambda i: "tenant:both", limit=2),
 )
-async def both(ctx: runlane.Context, _: Any) -> str:
+async def both(ctx: runlane.Context, _: Any) -> Any:
     return await ctx.wait_for_signal("done")
 
 
@@ -166,7 +166,7 @@ async def test_quota_decides_acceptance_and_singleton_decides_when_it_runs(
     on_event=("user.signed_up",),
     concurrency=Concurrency(key=lambda p: f"tenant:{p['tenant']}", limit=1),
 )
-async def on_signup(ctx: runlane.Context, payload: dict[str, Any]) -> str:
+async def on_signup(ctx: runlane.Context, payload: dict[str, Any]) -> Any:
     return await ctx.wait_for_signal("done")
 
 

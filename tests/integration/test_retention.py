@@ -94,7 +94,7 @@ async def test_a_parent_outlives_its_active_child(make_engine: Any, clock: Any) 
     await engine.start("detaches", None, "parent")
     await engine.tick()
     await engine.tick()
-    assert (await engine.get_run("parent")).status == RunStatus.COMPLETED  # type: ignore[union-attr]
+    assert (await engine.get_run("parent")).status == RunStatus.COMPLETED
     clock.advance(120)
     await engine.tick()
     assert await ids(engine) == {"parent", "kid"}

@@ -135,7 +135,7 @@ def test_a_bad_queue_is_refused_at_definition(options: dict[str, Any], problem: 
 
 def test_bad_step_options_are_refused() -> None:
     with pytest.raises(DefinitionError, match="queue="):
-        runlane.step(lambda i: i, queue="")  # type: ignore[arg-type]
+        runlane.step(name="bad", queue="")(lambda i: i)
     with pytest.raises(DefinitionError, match="queues= takes StepQueue"):
         Engine("memory://", queues=["slots"])  # type: ignore[list-item]
     with pytest.raises(DefinitionError, match="registered twice"):
@@ -165,7 +165,11 @@ async def test_concurrency_is_never_exceeded_and_a_freed_slot_wakes_the_next(
     # The clock never moves: every admission after the first two comes from a freed slot's wake.
     by_name = {r.input["name"]: r.id for r in runs}
     for left in range(6, 0, -1):
-        await until(lambda left=left: _true(len(slots.inside) == min(2, left)), "a full queue")
+
+        async def full(left: int = left) -> bool:
+            return len(slots.inside) == min(2, left)
+
+        await until(full, "a full queue")
         name = sorted(slots.inside)[0]
         slots.gate(name).set()
         await engine.wait_for_run(by_name[name], timeout=10)

@@ -20,7 +20,7 @@ transport_kind = contract.transport_kind
 make_transport = contract.make_transport
 transport = contract.transport
 
-FAST = {"poll_timeout": 0.1, "heartbeat_interval": 0.1}
+FAST: dict[str, Any] = {"poll_timeout": 0.1, "heartbeat_interval": 0.1}
 
 
 @runlane.step(name="math.add", group="math")

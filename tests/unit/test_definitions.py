@@ -9,6 +9,7 @@ import pytest
 
 import runlane
 from runlane import Concurrency, Retry, Singleton
+from runlane.definitions import step_definition
 from runlane.errors import DefinitionError
 from runlane.registry import Registry
 
@@ -17,7 +18,7 @@ def test_a_sync_workflow_body_is_rejected_at_decoration() -> None:
     with pytest.raises(DefinitionError, match="async def"):
 
         @runlane.workflow(name="sync-body")
-        def body(ctx: Any, input: Any) -> None:  # type: ignore[type-var]
+        def body(ctx: Any, input: Any) -> None:
             return None
 
 
@@ -41,17 +42,65 @@ def test_a_second_registration_of_the_same_name_and_version_is_an_error() -> Non
     assert registry.workflow("twice", "1").fn is first
 
 
+@runlane.step
+def helper(x: int) -> int:
+    return x
+
+
 def test_bare_decorators_use_the_function_name() -> None:
     @runlane.workflow
     async def plain(ctx: Any, input: Any) -> None:
         return None
 
-    @runlane.step
-    def helper(x: int) -> int:
+    assert Registry([plain]).workflow("plain").name == "plain"
+    assert step_definition(helper).name == f"{__name__}.helper"
+    assert helper(3) == 3  # a decorated step stays a plain callable
+
+
+def test_a_step_defined_inside_a_function_needs_a_name() -> None:
+    with pytest.raises(DefinitionError, match="inside a function: give it a name="):
+
+        @runlane.step
+        def nested(x: int) -> int:
+            return x
+
+    @runlane.step(name="nested.named")
+    def named(x: int) -> int:
         return x
 
-    assert Registry([plain]).workflow("plain").name == "plain"
-    assert helper(3) == 3  # a decorated step stays a plain callable
+    assert step_definition(named).name == "nested.named"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda a, b: None,
+        lambda *, input: None,
+    ],
+)
+def test_a_step_must_take_one_input(body: Any) -> None:
+    with pytest.raises(DefinitionError, match="a step takes one input, or none"):
+        runlane.step(name="arity")(body)
+
+
+def test_a_step_with_defaults_or_star_args_is_accepted() -> None:
+    runlane.step(name="defaults")(lambda input, extra=1: input)
+    runlane.step(name="star")(lambda *args: args)
+    runlane.step(name="no-input")(lambda: None)  # called without its (None) input
+
+
+def test_a_workflow_body_must_take_ctx_and_input() -> None:
+    with pytest.raises(DefinitionError, match="takes \\(ctx, input\\)"):
+
+        @runlane.workflow(name="one-arg")
+        async def one(ctx: Any) -> None:
+            return None
+
+    with pytest.raises(DefinitionError, match="takes \\(ctx, input\\)"):
+
+        @runlane.workflow(name="three-args")
+        async def three(ctx: Any, input: Any, extra: Any) -> None:
+            return None
 
 
 def test_options_are_validated() -> None:
@@ -73,16 +122,16 @@ def test_options_are_validated() -> None:
     [
         lambda: runlane.RateLimit(limit=0, period=60),
         lambda: runlane.RateLimit(limit=True, period=60),
-        lambda: runlane.RateLimit(limit=2.5, period=60),
+        lambda: runlane.RateLimit(limit=2.5, period=60),  # type: ignore[arg-type]
         lambda: runlane.RateLimit(limit=1, period=0),
-        lambda: runlane.RateLimit(limit=1, period="60"),
-        lambda: runlane.RateLimit(limit=1, period=60, key="tenant"),
-        lambda: runlane.RateLimit(limit=1, period=60, on_limit="queue"),
+        lambda: runlane.RateLimit(limit=1, period="60"),  # type: ignore[arg-type]
+        lambda: runlane.RateLimit(limit=1, period=60, key="tenant"),  # type: ignore[arg-type]
+        lambda: runlane.RateLimit(limit=1, period=60, on_limit="queue"),  # type: ignore[arg-type]
         lambda: runlane.Debounce(key=lambda i: "k", period=-1),
-        lambda: runlane.Debounce(key="doc", period=5),
+        lambda: runlane.Debounce(key="doc", period=5),  # type: ignore[arg-type]
         lambda: runlane.Debounce(key=lambda i: "k", period=10, max_wait=5),
-        lambda: runlane.workflow(rate_limit=Concurrency(key="k", limit=1)),
-        lambda: runlane.workflow(debounce=runlane.RateLimit(limit=1, period=1)),
+        lambda: runlane.workflow(rate_limit=Concurrency(key="k", limit=1)),  # type: ignore[call-overload]
+        lambda: runlane.workflow(debounce=runlane.RateLimit(limit=1, period=1)),  # type: ignore[call-overload]
     ],
 )
 def test_rate_limits_and_debounces_are_validated(make: Any) -> None:
@@ -90,7 +139,7 @@ def test_rate_limits_and_debounces_are_validated(make: Any) -> None:
         built = make()
         if callable(built) and not isinstance(built, runlane.RateLimit | runlane.Debounce):
 
-            @built
+            @built  # type: ignore[untyped-decorator]
             async def body(ctx: Any, input: Any) -> None:
                 return None
 

@@ -59,7 +59,7 @@ async def test_a_failed_flush_fails_its_writes_and_the_next_ones_still_go() -> N
     outcomes = await asyncio.gather(*(group(f"w{i}") for i in range(3)), return_exceptions=True)
     assert outcomes[0] is None
     assert all(isinstance(o, ConnectionError) for o in outcomes[1:])
-    assert await asyncio.gather(group("a"), group("b")) == [None, None]
+    assert list(await asyncio.gather(group("a"), group("b"))) == [None, None]
 
 
 async def test_a_write_whose_caller_gave_up_while_waiting_is_not_sent() -> None:

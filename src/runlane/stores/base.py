@@ -34,7 +34,6 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from ..errors import LeaseLostError
 from ..models import (
     Admission,
     ClaimOutcome,
@@ -56,10 +55,6 @@ from ..models import (
     Writes,
 )
 from ..queues import QueueRequest, QueueView
-
-
-class RunCancelling(LeaseLostError):
-    """The run was cancelled while this turn held its lease; settle it as cancelled."""
 
 
 def check_lease(specs: Sequence[RunSpec], lease: Lease | None) -> None:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from .. import admission, queues
-from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
+from ..errors import LeaseLostError, RunCancelling, RunFinishedError, RunlaneError, RunNotFoundError
 from ..models import (
     ACTIVE_STATUSES,
     Admission,
@@ -51,7 +51,7 @@ from ..models import (
     settled_run,
 )
 from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
-from .base import RunCancelling, check_lease
+from .base import check_lease
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)

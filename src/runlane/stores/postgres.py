@@ -20,6 +20,7 @@ import psycopg
 from .. import admission, queues
 from ..errors import (
     LeaseLostError,
+    RunCancelling,
     RunFinishedError,
     RunlaneError,
     RunNotFoundError,
@@ -53,7 +54,7 @@ from ..models import (
 )
 from ..queues import QueueRequest, QueueView
 from ..urls import redact
-from .base import RunCancelling, check_lease
+from .base import check_lease
 from .postgres_db import (
     SQL,
     Call,

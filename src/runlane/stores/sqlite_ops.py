@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from .. import admission, queues
-from ..errors import LeaseLostError, RunFinishedError, RunlaneError, RunNotFoundError
+from ..errors import LeaseLostError, RunCancelling, RunFinishedError, RunlaneError, RunNotFoundError
 from ..models import (
     Admission,
     Claim,
@@ -46,7 +46,7 @@ from ..models import (
 )
 from ..queues import QueueRequest
 from ..serialization import dumps
-from .base import RunCancelling, check_lease
+from .base import check_lease
 from .memory import report_verdict, reported_step
 from .sqlite_queues import SqliteQueues
 from .sqlite_reads import (
