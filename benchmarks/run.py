@@ -86,6 +86,7 @@ FULL: dict[str, Any] = {
         "step_queue": {"n": 1000},
         "schedules": {"n": 10_000},
         "fan_out": {"n": 10_000},
+        "prune": {"n": 1000, "finished": 100_000},
     },
 }
 QUICK: dict[str, Any] = {
@@ -120,6 +121,7 @@ QUICK: dict[str, Any] = {
         "step_queue": {"n": 300, "chain": 20},
         "schedules": {"n": 2000},
         "fan_out": {"n": 2000},
+        "prune": {"n": 300, "finished": 20_000},
     },
 }
 SOLO_DBS = {
@@ -134,6 +136,7 @@ SOLO_DBS = {
     "step_queue": ["pg", "sqlite"],
     "schedules": ["pg", "sqlite"],
     "fan_out": ["pg", "sqlite"],
+    "prune": ["pg", "sqlite"],
 }
 ONE_REP = ("store_cost", "waiters", "schedules")
 
