@@ -86,6 +86,8 @@ FULL: dict[str, Any] = {
         "step_queue": {"n": 1000},
         "schedules": {"n": 10_000},
         "fan_out": {"n": 10_000},
+        "remote_latency": {"runs": 50, "steps": 10},
+        "remote_throughput": {"n": 1000, "steps": 2},
         "prune": {"n": 1000, "finished": 100_000},
     },
 }
@@ -121,6 +123,8 @@ QUICK: dict[str, Any] = {
         "step_queue": {"n": 300, "chain": 20},
         "schedules": {"n": 2000},
         "fan_out": {"n": 2000},
+        "remote_latency": {"runs": 20, "steps": 10},
+        "remote_throughput": {"n": 300, "steps": 2},
         "prune": {"n": 300, "finished": 20_000},
     },
 }
@@ -136,6 +140,8 @@ SOLO_DBS = {
     "step_queue": ["pg", "sqlite"],
     "schedules": ["pg", "sqlite"],
     "fan_out": ["pg", "sqlite"],
+    "remote_latency": ["pg", "sqlite"],
+    "remote_throughput": ["pg", "sqlite"],
     "prune": ["pg", "sqlite"],
 }
 ONE_REP = ("store_cost", "waiters", "schedules")

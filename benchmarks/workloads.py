@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import remote
 import seed
 from pgcount import count_statements
 from roundtrips import RoundTripProxy
@@ -931,6 +932,8 @@ WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "step_queue": step_queue,
     "schedules": schedules,
     "fan_out": fan_out,
+    "remote_latency": remote.remote_latency,
+    "remote_throughput": remote.remote_throughput,
     "prune": prune,
 }
 

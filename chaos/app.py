@@ -6,7 +6,8 @@ python -m chaos.app producer CONFIG   -> the workload's producer (see chaos.work
 
 Every step execution appends one line to its process's side-effect log (``effects-<pid>.log``):
 ``<run> <label> <pid> <kind> <lane> <start> <end> <token>``. ``label`` names the step within its
-run, ``lane`` is ``s:<key>`` (a singleton key, limit 1), ``c:<key>`` (a quota key) or ``-``, the
+run, ``lane`` is ``s:<key>`` (a singleton key, limit 1), ``c:<key>`` (a quota key), ``q:<name>``
+(a step queue: the execution was admitted by it) or ``-``, the
 times are wall-clock seconds, and ``token`` is the step's output: each execution returns a token
 of its own, so the checker can tell which execution's result a run recorded and consumed.
 """
@@ -23,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 import runlane
-from runlane import Concurrency, Engine, FatalError, Retry, Singleton
+from runlane import (
+    Concurrency,
+    Debounce,
+    Engine,
+    FatalError,
+    RateLimit,
+    Retry,
+    Singleton,
+    StepQueue,
+)
 from runlane.stores.postgres import PostgresStore
 from runlane.transports import RedisTransport
 from runlane.worker import Worker
@@ -32,6 +42,21 @@ from tests.servers import serve_until_terminated
 from .config import GROUP, LEASE, Config
 
 QUOTA_LIMIT = 2
+
+# Step queues with little room, so that steps wait for it: ``cq.slots`` admits local and remote
+# steps two at a time; ``cq.metered`` at most 4 per fixed 1 s window, 3 at a time, fair across
+# tenants, with priorities.
+SLOTS = StepQueue("cq.slots", concurrency=2)
+METERED = StepQueue(
+    "cq.metered", concurrency=3, rate_limit=RateLimit(limit=4, period=1.0), fairness="key"
+)
+QUEUES = {q.name: q for q in (SLOTS, METERED)}
+
+# Run-level flow control, per key: refuse over 2 starts in any 4 s; begin at most 2 in any
+# 2 s (a throttle); fold starts 0.5 s apart into one run, begun at most 2 s after the first.
+LIMITED = RateLimit(limit=2, period=4.0, key=lambda i: str(i["key"]))
+THROTTLED = RateLimit(limit=2, period=2.0, key=lambda i: str(i["key"]), on_limit="delay")
+DEBOUNCED = Debounce(key=lambda i: str(i["key"]), period=0.5, max_wait=2.0)
 DOOMED = "doomed by the workload"
 """The message of the one failure the workload causes on purpose."""
 
@@ -187,6 +212,47 @@ async def quota(ctx: runlane.Context, input: Any) -> dict[str, Any]:
     return await _gated(ctx, f"c:{input['key']}", 1.5, remote)
 
 
+def _queued(ctx: runlane.Context, fn: Any, label: str, queue: StepQueue, **options: Any) -> Any:
+    """A step admitted by ``queue`` (named per call), logged in its lane ``q:<name>``."""
+    return ctx.step(fn, [ctx.run_id, label, f"q:{queue.name}"], queue=queue.name, **options)
+
+
+@runlane.workflow(name="c.stepq")
+async def stepq(ctx: runlane.Context, _: Any) -> dict[str, Any]:
+    """Three local steps at once and a remote step, through a queue of two slots."""
+    local_tokens = await ctx.all([_queued(ctx, local, label, SLOTS) for label in "abc"])
+    tokens = dict(zip("abc", local_tokens, strict=True))
+    tokens["r"] = await _queued(ctx, remote, "r", SLOTS)
+    return {"tokens": tokens}
+
+
+@runlane.workflow(name="c.metered")
+async def metered(ctx: runlane.Context, input: Any) -> dict[str, Any]:
+    """Two local steps at once and a remote step with a timeout through a rate-limited queue,
+    with the run's priority and its tenant as fairness key."""
+    options = {"priority": int(input["priority"]), "fairness_key": str(input["tenant"])}
+    local_tokens = await ctx.all([_queued(ctx, local, x, METERED, **options) for x in "ab"])
+    tokens = dict(zip("ab", local_tokens, strict=True))
+    tokens["t"] = await _queued(ctx, remote_timed, "t", METERED, **options)
+    return {"tokens": tokens}
+
+
+@runlane.workflow(name="c.limited", rate_limit=LIMITED)
+async def limited(ctx: runlane.Context, _: Any) -> dict[str, Any]:
+    return {"tokens": await _tokens(ctx, "a")}
+
+
+@runlane.workflow(name="c.throttled", rate_limit=THROTTLED)
+async def throttled(ctx: runlane.Context, _: Any) -> dict[str, Any]:
+    return {"tokens": await _tokens(ctx, "a")}
+
+
+@runlane.workflow(name="c.debounced", debounce=DEBOUNCED)
+async def debounced(ctx: runlane.Context, input: Any) -> dict[str, Any]:
+    """Its output shows the input it ran with: the last start folded into it."""
+    return {"tokens": await _tokens(ctx, "a"), "seen": input}
+
+
 @runlane.workflow(name="c.doomed")
 async def doomed(ctx: runlane.Context, _: Any) -> dict[str, Any]:
     tokens = await _tokens(ctx, "a")
@@ -207,6 +273,11 @@ WORKFLOWS = [
     replacing,
     quota,
     doomed,
+    stepq,
+    metered,
+    limited,
+    throttled,
+    debounced,
 ]
 STEPS = [local, remote, remote_timed, doom]
 
@@ -217,6 +288,7 @@ def engine(config: Config, **options: Any) -> Engine:
         transport=RedisTransport(config.redis_url, prefix=config.prefix),
         workflows=WORKFLOWS,
         steps=STEPS,
+        queues=list(QUEUES.values()),
         **options,
     )
 

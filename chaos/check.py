@@ -10,17 +10,20 @@ run that was taken over meanwhile.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from runlane import Run, RunStatus, StepRecord
+from runlane.definitions import RateLimit, as_seconds
+from runlane.queues import StepQueue, window_start
 
-from .app import DOOMED, QUOTA_LIMIT
+from .app import DEBOUNCED, DOOMED, LIMITED, QUEUES, QUOTA_LIMIT, THROTTLED
 from .config import LEASE
 
 INVARIANTS = {
@@ -36,6 +39,14 @@ INVARIANTS = {
     "result_twice": "step results applied twice: a record not the result its run consumed",
     "signal": "signals lost or delivered wrong",
     "stale_start": "steps started by a frozen process, after it resumed, for a run taken over",
+    "queue_concurrency": "instants at which more recorded attempts of a step queue were "
+    "executing than its concurrency",
+    "queue_rate": "fixed windows in which a step queue admitted more steps than its rate limit",
+    "rate_limit": "sliding windows in which a rate-limited key created more runs than its limit",
+    "throttle": "throttled runs counted faster than their limit, out of start order, or begun "
+    "before their instant",
+    "debounce": "debounced runs begun early, a key with two runs not begun at once, a start "
+    "folded into a begun run, or a run without its last start's input",
     "members_died": "engine, worker or producer processes that died or hung on SIGTERM",
 }
 
@@ -52,6 +63,11 @@ OPERATIONS = {
     "c.reject": 4,
     "c.replace": 3,
     "c.quota": 4,
+    "c.stepq": 4,
+    "c.metered": 3,
+    "c.limited": 1,
+    "c.throttled": 1,
+    "c.debounced": 1,
 }
 
 
@@ -78,6 +94,17 @@ class Freeze:
         return e.pid == self.pid and e.start < self.resumed and e.end > self.stopped
 
 
+@dataclass(frozen=True)
+class QueueAdmission:
+    """A step queue's admission, as its store row recorded it (``admitted_at`` is the instant
+    the admission counted at in the queue's rate window)."""
+
+    queue: str
+    run: str
+    seq: int
+    at: datetime
+
+
 @dataclass
 class Evidence:
     runs: dict[str, Run]
@@ -86,6 +113,7 @@ class Evidence:
     record: list[dict[str, Any]]  # the producer's
     freezes: list[Freeze]
     died: list[tuple[str, int, int]]
+    admissions: list[QueueAdmission] = field(default_factory=list)  # every step queue's
 
 
 @dataclass
@@ -93,6 +121,9 @@ class Findings:
     offences: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in INVARIANTS})
     frozen: list[Execution] = field(default_factory=list)  # in flight across a freeze
     frozen_overlaps: list[str] = field(default_factory=list)
+    # Executions in a step queue whose result is not the one its step recorded (a duplicate, a
+    # timed-out attempt's late execution, a turn that lost its lease): no slot covers them.
+    unrecorded: list[Execution] = field(default_factory=list)
 
     def add(self, invariant: str, what: str) -> None:
         self.offences[invariant].append(what)
@@ -129,6 +160,11 @@ def check(evidence: Evidence) -> Findings:
     _lanes(evidence, live, findings)
     _executions(evidence, findings)
     _stale_starts(evidence, findings)
+    _step_queues(evidence, live, findings)
+    _queue_rates(evidence, findings)
+    _rate_limits(evidence, findings)
+    _throttles(evidence, findings)
+    _debounces(evidence, findings)
     for name, pid, code in evidence.died:
         findings.add("members_died", f"{name} (pid {pid}) exit code {code}")
     return findings
@@ -233,7 +269,7 @@ def _consumed(run: Run, records: list[StepRecord], evidence: Evidence, findings:
 def _lanes(evidence: Evidence, live: list[Execution], findings: Findings) -> None:
     bodies: defaultdict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
     for e in live:
-        if e.lane == "-":
+        if e.lane == "-" or e.lane.startswith("q:"):
             continue
         begin, end = bodies[e.lane].get(e.run, (e.start, e.end))
         bodies[e.lane][e.run] = (min(begin, e.start), max(end, e.end))
@@ -247,7 +283,7 @@ def _lanes(evidence: Evidence, live: list[Execution], findings: Findings) -> Non
     for e in findings.frozen:
         runs = bodies.get(e.lane, {})
         others = [r for r, (b, f) in runs.items() if r != e.run and b < e.end and e.start < f]
-        if e.lane != "-" and others:
+        if e.lane != "-" and not e.lane.startswith("q:") and others:
             findings.frozen_overlaps.append(f"{e.run} {e.label} (pid {e.pid}) with {others}")
 
 
@@ -290,9 +326,24 @@ def _quota(lane: str, runs: dict[str, tuple[float, float]], findings: Findings) 
 
 def _executions(evidence: Evidence, findings: Findings) -> None:
     counts = Counter((e.run, e.label) for e in evidence.executions)
+    records = {
+        (run_id, str(r.input[1])): r
+        for run_id, rs in evidence.steps.items()
+        for r in rs
+        if r.kind == "step" and isinstance(r.input, list) and len(r.input) == 3
+    }
     for (run, label), n in sorted(counts.items()):
         if n > 2:
-            findings.add("executed_over_twice", f"{run} {label}: {n} times")
+            # What the store says of it, to tell a recovery's or a re-send's execution apart.
+            found = evidence.runs.get(run)
+            record = records.get((run, label))
+            detail = (
+                f"; the run recovered {found.recoveries if found else '?'} times, the step's "
+                f"attempts {record.attempts if record else '?'}, sent "
+                f"{record.dispatches if record else '?'} times"
+            )
+            pids = sorted({e.pid for e in evidence.executions if (e.run, e.label) == (run, label)})
+            findings.add("executed_over_twice", f"{run} {label}: {n} times by {pids}{detail}")
 
 
 def _stale_starts(evidence: Evidence, findings: Findings) -> None:
@@ -316,3 +367,169 @@ def _stale_starts(evidence: Evidence, findings: Findings) -> None:
                     f"{e.run} {e.label} started by pid {e.pid} at {e.start:.3f}, after pid "
                     f"{before[0].pid} executed it at {before[0].start:.3f}",
                 )
+
+
+def _recorded(evidence: Evidence) -> dict[tuple[str, str], Any]:
+    """Each step's recorded result, by run and label."""
+    return {
+        (run_id, str(r.input[1])): r.output
+        for run_id, records in evidence.steps.items()
+        for r in records
+        if r.kind == "step" and isinstance(r.input, list) and len(r.input) == 3
+    }
+
+
+def _step_queues(evidence: Evidence, live: list[Execution], findings: Findings) -> None:
+    """A step queue never has more attempts executing than its concurrency.
+
+    A slot is held from the admission of an attempt until the attempt is recorded (or its run
+    settles, or is recovered after its lease expired: the lost turn's slots are given back).
+    So the execution whose result its step recorded ran entirely inside its slot; the others
+    (a duplicate of a remote task, a timed-out attempt a worker got late, a turn fenced after
+    its lease expired, a process frozen mid-step) are at-least-once re-executions no slot
+    covers, counted apart. At every instant, the distinct steps with a recorded execution in
+    flight must be at most the queue's concurrency (an end before a start at equal times)."""
+    recorded = _recorded(evidence)
+    unfrozen = {id(e) for e in live}
+    for name, queue in sorted(QUEUES.items()):
+        lane = f"q:{name}"
+        held: list[Execution] = []
+        spare: list[Execution] = []
+        for e in evidence.executions:
+            if e.lane == lane:
+                covered = recorded.get((e.run, e.label)) == e.token and id(e) in unfrozen
+                (held if covered else spare).append(e)
+        findings.unrecorded += spare
+        if queue.concurrency is None:
+            continue
+        events = sorted(
+            [(e.start, 1, e.run, e.label) for e in held]
+            + [(e.end, 0, e.run, e.label) for e in held]
+        )
+        inside: set[tuple[str, str]] = set()
+        for at, starts, run, label in events:
+            if not starts:
+                inside.discard((run, label))
+                continue
+            inside.add((run, label))
+            if len(inside) > queue.concurrency:
+                shown = sorted(f"{r}/{x}" for r, x in inside)
+                findings.add("queue_concurrency", f"{lane} at {at:.3f}: {shown}")
+
+
+def _queue_rates(evidence: Evidence, findings: Findings) -> None:
+    """A rate-limited step queue admits at most ``limit`` steps per fixed window (windows
+    aligned on the epoch), counting every admission the store made, a re-admission after a
+    lost turn included."""
+    windows: Counter[tuple[str, datetime]] = Counter()
+    for a in evidence.admissions:
+        queue: StepQueue | None = QUEUES.get(a.queue)
+        if queue is None or queue.rate_limit is None:
+            continue
+        windows[(a.queue, window_start(a.at, as_seconds(queue.rate_limit.period)))] += 1
+    for (name, start), n in sorted(windows.items()):
+        rate = QUEUES[name].rate_limit
+        assert rate is not None
+        if n > rate.limit:
+            findings.add("queue_rate", f"{name}: {n} admissions in the window at {start}")
+
+
+def _by_key(evidence: Evidence, workflow: str, field_name: str) -> dict[str, list[Run]]:
+    keyed: defaultdict[str, list[Run]] = defaultdict(list)
+    for run in evidence.runs.values():
+        if run.workflow == workflow:
+            keyed[str(getattr(run, field_name))].append(run)
+    return keyed
+
+
+def _crowded(at: list[datetime], rule: RateLimit) -> list[tuple[datetime, datetime]]:
+    """The windows of ``rule.period`` that hold more than ``rule.limit`` of the instants (sorted):
+    each as its first and last instant."""
+    period = timedelta(seconds=as_seconds(rule.period))
+    return [
+        (at[i], at[i + rule.limit])
+        for i in range(len(at) - rule.limit)
+        if at[i + rule.limit] - at[i] < period
+    ]
+
+
+def _first_starts(evidence: Evidence) -> dict[str, float]:
+    first: dict[str, float] = {}
+    for e in evidence.executions:
+        first[e.run] = min(first.get(e.run, e.start), e.start)
+    return first
+
+
+def _rate_limits(evidence: Evidence, findings: Findings) -> None:
+    """Created runs of a rate-limited key: at most ``limit`` in any sliding window of
+    ``period``, at the instant each start counted (every created run counts, whatever its end)."""
+    for key, runs in sorted(_by_key(evidence, "c.limited", "rate_key").items()):
+        unmeasured = [r.id for r in runs if r.rate_at is None]
+        if unmeasured:
+            findings.add("rate_limit", f"{key}: runs without the instant they counted at")
+        at = sorted(r.rate_at for r in runs if r.rate_at is not None)
+        for first, last in _crowded(at, LIMITED):
+            findings.add("rate_limit", f"{key}: {LIMITED.limit + 1} runs in [{first}, {last}]")
+
+
+def _throttles(evidence: Evidence, findings: Findings) -> None:
+    """Throttled runs of a key: the instants they were given hold at most ``limit`` in any
+    sliding window of ``period``, in the order the runs were created, and no run executed a
+    step before its instant."""
+    first = _first_starts(evidence)
+    for key, runs in sorted(_by_key(evidence, "c.throttled", "rate_key").items()):
+        if any(r.rate_at is None for r in runs):
+            findings.add("throttle", f"{key}: runs without the instant they begin at")
+            continue
+        runs.sort(key=lambda r: (r.created_at, r.id))
+        at = [r.rate_at for r in runs if r.rate_at is not None]
+        if at != sorted(at):
+            findings.add("throttle", f"{key}: instants out of start order")
+        for begin, end in _crowded(sorted(at), THROTTLED):
+            findings.add("throttle", f"{key}: {THROTTLED.limit + 1} begin in [{begin}, {end}]")
+        for run in runs:
+            began = first.get(run.id)
+            if began is not None and run.rate_at is not None and began < run.rate_at.timestamp():
+                findings.add("throttle", f"{run.id} began at {began:.3f}, before {run.rate_at}")
+
+
+def _debounces(evidence: Evidence, findings: Findings) -> None:
+    """Debounced runs of a key: while held (from its creation to its ``begin_at``), a run is
+    the key's only one not begun, so a later start made no other; no run executed before its
+    ``begin_at``; every start folded into a run came before it began; the run ran with the
+    input of the last start that folded into it (unless a start whose answer was lost landed)."""
+    first = _first_starts(evidence)
+    period = timedelta(seconds=as_seconds(DEBOUNCED.period))
+    for key, runs in sorted(_by_key(evidence, "c.debounced", "debounce_key").items()):
+        runs.sort(key=lambda r: (r.created_at, r.id))
+        for run, later in itertools.pairwise(runs):
+            begin = run.begin_at or run.created_at + period
+            if later.created_at < begin:
+                findings.add("debounce", f"{key}: {later.id} created while {run.id} was held")
+        for run in runs:
+            began = first.get(run.id)
+            if run.begin_at is None:
+                findings.add("debounce", f"{run.id}: no instant it began at")
+            elif began is not None and began < run.begin_at.timestamp():
+                findings.add("debounce", f"{run.id} ran at {began:.3f}, before {run.begin_at}")
+    lost_answers = {
+        e["input"]["key"]
+        for e in evidence.record
+        if e.get("workflow") == "c.debounced" and e["event"] == "gave-up"
+    }
+    last: dict[str, dict[str, Any]] = {}
+    for e in evidence.record:
+        if e.get("workflow") != "c.debounced" or e["event"] not in ("started", "folded"):
+            continue
+        last[e["run"]] = e
+        held = evidence.runs.get(e["run"])
+        begun = None if held is None else held.begin_at
+        if e["event"] == "folded" and begun is not None and begun.timestamp() <= e["asked"]:
+            findings.add("debounce", f"{e['requested']} folded into {e['run']}, begun before")
+    for run_id, e in last.items():
+        ran = evidence.runs.get(run_id)
+        if ran is None or "input" not in e or e["input"]["key"] in lost_answers:
+            continue
+        seen = ran.output.get("seen") if isinstance(ran.output, dict) else None
+        if ran.input != e["input"] or (ran.status == RunStatus.COMPLETED and seen != e["input"]):
+            findings.add("debounce", f"{run_id} ran with {ran.input}, the last start {e['input']}")

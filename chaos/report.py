@@ -46,6 +46,7 @@ def _summary(run: Run, evidence: Evidence, findings: Findings) -> str:
     records = [s for steps in evidence.steps.values() for s in steps if s.kind == "step"]
     retried = sum(1 for s in records if s.attempts > 1)
     resent = sum(1 for s in records if s.dispatches > 1)
+    folded = sum(1 for e in evidence.record if e["event"] == "folded")
     return "\n".join(
         [
             f"Seed **{run.seed}**, {run.seconds:.0f} s of faults, started {run.when} UTC; every run "
@@ -64,6 +65,11 @@ def _summary(run: Run, evidence: Evidence, findings: Findings) -> str:
             f"({sum(r.recoveries for r in recovered)} recoveries); {retried} steps needed more "
             f"than one attempt; {resent} remote attempts were sent again (no worker took them, "
             "or their result was lost).",
+            f"- {len(evidence.admissions)} step queue admissions; "
+            f"{len(findings.unrecorded)} executions in a step queue were not the ones their "
+            "step recorded (a duplicate remote task, a timed-out attempt executed late, a turn "
+            "fenced after its lease expired: no slot covers them, so the concurrency sweep "
+            f"leaves them out); {folded} starts folded into a debounced run.",
         ]
     )
 

@@ -17,12 +17,23 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
+
 from runlane.stores.postgres import PostgresStore
 from tests.helpers import snapshot
 from tests.servers import REPO, PrivatePostgres, PrivateRedis, spawn_ready
 
 from . import report
-from .check import Evidence, Findings, Freeze, check, read_executions, read_record, started
+from .check import (
+    Evidence,
+    Findings,
+    Freeze,
+    QueueAdmission,
+    check,
+    read_executions,
+    read_record,
+    started,
+)
 from .config import Config
 from .faults import Injector
 from .fleet import Fleet
@@ -99,6 +110,7 @@ def _run(config: Config, injector: Injector) -> tuple[Findings, Evidence, float 
         record=read_record(config.root),
         freezes=[Freeze(*f) for f in injector.freezes],
         died=fleet.died,
+        admissions=_admissions(config.pg_url),
     )
     return check(evidence), evidence, drained
 
@@ -113,11 +125,39 @@ def _wait_producer(producer: subprocess.Popen[bytes], fleet: Fleet) -> None:
         fleet.died.append(("producer", producer.pid, code))
 
 
+# Every step queue admission the store commits, logged by the database itself: the entry's row
+# is deleted when its slot is freed, so the checker could not count a rate window otherwise.
+# The log is written in the admitting transaction, so an admission rolled back leaves no line.
+AUDIT = """
+CREATE TABLE chaos_admissions (
+    queue text NOT NULL, run_id text NOT NULL, seq integer NOT NULL,
+    admitted_at timestamptz NOT NULL);
+CREATE FUNCTION chaos_admitted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO chaos_admissions VALUES (NEW.queue, NEW.run_id, NEW.seq, NEW.admitted_at);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER chaos_admitted AFTER UPDATE OF admitted_at ON runlane_queue_entries
+    FOR EACH ROW WHEN (OLD.admitted_at IS NULL AND NEW.admitted_at IS NOT NULL)
+    EXECUTE FUNCTION chaos_admitted();
+CREATE TRIGGER chaos_admitted_at_once AFTER INSERT ON runlane_queue_entries
+    FOR EACH ROW WHEN (NEW.admitted_at IS NOT NULL) EXECUTE FUNCTION chaos_admitted();
+"""
+
+
 async def _migrate(url: str) -> None:
     # Once, before the fleet opens the database all at once.
     store = PostgresStore(url)
     await store.open()
     await store.close()
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(AUDIT)
+
+
+def _admissions(url: str) -> list[QueueAdmission]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT queue, run_id, seq, admitted_at FROM chaos_admissions")
+        return [QueueAdmission(*row) for row in rows.fetchall()]
 
 
 async def _drain(config: Config, deadline: float) -> float | None:

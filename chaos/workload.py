@@ -15,7 +15,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from runlane import ConcurrencyLimitError, Engine, SingletonQueueFullError, StoreUnavailableError
+from runlane import (
+    ConcurrencyLimitError,
+    Engine,
+    RateLimitError,
+    SingletonQueueFullError,
+    StoreUnavailableError,
+)
 
 from .config import Config
 
@@ -33,6 +39,11 @@ MIX = {
     "c.replace": 1.5,
     "c.quota": 2.5,
     "c.doomed": 0.3,
+    "c.stepq": 1.5,
+    "c.metered": 1.0,
+    "c.limited": 1.5,
+    "c.throttled": 1.0,
+    "c.debounced": 1.5,
 }
 """Workflows started, by weight."""
 
@@ -81,6 +92,10 @@ async def through_outage(call: Callable[[], Awaitable[T]], patience: float = PAT
 def _input(workflow: str, n: int, rng: random.Random) -> dict[str, Any]:
     if workflow in ("c.queue", "c.reject", "c.replace", "c.quota"):
         return {"key": str(rng.randrange(KEYS))}
+    if workflow in ("c.limited", "c.throttled", "c.debounced"):
+        return {"key": str(rng.randrange(KEYS)), "n": n}
+    if workflow == "c.metered":
+        return {"tenant": rng.choice("xyz"), "priority": rng.choice([0, 0, 5])}
     if workflow == "c.sleepy":
         return {"sleep": round(rng.uniform(0.3, 2.0), 2)}
     if workflow == "c.fan":
@@ -112,14 +127,17 @@ class Producer:
         self.record.write("done", starts=n)
 
     async def start(self, workflow: str, run_id: str, input: dict[str, Any]) -> bool:
-        fields = {"run": run_id, "workflow": workflow, "input": input}
+        fields = {"run": run_id, "workflow": workflow, "input": input, "asked": time.time()}
         try:
             run = await through_outage(lambda: self.engine.start(workflow, input, run_id=run_id))
-        except (ConcurrencyLimitError, SingletonQueueFullError) as exc:
+        except (ConcurrencyLimitError, SingletonQueueFullError, RateLimitError) as exc:
             self.record.write("refused", **fields, error=type(exc).__name__)
             return False
         except StoreUnavailableError as exc:
             self.record.write("gave-up", **fields, action="start", error=str(exc))
+            return False
+        if run.id != run_id:  # a debounced start, folded into the key's run that had not begun
+            self.record.write("folded", **{**fields, "run": run.id, "requested": run_id})
             return False
         self.record.write("started", **fields, created_at=run.created_at.isoformat())
         return True

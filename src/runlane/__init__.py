@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from ._version import __version__ as __version__
 from .context import Context
-from .definitions import Concurrency, Debounce, RateLimit, Singleton, step, workflow
+from .definitions import (
+    Concurrency,
+    Debounce,
+    RateLimit,
+    RemoteWorkflow,
+    Singleton,
+    step,
+    workflow,
+)
 from .engine import Engine
 from .errors import (
     ChildFailedError,
@@ -53,6 +61,7 @@ __all__ = [
     "NonDeterminismError",
     "RateLimit",
     "RateLimitError",
+    "RemoteWorkflow",
     "Retention",
     "Retry",
     "Run",

@@ -122,7 +122,7 @@ class Context:
             raise DefinitionError(f"priority must be an int, not {priority!r}")
         if fairness_key is not None and not isinstance(fairness_key, str):
             raise DefinitionError(f"fairness_key must be a string, not {fairness_key!r}")
-        if definition.remote and turn.host.remote is None:
+        if definition.remote and not turn.dispatches_remote:
             raise DefinitionError(
                 f"step {definition.name!r} is remote (group {definition.group!r}); remote steps"
                 " need a transport and a Worker, which this engine does not have"

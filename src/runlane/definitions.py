@@ -7,6 +7,7 @@ middle of a run.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -93,18 +94,40 @@ class Concurrency:
         return frozenset(self.count_statuses) if self.count_statuses else ACTIVE_STATUSES  # type: ignore[arg-type]
 
 
+MAX_LIMIT = 2**31 - 1
+"""The largest rate limit or step queue concurrency: what every store keeps (a PostgreSQL
+``integer``)."""
+
+MIN_PERIOD = 1e-6
+MAX_PERIOD = timedelta(days=36_525).total_seconds()
+"""A rate limit's or debounce's period (and ``max_wait``) lies between a microsecond (the
+stores' resolution) and a hundred years (an instant that far ahead is still a date)."""
+
+
 def as_seconds(value: Seconds) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 def _period(value: Seconds, what: str) -> float:
-    """A window's length in seconds, which must be positive."""
+    """A window's length in seconds, from ``MIN_PERIOD`` to ``MAX_PERIOD``."""
     if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
         raise DefinitionError(f"{what} must be a number of seconds or a timedelta, got {value!r}")
-    result = as_seconds(value)
+    try:
+        result = as_seconds(value)
+    except OverflowError:  # an int too large for a float
+        result = math.inf
     if not result > 0:
         raise DefinitionError(f"{what} must be positive, got {value!r}")
+    if not MIN_PERIOD <= result <= MAX_PERIOD:
+        raise DefinitionError(
+            f"{what} must be from {MIN_PERIOD:g} s to {MAX_PERIOD:g} s (100 years), got {value!r}"
+        )
     return result
+
+
+def whole_limit(value: object) -> bool:
+    """Whether ``value`` is a whole number from 1 to ``MAX_LIMIT`` (a bool is not)."""
+    return not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= MAX_LIMIT
 
 
 def _key_function(key: object, what: str) -> None:
@@ -128,9 +151,9 @@ class RateLimit:
     on_limit: Literal["reject", "delay"] = "reject"
 
     def __post_init__(self) -> None:
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
+        if not whole_limit(self.limit):
             raise DefinitionError(
-                f"RateLimit.limit must be a whole number >= 1, got {self.limit!r}"
+                f"RateLimit.limit must be a whole number from 1 to {MAX_LIMIT}, got {self.limit!r}"
             )
         object.__setattr__(self, "period", _period(self.period, "RateLimit.period"))
         _key_function(self.key, "RateLimit")
@@ -194,6 +217,8 @@ class WorkflowDefinition:
     tags: tuple[str, ...] = field(default_factory=tuple)
     on_failure: str | None = None
     dead_letter: str | None = None
+    # A remote workflow: its turns run on Workers of this group, never in the engine.
+    group: str | None = None
     # The handlers given as decorated workflows: an engine that registers this workflow
     # registers them too, unless it registers a workflow of that name itself.
     given_handlers: tuple[WorkflowDefinition, ...] = field(default=(), compare=False, repr=False)
@@ -238,6 +263,7 @@ def workflow(
     dead_letter: str | Callable[..., Any] | None = None,
     rate_limit: RateLimit | None = None,
     debounce: Debounce | None = None,
+    group: str | None = None,
 ) -> Callable[[F], F]: ...
 def workflow(
     fn: F | None = None,
@@ -254,6 +280,7 @@ def workflow(
     dead_letter: str | Callable[..., Any] | None = None,
     rate_limit: RateLimit | None = None,
     debounce: Debounce | None = None,
+    group: str | None = None,
 ) -> F | Callable[[F], F]:
     """Declare an ``async def body(ctx, input)`` as a durable workflow.
 
@@ -261,6 +288,7 @@ def workflow(
     that a failed, respectively dead, run starts; see README "When a run fails".
     """
     checked_tags = check_tags(tags)
+    _check_group(group)
     failure, failure_definition = _handler("on_failure", on_failure)
     dead, dead_definition = _handler("dead_letter", dead_letter)
     given = tuple(d for d in (failure_definition, dead_definition) if d is not None)
@@ -295,11 +323,49 @@ def workflow(
             given_handlers=given,
             rate_limit=rate_limit,
             debounce=debounce,
+            group=group,
         )
         setattr(body, WORKFLOW_ATTR, definition)
         return body
 
     return decorate(fn) if fn is not None else decorate
+
+
+def _check_group(group: str | None) -> None:
+    if group is not None and (not isinstance(group, str) or not group):
+        raise DefinitionError(f"group= takes the name of a worker group, got {group!r}")
+
+
+async def _remote_body(ctx: Any, input: Any) -> Any:
+    raise DefinitionError("a RemoteWorkflow's body runs on its workers, never in the engine")
+
+
+def RemoteWorkflow(
+    name: str,
+    group: str,
+    version: str = "1",
+    singleton: Singleton | None = None,
+    concurrency: Concurrency | None = None,
+    on_failure: str | None = None,
+) -> WorkflowDefinition:
+    """A remote workflow declared by an engine that does not have its code: its turns go to
+    the Workers of ``group``, which register the decorated body under the same name."""
+    if not isinstance(name, str) or not name:
+        raise DefinitionError(f"a RemoteWorkflow needs a name, got {name!r}")
+    if group is None:
+        raise DefinitionError(f"RemoteWorkflow {name!r} needs a group")
+    _check_group(group)
+    if on_failure is not None and (not isinstance(on_failure, str) or not on_failure):
+        raise DefinitionError("on_failure= takes a workflow name")
+    return WorkflowDefinition(
+        name=name,
+        version=str(version),
+        fn=_remote_body,
+        singleton=singleton,
+        concurrency=concurrency,
+        on_failure=on_failure,
+        group=group,
+    )
 
 
 def _handler(

@@ -60,6 +60,7 @@ from .options import EngineOptions
 from .queues import StepQueue
 from .registry import Registry
 from .remote import RemoteSteps
+from .remote_turns import RemoteTurns, apply_decision
 from .retention import CATCH_UP_PAUSE, Pruner, Retention
 from .retention import older_than as older_than_cutoffs
 from .runqueue import RunQueue
@@ -72,6 +73,7 @@ from .tracing import Tracing
 from .transports import open_transport
 from .transports.base import Transport
 from .turn import Turn, TurnOutcome
+from .workflow_tasks import Decision
 
 log = logging.getLogger("runlane.engine")
 
@@ -102,6 +104,7 @@ class Engine:
         consumers: Literal["auto", "always", "never"] = "auto",
         schedules: Iterable[Schedule] = (),
         queues: Iterable[StepQueue] = (),
+        remote_workflows: Iterable[WorkflowDefinition] = (),
         retention: Retention | None = None,
         tracer_provider: Any = None,
         **options: Any,
@@ -119,7 +122,13 @@ class Engine:
             else None
         )
         self.remote = RemoteSteps(self, self.transport) if self.transport is not None else None
-        self.registry = Registry(workflows, steps)
+        self.registry = Registry([*workflows, *remote_workflows], steps)
+        self.remote_turns = (
+            RemoteTurns(self, self.transport) if self.transport is not None else None
+        )
+        _check_remote_workflows(self.registry, self.transport)
+        # Decisions claimed by the results consumer, by lease owner, for the turn that applies it.
+        self._decisions: dict[str, Decision] = {}
         self._declared = _declared_schedules(schedules, self.registry)
         self.queues = _registered_queues(queues)
         self.schedules = Scheduler(_SchedulerHost(self))
@@ -827,7 +836,7 @@ class Engine:
         self.stats.turn_began(run_id, claim.run.workflow)
         run = claim.run
         with self.tracing.turn(run.id, run.workflow, run.recoveries + 1):
-            result = await Turn(self, claim, owner, definition).execute(verdict)
+            result = await self._drive(claim, owner, definition, verdict)
         if result.outage is not None:
             self.outage.failed(result.outage, f"executing run {run_id}")
         elif self.outage.down:
@@ -844,6 +853,23 @@ class Engine:
             self._note_wake(result.wake_at)
         return result.woken
 
+    async def _drive(
+        self,
+        claim: Claim,
+        owner: str,
+        definition: WorkflowDefinition,
+        verdict: Settlement | None,
+    ) -> TurnOutcome:
+        """One turn: a worker's decision applied, a turn sent to a remote workflow's worker,
+        or the body replayed here."""
+        decision = self._decisions.pop(owner, None)
+        if decision is not None:
+            drive = functools.partial(apply_decision, decision=decision)
+            return await Turn(self, claim, owner, definition).execute(verdict, drive)
+        if definition.group is not None and verdict is None and self.remote_turns is not None:
+            return await self.remote_turns.send(claim, owner, definition)
+        return await Turn(self, claim, owner, definition).execute(verdict)
+
     def _count_settled(self, run: Run, result: TurnOutcome) -> None:
         status = result.settled.status if result.settled is not None else "unknown"
         self.stats.finished(run.workflow, str(status))
@@ -851,6 +877,22 @@ class Engine:
         if result.successor is not None:
             freed.append(result.successor.run.id)
         self.stats.slot_freed(freed)
+
+    async def apply_decision(self, decision: Decision) -> None:
+        """Lease the run for a worker's decision, if it still awaits that turn, and apply it on
+        a local task; a decision for a turn no longer awaited is dropped."""
+        now = self.now()
+        owner = f"{self.id}:{next(self._tokens)}"
+        lease_until = now + timedelta(seconds=self.options.lease)
+        claim = await self.store.claim_decision(
+            decision.run_id, decision.task_id, owner, now, lease_until
+        )
+        if claim is None:
+            log.debug("run %s: decision %s dropped", decision.run_id, decision.task_id)
+            return
+        self._decisions[owner] = decision
+        assert self._local is not None
+        self._local.spawn(decision.run_id, claim=claim)
 
     async def _claim(self, run_id: str, handoff: bool) -> ClaimOutcome:
         if self.runqueue is not None and not self.runqueue.claiming(run_id):
@@ -1025,6 +1067,14 @@ class _SchedulerHost:
         # A driving engine fires a window at most a poll late, and a busy pass later still:
         # windows later than this passed while nobody drove the schedule.
         return max(MISSED_AFTER, 2 * self._engine.options.poll_interval)
+
+
+def _check_remote_workflows(registry: Registry, transport: Transport | None) -> None:
+    remote = [d.name for d in registry.workflows if d.group is not None]
+    if remote and transport is None:
+        raise DefinitionError(
+            f"workflow {remote[0]!r} is remote (it has a group); its turns need a transport"
+        )
 
 
 def _registered_queues(queues: Iterable[StepQueue]) -> list[StepQueue]:

@@ -5,6 +5,11 @@ trip per run per beat and, under load, each renewal queues for a pooled connecti
 turns' own writes: a busy instance could lose leases it still holds. One keeper per engine
 renews them all at once, every third of the lease, and tells a turn (by dropping it) when its
 lease was taken over.
+
+It also remembers until when each lease is known to be held. A process frozen or starved past
+that instant may have lost the lease without hearing of it yet; a turn asks (``expired``) before
+it starts a step, and confirms the lease with the store first (``confirm``) when it ran out by
+this engine's clock: a step already running is beyond any fence.
 """
 
 from __future__ import annotations
@@ -35,12 +40,16 @@ class LeaseKeeper:
         self._lease_seconds = lease_seconds
         self._outage = outage
         self._held: dict[str, str] = {}  # run id -> lease owner
+        self._until: dict[str, datetime] = {}  # run id -> until when its lease is known held
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
 
-    def hold(self, run_id: str, owner: str) -> None:
-        """Keep renewing ``run_id``'s lease for ``owner`` until ``release``."""
+    def hold(self, run_id: str, owner: str, until: datetime | None = None) -> None:
+        """Keep renewing ``run_id``'s lease for ``owner`` until ``release``; ``until``: when
+        the lease the claim took runs out."""
         self._held[run_id] = owner
+        if until is not None:
+            self._until[run_id] = until
         if self._task is None or self._task.done():
             self._stopping = False
             self._task = asyncio.create_task(self._keep(), name="runlane-leases")
@@ -48,6 +57,27 @@ class LeaseKeeper:
     def release(self, run_id: str, owner: str) -> None:
         if self._held.get(run_id) == owner:
             del self._held[run_id]
+            self._until.pop(run_id, None)
+
+    def expired(self, run_id: str, now: datetime) -> bool:
+        """Whether the lease may be gone: found lost, or run out by ``now`` (a turn that never
+        said until when it holds its lease is taken at its word)."""
+        if run_id not in self._held:
+            return True
+        until = self._until.get(run_id)
+        return until is not None and now >= until
+
+    async def confirm(self, run_id: str, owner: str) -> bool:
+        """Renew this lease now, in a store call of its own; whether it is still held."""
+        until = self._now() + timedelta(seconds=self._lease_seconds())
+        kept = run_id in await self._store.renew_leases({run_id: owner}, until)
+        if kept and self._held.get(run_id) == owner:
+            self._until[run_id] = max(until, self._until.get(run_id, until))
+        elif not kept and self._held.get(run_id) == owner:
+            log.warning("lost the lease on run %s; its turn will be abandoned", run_id)
+            del self._held[run_id]
+            self._until.pop(run_id, None)
+        return kept
 
     async def stop(self) -> None:
         self._stopping = True
@@ -75,6 +105,11 @@ class LeaseKeeper:
                     log.exception("renewing %d lease(s) failed; retrying", len(held))
                 continue
             for run_id, owner in held.items():
-                if run_id not in kept and self._held.get(run_id) == owner:
-                    log.warning("lost the lease on run %s; its turn will be abandoned", run_id)
-                    del self._held[run_id]
+                if self._held.get(run_id) != owner:
+                    continue
+                if run_id in kept:
+                    self._until[run_id] = max(until, self._until.get(run_id, until))
+                    continue
+                log.warning("lost the lease on run %s; its turn will be abandoned", run_id)
+                del self._held[run_id]
+                self._until.pop(run_id, None)

@@ -88,6 +88,9 @@ class Run:
     begin_at: datetime | None = None
     # A debounced run's key (a lane of its workflow): starts of it fold into the run until it begins.
     debounce_key: str | None = None
+    # A remote workflow's turn is out: the task id whose decision the run waits for (meaningful
+    # while the run is suspended; a decision for any other id is dropped).
+    awaiting_decision_task_id: str | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
-from .definitions import RateLimit, as_seconds
+from .definitions import MAX_LIMIT, RateLimit, as_seconds, whole_limit
 from .errors import DefinitionError
 from .models import Admission, QueueSettings, RetryTimer
 
@@ -42,14 +42,10 @@ class StepQueue:
 
     def __post_init__(self) -> None:
         problems = []
-        if not isinstance(self.name, str) or not self.name:
-            problems.append("name must be a non-empty string")
-        if self.concurrency is not None and (
-            isinstance(self.concurrency, bool)
-            or not isinstance(self.concurrency, int)
-            or self.concurrency < 1
-        ):
-            problems.append("concurrency must be None or at least 1")
+        if not isinstance(self.name, str) or not self.name or "\x00" in self.name:
+            problems.append("name must be a non-empty string without NUL characters")
+        if self.concurrency is not None and not whole_limit(self.concurrency):
+            problems.append(f"concurrency must be None or a whole number from 1 to {MAX_LIMIT}")
         if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
             problems.append("rate_limit must be a RateLimit")
         elif self.rate_limit is not None and self.rate_limit.key is not None:

@@ -27,6 +27,7 @@ from .models import JSON, Settled, StepKind, StepRecord, StepStatus
 from .runqueue import RateLimitedLog
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, Malformed, check
+from .workflow_tasks import DECISION_KIND, WORKFLOW_KIND
 
 if TYPE_CHECKING:
     from .context import StepOp
@@ -150,6 +151,10 @@ class RemoteSteps:
         """Land results; the ones the store could not record (an outage) come back, held."""
         held: list[Message] = []
         for raw in results:
+            if isinstance(raw, dict) and raw.get("kind") == DECISION_KIND:
+                if not await self._land_decision(raw):
+                    held.append(raw)
+                continue
             try:
                 result = check("result", raw)
             except Malformed as exc:
@@ -169,6 +174,20 @@ class RemoteSteps:
                         "landing result %s failed (%s)", result.get("step_id"), exc
                     )
         return held
+
+    async def _land_decision(self, decision: Message) -> bool:
+        """Apply a remote workflow turn's decision; False when the store is unreachable."""
+        turns = self.engine.remote_turns
+        try:
+            if turns is not None:
+                await turns.land(decision)
+        except Exception as exc:
+            if not is_infrastructure(exc):
+                self._failures.warning("applying decision %s failed (%s)", decision, exc)
+                return True
+            self.engine.outage.failed(exc, "applying a remote workflow's decision")
+            return False
+        return True
 
     def _waited(self, result: Message) -> bool:
         """Whether a turn here waits for this result in memory (landing it needs no store)."""
@@ -204,6 +223,10 @@ class RemoteSteps:
             try:
                 async with self.transport.heartbeats() as feed:
                     async for raw in feed:
+                        if isinstance(raw, dict) and raw.get("kind") == WORKFLOW_KIND:
+                            if self.engine.remote_turns is not None:
+                                await self.engine.remote_turns.heard_beat(raw)
+                            continue
                         try:
                             beat = check("heartbeat", raw)
                         except Malformed as exc:

@@ -67,6 +67,10 @@ log = logging.getLogger("runlane.engine")
 
 T = TypeVar("T")
 
+Drive = Callable[["Turn"], Awaitable["tuple[Settlement, bool] | None"]]
+"""What decides a turn in place of the body: how the run settles (and whether to discard the
+turn's records), or None when it suspends."""
+
 BATCH = 500
 """Children are started and checked in batches of this many, so wide fans stay few writes."""
 
@@ -402,8 +406,7 @@ class Turn:
         ``alone``: no other step of the turn is being settled beside it."""
         queued = op.definition.queue is not None
         if op.definition.remote:
-            assert self.host.remote is not None
-            settled = await settle_remote_step(self, op, self.host.remote)
+            settled = await self.settle_remote(op)
             await self.recorded_attempt(op, alone=alone)
             return settled
         record = self.recorded(op.seq, StepKind.STEP, op.name)
@@ -420,9 +423,31 @@ class Turn:
                 return None
         else:
             await self.flush()
+        await self.ensure_lease()
         settled = await self._execute_step(op, record, attempt)
         await self.recorded_attempt(op, alone=alone)
         return settled
+
+    @property
+    def dispatches_remote(self) -> bool:
+        """Whether a remote step can be dispatched from this turn."""
+        return self.host.remote is not None
+
+    async def settle_remote(self, op: StepOp) -> Settled | None:
+        assert self.host.remote is not None
+        return await settle_remote_step(self, op, self.host.remote)
+
+    async def ensure_lease(self) -> None:
+        """Before a step starts: a lease run out by this engine's clock (its process was frozen
+        or starved past it, or the keeper found it lost) is confirmed with the store first, and
+        the turn is abandoned when another took the run over. Without this a turn resumed after
+        a freeze would start its next step at once whenever nothing was staged to write (the
+        first step after its claim): a step in flight is beyond any fence."""
+        leases = self.host.leases
+        if leases.expired(self.run.id, self.now()) and not await self.io(
+            leases.confirm(self.run.id, self.owner)
+        ):
+            raise Abandon()
 
     async def _execute_step(
         self, op: StepOp, record: StepRecord | None, attempt: int
@@ -663,20 +688,26 @@ class Turn:
 
     # ---------------------------------------------------------------- the turn
 
-    async def execute(self, verdict: Settlement | None = None) -> TurnOutcome:
+    async def execute(
+        self, verdict: Settlement | None = None, drive: Drive | None = None
+    ) -> TurnOutcome:
         """Run the body to its next suspension point; with ``verdict``, settle the run so
-        without running it (a run recovered too often, leased to be declared dead)."""
-        self.host.leases.hold(self.run.id, self.owner)
+        without running it (a run recovered too often, leased to be declared dead); with
+        ``drive``, let it decide the turn instead of the body (a remote workflow's decision)."""
+        self.host.leases.hold(self.run.id, self.owner, self.run.lease_expires_at)
         try:
-            outcome = await self._execute(verdict)
+            outcome = await self._execute(verdict, drive)
         finally:
             self.host.leases.release(self.run.id, self.owner)
         outcome.woken = [*self.created, *outcome.woken]
         return outcome
 
-    async def _execute(self, verdict: Settlement | None) -> TurnOutcome:
+    async def _execute(self, verdict: Settlement | None, drive: Drive | None = None) -> TurnOutcome:
         try:
-            ending = (verdict, False) if verdict is not None else await self._body()
+            if verdict is not None:
+                ending: tuple[Settlement, bool] | None = (verdict, False)
+            else:
+                ending = await (drive(self) if drive is not None else self._body())
             if ending is None:
                 return await self._suspend()
             return await self._finish(*ending)
@@ -700,13 +731,17 @@ class Turn:
                 return Settlement(RunStatus.FAILED, None, error_dict(self.diverged)), False
             return None
         except ContinueAsNew as cont:
-            spec = await self.host.continuation_spec(self.run, cont.input)
-            return Settlement(RunStatus.COMPLETED, {"continued_as": spec.id}, None, spec), False
+            return await self.continued(cont.input), False
         except Cancelled:
             return Settlement(RunStatus.CANCELLED), True
         except Exception as exc:
             failure = self.diverged or exc
             return Settlement(RunStatus.FAILED, None, error_dict(failure)), False
+
+    async def continued(self, input: JSON) -> Settlement:
+        """The settlement of a run that continues as new with ``input``."""
+        spec = await self.host.continuation_spec(self.run, input)
+        return Settlement(RunStatus.COMPLETED, {"continued_as": spec.id}, None, spec)
 
     async def _suspend(self) -> TurnOutcome:
         wake = min(self.wakes) if self.wakes else None

@@ -1,4 +1,8 @@
-"""The remote step worker: takes a group's tasks off a transport, runs them, returns results.
+"""The remote worker: takes a group's tasks off a transport, runs them, returns results.
+
+A task is a remote step to run, or a remote workflow's turn (``"kind": "workflow"``) to
+decide: the worker replays the body against the task's history (:mod:`runlane.replay`) and
+sends the decision back on the results queue, beating for the turn while it replays.
 
 A worker never touches the store. It runs up to ``concurrency`` steps at once, beats while each
 runs so the dispatching instance knows it is alive, and on ``stop()`` or cancellation it takes
@@ -14,17 +18,26 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
 from .concurrency import call_step_body
 from .definitions import StepDefinition, step_definition
 from .errors import UnknownStepError, error_dict
+from .registry import Registry
+from .replay import replay
 from .serialization import normalise
 from .tracing import Tracing
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, Malformed, check
+from .workflow_tasks import (
+    WORKFLOW_KIND,
+    Decision,
+    check_workflow_task,
+    decision_doc,
+    expired,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +57,7 @@ class Worker:
         transport: Transport,
         steps: Iterable[Any] = (),
         concurrency: int = 8,
+        workflows: Iterable[Any] = (),
         *,
         heartbeat_interval: float = 2.0,
         poll_timeout: float = 1.0,
@@ -62,6 +76,7 @@ class Worker:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.steps = {d.name: d for d in map(_definition, steps)}
         self.tracing = Tracing(tracer_provider)
+        self.workflows = Registry(workflows)
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._running = False
@@ -108,14 +123,50 @@ class Worker:
             # A closed transport answers at once; do not spin on it until stop().
             await asyncio.sleep(self.poll_timeout)
         for raw in taken:
+            if isinstance(raw, dict) and raw.get("kind") == WORKFLOW_KIND:
+                self._start(self._turn(raw))
+                continue
             try:
                 task = check("task", raw)
             except Malformed as exc:
                 log.warning("worker %s: dropping a malformed task: %s", self.name, exc)
                 continue
-            running = asyncio.create_task(self._execute(task))
-            self._in_flight.add(running)
-            running.add_done_callback(self._in_flight.discard)
+            self._start(self._execute(task))
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        running = asyncio.create_task(work)
+        self._in_flight.add(running)
+        running.add_done_callback(self._in_flight.discard)
+
+    async def _turn(self, raw: Message) -> None:
+        """Decide one remote workflow turn and send the decision; beat while replaying."""
+        try:
+            task = check_workflow_task(raw)
+        except Malformed as exc:
+            log.warning("worker %s: dropping a malformed workflow task: %s", self.name, exc)
+            return
+        if expired(task, datetime.now(UTC)):
+            log.info("worker %s: skipping turn %s, sent again since", self.name, task["task_id"])
+            return
+        beat = {
+            "protocol": PROTOCOL,
+            "kind": WORKFLOW_KIND,
+            "task_id": task["task_id"],
+            "run_id": task["run_id"],
+            "worker": self.name,
+        }
+        done = asyncio.Event()
+        beating = asyncio.create_task(self._beats(beat, done))
+        try:
+            decision = await replay(task, self.workflows, self.steps)
+        except Exception as exc:
+            log.exception("worker %s: replaying %s failed", self.name, task.get("run_id"))
+            decision = Decision(str(task["task_id"]), str(task["run_id"]))
+            decision.outcome = {"type": "fail", "error": error_dict(exc)}
+        finally:
+            done.set()
+            beating.cancel()
+        await self._send(decision_doc(decision, self.name))
 
     async def _execute(self, task: Message) -> None:
         done = asyncio.Event()
@@ -160,6 +211,9 @@ class Worker:
             "attempt": task.get("attempt"),
             "worker": self.name,
         }
+        await self._beats(beat, done)
+
+    async def _beats(self, beat: Message, done: asyncio.Event) -> None:
         while not done.is_set():
             try:
                 await self.transport.publish_heartbeat({**beat, "at": _now()})

@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from runlane.admission import lane
-from runlane.errors import ConcurrencyLimitError, LeaseLostError, RunlaneError
+from runlane.errors import (
+    ConcurrencyLimitError,
+    LeaseLostError,
+    RunlaneError,
+    StoreUnavailableError,
+)
 from runlane.models import QuotaGate, RateGate, RetryTimer, RunSpec, Writes
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
@@ -172,6 +177,29 @@ async def queued(*calls: Awaitable[Any]) -> list[asyncio.Future[Any]]:
 
 async def answers(futures: list[asyncio.Future[Any]]) -> list[Any]:
     return await asyncio.gather(*futures, return_exceptions=True)
+
+
+async def test_reads_batched_with_writes_on_a_write_locked_file_still_answer(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the write lock past the busy timeout: the writes of a batch fail
+    (the store is unavailable), its reads answer (a WAL reader never waits for a writer)."""
+    store = SqliteStore(tmp_path / "x.db", busy_timeout=0.1)
+    await store.open()
+    await store.create_runs([spec("there")], T0)
+    other = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        async with one_batch(store):
+            futures = await queued(store.get_run("there"), store.create_runs([spec("new")], T0))
+        read, write = await answers(futures)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert read is not None and read.id == "there"
+    assert isinstance(write, StoreUnavailableError)
+    assert (await store.create_runs([spec("new")], T0))[0].created  # once the lock is gone
+    await store.close()
 
 
 async def test_a_failing_call_in_a_batch_leaves_the_others_committed(tmp_path: Path) -> None:

@@ -792,6 +792,93 @@ async def test_a_heartbeat_for_a_finished_run_is_refused(store: Store) -> None:
     assert await store.list_steps("done") == [remote("done")]
 
 
+# ---------------------------------------------------------------- remote workflow turns
+
+
+async def awaiting(store: Store, run_id: str, task_id: str = "t1", deadline: float = 60) -> Run:
+    """Create the run and send a turn of it: suspended until ``deadline``, awaiting ``task_id``."""
+    await create(store, spec(run_id))
+    await lease(store, run_id)
+    await store.await_decision(run_id, "owner-1", task_id, at(deadline), T0)
+    return await run_of(store, run_id)
+
+
+async def test_a_turn_sent_out_suspends_the_run_marked_with_its_task_until_the_deadline(
+    store: Store,
+) -> None:
+    run = await awaiting(store, "a", "t1", deadline=60)
+    assert run.status == RunStatus.SUSPENDED and run.awaiting_decision_task_id == "t1"
+    assert run.wake_at == at(60) and run.lease_owner is None
+    assert await store.due_run_ids(at(59), 10, None) == []
+    assert await store.due_run_ids(at(60), 10, None) == ["a"]
+
+
+async def test_awaiting_a_decision_is_fenced(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    with pytest.raises(LeaseLostError):
+        await store.await_decision("a", "someone-else", "t1", at(60), T0)
+    await store.cancel_run("a", T0, None)
+    with pytest.raises(RunCancelling):
+        await store.await_decision("a", "owner-1", "t1", at(60), T0)
+
+
+async def test_only_the_awaited_task_claims_the_run_and_only_once(store: Store) -> None:
+    await awaiting(store, "a", "t1")
+    await store.record_heartbeat("a", 1, 1, T0)
+    assert await store.claim_decision("a", "t0", "owner-2", at(1), at(31)) is None
+    claim = await store.claim_decision("a", "t1", "owner-2", at(1), at(31))
+    assert claim is not None
+    assert claim.run.status == RunStatus.RUNNING and claim.run.lease_owner == "owner-2"
+    assert claim.run.awaiting_decision_task_id is None and claim.run.wake_at is None
+    assert await store.claim_decision("a", "t1", "owner-3", at(2), at(32)) is None
+    assert (await run_of(store, "a")).lease_owner == "owner-2"
+
+
+async def test_a_decision_for_a_cancelled_or_unknown_run_claims_nothing(store: Store) -> None:
+    await awaiting(store, "a", "t1")
+    await store.cancel_run("a", at(1), None)
+    assert await store.claim_decision("a", "t1", "owner-2", at(2), at(32)) is None
+    assert await store.claim_decision("nope", "t1", "owner-2", at(2), at(32)) is None
+    assert await status_of(store, "a") == RunStatus.CANCELLED
+
+
+async def test_a_wake_while_a_turn_is_out_leaves_the_run_alone_and_rewakes_after_apply(
+    store: Store,
+) -> None:
+    await awaiting(store, "a", "t1", deadline=60)
+    assert await store.deliver_signal("a", "go", {"x": 1}, at(1)) is False
+    run = await run_of(store, "a")
+    assert run.wake_at == at(60) and run.wake_requested_at is not None
+    assert await store.due_run_ids(at(2), 10, None) == []
+    claim = await store.claim_decision("a", "t1", "owner-2", at(3), at(33))
+    assert claim is not None and [s.name for s in claim.signals] == ["go"]
+    assert await store.suspend_run("a", "owner-2", Writes(), at(100), at(4)) is True
+    assert (await run_of(store, "a")).wake_at == at(4)
+
+
+async def test_a_beat_pushes_the_deadline_forward_only_while_the_turn_is_awaited(
+    store: Store,
+) -> None:
+    await awaiting(store, "a", "t1", deadline=60)
+    assert await store.extend_decision("a", "t1", at(90)) is True
+    assert (await run_of(store, "a")).wake_at == at(90)
+    assert await store.extend_decision("a", "t1", at(70)) is True
+    assert (await run_of(store, "a")).wake_at == at(90)
+    assert await store.extend_decision("a", "t0", at(120)) is False
+    assert await store.claim_decision("a", "t1", "owner-2", at(1), at(31)) is not None
+    assert await store.extend_decision("a", "t1", at(120)) is False
+    assert (await run_of(store, "a")).wake_at is None
+
+
+async def test_a_turn_sent_again_supersedes_the_one_out(store: Store) -> None:
+    await awaiting(store, "a", "t1", deadline=60)
+    await lease(store, "a", owner="owner-2", now=at(60))
+    await store.await_decision("a", "owner-2", "t2", at(120), at(60))
+    assert await store.claim_decision("a", "t1", "owner-3", at(61), at(91)) is None
+    assert await store.claim_decision("a", "t2", "owner-3", at(61), at(91)) is not None
+
+
 # ---------------------------------------------------------------- singleton admission
 
 

@@ -38,7 +38,7 @@ def test_sigkill_mid_run_then_restart_completes_every_run_with_no_lost_step(tmp_
     while len(_lines(log)) < 8 and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(first.pid, signal.SIGKILL)
-    first.wait(10)
+    first.communicate(timeout=10)  # reaps it and closes its pipe
     executed_before = len(_lines(log))
     assert 0 < executed_before < RUNS * 5, f"kill landed outside the burst: {executed_before} steps"
 

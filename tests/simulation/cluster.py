@@ -5,6 +5,9 @@ reached through a store object per engine, as separate processes would), one ``M
 and no background loops: nothing happens unless a rule makes it happen. Hypothesis' stateful
 testing chooses the operations (start with or without a run id, signal, cancel, requeue, tick
 an engine, advance the clock, jump past the lease, crash an engine mid-turn) and their order;
+the workload includes steps through step queues (one with two slots, one with a rate limit),
+and starts of workflows with a rate limit, a throttle and a debounce, whose outcome the model
+computes from the clock;
 after each one, invariants that must hold at every instant are checked against the store, and
 at the end the cluster is driven to rest and every run is checked against a plain reference
 model of what it must have become. A failure prints the shrunk list of operations.
@@ -18,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import Counter
+import itertools
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -29,13 +34,19 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precon
 import runlane
 from runlane import (
     ConcurrencyLimitError,
+    Debounce,
     Engine,
     FatalError,
+    RateLimit,
+    RateLimitError,
     Run,
     RunStatus,
     SingletonQueueFullError,
+    StepQueue,
 )
+from runlane.definitions import as_seconds
 from runlane.errors import RunFinishedError
+from runlane.queues import window_start
 from runlane.stores.base import Store
 from runlane.testing import ManualClock
 
@@ -44,6 +55,54 @@ QUOTA_LIMIT = 2
 ENGINES = 3
 
 executions: Counter[tuple[str, int]] = Counter()
+
+# Step queues: two slots for three steps at once; two admissions per fixed 10 s window.
+SLOTS = StepQueue("sim.slots", concurrency=2)
+METER = StepQueue("sim.meter", rate_limit=RateLimit(limit=2, period=10.0))
+QUEUES = {q.name: q for q in (SLOTS, METER)}
+# Run-level flow control, per key.
+LIMIT = RateLimit(limit=2, period=10.0, key=lambda i: i["key"])
+THROTTLE = RateLimit(limit=1, period=5.0, key=lambda i: i["key"], on_limit="delay")
+DEBOUNCE = Debounce(key=lambda i: i["key"], period=2.0, max_wait=5.0)
+
+
+@dataclass(frozen=True)
+class QueuedExecution:
+    """One execution of a step admitted by a queue: from event-loop moment ``begin`` to
+    ``end``, at clock time ``at``; ``token`` is its result."""
+
+    queue: str
+    run: str
+    seq: int
+    begin: int
+    end: int
+    at: datetime
+    token: int
+
+
+queue_log: list[QueuedExecution] = []
+moments = itertools.count()
+began: dict[str, datetime] = {}  # the clock when a run executed its first step
+clocks: list[ManualClock] = []  # the running example's clock, for the steps
+
+
+@runlane.step(name="sim.slow")
+async def slow(args: list[Any]) -> int:
+    """A step that spans a few event-loop steps, so steps admitted at once overlap."""
+    run_id, seq, queue = str(args[0]), int(args[1]), str(args[2])
+    executions[(run_id, seq)] += 1
+    begin, at = next(moments), clocks[-1].now()
+    for _ in range(3):
+        await asyncio.sleep(0)
+    token = next(moments)
+    queue_log.append(QueuedExecution(queue, run_id, seq, begin, next(moments), at, token))
+    return token
+
+
+@runlane.step(name="sim.stamp")
+async def stamp(run_id: str) -> None:
+    executions[(run_id, 1)] += 1
+    began.setdefault(run_id, clocks[-1].now())
 
 
 @runlane.step(name="sim.work")
@@ -96,7 +155,35 @@ async def quota(ctx: runlane.Context, _: Any) -> Any:
     return await ctx.wait_for_signal("go")
 
 
-WORKFLOWS = [steps, sleeper, waiter, fails, keyed, quota]
+@runlane.workflow(name="sim.queued")
+async def queued(ctx: runlane.Context, _: Any) -> int:
+    """Three steps at once through the queue of two slots, then one through the metered one."""
+    ops = [ctx.step(slow, [ctx.run_id, seq, SLOTS.name], queue=SLOTS.name) for seq in (1, 2, 3)]
+    tokens = await ctx.all(ops)
+    tokens.append(await ctx.step(slow, [ctx.run_id, 4, METER.name], queue=METER.name))
+    return len(tokens)
+
+
+@runlane.workflow(name="sim.limited", rate_limit=LIMIT)
+async def limited(ctx: runlane.Context, input: dict[str, Any]) -> int:
+    await ctx.step(stamp, ctx.run_id)
+    return int(input["n"])
+
+
+@runlane.workflow(name="sim.throttled", rate_limit=THROTTLE)
+async def throttled(ctx: runlane.Context, input: dict[str, Any]) -> int:
+    await ctx.step(stamp, ctx.run_id)
+    return int(input["n"])
+
+
+@runlane.workflow(name="sim.debounced", debounce=DEBOUNCE)
+async def debounced(ctx: runlane.Context, input: dict[str, Any]) -> int:
+    await ctx.step(stamp, ctx.run_id)
+    return int(input["n"])
+
+
+WORKFLOWS = [steps, sleeper, waiter, fails, keyed, quota, queued, limited, throttled, debounced]
+FLOW = ("limited", "throttled", "debounced")
 
 
 @dataclass
@@ -108,6 +195,8 @@ class Expected:
     signal: Any = None
     signalled: bool = False
     cancelled: bool = False  # a cancel of it returned True (and no requeue since)
+    created: datetime | None = None
+    begin_at: datetime | None = None  # a throttled or debounced run: when it may begin
 
     def final(self) -> tuple[RunStatus, Any] | None:
         """The run's status and output once the cluster is at rest (None: either of several)."""
@@ -121,6 +210,10 @@ class Expected:
             return RunStatus.COMPLETED, f"held {self.input['key']}"
         if self.kind == "fails":
             return RunStatus.FAILED, None
+        if self.kind == "queued":
+            return RunStatus.COMPLETED, 4
+        if self.kind in FLOW:
+            return RunStatus.COMPLETED, self.input["n"]
         if self.signalled:  # waiter, quota
             return RunStatus.COMPLETED, self.signal
         return RunStatus.SUSPENDED, None
@@ -132,6 +225,9 @@ class Model:
     terminal: dict[str, RunStatus] = field(default_factory=dict)  # seen terminal, not requeued
     crashes: int = 0
     requeues: Counter[str] = field(default_factory=Counter)  # run id -> times requeued
+    limited: defaultdict[str, list[datetime]] = field(default_factory=lambda: defaultdict(list))
+    throttled: defaultdict[str, list[datetime]] = field(default_factory=lambda: defaultdict(list))
+    debounced: dict[str, str] = field(default_factory=dict)  # key -> its latest run
 
 
 KINDS = {
@@ -146,6 +242,11 @@ KINDS = {
         ),
     ),
     "quota": (quota, st.none()),
+    "queued": (queued, st.none()),
+    **{
+        kind: (workflow, st.fixed_dictionaries({"key": st.sampled_from(["A", "B"])}))
+        for kind, workflow in zip(FLOW, (limited, throttled, debounced), strict=True)
+    },
 }
 
 
@@ -158,8 +259,11 @@ class Cluster(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         executions.clear()
+        queue_log.clear()
+        began.clear()
         self.loop = asyncio.new_event_loop()
         self.clock = ManualClock()
+        clocks.append(self.clock)
         self.model = Model()
         self.serial = 0
         self.stores: list[Store] = []
@@ -179,6 +283,7 @@ class Cluster(RuleBasedStateMachine):
         return Engine(
             store,
             workflows=WORKFLOWS,
+            queues=list(QUEUES.values()),
             clock=self.clock,
             drive=False,
             lease=LEASE,
@@ -211,21 +316,71 @@ class Cluster(RuleBasedStateMachine):
     )
     def start(self, engine: int, kind: str, data: st.DataObject, named: bool) -> str:
         workflow, inputs = KINDS[kind]
-        value = data.draw(inputs)
+        value: Any = data.draw(inputs)
         self.clock.advance(0.001)  # no two starts at one instant: FIFO ties stay deterministic
         self.serial += 1
+        if kind in FLOW:
+            value = {**value, "n": self.serial}
         run_id = f"{kind}-{self.serial}" if named else None
         active_quota = self._active_quota() if kind == "quota" else 0
+        full = kind == "limited" and self._window_full(value["key"])
         try:
             run = self.run(self.engines[engine].start(workflow, value, run_id=run_id))
         except ConcurrencyLimitError:
             assert active_quota >= QUOTA_LIMIT, "a quota start was refused below the limit"
             return "refused"
+        except RateLimitError:
+            assert full, f"a start of {value} was refused with room in its window"
+            return "refused"
         except SingletonQueueFullError:  # pragma: no cover - the keyed rule sets no depth
             raise AssertionError("no backlog limit is set") from None
         assert kind != "quota" or active_quota < QUOTA_LIMIT, "a quota start went over the limit"
-        self.model.runs[run.id] = Expected(kind, value)
+        assert not full, f"a start of {value} went over its rate limit"
+        if kind == "debounced" and self._fold(run, value):
+            return str(run.id)
+        expected = Expected(kind, value, created=self.clock.now())
+        self.model.runs[run.id] = expected
+        if kind == "limited":
+            self.model.limited[value["key"]].append(self.clock.now())
+        elif kind == "throttled":
+            expected.begin_at = self._throttle_instant(value["key"])
+            assert run.rate_at == expected.begin_at, f"{run.id} counted at {run.rate_at}"
+        elif kind == "debounced":
+            expected.begin_at = self.clock.now() + timedelta(seconds=as_seconds(DEBOUNCE.period))
+            assert run.begin_at == expected.begin_at, f"{run.id} begins at {run.begin_at}"
+            self.model.debounced[value["key"]] = run.id
         return str(run.id)
+
+    def _window_full(self, key: str) -> bool:
+        """Whether the rate limit's sliding window ending now holds ``limit`` starts of key."""
+        since = self.clock.now() - timedelta(seconds=as_seconds(LIMIT.period))
+        return sum(1 for t in self.model.limited[key] if t > since) >= LIMIT.limit
+
+    def _throttle_instant(self, key: str) -> datetime:
+        """A throttled start's instant: now, or ``period`` after the ``limit``-th latest one."""
+        given = self.model.throttled[key]
+        now = self.clock.now()
+        at = now
+        if len(given) >= THROTTLE.limit:
+            at = max(now, given[-THROTTLE.limit] + timedelta(seconds=as_seconds(THROTTLE.period)))
+        given.append(at)
+        return at
+
+    def _fold(self, run: Run, value: dict[str, Any]) -> bool:
+        """A debounced start: folded into the key's run when that run has not begun (and was
+        not cancelled), which must be the run the start returned, begun later."""
+        held = self.model.runs.get(self.model.debounced.get(value["key"], ""))
+        now = self.clock.now()
+        if held is None or held.cancelled or held.begin_at is None or held.begin_at <= now:
+            assert run.id not in self.model.runs, f"{value} folded into {run.id}, which began"
+            return False
+        assert run.id == self.model.debounced[value["key"]], f"{value} made {run.id}"
+        assert held.created is not None
+        latest = held.created + timedelta(seconds=as_seconds(DEBOUNCE.max_wait or 0))
+        period = timedelta(seconds=as_seconds(DEBOUNCE.period))
+        held.begin_at, held.input = min(now + period, latest), value
+        assert run.begin_at == held.begin_at, f"{run.id} begins at {run.begin_at}"
+        return True
 
     @rule(run_id=runs, engine=st.integers(0, ENGINES - 1), payload=st.integers(0, 9))
     def signal(self, run_id: str, engine: int, payload: int) -> None:
@@ -317,6 +472,12 @@ class Cluster(RuleBasedStateMachine):
         assert self._active_quota() <= QUOTA_LIMIT
 
     @invariant()
+    def a_step_queue_never_has_more_slots_held_than_its_concurrency(self) -> None:
+        for name, held in self.holders().items():
+            concurrency = QUEUES[name].concurrency
+            assert concurrency is None or held <= concurrency, f"{name}: {held} slots held"
+
+    @invariant()
     def a_terminal_run_stays_as_it_ended(self) -> None:
         for run in self._all():
             if not run.is_terminal:
@@ -345,13 +506,55 @@ class Cluster(RuleBasedStateMachine):
             assert final is not None
             got = (run.status, run.output if final[0] == RunStatus.COMPLETED else None)
             assert got == final, f"{run_id} ({expected}) ended {run.status} {run.output!r}"
+        self._check_queues()
+        self._check_flow()
         # A step runs again only when a crash cut its turn, or a requeue replays a step that did
         # not complete (a failed one): once per crash or requeue at most.
         for (run_id, seq), n in executions.items():
             allowed = 1 + self.model.crashes + self.model.requeues[run_id]
             assert n <= allowed, f"step {seq} of {run_id} ran {n} times (at most {allowed})"
 
+    def _check_queues(self) -> None:
+        """The executions whose results their steps recorded (each ran inside its slot): at no
+        moment more of them in flight in a queue than its concurrency, and no fixed window
+        with more of them than the queue's rate limit admits."""
+        recorded = {
+            (r.run_id, int(r.input[1])): r.output
+            for run_id, expected in self.model.runs.items()
+            if expected.kind == "queued"
+            for r in self.run(self.observer.list_steps(run_id))
+        }
+        held = [e for e in queue_log if recorded.get((e.run, e.seq)) == e.token]
+        for name, queue in QUEUES.items():
+            mine = [e for e in held if e.queue == name]
+            if queue.concurrency is not None:
+                for e in mine:
+                    inside = [o for o in mine if o.begin <= e.begin < o.end]
+                    assert len(inside) <= queue.concurrency, f"{name}: {inside} at once"
+            if queue.rate_limit is not None:
+                period = as_seconds(queue.rate_limit.period)
+                windows = Counter(window_start(e.at, period) for e in mine)
+                assert max(windows.values(), default=0) <= queue.rate_limit.limit, windows
+
+    def _check_flow(self) -> None:
+        """Throttled and debounced runs began (executed their step) no sooner than the
+        instant the model gave them, which the store agrees with."""
+        for run_id, expected in self.model.runs.items():
+            if expected.kind not in ("throttled", "debounced") or expected.cancelled:
+                continue
+            run = self._get(run_id)
+            assert run is not None
+            stored = run.rate_at if expected.kind == "throttled" else run.begin_at
+            assert stored == expected.begin_at, f"{run_id} held until {stored}, not {expected}"
+            assert expected.begin_at is not None and began[run_id] >= expected.begin_at, (
+                f"{run_id} began at {began[run_id]}, before {expected.begin_at}"
+            )
+
     # ---------------------------------------------------------------- reads
+
+    def holders(self) -> dict[str, int]:
+        """Slots held in each step queue: entries admitted, of runs not settled."""
+        raise NotImplementedError
 
     def _all(self) -> list[Run]:
         return list(self.run(self.observer.list_runs(limit=10_000)))
@@ -376,6 +579,11 @@ class Cluster(RuleBasedStateMachine):
         ]
 
 
+HOLDERS = """SELECT e.queue, count(*) FROM {entries} AS e JOIN {runs} AS r ON r.id = e.run_id
+WHERE e.admitted_at IS NOT NULL AND r.status NOT IN ('completed', 'failed', 'cancelled', 'dead')
+GROUP BY e.queue"""
+
+
 class MemoryCluster(Cluster):
     store_kind = "memory"
 
@@ -387,6 +595,17 @@ class MemoryCluster(Cluster):
 
     def new_store(self) -> Store:
         return self.shared
+
+    def holders(self) -> dict[str, int]:
+        runs = {r.id: r for r in self._all()}
+        entries = self.shared._queues._entries.values()
+        return dict(
+            Counter(
+                e.queue
+                for e in entries
+                if e.admitted_at is not None and not runs[e.run_id].is_terminal
+            )
+        )
 
 
 class PostgresCluster(Cluster):
@@ -413,6 +632,15 @@ class PostgresCluster(Cluster):
 
         return PostgresStore(self.url, max_size=3)
 
+    def holders(self) -> dict[str, int]:
+        import psycopg
+
+        with psycopg.connect(self.url) as conn:
+            rows = conn.execute(
+                HOLDERS.format(runs="runlane_runs", entries="runlane_queue_entries")
+            )
+            return dict(rows.fetchall())
+
     def teardown(self) -> None:
         import psycopg
 
@@ -436,6 +664,13 @@ class SqliteCluster(Cluster):
         from runlane.stores.sqlite import SqliteStore
 
         return SqliteStore(self.folder / "sim.db")
+
+    def holders(self) -> dict[str, int]:
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(self.folder / "sim.db")) as conn:
+            rows = conn.execute(HOLDERS.format(runs="runs", entries="queue_entries"))
+            return dict(rows.fetchall())
 
     def teardown(self) -> None:
         import shutil

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chaos.app import DOOMED
-from chaos.check import Evidence, Execution, Freeze, check
+from chaos.check import Evidence, Execution, Freeze, QueueAdmission, check
 from runlane import Run, RunStatus, StepRecord
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -196,3 +196,120 @@ def test_a_signal_run_that_got_another_payload_is_caught() -> None:
     records.insert(1, StepRecord(run.id, 2, "go", "signal", "completed"))
     log = [_exec(run.id, label, 1.0, token=token) for label, token in tokens.items()]
     assert _counts(_evidence([run], {run.id: records}, log)) == {"signal": 1}
+
+
+def _queued(run_id: str, labels: str, log: list[Execution]) -> tuple[Run, list[StepRecord]]:
+    """A completed c.stepq run whose records hold the tokens of its executions in ``log``."""
+    tokens: dict[str, str] = {}
+    for e in log:
+        if e.run == run_id:
+            tokens.setdefault(e.label, e.token)  # the first execution's result is recorded
+    records = [
+        StepRecord(run_id, i + 1, "c.local", "step", "completed", [run_id, x, "q:cq.slots"], t)
+        for i, (x, t) in enumerate(sorted(tokens.items()))
+    ]
+    return _run(run_id, "c.stepq", output={"tokens": tokens}), records
+
+
+def test_more_recorded_attempts_in_a_step_queue_than_its_slots_are_caught() -> None:
+    lane = "q:cq.slots"  # concurrency 2
+    log = [
+        _exec("s1", "a", 1.0, 2.0, lane=lane),
+        _exec("s2", "a", 1.5, 2.5, lane=lane),
+        _exec("s3", "a", 2.0, 3.0, lane=lane),  # as s1 ends: within the slots
+        # A duplicate of s2/a whose result was not recorded: no slot covers it.
+        _exec("s2", "a", 2.2, 2.4, lane=lane, token="duplicate"),
+    ]
+    runs, steps = [], {}
+    for run_id in ("s1", "s2", "s3"):
+        run, records = _queued(run_id, "a", log)
+        runs.append(run)
+        steps[run_id] = records
+    findings = check(_evidence(runs, steps, log))
+    assert not findings.offences["queue_concurrency"] and len(findings.unrecorded) == 1
+    log.append(_exec("s3", "b", 1.8, 1.9, lane=lane))  # a third recorded attempt in flight
+    run, steps["s3"] = _queued("s3", "ab", log)
+    findings = check(_evidence([*runs[:2], run], steps, log))
+    assert len(findings.offences["queue_concurrency"]) == 1
+
+
+def test_more_admissions_of_a_rate_limited_queue_in_one_window_are_caught() -> None:
+    base = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)  # cq.metered: 4 per fixed 1 s window
+    at = [base + timedelta(seconds=s) for s in (0.0, 0.2, 0.5, 0.99, 1.0, 1.5)]
+    admissions = [QueueAdmission("cq.metered", f"m{i}", 1, t) for i, t in enumerate(at)]
+    evidence = _evidence([])
+    evidence.admissions = admissions
+    assert "queue_rate" not in _counts(evidence)
+    evidence.admissions.append(QueueAdmission("cq.metered", "m9", 2, base + timedelta(seconds=0.7)))
+    assert _counts(evidence)["queue_rate"] == 1
+
+
+def _limited(run_id: str, workflow: str, key: str, rate_at: float, **fields: Any) -> Run:
+    at = T0 + timedelta(seconds=rate_at)
+    return _run(run_id, workflow, **{"created_at": at, "rate_key": key, "rate_at": at, **fields})
+
+
+def test_more_runs_of_a_rate_limited_key_in_a_sliding_window_are_caught() -> None:
+    # c.limited: 2 per any 4 s. 0, 1, 4, 5 fits; 0, 1, 3.9 does not (key B's own window).
+    runs = [_limited(f"l{i}", "c.limited", "A", t) for i, t in enumerate((0.0, 1.0, 4.0, 5.0))]
+    assert "rate_limit" not in _counts(_evidence(runs))
+    runs += [_limited(f"k{i}", "c.limited", "B", t) for i, t in enumerate((0.0, 1.0, 3.9))]
+    assert _counts(_evidence(runs))["rate_limit"] == 1
+
+
+def test_throttled_runs_begun_too_fast_out_of_order_or_early_are_caught() -> None:
+    # c.throttled: 2 per any 2 s, in start order.
+    def throttled(times: Sequence[float]) -> list[Run]:
+        return [
+            _limited(f"t{i}", "c.throttled", "A", t, created_at=T0 + timedelta(seconds=i))
+            for i, t in enumerate(times)
+        ]
+
+    assert "throttle" not in _counts(_evidence(throttled((0.0, 1.0, 2.0, 3.0))))
+    assert _counts(_evidence(throttled((0.0, 1.0, 1.5))))["throttle"] == 1  # 3 in 2 s
+    assert _counts(_evidence(throttled((0.0, 3.0, 2.0))))["throttle"] == 1  # out of order
+    early = _exec("t1", "a", T0.timestamp() + 0.5)  # t1's instant is T0 + 1 s
+    assert _counts(_evidence(throttled((0.0, 1.0)), executions=[early]))["throttle"] == 1
+
+
+def _debounced(run_id: str, created: float, begin: float, key: str = "A", **fields: Any) -> Run:
+    return _run(
+        run_id,
+        "c.debounced",
+        created_at=T0 + timedelta(seconds=created),
+        begin_at=T0 + timedelta(seconds=begin),
+        debounce_key=key,
+        **fields,
+    )
+
+
+def test_two_held_runs_of_a_debounced_key_or_one_begun_early_are_caught() -> None:
+    runs = [_debounced("d1", 0.0, 0.5), _debounced("d2", 0.5, 1.0), _debounced("e1", 0, 1, "B")]
+    assert "debounce" not in _counts(_evidence(runs))
+    runs.append(_debounced("d3", 0.9, 1.4))  # while d2 was held
+    assert _counts(_evidence(runs))["debounce"] == 1
+    early = _exec("d1", "a", T0.timestamp() + 0.4)
+    assert _counts(_evidence(runs[:3], executions=[early]))["debounce"] == 1
+
+
+def test_a_fold_into_a_begun_run_or_a_run_without_the_last_input_is_caught() -> None:
+    first, last = {"key": "A", "n": 1}, {"key": "A", "n": 2}
+    run = _debounced("d1", 0.0, 1.0, input=last, status="completed", output={"seen": last})
+    at = T0.timestamp()
+
+    def record(folded_at: float, folded_input: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            {"event": "started", "run": "d1", "workflow": "c.debounced", "input": first},
+            {
+                "event": "folded",
+                "run": "d1",
+                "requested": "d2",
+                "workflow": "c.debounced",
+                "input": folded_input,
+                "asked": at + folded_at,
+            },
+        ]
+
+    assert "debounce" not in _counts(_evidence([run], record=record(0.5, last)))
+    assert _counts(_evidence([run], record=record(1.0, last)))["debounce"] == 1  # had begun
+    assert _counts(_evidence([run], record=record(0.5, first)))["debounce"] == 1  # not the last

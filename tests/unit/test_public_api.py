@@ -20,6 +20,7 @@ EXPECTED = {
     "NonDeterminismError",
     "RateLimit",
     "RateLimitError",
+    "RemoteWorkflow",
     "Retention",
     "Retry",
     "Run",

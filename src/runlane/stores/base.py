@@ -12,6 +12,8 @@ Vocabulary:
 * **Wake**: making a waiting run due. For a ``suspended``/``blocked`` run a wake sets
   ``wake_at = now``; for a leased run (a turn is in flight) it stamps ``wake_requested_at`` so the
   turn's suspend write keeps the run due instead of letting it sleep; a pending run is already due.
+  A suspended run awaiting a remote decision (``awaiting_decision_task_id`` set) is left alone:
+  the wake stamps ``wake_requested_at``, which the decision's apply finds (its suspend rewakes).
 * **Singleton slot**: a run with a ``singleton_key`` holds a slot (``holds_slot``) from the claim
   that admitted it until its terminal settlement, whatever happens in between (suspension, lease
   expiry, restart). Waiters are the key's active runs without a slot, FIFO by
@@ -36,6 +38,7 @@ from typing import Protocol, runtime_checkable
 
 from ..models import (
     Admission,
+    Claim,
     ClaimOutcome,
     Event,
     Lease,
@@ -237,6 +240,43 @@ class Store(Protocol):
         """Set ``last_heartbeat_at = at`` on the ``running`` record at ``seq`` for ``attempt``.
 
         False (nothing written) when there is no such record or the run is terminal.
+        """
+        ...
+
+    # ---------------------------------------------------------------- remote workflow turns
+
+    async def await_decision(
+        self, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
+    ) -> None:
+        """Park a leased run while a worker decides its turn, in one fenced write.
+
+        The run becomes ``suspended`` with ``awaiting_decision_task_id = task_id`` and
+        ``wake_at = deadline`` (the turn is sent again when no decision or beat came by then);
+        the lease is released. ``wake_requested_at`` is kept: a wake that landed during the
+        lease is newer than the task's snapshot. The caller sends the task only after this
+        returns, so a decision can be claimed on any instance as soon as it exists.
+        """
+        ...
+
+    async def claim_decision(
+        self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> Claim | None:
+        """Lease a run to apply the decision of ``task_id``, atomically.
+
+        Only a ``suspended`` run whose ``awaiting_decision_task_id`` is ``task_id``: it becomes
+        ``running`` under ``owner`` until ``lease_until``, the marker and ``wake_at`` are
+        cleared in the same write; ``wake_requested_at`` is kept (a wake that landed while the
+        turn was out makes the apply's suspend rewake). Returns the claim as :meth:`claim_run`
+        does. ``None`` and nothing written otherwise: a duplicate or stale decision, a run
+        cancelled, finished or requeued meanwhile, an unknown run.
+        """
+        ...
+
+    async def extend_decision(self, run_id: str, task_id: str, deadline: datetime) -> bool:
+        """Push the deadline of the outstanding turn ``task_id`` (``wake_at``) to ``deadline``.
+
+        Applies only while the run is ``suspended`` awaiting ``task_id`` and only forward;
+        returns whether it applied.
         """
         ...
 

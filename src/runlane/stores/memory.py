@@ -346,6 +346,43 @@ class MemoryStore:
                 kept.add(run_id)
         return kept
 
+    # ---------------------------------------------------------------- remote workflow turns
+
+    async def await_decision(
+        self, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
+    ) -> None:
+        run = self._fenced(run_id, owner)
+        self._runs[run_id] = replace(
+            run,
+            status=RunStatus.SUSPENDED,
+            awaiting_decision_task_id=task_id,
+            wake_at=deadline,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+
+    async def claim_decision(
+        self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> Claim | None:
+        run = self._runs.get(run_id)
+        if run is None or not _awaiting(run) or run.awaiting_decision_task_id != task_id:
+            return None
+        requested = run.wake_requested_at
+        claim = self._lease(
+            replace(run, awaiting_decision_task_id=None), Lease(owner, lease_until), now
+        )
+        self._runs[run_id] = replace(self._runs[run_id], wake_requested_at=requested)
+        return Claim(self._runs[run_id], claim.steps, claim.signals)
+
+    async def extend_decision(self, run_id: str, task_id: str, deadline: datetime) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or not _awaiting(run) or run.awaiting_decision_task_id != task_id:
+            return False
+        if run.wake_at is None or run.wake_at < deadline:
+            self._runs[run_id] = replace(run, wake_at=deadline)
+        return True
+
     # ---------------------------------------------------------------- turn writes
 
     def _fenced(self, run_id: str, owner: str, *, allow_cancelling: bool = False) -> Run:
@@ -466,6 +503,9 @@ class MemoryStore:
         run = self._runs.get(run_id)
         if run is None or run.is_terminal:
             return False
+        if _awaiting(run):
+            self._runs[run_id] = replace(run, wake_requested_at=now)
+            return False
         if run.status in _WAITING:
             self._runs[run_id] = replace(run, wake_at=now, updated_at=now)
         elif run.status in _LEASED:
@@ -514,8 +554,8 @@ class MemoryStore:
         self._signals.setdefault(run_id, []).append(signal)
         if self._waits_for(run_id, StepKind.SIGNAL, name):
             return self._wake(run_id, now)
-        if run.status in _LEASED:
-            self._wake(run_id, now)
+        if run.status in _LEASED or _awaiting(run):
+            self._wake(run_id, now)  # the turn in flight (here or on a worker) may have missed it
         return False
 
     def _waits_for(self, run_id: str, kind: StepKind, name: str) -> bool:
@@ -843,6 +883,10 @@ def reported_step(
 def _foldable(run: Run, now: datetime) -> bool:
     """Whether a debounced run has not begun yet, so a start of its key folds into it."""
     return run.status == RunStatus.BLOCKED and run.held(now)
+
+
+def _awaiting(run: Run) -> bool:
+    return run.status == RunStatus.SUSPENDED and run.awaiting_decision_task_id is not None
 
 
 def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:

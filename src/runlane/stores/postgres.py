@@ -433,6 +433,25 @@ class PostgresStore:
 
     # ---------------------------------------------------------------- turn writes (fenced)
 
+    async def await_decision(
+        self, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
+    ) -> None:
+        park = {"id": run_id, "owner": owner, "task_id": task_id, "deadline": deadline, "now": now}
+        _check_fence(_first(await self._db.rows("await_decision", **park)), run_id, owner)
+
+    async def claim_decision(
+        self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> Claim | None:
+        lease = {"owner": owner, "lease_until": lease_until, "now": now}
+        rows = await self._db.rows("claim_decision", id=run_id, task_id=task_id, **lease)
+        if not rows:
+            return None
+        return await self._handed_claim({**rows[0], "has_history": True})
+
+    async def extend_decision(self, run_id: str, task_id: str, deadline: datetime) -> bool:
+        rows = await self._db.rows("extend_decision", id=run_id, task_id=task_id, deadline=deadline)
+        return bool(rows)
+
     async def checkpoint(
         self, run_id: str, owner: str, writes: Writes, now: datetime
     ) -> list[Started]:
@@ -605,7 +624,8 @@ class PostgresStore:
         """Wake the active runs among ``run_ids``; the ids that were active."""
         if not run_ids:
             return set()
-        return {row["id"] for row in await fetch_all(conn, "wake", ids=pg_array(run_ids), now=now)}
+        rows = await fetch_all(conn, "wake", ids=pg_array(run_ids), now=now)
+        return {row["id"] for row in rows if not row["awaits_decision"]}
 
     # ---------------------------------------------------------------- from outside a turn
 
@@ -690,7 +710,8 @@ class PostgresStore:
             await execute(conn, "insert_signal", **signal)
             if target["waits"]:
                 return bool(await self._wake(conn, [run_id], now))
-            if status in _LEASED:
+            if status in _LEASED or target["awaits_decision"]:
+                # The turn in flight (here or on a worker) may have missed it.
                 await self._wake(conn, [run_id], now)
             return False
 

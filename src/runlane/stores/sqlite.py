@@ -22,6 +22,7 @@ from ..errors import RunlaneError
 from ..faults import is_infrastructure, unavailable
 from ..models import (
     Admission,
+    Claim,
     ClaimOutcome,
     Event,
     Lease,
@@ -243,6 +244,21 @@ class SqliteStore:
 
     async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
         return await self._write(ops.record_heartbeat, run_id, seq, attempt, at)
+
+    # ---------------------------------------------------------------- remote workflow turns
+
+    async def await_decision(
+        self, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
+    ) -> None:
+        await self._write(ops.await_decision, run_id, owner, task_id, deadline, now)
+
+    async def claim_decision(
+        self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> Claim | None:
+        return await self._write(ops.claim_decision, run_id, task_id, owner, now, lease_until)
+
+    async def extend_decision(self, run_id: str, task_id: str, deadline: datetime) -> bool:
+        return await self._write(ops.extend_decision, run_id, task_id, deadline)
 
     # ---------------------------------------------------------------- turn writes (fenced)
 

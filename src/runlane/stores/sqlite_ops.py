@@ -366,6 +366,53 @@ def record_heartbeat(conn: Conn, run_id: str, seq: int, attempt: int, at: dateti
 # ---------------------------------------------------------------- turn writes
 
 
+# ---------------------------------------------------------------- remote workflow turns
+
+
+def _awaiting(run: Run, task_id: str | None = None) -> bool:
+    if run.status != RunStatus.SUSPENDED or run.awaiting_decision_task_id is None:
+        return False
+    return task_id is None or run.awaiting_decision_task_id == task_id
+
+
+def await_decision(
+    conn: Conn, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
+) -> None:
+    run = _fenced(conn, run_id, owner)
+    parked = replace(
+        run,
+        status=RunStatus.SUSPENDED,
+        awaiting_decision_task_id=task_id,
+        wake_at=deadline,
+        lease_owner=None,
+        lease_expires_at=None,
+        updated_at=now,
+    )
+    _save_run(conn, parked)
+
+
+def claim_decision(
+    conn: Conn, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+) -> Claim | None:
+    run = get_run(conn, run_id)
+    if run is None or not _awaiting(run, task_id):
+        return None
+    requested = run.wake_requested_at
+    claim = _lease(conn, replace(run, awaiting_decision_task_id=None), owner, lease_until, now)
+    leased = replace(claim.run, wake_requested_at=requested)
+    _save_run(conn, leased)
+    return Claim(leased, claim.steps, claim.signals)
+
+
+def extend_decision(conn: Conn, run_id: str, task_id: str, deadline: datetime) -> bool:
+    run = get_run(conn, run_id)
+    if run is None or not _awaiting(run, task_id):
+        return False
+    if run.wake_at is None or run.wake_at < deadline:
+        _save_run(conn, replace(run, wake_at=deadline))
+    return True
+
+
 def _fenced(conn: Conn, run_id: str, owner: str, *, allow_cancelling: bool = False) -> Run:
     run = get_run(conn, run_id)
     leased = run is not None and run.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
@@ -500,6 +547,9 @@ def _wake(conn: Conn, run_id: str, now: datetime) -> bool:
     if run is None or run.is_terminal:
         return False
     stamp = ts(now)
+    if _awaiting(run):
+        conn.execute("UPDATE runs SET wake_requested_at = ? WHERE id = ?", (stamp, run_id))
+        return False
     conn.execute(
         f"UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND status IN {WAITING}",
         (stamp, stamp, run_id),
@@ -556,8 +606,8 @@ def deliver_signal(conn: Conn, run_id: str, name: str, payload: object, now: dat
     )
     if _waits_for(conn, run_id, StepKind.SIGNAL, name):
         return _wake(conn, run_id, now)
-    if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
-        _wake(conn, run_id, now)
+    if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING) or _awaiting(run):
+        _wake(conn, run_id, now)  # the turn in flight (here or on a worker) may have missed it
     return False
 
 

@@ -154,6 +154,16 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> None:
         return
     try:
         conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as exc:
+        # The file is write-locked past the busy timeout (or failing): the batch's reads need
+        # no write lock (a WAL reader never waits for a writer), so only its writes fail.
+        for call in calls:
+            if call.write:
+                call.error = exc
+            else:
+                _run(conn, call)
+        return
+    try:
         for call in calls:
             if call.write:
                 _run_in_savepoint(conn, call)

@@ -535,17 +535,50 @@ FROM fence LEFT JOIN finished AS f ON true LEFT JOIN handed AS h ON true;
 UPDATE runlane_runs SET error = %(error)s::json WHERE id = %(id)s;
 
 -- name: wake_set
--- (A fragment.) A waiting run becomes due now; a leased one is told to stay due when its turn
--- suspends.
-SET wake_at = CASE WHEN status IN ('suspended', 'blocked') THEN %(now)s ELSE wake_at END,
-    updated_at = CASE WHEN status IN ('suspended', 'blocked') THEN %(now)s ELSE updated_at END,
-    wake_requested_at = CASE WHEN status IN ('running', 'cancelling') THEN %(now)s
-                             ELSE wake_requested_at END
+-- (A fragment.) A waiting run becomes due now; a leased one, or one awaiting a remote decision,
+-- is told to stay due when its turn suspends (the decision's apply suspends it).
+SET wake_at = CASE WHEN status IN ('suspended', 'blocked') AND NOT awaits_decision THEN %(now)s
+                   ELSE wake_at END,
+    updated_at = CASE WHEN status IN ('suspended', 'blocked') AND NOT awaits_decision
+                      THEN %(now)s ELSE updated_at END,
+    wake_requested_at = CASE WHEN status IN ('running', 'cancelling') OR awaits_decision
+                             THEN %(now)s ELSE wake_requested_at END
 
 -- name: wake
 UPDATE runlane_runs {wake_set}
 WHERE id = ANY(%(ids)s::text[])
   AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+RETURNING id, awaits_decision;
+
+-- name: await_decision
+-- A remote workflow's turn goes out: the leased run is marked with the turn's task id, parked
+-- until the turn's deadline and released, in one fenced statement (a cancelled run: nothing).
+WITH fence AS (
+    SELECT id, status FROM runlane_runs
+    WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
+    FOR NO KEY UPDATE
+), parked AS (
+    UPDATE runlane_runs AS r
+    SET status = 'suspended', awaiting_decision_task_id = %(task_id)s, wake_at = %(deadline)s,
+        lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
+    FROM fence WHERE r.id = fence.id AND fence.status = 'running'
+    RETURNING r.id
+)
+SELECT status, EXISTS (SELECT 1 FROM parked) AS written FROM fence;
+
+-- name: claim_decision
+-- The lease to apply the decision of the turn the run awaits, only while it awaits that task
+-- id; ``wake_requested_at`` is kept (a wake that landed while the turn was out rewakes it).
+UPDATE runlane_runs
+SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
+    wake_at = NULL, awaiting_decision_task_id = NULL, updated_at = %(now)s
+WHERE id = %(id)s AND status = 'suspended' AND awaiting_decision_task_id = %(task_id)s
+RETURNING *;
+
+-- name: extend_decision
+-- A worker beats for the turn: its deadline moves forward, only while the run awaits it.
+UPDATE runlane_runs SET wake_at = GREATEST(wake_at, %(deadline)s)
+WHERE id = %(id)s AND status = 'suspended' AND awaiting_decision_task_id = %(task_id)s
 RETURNING id;
 
 -- name: run_tree
@@ -586,7 +619,7 @@ RETURNING *;
 SELECT status, EXISTS (
     SELECT 1 FROM runlane_steps
     WHERE run_id = %(id)s AND kind = 'signal' AND name = %(name)s AND status = 'pending'
-) AS waits
+) AS waits, awaits_decision
 FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE;
 
 -- name: insert_signal

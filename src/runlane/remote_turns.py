@@ -1,0 +1,230 @@
+"""Remote workflow turns, the engine's side: send a turn to a worker group, apply its decision.
+
+Each turn is marked, released, then sent: ``await_decision`` records the fresh task id on the
+run, suspends it and releases its lease in one write, and only then does the task go to the
+group, so a decision that comes back at once, to any instance, finds both. Applying a decision
+claims the run under a conditional write that checks it still awaits that very task id (a
+duplicate, or the late answer of a turn sent again, finds another id or none, and is dropped)
+and then runs the decision's commands through the same :class:`~runlane.turn.Turn` code a
+local workflow's turn uses: remote steps through ``settle_remote_step`` (so a seq already
+dispatched is never dispatched twice), children through ``settle_children``.
+
+A turn with no decision and no beat for ``remote_advance_silence`` seconds is due again (its
+``wake_at`` is that deadline), and the next claim of the run sends it under a fresh task id.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from .context import ChildOp, StepOp
+from .definitions import StepDefinition, WorkflowDefinition
+from .errors import Cancelled, LeaseLostError, NonDeterminismError, RunCancelling, error_dict
+from .faults import is_infrastructure
+from .models import Claim, RunStatus, Settlement, StepKind
+from .retry import NO_RETRY, Retry
+from .transports.base import Message, Transport
+from .transports.messages import Malformed
+from .turn import Turn, TurnOutcome
+from .workflow_tasks import Decision, awaited_children, parse_decision, workflow_task
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("runlane.remote")
+
+PERSISTED_KEEP = 10_000  # task ids whose last persisted beat is remembered
+
+
+class RemoteTurns:
+    """One engine's side of remote workflow turns."""
+
+    def __init__(self, engine: Engine, transport: Transport) -> None:
+        self.engine = engine
+        self.transport = transport
+        self._persisted: dict[str, float] = {}  # task id -> monotonic time of the last write
+
+    def silence(self) -> float:
+        options = self.engine.options
+        return options.remote_advance_silence or options.lease
+
+    # ---------------------------------------------------------------- sending a turn
+
+    async def send(self, claim: Claim, owner: str, definition: WorkflowDefinition) -> TurnOutcome:
+        """Mark the leased run as awaiting a fresh task, release it, then send the task."""
+        run, store, now = claim.run, self.engine.store, self.engine.now()
+        task_id = uuid.uuid4().hex
+        group = str(definition.group)
+        try:
+            children = await store.get_runs(awaited_children(claim.steps))
+            deadline = now + timedelta(seconds=self.silence())
+            trace = self.engine.tracing.carrier()  # the sending turn's span, when tracing
+            task = workflow_task(
+                task_id, run, group, claim.steps, claim.signals, children, now, deadline, trace
+            )
+            await store.await_decision(run.id, owner, task_id, deadline, now)
+        except RunCancelling:
+            turn = Turn(self.engine, claim, owner, definition)
+            return await turn.execute(Settlement(RunStatus.CANCELLED))
+        except LeaseLostError:
+            return TurnOutcome("abandoned")
+        except Exception as exc:
+            if not is_infrastructure(exc):
+                raise
+            # The lease expires and the recovery sends the turn again.
+            return TurnOutcome("abandoned", outage=exc)
+        try:
+            await self.transport.send_tasks(group, [task])
+        except Exception as exc:
+            # The run is parked until its deadline, when the turn is sent again.
+            log.warning("sending workflow task %s of run %s failed (%s)", task_id, run.id, exc)
+        return TurnOutcome("suspended", wake_at=deadline)
+
+    # ---------------------------------------------------------------- decisions
+
+    async def land(self, message: Message) -> None:
+        """Apply a decision taken off the results queue (any instance may take it)."""
+        try:
+            decision = parse_decision(message)
+        except Malformed as exc:
+            log.warning("dropping a malformed decision: %s", exc)
+            return
+        self._persisted.pop(decision.task_id, None)
+        await self.engine.apply_decision(decision)
+
+    async def heard_beat(self, beat: Message) -> None:
+        """A worker replays a turn: push the turn's deadline, written at most once per half
+        window (a beat between writes changes nothing the deadline does not already cover)."""
+        task_id, run_id = beat.get("task_id"), beat.get("run_id")
+        if not isinstance(task_id, str) or not isinstance(run_id, str):
+            log.warning("dropping a malformed workflow heartbeat: %.200r", beat)
+            return
+        window = self.silence()
+        if time.monotonic() - self._persisted.get(task_id, -window) < window / 2:
+            return
+        if len(self._persisted) > PERSISTED_KEEP:
+            self._persisted.clear()
+        self._persisted[task_id] = time.monotonic()
+        deadline = self.engine.now() + timedelta(seconds=window)
+        try:
+            await self.engine.store.extend_decision(run_id, task_id, deadline)
+        except Exception as exc:
+            del self._persisted[task_id]
+            if not is_infrastructure(exc):
+                raise
+            self.engine.outage.failed(exc, "recording a workflow heartbeat")
+
+
+async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bool] | None:
+    """Carry out a decision in a turn leased for it (the ``drive`` of ``Turn.execute``)."""
+    try:
+        again = await _apply_commands(turn, decision)
+    except Cancelled:
+        return Settlement(RunStatus.CANCELLED), True
+    except NonDeterminismError as exc:
+        # A decision that contradicts the history: the worker's code is not the run's.
+        return Settlement(RunStatus.FAILED, None, error_dict(exc)), False
+    outcome = decision.outcome
+    kind = outcome.get("type")
+    if kind == "complete":
+        return Settlement(RunStatus.COMPLETED, outcome.get("output")), False
+    if kind == "fail":
+        error = outcome.get("error")
+        failure = error if isinstance(error, dict) else _unexplained()
+        return Settlement(RunStatus.FAILED, None, failure), False
+    if kind == "continue_as_new":
+        return await turn.continued(outcome.get("input")), False
+    wake = decision.wake_at()
+    if wake is not None:
+        turn.wakes.append(wake)
+    if again:
+        turn.wakes.append(turn.now())  # something settled while applying: the next turn sees it
+    return None
+
+
+async def _apply_commands(turn: Turn, decision: Decision) -> bool:
+    """Stage the decision's records and run its commands; True when a command's outcome is
+    already known (a rejected child start, a step settled) and the run is due again now."""
+    for record in decision.records:
+        known = turn.records.get(record.seq)
+        if known is not None and known.done:
+            continue  # history is not rewritten
+        turn.stage(replace(record, run_id=turn.run.id))
+    turn.consumed.extend(decision.consumed_signals)
+    again = await _children(turn, decision)
+    for command in decision.steps:
+        op = StepOp(
+            turn, int(command["seq"]), _step(turn, command), command.get("input"), _retry(command)
+        )
+        if await turn.settle_step(op) is not None:
+            again = True
+    for child_id in decision.cancels:
+        await turn.io(turn.host.store.cancel_run(child_id, turn.now(), _sibling_failed()))
+    return again
+
+
+async def _children(turn: Turn, decision: Decision) -> bool:
+    waited = [_child_op(turn, c) for c in decision.children if c.get("kind") != "start_child"]
+    again = any(r is not None for r in (await turn.settle_children(waited)).values())
+    for command in decision.children:
+        if command.get("kind") == "start_child":
+            op = _child_op(turn, command)
+            op.kind = StepKind.START_CHILD
+            try:
+                await turn.start_child(op)
+            except Exception as exc:
+                if is_infrastructure(exc):
+                    raise
+                again = True
+    return again
+
+
+def _child_op(turn: Turn, command: Message) -> ChildOp:
+    return ChildOp(
+        turn,
+        int(command["seq"]),
+        str(command["workflow"]),
+        command.get("input"),
+        str(command["child_id"]),
+    )
+
+
+def _step(turn: Turn, command: Message) -> StepDefinition:
+    timeout = command.get("timeout")
+    return StepDefinition(
+        name=str(command["name"]),
+        fn=None,
+        retry=_retry(command),
+        timeout=float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None,
+        group=str(command["group"]),
+    )
+
+
+def _retry(command: Message) -> Retry:
+    retry = command.get("retry")
+    if not isinstance(retry, dict):
+        return NO_RETRY
+    try:
+        return Retry(
+            max_attempts=int(retry.get("max_attempts") or 1),
+            backoff=float(retry.get("backoff", 1.0)),
+            max_backoff=float(retry.get("max_backoff", 60.0)),
+        )
+    except (TypeError, ValueError):
+        return NO_RETRY
+
+
+def _unexplained() -> dict[str, object]:
+    return {"type": "RunlaneError", "message": "the worker failed the run without an error"}
+
+
+def _sibling_failed() -> dict[str, object]:
+    return {"type": "Cancelled", "message": "a sibling failed (fail_fast)"}
+
+
+__all__ = ["RemoteTurns", "apply_decision"]

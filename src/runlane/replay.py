@@ -1,0 +1,293 @@
+"""A remote workflow turn on a worker: replay the body against a workflow task's history.
+
+The replay is the engine's own :class:`~runlane.turn.Turn`; only its doors to the store and
+the transport are swapped. Writes collect into the decision instead of going to a store,
+remote step dispatches and child starts become commands the engine carries out, and children
+are read from the outcomes the task carries. Everything else (sequence numbers, recorded
+values, local step retries, sleeps, signal waits, non-determinism) is the same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from .concurrency import call_step_body
+from .context import ChildOp, StepOp
+from .definitions import StepDefinition, WorkflowDefinition
+from .errors import RunlaneError, StepTimeoutError, UnknownStepError, UnknownWorkflowError
+from .errors import error_dict as _error_dict
+from .leases import LeaseKeeper
+from .models import (
+    JSON,
+    Claim,
+    Lease,
+    RetryTimer,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settled,
+    Settlement,
+    Started,
+    StepKind,
+    StepStatus,
+)
+from .options import EngineOptions
+from .registry import Registry
+from .stats import EngineStats
+from .stores.base import Store
+from .tracing import Tracing
+from .transports.base import Message
+from .turn import Turn, TurnOutcome
+from .workflow_tasks import (
+    Decision,
+    child_outcome,
+    record_from_doc,
+    signal_from_doc,
+)
+
+
+class _NoStore:
+    """A worker holds no store connection: anything that would need one fails the turn."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RunlaneError(f"a remote workflow cannot use {name!r} (it needs the engine's store)")
+
+
+class _NoLeases:
+    """A worker's turn holds no lease: the awaited task id is its fence (the engine checks it
+    when the decision comes back), so nothing here can run out."""
+
+    def hold(self, run_id: str, owner: str, until: datetime | None = None) -> None:
+        pass
+
+    def release(self, run_id: str, owner: str) -> None:
+        pass
+
+    def expired(self, run_id: str, now: datetime) -> bool:
+        return False
+
+    async def confirm(self, run_id: str, owner: str) -> bool:
+        return True
+
+
+class WorkerHost:
+    """What a replayed turn needs on a worker: its steps, a clock, no store."""
+
+    remote = None
+
+    def __init__(self, steps: Mapping[str, StepDefinition]) -> None:
+        self.steps = steps
+        self.store = cast(Store, _NoStore())
+        self.options = EngineOptions()
+        self.leases = cast(LeaseKeeper, _NoLeases())
+        # A worker serves no /metrics; its step spans join the global provider's traces.
+        self.stats = EngineStats()
+        self.tracing = Tracing()
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def successor_lease(self) -> Lease | None:
+        return None
+
+    def admission_retry(self) -> RetryTimer:
+        return RetryTimer(1.0, 30.0, 1.0)
+
+    def wake(self, run_ids: Iterable[str]) -> None:
+        pass
+
+    def resolve_step(
+        self, fn_or_name: Callable[..., Any] | str, group: str | None
+    ) -> StepDefinition:
+        if isinstance(fn_or_name, str) and fn_or_name in self.steps:
+            return self.steps[fn_or_name]
+        return Registry().step(fn_or_name, group)
+
+    async def call_step(self, definition: StepDefinition, input: JSON) -> JSON:
+        if definition.fn is None:
+            raise UnknownStepError(definition.name)
+        call = call_step_body(definition.fn, input)
+        if definition.timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, definition.timeout)
+        except TimeoutError:
+            raise StepTimeoutError(
+                f"step {definition.name!r} timed out after {definition.timeout}s"
+            ) from None
+
+    async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
+        raise AssertionError("children start on the engine")  # pragma: no cover
+
+    async def continuation_spec(self, run: Run, input: JSON) -> RunSpec:
+        raise AssertionError("continue-as-new is the engine's")  # pragma: no cover
+
+    async def handler_spec(self, workflow: str, run: Run, settlement: Settlement) -> RunSpec:
+        raise AssertionError("failure handlers start on the engine")  # pragma: no cover
+
+
+class DecisionTurn(Turn):
+    """A turn whose writes and side effects become a decision."""
+
+    def __init__(
+        self, host: WorkerHost, claim: Claim, definition: WorkflowDefinition, task: Message
+    ) -> None:
+        super().__init__(host, claim, "worker", definition)  # type: ignore[arg-type]
+        self.decision = Decision(str(task["task_id"]), claim.run.id)
+        self._children: dict[str, tuple[str, JSON, dict[str, Any] | None]] = {
+            str(k): child_outcome(v) for k, v in (task.get("children") or {}).items()
+        }
+        self._commanded: set[int] = set()  # seqs the engine records (remote steps, children)
+
+    @property
+    def dispatches_remote(self) -> bool:
+        return True
+
+    async def flush(self, children: Sequence[RunSpec] = ()) -> list[Started]:
+        writes = self._take_writes()
+        self._keep(writes.steps, writes.consumed_signals)
+        return []
+
+    def _keep(self, records: Iterable[Any], consumed: Iterable[int]) -> None:
+        kept = {r.seq: r for r in self.decision.records}
+        kept.update({r.seq: r for r in records if r.seq not in self._commanded})
+        self.decision.records = sorted(kept.values(), key=lambda r: r.seq)
+        self.decision.consumed_signals.extend(consumed)
+
+    async def settle_remote(self, op: StepOp) -> Settled | None:
+        record = self.recorded(op.seq, StepKind.STEP, op.name)
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return Settled(True, record.output)
+        if record is not None and record.status == StepStatus.FAILED:
+            return Settled(False, None, record.error)
+        self._commanded.add(op.seq)
+        retry = op.retry
+        self.decision.steps.append(
+            {
+                "seq": op.seq,
+                "name": op.name,
+                "group": op.definition.group,
+                "input": op.input,
+                "timeout": op.definition.timeout,
+                "retry": {
+                    "max_attempts": retry.max_attempts,
+                    "backoff": retry.backoff,
+                    "max_backoff": retry.max_backoff,
+                },
+            }
+        )
+        return None
+
+    async def admit(self, op: StepOp) -> bool:
+        raise RunlaneError(f"step {op.name!r}: step queues are not available to remote workflows")
+
+    async def _start_children(self, ops: Sequence[ChildOp]) -> list[tuple[ChildOp, Started]]:
+        for op in ops:
+            self._commanded.add(op.seq)
+            self.decision.children.append(
+                {
+                    "seq": op.seq,
+                    "kind": str(op.kind),
+                    "workflow": op.name,
+                    "input": op.input,
+                    "child_id": op.child_id,
+                }
+            )
+        return [(op, Started(None, True)) for op in ops]
+
+    async def _check_children(self, ops: Sequence[ChildOp]) -> dict[int, Settled | None]:
+        results: dict[int, Settled | None] = {}
+        for op in ops:
+            known = self._children.get(op.child_id)
+            if known is None or op.seq in self._commanded:
+                results[op.seq] = None  # started this turn, or not finished yet
+                continue
+            status, output, error = known
+            child = _child_run(op.child_id, status, output, error, self.now())
+            results[op.seq] = self._child_result(op, child)
+        return results
+
+    async def _cancel_waiting(self, ops: Sequence[Any], results: Sequence[Settled | None]) -> None:
+        for op, result in zip(ops, results, strict=True):
+            if result is None and isinstance(op, ChildOp):
+                self.decision.cancels.append(op.child_id)
+
+    async def continued(self, input: JSON) -> Settlement:
+        self.decision.outcome = {"type": "continue_as_new", "input": input}
+        return Settlement(RunStatus.COMPLETED)
+
+    async def _suspend(self) -> TurnOutcome:
+        await self.flush()
+        wake = min(self.wakes) if self.wakes else None
+        self.decision.outcome = {"type": "suspend", "wake_at": wake.isoformat() if wake else None}
+        return TurnOutcome("suspended", wake_at=wake)
+
+    async def _finish(self, settlement: Settlement, discard: bool = False) -> TurnOutcome:
+        await self.flush()
+        if self.decision.outcome.get("type") == "continue_as_new":
+            pass
+        elif settlement.status == RunStatus.COMPLETED:
+            self.decision.outcome = {"type": "complete", "output": settlement.output}
+        else:
+            self.decision.outcome = {"type": "fail", "error": settlement.error}
+        return TurnOutcome("settled", status=settlement.status)
+
+
+def _child_run(
+    child_id: str, status: str, output: JSON, error: dict[str, Any] | None, now: datetime
+) -> Run | None:
+    if status not in set(RunStatus):
+        return None
+    return Run(
+        child_id, "", "", RunStatus(status), None, output, error, (), now, now, None, None, None, 0
+    )
+
+
+async def replay(
+    task: Message, workflows: Registry, steps: Mapping[str, StepDefinition]
+) -> Decision:
+    """Replay the task's workflow body against its history: the decision for the turn."""
+    run_id = str(task["run_id"])
+    try:
+        definition = workflows.workflow(str(task["workflow"]), str(task.get("version") or "1"))
+    except UnknownWorkflowError as exc:
+        return Decision(str(task["task_id"]), run_id, outcome=_failed(exc))
+    claim = Claim(
+        _task_run(task),
+        [record_from_doc(run_id, doc) for doc in task.get("history") or []],
+        [signal_from_doc(run_id, doc) for doc in task.get("signals") or []],
+    )
+    turn = DecisionTurn(WorkerHost(steps), claim, definition, task)
+    await turn.execute()
+    return turn.decision
+
+
+def _task_run(task: Message) -> Run:
+    now = datetime.now(UTC)
+    return Run(
+        id=str(task["run_id"]),
+        workflow=str(task["workflow"]),
+        version=str(task.get("version") or "1"),
+        status=RunStatus.RUNNING,
+        input=task.get("input"),
+        output=None,
+        error=None,
+        tags=(),
+        created_at=now,
+        updated_at=now,
+        wake_at=None,
+        parent_id=None,
+        namespace=None,
+        priority=int(task.get("priority") or 0),
+        recoveries=int(task.get("attempt") or 1) - 1,
+    )
+
+
+def _failed(exc: BaseException) -> Message:
+    return {"type": "fail", "error": _error_dict(exc, with_traceback=False)}
+
+
+__all__ = ["DecisionTurn", "WorkerHost", "replay"]

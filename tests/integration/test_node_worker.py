@@ -1,0 +1,128 @@
+"""The wire protocol's second implementation: a Node.js worker (workers/node/) decides the turns
+of a remote workflow, and runs its remote steps, for a Python engine on PostgreSQL over Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runlane import Engine, RemoteWorkflow, RunStatus
+from runlane.stores.base import Store
+from runlane.transports import RedisTransport
+
+NODE_DIR = Path(__file__).parents[2] / "workers" / "node"
+REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
+NODE = shutil.which("node")
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed")
+
+
+@pytest.fixture
+def store_kind() -> str:
+    return "postgres"
+
+
+@pytest.fixture(scope="module")
+def node_modules() -> None:
+    if (NODE_DIR / "node_modules" / "redis").exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: cannot install the Node worker's redis client")
+    subprocess.run(
+        [npm, "ci", "--no-audit", "--no-fund"],
+        cwd=NODE_DIR,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"rl-node-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def node_worker(node_modules: None, prefix: str) -> Iterator[subprocess.Popen[str]]:
+    env = {**os.environ, "RUNLANE_PREFIX": prefix, "RUNLANE_REDIS_URL": REDIS_URL}
+    proc = subprocess.Popen(
+        [str(NODE), "example.js"],
+        cwd=NODE_DIR,
+        env=env,
+        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    yield proc
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.communicate(timeout=10)  # reaps it and closes its stderr pipe
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+
+
+async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
+    store: Store, prefix: str, node_worker: subprocess.Popen[str]
+) -> None:
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    engine = Engine(
+        store,
+        transport=transport,
+        poll_interval=0.1,
+        remote_workflows=[
+            RemoteWorkflow("js-order", group="node-wf"),
+            RemoteWorkflow("js-child", group="node-wf"),
+        ],
+    )
+    try:
+        async with engine:
+            await engine.start("js-order", {"name": "ada"}, run_id="js-1")
+            await _until_waiting_for_signal(engine, "js-1", node_worker)
+            await engine.signal("js-1", "ship", "by sea")
+            done = await engine.wait_for_run("js-1", timeout=30)
+            steps = await engine.list_steps("js-1")
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert done.output == {
+        "greeting": "hello ada",
+        "loud": "HELLO ADA",
+        "said": "by sea",
+        "child": "BY SEA",
+        "pid": node_worker.pid,
+    }
+    assert [(s.seq, s.kind, s.status) for s in steps] == [
+        (1, "step", "completed"),
+        (2, "step", "completed"),
+        (3, "sleep", "completed"),
+        (4, "signal", "completed"),
+        (5, "child", "completed"),
+    ]
+
+
+async def _until_waiting_for_signal(
+    engine: Engine, run_id: str, proc: subprocess.Popen[str]
+) -> None:
+    kinds: list[tuple[str, str]] = []
+    for _ in range(300):
+        kinds = [(s.kind, s.status) for s in await engine.list_steps(run_id)]
+        if ("signal", "pending") in kinds:
+            return
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"the node worker exited: {proc.stderr.read() if proc.stderr else ''}"
+            )
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"run {run_id} never waited for its signal; records: {kinds}")

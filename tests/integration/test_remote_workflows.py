@@ -1,0 +1,386 @@
+"""Remote workflow turns on every store: the engine sends turns, in-process Workers decide them.
+
+The engines here have no workflow code (``RemoteWorkflow`` only); the bodies live on the
+workers. Real clock, short windows; every wait is bounded and reports what it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+import runlane
+from runlane import Engine, RemoteWorkflow, RunStatus, Worker
+from runlane.stores.base import Store
+from runlane.transports import InProcessTransport
+from runlane.transports.base import Message, Transport
+from tests.helpers import Calls
+
+calls = Calls()
+FAST: dict[str, Any] = {"poll_timeout": 0.05, "heartbeat_interval": 0.05}
+
+
+@runlane.step(name="wf.inc")
+def inc(x: int) -> int:
+    calls.hit("inc")
+    return x + 1
+
+
+@runlane.step(name="wf.slow")
+async def slow(seconds: float) -> str:
+    calls.hit("slow")
+    await asyncio.sleep(seconds)
+    return "slept"
+
+
+@runlane.step(name="math.double", group="math")
+def double(x: int) -> int:
+    calls.hit("double")
+    return x * 2
+
+
+@runlane.workflow(name="child-wf", group="wf")
+async def child(ctx: runlane.Context, x: int) -> int:
+    return int(await ctx.step(inc, x))
+
+
+@runlane.workflow(name="tour", group="wf")
+async def tour(ctx: runlane.Context, x: int) -> dict[str, Any]:
+    a = await ctx.step(inc, x)
+    b = await ctx.step(double, a)
+    await ctx.sleep(0.05)
+    said = await ctx.wait_for_signal("go")
+    c = await ctx.child(child, b)
+    return {"a": a, "b": b, "said": said, "c": c}
+
+
+@runlane.workflow(name="fan", group="wf")
+async def fan(ctx: runlane.Context, n: int) -> int:
+    first = await ctx.all([ctx.step(double, i) for i in range(n)])
+    second = await ctx.all([ctx.step(double, i) for i in range(n, 2 * n)])
+    return sum(first) + sum(second)
+
+
+@runlane.workflow(name="patient", group="wf")
+async def patient(ctx: runlane.Context, seconds: float) -> Any:
+    await ctx.step(slow, seconds)
+    return await ctx.wait_for_signal("go")
+
+
+@runlane.workflow(name="fails", group="wf")
+async def fails(ctx: runlane.Context, _: Any) -> None:
+    await ctx.step(inc, 1)
+    raise ValueError("no good")
+
+
+@runlane.workflow(name="counter", group="wf")
+async def counter(ctx: runlane.Context, n: int) -> Any:
+    if n < 3:
+        ctx.continue_as_new(n + 1)
+    child_id = await ctx.start_child(child, n)
+    return {"n": n, "started": child_id}
+
+
+WORKFLOWS = [tour, child, fan, patient, fails, counter]
+NAMES = ("tour", "child-wf", "fan", "patient", "fails", "counter")
+DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_calls() -> None:
+    calls.counts.clear()
+
+
+class Duplicating(InProcessTransport):
+    """Sends every decision twice: the second must be dropped."""
+
+    async def send_result(self, result: Message) -> None:
+        await super().send_result(result)
+        if result.get("kind") == "decision":
+            await super().send_result(dict(result))
+
+
+@contextlib.asynccontextmanager
+async def fleet(
+    store: Store,
+    transport: Transport | None = None,
+    *,
+    workers: int = 1,
+    start_workers: bool = True,
+    **options: Any,
+) -> AsyncIterator[tuple[Engine, list[Worker], Transport]]:
+    transport = transport or InProcessTransport()
+    options.setdefault("poll_interval", 0.05)
+    engine = Engine(store, transport=transport, remote_workflows=DECLARED, **options)
+    crew = [Worker("wf", transport, workflows=WORKFLOWS, steps=[inc, slow], **FAST)]
+    crew += [
+        Worker("wf", transport, workflows=WORKFLOWS, steps=[inc, slow], **FAST)
+        for _ in range(workers - 1)
+    ]
+    math = Worker("math", transport, steps=[double], concurrency=32, **FAST)
+    tasks = [asyncio.create_task(math.run())]
+    if start_workers:
+        tasks += [asyncio.create_task(w.run()) for w in crew]
+    try:
+        async with engine:
+            yield engine, crew, transport
+    finally:
+        for worker in [math, *crew]:
+            await worker.stop()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def until(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+    seen = None
+    for _ in range(int(timeout / 0.05)):
+        seen = await check()
+        if seen:
+            return seen
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{what}: not true after {timeout}s; last seen {seen!r}")
+
+
+async def status(engine: Engine, run_id: str) -> RunStatus | None:
+    run = await engine.get_run(run_id)
+    return run.status if run else None
+
+
+async def test_an_engine_without_the_code_runs_a_remote_workflow_to_its_end(store: Store) -> None:
+    async with fleet(store) as (engine, _, _):
+        run = await engine.start("tour", 3, run_id="t1")
+        await until(lambda: _waits_for_signal(engine, "t1"), "the run waits for its signal")
+        with pytest.raises(TimeoutError):
+            await engine.wait_for_run("t1", timeout=0.3)  # waiting is not settling
+        await engine.signal(run.id, "go", "yes")
+        done = await engine.wait_for_run(run.id, timeout=15)
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert done.output == {"a": 4, "b": 8, "said": "yes", "c": 9}
+    assert calls["inc"] == 2 and calls["double"] == 1
+
+
+async def _waits_for_signal(engine: Engine, run_id: str) -> bool:
+    steps = await engine.list_steps(run_id)
+    return any(s.kind == "signal" and s.status == "pending" for s in steps)
+
+
+async def test_a_duplicate_decision_is_dropped(store: Store) -> None:
+    async with fleet(store, Duplicating()) as (engine, _, _):
+        await engine.start("fan", 5, run_id="f1")
+        done = await engine.wait_for_run("f1", timeout=15)
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert done.output == 2 * sum(range(10))
+    assert calls["double"] == 10  # each remote step dispatched exactly once
+
+
+async def test_a_fan_of_remote_steps_across_turns_is_dispatched_exactly_once(
+    store: Store,
+) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("fan", 50, run_id="f100")
+        done = await engine.wait_for_run("f100", timeout=30)
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert done.output == 2 * sum(range(100)) and calls["double"] == 100
+
+
+async def test_a_signal_landing_while_a_turn_is_out_is_seen_by_the_next_turn(
+    store: Store,
+) -> None:
+    async with fleet(store, remote_advance_silence=5.0) as (engine, _, _):
+        await engine.start("patient", 0.6, run_id="p1")
+        await until(lambda: _calls_of("slow"), "the worker is replaying the turn")
+        await engine.signal("p1", "go", "while out")
+        run = await engine.get_run("p1")
+        assert run is not None and run.awaiting_decision_task_id is not None
+        done = await engine.wait_for_run("p1", timeout=15)
+    assert done.status == RunStatus.COMPLETED and done.output == "while out"
+    assert calls["slow"] == 1  # the turn out was not superseded
+
+
+async def _calls_of(name: str) -> int:
+    return calls[name]
+
+
+async def test_a_silent_turn_is_sent_again_under_a_fresh_task_id(store: Store) -> None:
+    transport = InProcessTransport()
+    async with fleet(store, transport, start_workers=False, remote_advance_silence=0.4) as (
+        engine,
+        crew,
+        _,
+    ):
+        await engine.start("fails", None, run_id="s1")
+        # A worker that takes the turn and dies with it: nothing comes back.
+        lost = await until(lambda: transport.take_tasks("wf", 1, 0.05), "the turn went out")
+        first = (await engine.get_run("s1")).awaiting_decision_task_id  # type: ignore[union-attr]
+        assert first == lost[0]["task_id"]
+        runner = asyncio.create_task(crew[0].run())
+        done = await engine.wait_for_run("s1", timeout=15)
+        await crew[0].stop()
+        await runner
+    assert done.status == RunStatus.FAILED and done.error is not None
+    assert done.error["type"] == "ValueError" and calls["inc"] == 1
+
+
+async def test_a_beating_worker_is_never_re_driven(store: Store) -> None:
+    async with fleet(store, remote_advance_silence=0.3) as (engine, _, _):
+        await engine.start("patient", 1.2, run_id="b1")
+        await until(lambda: _waits_for_signal(engine, "b1"), "the long turn decided", 15)
+        await engine.signal("b1", "go", 1)
+        done = await engine.wait_for_run("b1", timeout=15)
+    assert done.status == RunStatus.COMPLETED and calls["slow"] == 1
+
+
+async def test_a_run_cancelled_while_its_turn_is_out_drops_the_decision(store: Store) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("patient", 0.5, run_id="c1")
+        await until(lambda: _calls_of("slow"), "the worker is replaying the turn")
+        await engine.cancel("c1")
+        await asyncio.sleep(0.8)  # the decision comes back and finds nothing to apply
+        run = await engine.get_run("c1")
+    assert run is not None and run.status == RunStatus.CANCELLED
+    assert await engine.list_steps("c1") == []
+
+
+async def test_a_remote_run_continues_as_new_and_starts_children_it_does_not_wait_for(
+    store: Store,
+) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("counter", 0, run_id="k")
+        first = await engine.wait_for_run("k", timeout=10)
+        await until(lambda: engine.get_run("k~3.child.1"), "the last run started its child")
+        last = await engine.wait_for_run("k~3", timeout=10)
+        child_run = await engine.wait_for_run("k~3.child.1", timeout=10)
+    assert first.status == RunStatus.COMPLETED and first.output == {"continued_as": "k~1"}
+    assert last.output == {"n": 3, "started": "k~3.child.1"}
+    assert child_run.status == RunStatus.COMPLETED and child_run.output == 4
+
+
+async def test_a_workflow_the_worker_does_not_know_fails_the_run(store: Store) -> None:
+    transport = InProcessTransport()
+    engine = Engine(
+        store,
+        transport=transport,
+        poll_interval=0.05,
+        remote_workflows=[RemoteWorkflow("missing", group="wf")],
+    )
+    worker = Worker("wf", transport, workflows=WORKFLOWS, **FAST)
+    runner = asyncio.create_task(worker.run())
+    async with engine:
+        await engine.start("missing", None, run_id="m1")
+        done = await engine.wait_for_run("m1", timeout=10)
+    await worker.stop()
+    await runner
+    assert done.status == RunStatus.FAILED and done.error is not None
+    assert done.error["type"] == "UnknownWorkflowError"
+
+
+@runlane.workflow(name="remote-alert")
+async def remote_alert(ctx: runlane.Context, failure: dict[str, Any]) -> str:
+    return f"{failure['workflow']} {failure['run_id']} {failure['status']}"
+
+
+async def test_a_failed_remote_run_starts_the_on_failure_handler_its_declaration_names(
+    store: Store,
+) -> None:
+    """The engine has no code of the remote workflow, only its declaration: the handler is
+    started in the write that settles the failed run, as for a local workflow."""
+    transport = InProcessTransport()
+    engine = Engine(
+        store,
+        transport=transport,
+        poll_interval=0.05,
+        workflows=[remote_alert],
+        remote_workflows=[RemoteWorkflow("fails", group="wf", on_failure="remote-alert")],
+    )
+    worker = Worker("wf", transport, workflows=WORKFLOWS, steps=[inc], **FAST)
+    runner = asyncio.create_task(worker.run())
+    async with engine:
+        await engine.start("fails", None, run_id="f1")
+        failed = await engine.wait_for_run("f1", timeout=10)
+        handler = await engine.wait_for_run("f1.failure.1", timeout=10)
+    await worker.stop()
+    await runner
+    assert failed.status == RunStatus.FAILED and failed.failures == 1
+    assert failed.error is not None and failed.error["message"] == "no good"
+    assert handler.status == RunStatus.COMPLETED
+    assert handler.output == "fails f1 failed"
+    assert handler.input["error"]["type"] == "ValueError"
+
+
+async def test_a_decision_applied_by_another_instance_than_the_sender(
+    make_store: Callable[[], Store], store_kind: str
+) -> None:
+    if store_kind == "memory":
+        pytest.skip("two engines share a store through a database")
+    transport = InProcessTransport()
+    sender = Engine(
+        make_store(), transport=transport, remote_workflows=DECLARED, poll_interval=0.05
+    )
+    applier = Engine(
+        make_store(),
+        transport=transport,
+        remote_workflows=DECLARED,
+        poll_interval=0.05,
+        consumers="always",
+        drive=False,
+    )
+    worker = Worker("wf", transport, workflows=WORKFLOWS, steps=[inc], **FAST)
+    async with sender:
+        await _truncated(sender.store, store_kind)
+        await sender.remote.stop()  # type: ignore[union-attr]  # decisions go to the applier
+        async with applier:
+            runner = asyncio.create_task(worker.run())
+            await sender.start("child-wf", 1, run_id="x1")
+            done = await applier.wait_for_run("x1", timeout=10)
+            await worker.stop()
+            await runner
+    assert done.status == RunStatus.COMPLETED and done.output == 2
+
+
+async def _truncated(store: Store, kind: str) -> None:
+    reset = getattr(store, "reset_for_tests", None)
+    if kind == "postgres" and reset is not None:
+        await reset()
+
+
+async def test_a_remote_workflow_over_the_db_transport(
+    store: Store, store_kind: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    from runlane.transports import DbTransport
+
+    prefix = f"rl-{uuid.uuid4().hex[:8]}"
+    if store_kind == "postgres":
+        transport = DbTransport(request.getfixturevalue("pg_url"), prefix=prefix)
+    else:
+        transport = DbTransport(f"sqlite:///{tmp_path / 'transport.db'}", prefix=prefix)
+    try:
+        async with fleet(store, transport) as (engine, _, _):
+            await engine.start("fan", 3, run_id="d1")
+            done = await engine.wait_for_run("d1", timeout=20)
+    finally:
+        await transport.close()
+    assert done.status == RunStatus.COMPLETED and done.output == 2 * sum(range(6))
+
+
+def test_a_remote_workflow_needs_a_transport() -> None:
+    with pytest.raises(runlane.DefinitionError, match="transport"):
+        Engine("memory://", remote_workflows=[RemoteWorkflow("x", group="wf")])
+
+
+def test_remote_workflow_declarations_are_checked() -> None:
+    with pytest.raises(runlane.DefinitionError):
+        RemoteWorkflow("x", group="")
+    with pytest.raises(runlane.DefinitionError):
+        runlane.workflow(name="y", group="")(
+            tour.__wrapped__ if hasattr(tour, "__wrapped__") else _body
+        )
+
+
+async def _body(ctx: runlane.Context, input: Any) -> None:
+    return None

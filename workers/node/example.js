@@ -1,0 +1,35 @@
+// An example app (and the one the integration test runs): a workflow whose turns a Python engine
+// sends to this Node worker. Environment: RUNLANE_REDIS_URL, RUNLANE_PREFIX.
+import { Worker } from "./runlane-worker.js";
+
+const url = process.env.RUNLANE_REDIS_URL ?? "redis://127.0.0.1:6379/0";
+const prefix = process.env.RUNLANE_PREFIX ?? "runlane";
+
+const steps = {
+  "js.greet": async (name) => `hello ${name}`,
+  "js.shout": async (text) => text.toUpperCase(),
+};
+
+const workflows = {
+  // A child workflow, also decided here.
+  "js-child": async (ctx, input) => ctx.step("js.shout", input),
+
+  "js-order": async (ctx, input) => {
+    const greeting = await ctx.step("js.greet", input.name); // local: runs inside the turn
+    const loud = await ctx.step("js.shout", greeting, { group: "node-steps" }); // remote step
+    await ctx.sleep(0.2);
+    const said = await ctx.waitForSignal("ship");
+    const child = await ctx.child("js-child", said);
+    return { greeting, loud, said, child, pid: process.pid };
+  },
+};
+
+const crew = [
+  new Worker({ group: "node-wf", url, prefix, workflows, steps, heartbeatInterval: 0.2 }),
+  new Worker({ group: "node-steps", url, prefix, steps, heartbeatInterval: 0.2 }),
+];
+for (const signal of ["SIGTERM", "SIGINT"]) {
+  process.on(signal, () => crew.forEach((w) => w.stop()));
+}
+console.error(`runlane node worker ${process.pid}: ${crew.map((w) => w.group).join(", ")}`);
+await Promise.all(crew.map((w) => w.run()));

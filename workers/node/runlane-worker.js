@@ -1,0 +1,336 @@
+// A runlane worker in JavaScript (Node 20): remote steps and remote workflow turns over the
+// Redis transport, written from docs/wire.md alone (wire protocol 1). It never touches the store.
+//
+//   const worker = new Worker({ group: "orders", url: "redis://127.0.0.1:6379/0",
+//                               workflows: { order }, steps: { "app.prepare": prepare } });
+//   await worker.run();
+//
+// A workflow body is `async (ctx, input) => output`; ctx offers step, sleep, waitForSignal,
+// child, startChild and now. An operation that cannot finish in this turn throws a Suspend,
+// which the body must not catch (it ends the turn).
+
+import { createClient } from "redis";
+import os from "node:os";
+import crypto from "node:crypto";
+
+export const PROTOCOL = 1;
+
+export class Suspend extends Error {
+  constructor() {
+    super("the turn waits (a runlane suspension; do not catch it)");
+    this.name = "Suspend";
+  }
+}
+
+export class NonDeterminismError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "NonDeterminismError";
+  }
+}
+
+export class StepFailed extends Error {
+  constructor(error) {
+    super(error?.message ?? "step failed");
+    this.name = error?.type ?? "StepFailed";
+    this.error = error;
+  }
+}
+
+const iso = (ms) => new Date(ms).toISOString().replace("Z", "+00:00");
+const TERMINAL = new Set(["completed", "failed", "cancelled", "dead"]);
+
+function errorDoc(err) {
+  if (err instanceof StepFailed && err.error) return err.error;
+  return { type: err?.name ?? "Error", message: String(err?.message ?? err), fatal: Boolean(err?.fatal) };
+}
+
+// ------------------------------------------------------------------ replay of one turn
+
+class Turn {
+  constructor(task, steps) {
+    this.task = task;
+    this.steps = steps;
+    this.history = new Map((task.history ?? []).map((r) => [r.seq, r]));
+    this.signals = [...(task.signals ?? [])];
+    this.children = task.children ?? {};
+    this.seq = 0;
+    this.written = new Map();
+    this.consumed = [];
+    this.commands = [];
+    this.wakes = [];
+  }
+
+  next() {
+    this.seq += 1;
+    return this.seq;
+  }
+
+  recorded(seq, kind, name) {
+    const record = this.written.get(seq) ?? this.history.get(seq);
+    if (record && (record.kind !== kind || record.name !== name)) {
+      throw new NonDeterminismError(
+        `run ${JSON.stringify(this.task.run_id)} op #${seq}: history has ${record.kind} ` +
+          `${JSON.stringify(record.name)}, the code now does ${kind} ${JSON.stringify(name)}`,
+      );
+    }
+    return record;
+  }
+
+  write(seq, kind, name, status, fields = {}) {
+    const prior = this.written.get(seq) ?? this.history.get(seq);
+    const now = Date.now();
+    const done = status === "completed" || status === "failed";
+    this.written.set(seq, {
+      seq, kind, name, status,
+      input: fields.input ?? prior?.input ?? null,
+      output: fields.output ?? null,
+      error: fields.error ?? null,
+      attempts: fields.attempts ?? prior?.attempts ?? 0,
+      started_at: prior?.started_at ?? iso(now),
+      finished_at: done ? iso(now) : null,
+      wake_at: fields.wake_at ?? null,
+    });
+  }
+
+  wait(wakeAt) {
+    if (wakeAt) this.wakes.push(wakeAt);
+    throw new Suspend();
+  }
+
+  context() {
+    const turn = this;
+    return {
+      runId: turn.task.run_id,
+      input: turn.task.input,
+      attempt: turn.task.attempt,
+      step: (name, input = null, options = {}) => turn.step(name, input, options),
+      sleep: (seconds) => turn.sleep(seconds),
+      waitForSignal: (name) => turn.waitForSignal(name),
+      child: (workflow, input = null, options = {}) => turn.child(workflow, input, options, "child"),
+      startChild: (workflow, input = null, options = {}) =>
+        turn.child(workflow, input, options, "start_child"),
+      now: () => turn.now(),
+    };
+  }
+
+  async step(name, input, { group = null, retry = null } = {}) {
+    const seq = this.next();
+    const record = this.recorded(seq, "step", name);
+    if (record?.status === "completed") return record.output;
+    if (record?.status === "failed") throw new StepFailed(record.error);
+    if (group) {
+      this.commands.push({ type: "step", seq, name, group, input, timeout: null, retry });
+      this.wait(null);
+    }
+    if (record?.wake_at && Date.parse(record.wake_at) > Date.now()) this.wait(record.wake_at);
+    const attempt = (record?.attempts ?? 0) + 1;
+    const body = this.steps[name];
+    try {
+      if (!body) throw Object.assign(new Error(name), { name: "UnknownStepError" });
+      const output = (await body(input)) ?? null;
+      this.write(seq, "step", name, "completed", { input, output, attempts: attempt });
+      return output;
+    } catch (err) {
+      const max = retry?.max_attempts ?? 1;
+      if (attempt < max && !err?.fatal) {
+        const delay = Math.min(retry.max_backoff ?? 60, (retry.backoff ?? 1) * 2 ** (attempt - 1));
+        const wakeAt = iso(Date.now() + delay * 1000);
+        this.write(seq, "step", name, "pending", { input, error: errorDoc(err), attempts: attempt, wake_at: wakeAt });
+        this.wait(wakeAt);
+      }
+      this.write(seq, "step", name, "failed", { input, error: errorDoc(err), attempts: attempt });
+      throw err;
+    }
+  }
+
+  async sleep(seconds) {
+    const seq = this.next();
+    const record = this.recorded(seq, "sleep", "sleep");
+    if (record?.status === "completed") return;
+    const wakeAt = record?.wake_at ?? iso(Date.now() + seconds * 1000);
+    if (Date.parse(wakeAt) <= Date.now()) {
+      this.write(seq, "sleep", "sleep", "completed", { wake_at: wakeAt });
+      return;
+    }
+    if (!record) this.write(seq, "sleep", "sleep", "pending", { wake_at: wakeAt });
+    this.wait(wakeAt);
+  }
+
+  async waitForSignal(name) {
+    const seq = this.next();
+    const record = this.recorded(seq, "signal", name);
+    if (record?.status === "completed") return record.output;
+    if (record?.status === "failed") throw Object.assign(new Error(`no signal ${name}`), { name: "SignalTimeoutError" });
+    const at = this.signals.findIndex((s) => s.name === name);
+    if (at >= 0) {
+      const [signal] = this.signals.splice(at, 1);
+      this.write(seq, "signal", name, "completed", { output: signal.payload ?? null });
+      this.consumed.push(signal.id);
+      return signal.payload ?? null;
+    }
+    if (!record) this.write(seq, "signal", name, "pending");
+    this.wait(null);
+  }
+
+  async child(workflow, input, { runId = null } = {}, kind) {
+    const seq = this.next();
+    const record = this.recorded(seq, kind, workflow);
+    if (record?.status === "completed") return record.output;
+    if (record?.status === "failed") throw new StepFailed(record.error);
+    if (record) {
+      const outcome = this.children[record.input?.child_id];
+      if (!outcome || !TERMINAL.has(outcome.status)) this.wait(null);
+      if (outcome.status === "completed") {
+        this.write(seq, kind, workflow, "completed", { output: outcome.output ?? null });
+        return outcome.output ?? null;
+      }
+      const error = { type: "ChildFailedError", message: `child run ended ${outcome.status}`, cause: outcome.error ?? null };
+      this.write(seq, kind, workflow, "failed", { error });
+      throw new StepFailed(error);
+    }
+    const childId = runId ?? `${this.task.run_id}.child.${seq}`;
+    this.commands.push({ type: "child", seq, kind, workflow, input, child_id: childId });
+    if (kind === "start_child") return childId;
+    this.wait(null);
+  }
+
+  now() {
+    const seq = this.next();
+    const record = this.recorded(seq, "now", "now");
+    if (record?.status === "completed") return new Date(record.output);
+    const value = iso(Date.now());
+    this.write(seq, "now", "now", "completed", { output: value });
+    return new Date(value);
+  }
+
+  async decide(body) {
+    let outcome;
+    try {
+      const output = await body(this.context(), this.task.input);
+      outcome = { type: "complete", output: output ?? null };
+    } catch (err) {
+      if (err instanceof Suspend) {
+        const wakes = this.wakes.map((w) => Date.parse(w));
+        outcome = { type: "suspend", wake_at: wakes.length ? iso(Math.min(...wakes)) : null };
+      } else {
+        outcome = { type: "fail", error: errorDoc(err) };
+      }
+    }
+    const startChildren = new Set(this.commands.filter((c) => c.type === "child").map((c) => c.seq));
+    return {
+      checkpoints: [...this.written.values()].filter((r) => !startChildren.has(r.seq)),
+      consumed_signals: this.consumed,
+      commands: this.commands,
+      outcome,
+    };
+  }
+}
+
+// ------------------------------------------------------------------ the worker
+
+export class Worker {
+  constructor({ group, url = "redis://127.0.0.1:6379/0", prefix = "runlane", workflows = {}, steps = {},
+                heartbeatInterval = 2.0, concurrency = 8, name = null }) {
+    this.group = group;
+    this.prefix = prefix;
+    this.workflows = workflows;
+    this.steps = steps;
+    this.heartbeatInterval = heartbeatInterval;
+    this.concurrency = concurrency;
+    this.name = name ?? `${os.hostname()}:${process.pid}:${crypto.randomBytes(3).toString("hex")}`;
+    this.taker = createClient({ url });
+    this.sender = createClient({ url });
+    this.inFlight = new Set();
+    this.stopping = false;
+  }
+
+  key(name) {
+    return `${this.prefix}:${name}`;
+  }
+
+  async run() {
+    await Promise.all([this.taker.connect(), this.sender.connect()]);
+    while (!this.stopping) {
+      const free = this.concurrency - this.inFlight.size;
+      if (free <= 0) {
+        await Promise.race(this.inFlight);
+        continue;
+      }
+      const reply = await this.taker.sendCommand(
+        ["BLMPOP", "1", "1", this.key(`tasks:${this.group}`), "LEFT", "COUNT", String(free)]);
+      for (const raw of reply ? reply[1] : []) this.start(raw);
+    }
+    await Promise.allSettled(this.inFlight);
+    await Promise.all([this.taker.quit(), this.sender.quit()]);
+  }
+
+  stop() {
+    this.stopping = true;
+  }
+
+  start(raw) {
+    let task;
+    try {
+      task = JSON.parse(raw);
+      if (typeof task !== "object" || task === null) throw new Error("not an object");
+      if ((task.protocol ?? 1) !== PROTOCOL) throw new Error(`protocol ${task.protocol}`);
+    } catch (err) {
+      console.warn(`runlane worker ${this.name}: dropping a malformed task (${err.message})`);
+      return;
+    }
+    const work = (task.kind === "workflow" ? this.turn(task) : this.execute(task))
+      .catch((err) => console.error(`runlane worker ${this.name}:`, err))
+      .finally(() => this.inFlight.delete(work));
+    this.inFlight.add(work);
+  }
+
+  async beating(beat, work) {
+    const publish = () => this.sender
+      .publish(this.key("heartbeats"), JSON.stringify({ ...beat, at: iso(Date.now()) }))
+      .catch(() => {}); // a lost beat only narrows the engine's margin
+    await publish();
+    const timer = setInterval(publish, this.heartbeatInterval * 1000);
+    try {
+      return await work();
+    } finally {
+      clearInterval(timer);
+    }
+  }
+
+  async execute(task) {
+    const identity = { step_id: task.step_id, run_id: task.run_id, seq: task.seq };
+    const beat = { protocol: PROTOCOL, ...identity, attempt: task.attempt, worker: this.name };
+    const result = await this.beating(beat, async () => {
+      const body = this.steps[task.name];
+      try {
+        if (!body) throw Object.assign(new Error(task.name), { name: "UnknownStepError" });
+        return { ok: true, output: (await body(task.input)) ?? null, error: null };
+      } catch (err) {
+        return { ok: false, output: null, error: errorDoc(err) };
+      }
+    });
+    await this.send({ protocol: PROTOCOL, ...identity, ...result, attempt: task.attempt, worker: this.name });
+  }
+
+  async turn(task) {
+    if (task.expires_at && Date.parse(task.expires_at) < Date.now()) return; // sent again since
+    const beat = { protocol: PROTOCOL, kind: "workflow", task_id: task.task_id, run_id: task.run_id, worker: this.name };
+    const decision = await this.beating(beat, async () => {
+      const body = this.workflows[task.workflow];
+      if (!body) {
+        const error = { type: "UnknownWorkflowError", message: task.workflow };
+        return { checkpoints: [], consumed_signals: [], commands: [], outcome: { type: "fail", error } };
+      }
+      return new Turn(task, this.steps).decide(body);
+    });
+    await this.send({
+      protocol: PROTOCOL, kind: "decision", task_id: task.task_id, run_id: task.run_id,
+      worker: this.name, ...decision,
+    });
+  }
+
+  async send(message) {
+    await this.sender.rPush(this.key("results"), JSON.stringify(message));
+  }
+}
