@@ -425,6 +425,28 @@ def scale(results: Sequence[Line]) -> list[str]:
     return out
 
 
+def prune(results: Sequence[Line]) -> list[str]:
+    out = [
+        "## 11. Retention: throughput while a driving engine prunes settled runs",
+        "",
+        "| store | due runs | alone wf/s | while pruning wf/s | pruning / alone | target | verdict"
+        " | prune s | pruned/s | runs (ratio) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for db, label in DBS:
+        lines = pick(results, "runlane", "prune", db)
+        if not lines:
+            continue
+        r = med(lines, "while_pruning_vs_alone")
+        out.append(
+            f"| {label} | {lines[0]['finished_rows']:,} | {fmt(med(lines, 'alone_workflows_per_s'))}"
+            f" | {fmt(med(lines, 'while_pruning_workflows_per_s'))} | {fmt(r)} | >= 0.8 |"
+            f" {verdict(None if r is None else r >= 0.8)} | {fmt(med(lines, 'prune_seconds'))}"
+            f" | {fmt(med(lines, 'pruned_per_s'))} | {per_rep(lines, 'while_pruning_vs_alone')} |"
+        )
+    return out
+
+
 def schedules(results: Sequence[Line]) -> list[str]:
     out = [
         "## 9. Schedules: each due once a minute (`Schedule(every=60)`), all in the same minute",
@@ -543,6 +565,7 @@ def render(
         lambda: step_queue(results),
         lambda: schedules(results),
         lambda: fan_out(results),
+        lambda: prune(results),
     ]
     out = header(facts, command, quick, results)
     for section in sections:

@@ -88,6 +88,7 @@ FULL: dict[str, Any] = {
         "fan_out": {"n": 10_000},
         "remote_latency": {"runs": 50, "steps": 10},
         "remote_throughput": {"n": 1000, "steps": 2},
+        "prune": {"n": 1000, "finished": 100_000},
     },
 }
 QUICK: dict[str, Any] = {
@@ -124,6 +125,7 @@ QUICK: dict[str, Any] = {
         "fan_out": {"n": 2000},
         "remote_latency": {"runs": 20, "steps": 10},
         "remote_throughput": {"n": 300, "steps": 2},
+        "prune": {"n": 300, "finished": 20_000},
     },
 }
 SOLO_DBS = {
@@ -140,6 +142,7 @@ SOLO_DBS = {
     "fan_out": ["pg", "sqlite"],
     "remote_latency": ["pg", "sqlite"],
     "remote_throughput": ["pg", "sqlite"],
+    "prune": ["pg", "sqlite"],
 }
 ONE_REP = ("store_cost", "waiters", "schedules")
 

@@ -45,6 +45,7 @@ from runlane import (
     Singleton,
     StepQueue,
 )
+from runlane.models import RunQuery
 from runlane.stores import MemoryStore
 from runlane.stores.base import Store
 from runlane.testing import ManualClock
@@ -593,6 +594,68 @@ async def seed_then_measure(target: Target, n: int, finished: int) -> Figures:
     return {**figures, "seed_seconds": round(seed_seconds, 1)}
 
 
+# ---------------------------------------------------------------- 7b. retention
+
+
+async def prune(
+    target: Target, n: int = 1000, finished: int = 100_000, batch: int = 500, reps: int = 3
+) -> Figures:
+    """Throughput on a store holding ``finished`` completed runs past their retention, without
+    retention, then while a driving engine prunes them (medians of ``reps`` batches of ``n``
+    runs each), and how long the prune of them all took."""
+    target.renew()
+    await _seed(target, finished)
+    async with target.engine(steps_wf) as engine:
+        await warm_up(engine)
+        alone = [await timed_batch(engine, n, 2) for _ in range(reps)]
+    target.renew()
+    await _seed(target, finished)
+    retention = runlane.Retention(completed=timedelta(days=1), batch=batch)
+    engine = Engine(target.store(), workflows=[steps_wf], steps=[noop], retention=retention)
+    t0 = time.perf_counter()
+    async with engine:
+        assert engine.pruner is not None
+        await warm_up(engine)
+        during = []
+        for _ in range(reps):
+            during.append(await timed_batch(engine, n, 2))
+            if engine.pruner.deleted >= finished:
+                break
+        overlapped = engine.pruner.deleted < finished
+        while engine.pruner.deleted < finished:
+            if time.perf_counter() - t0 > 900:
+                raise RuntimeError(f"pruned {engine.pruner.deleted} of {finished} in 900 s")
+            await asyncio.sleep(0.1)
+        prune_seconds = time.perf_counter() - t0
+        left = await engine.read(lambda store: store.count_runs(RunQuery()))
+    base, pruning = _median_rate(alone), _median_rate(during)
+    return {
+        "n": n,
+        "finished_rows": finished,
+        "batch": batch,
+        "alone_workflows_per_s": base,
+        "while_pruning_workflows_per_s": pruning,
+        "while_pruning_vs_alone": round(pruning / base, 3),
+        "batches_while_pruning": len(during),
+        "every_batch_overlapped_the_prune": overlapped,
+        "prune_seconds": round(prune_seconds, 1),
+        "pruned_per_s": round(finished / prune_seconds, 1),
+        "runs_left": sum(left.values()),
+    }
+
+
+async def _seed(target: Target, finished: int) -> None:
+    store = target.store()
+    await store.open()  # creates the schema the seed writes into
+    await seed.finished_runs(target.db, store, target.url, target.path, finished)
+    await store.close()
+
+
+def _median_rate(batches: Sequence[Figures]) -> float:
+    rates = sorted(b["workflows_per_s"] for b in batches)
+    return float(rates[len(rates) // 2])
+
+
 # ---------------------------------------------------------------- 5c. step queues
 
 
@@ -871,6 +934,7 @@ WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "fan_out": fan_out,
     "remote_latency": remote.remote_latency,
     "remote_throughput": remote.remote_throughput,
+    "prune": prune,
 }
 
 

@@ -40,6 +40,7 @@ from .errors import (
 )
 from .models import Run, RunStatus, Settled, StepRecord
 from .queues import StepQueue
+from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
 from .worker import Worker
@@ -61,6 +62,7 @@ __all__ = [
     "RateLimit",
     "RateLimitError",
     "RemoteWorkflow",
+    "Retention",
     "Retry",
     "Run",
     "RunExistsError",

@@ -15,19 +15,32 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
-from .cli_tables import lanes_table, run_details, runs_table, schedules_table, steps_table
+from .cli_tables import (
+    lanes_table,
+    queues_table,
+    run_details,
+    runs_table,
+    schedules_table,
+    steps_table,
+)
 from .engine import Engine
 from .errors import ConfigurationError, MissingExtraError, RunlaneError
 from .extras import needs_extra
-from .http.shapes import lane_to_dict, run_to_dict, schedule_to_dict, step_to_dict
-from .lanes import lanes
+from .http.shapes import (
+    lane_to_dict,
+    queue_lane_to_dict,
+    run_to_dict,
+    schedule_to_dict,
+    step_to_dict,
+)
+from .lanes import Lane, QueueLane, lanes, queue_lanes
 from .models import Run, RunQuery, RunStatus, StepRecord
 from .stores import open_store
 from .stores.base import Store
@@ -414,6 +427,48 @@ def runs_signal(
 # ---------------------------------------------------------------- schedules
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90``, ``90s``, ``15m``, ``12h``, ``7d`` or ``2w`` as a timedelta."""
+    value, unit = (text[:-1], text[-1]) if text[-1:].isalpha() else (text, "s")
+    try:
+        seconds = float(value) * DURATION_UNITS[unit.lower()]
+    except (KeyError, ValueError):
+        raise click.BadParameter(
+            f"{text!r} is no duration: a number of seconds, or with s, m, h, d or w",
+            param_hint="--older-than",
+        ) from None
+    if seconds < 0:
+        raise click.BadParameter("a duration is never negative", param_hint="--older-than")
+    return timedelta(seconds=seconds)
+
+
+@runs.command("prune")
+@_common
+@click.option(
+    "--older-than",
+    "older_than",
+    required=True,
+    help="Delete settled runs last updated longer ago than this: 90s, 15m, 12h, 7d, 2w.",
+)
+@click.option("--batch", default=1000, show_default=True, type=click.IntRange(min=1))
+def runs_prune(db: str | None, app: str | None, as_json: bool, older_than: str, batch: int) -> None:
+    """Delete settled runs (completed, failed, cancelled, dead) with their steps and signals.
+
+    A parent whose children are still active is kept. Deletes in batches, so engines serving
+    the same database go on meanwhile.
+    """
+    period = parse_duration(older_than)
+    deleted = with_engine(db, app, lambda e: e.prune(period, batch=batch))
+    say(
+        as_json,
+        {"deleted": deleted, "older_than_seconds": period.total_seconds()},
+        f"deleted {deleted} settled run{'s' if deleted != 1 else ''} older than {older_than}",
+    )
+
+
 @main.group()
 def schedules() -> None:
     """Inspect, pause, resume and trigger schedules."""
@@ -484,18 +539,29 @@ async def follow_runs(
 
 @main.command("lanes")
 @_common
-@click.option("--key", default=None, help="Only the lanes of this key.")
+@click.option("--key", default=None, help="Only the lanes of this key (or step queue).")
 def lanes_command(db: str | None, app: str | None, as_json: bool, key: str | None) -> None:
-    """Each singleton lane and quota key with active runs: holders, waiters in order, usage."""
-    found = [
-        lane
-        for lane in lanes(with_engine(db, app, lambda e: e.read(lambda s: s.lane_runs())))
-        if key is None or lane.key == key
-    ]
+    """Each singleton lane and quota key with active runs, and each step queue: holders,
+    waiters in order, usage (JSON: one list, step queues with kind "queue")."""
+
+    async def read(engine: Engine) -> tuple[list[Lane], list[QueueLane]]:
+        runs, views = (
+            await engine.read(lambda s: s.lane_runs()),
+            await engine.read(lambda s: s.queue_views()),
+        )
+        return lanes(runs), queue_lanes(views, engine.now())
+
+    found, queues = with_engine(db, app, read)
+    found = [lane for lane in found if key is None or lane.key == key]
+    queues = [lane for lane in queues if key is None or lane.name == key]
     if as_json:
-        click.echo(json.dumps([lane_to_dict(lane) for lane in found], indent=2))
+        shown = [lane_to_dict(lane) for lane in found] + [queue_lane_to_dict(q) for q in queues]
+        click.echo(json.dumps(shown, indent=2))
         return
-    Console().print(lanes_table(found) if found else "no busy lanes")
+    console = Console()
+    console.print(lanes_table(found) if found else "no busy lanes")
+    if queues:
+        console.print(queues_table(queues))
 
 
 # ---------------------------------------------------------------- db

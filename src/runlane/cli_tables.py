@@ -9,7 +9,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from .lanes import Lane
+from .lanes import Lane, QueueLane
 from .models import Run, StepRecord
 from .schedules import ScheduleState
 
@@ -106,6 +106,24 @@ def lanes_table(found: list[Lane]) -> Table:
             f"{lane.usage}/{limit}",
             escape(", ".join(r.id for r in lane.holders)),
             escape(", ".join(r.id for r in lane.waiters)),
+        )
+    return table
+
+
+def queues_table(found: list[QueueLane]) -> Table:
+    table = Table("step queue", "slots", "rate window", "holding (run/step)", "waiters, next first")
+    for lane in found:
+        settings = lane.settings
+        limit = "∞" if settings.concurrency is None else str(settings.concurrency)
+        rate = "-"
+        if settings.rate_limit is not None:
+            rate = f"{lane.window_used}/{settings.rate_limit} per {settings.rate_period:g} s"
+        table.add_row(
+            escape(lane.name),
+            f"{lane.usage}/{limit}",
+            rate,
+            escape(", ".join(f"{e.run_id}/{e.seq}" for e in lane.holders)),
+            escape(", ".join(f"{e.run_id}/{e.seq}" for e in lane.waiters)),
         )
     return table
 

@@ -61,14 +61,18 @@ from .queues import StepQueue
 from .registry import Registry
 from .remote import RemoteSteps
 from .remote_turns import RemoteTurns, apply_decision
+from .retention import CATCH_UP_PAUSE, Pruner, Retention
+from .retention import older_than as older_than_cutoffs
 from .runqueue import RunQueue
 from .schedules import Schedule, Scheduler
 from .serialization import normalise
+from .stats import REFUSAL_REASONS, EngineStats
 from .stores import open_store
 from .stores.base import Store
+from .tracing import Tracing
 from .transports import open_transport
 from .transports.base import Transport
-from .turn import Turn
+from .turn import Turn, TurnOutcome
 from .workflow_tasks import Decision
 
 log = logging.getLogger("runlane.engine")
@@ -101,6 +105,8 @@ class Engine:
         schedules: Iterable[Schedule] = (),
         queues: Iterable[StepQueue] = (),
         remote_workflows: Iterable[WorkflowDefinition] = (),
+        retention: Retention | None = None,
+        tracer_provider: Any = None,
         **options: Any,
     ) -> None:
         if consumers not in ("auto", "always", "never"):
@@ -133,6 +139,12 @@ class Engine:
         self.drive = drive
         self.consumers = consumers
         self.options = EngineOptions.from_kwargs(options)
+        self.pruner = (
+            Pruner(retention, self._prune_batch, self.now) if retention is not None else None
+        )
+        self._prune_task: asyncio.Task[None] | None = None
+        self.stats = EngineStats()
+        self.tracing = Tracing(tracer_provider)
         self.outage = OutageLog(log, on_recovered=self._wake_loop)
         self.leases = LeaseKeeper(self.store, self.now, lambda: self.options.lease, self.outage)
         self.id = uuid.uuid4().hex[:12]
@@ -218,6 +230,9 @@ class Engine:
             self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
             self._loop_task = None
+        if self._prune_task is not None:
+            # A batch is one short statement: let it commit rather than roll it back.
+            await asyncio.gather(self._prune_task, return_exceptions=True)
         if self._local is not None:
             await self._local.wait(timeout)
         if self.runqueue is not None:
@@ -256,6 +271,7 @@ class Engine:
             debounce=True,
         )
         started, retried = await self._create(spec)
+        self.count_starts(definition.name, [started])
         run = self._started(started)
         # After an outage, the run found may be the one this start's first write created.
         ours = retried and _same_start(run, spec)
@@ -285,6 +301,14 @@ class Engine:
         if lease is not None and run is not None and run.lease_owner == lease.owner:
             started = replace(started, claim=Claim(run, [], []))
         return started, True
+
+    def count_starts(self, workflow: str, started: Iterable[Started]) -> None:
+        for one in started:
+            if one.rejected is not None:
+                reason = REFUSAL_REASONS.get(type(one.rejected).__name__, "other")
+                self.stats.refused(workflow, reason)
+            elif one.created:
+                self.stats.started(workflow)
 
     def _started(self, started: Started) -> Run:
         if started.rejected is not None:
@@ -596,7 +620,55 @@ class Engine:
         total += await self.resume_due_timers()
         total += await self.fire_schedules()
         total += await self.run_pending()
+        await self.prune_retained()
         return total
+
+    async def prune_retained(self) -> int:
+        """Delete one batch of settled runs past their ``retention`` period, when one is due.
+
+        In the driving loop the batch runs beside the turns, in a task of its own, so a prune
+        never delays a pass; called directly (a test's ``tick``) it is awaited. Returns the runs
+        deleted (0 when the batch went to the background).
+        """
+        pruner = self.pruner
+        if pruner is None or not pruner.due() or self._prune_task is not None:
+            return 0
+        if self.drive and self._loop_task is not None and asyncio.current_task() is self._loop_task:
+            self._prune_task = asyncio.create_task(self._prune_beside())
+            return 0
+        return len(await pruner.run_batch())
+
+    async def _prune_beside(self) -> None:
+        pruner = self.pruner
+        assert pruner is not None
+        try:
+            # A backlog goes batch after batch, a short pause between, without waiting for
+            # the loop's next pass; then one pass per interval.
+            while len(await pruner.run_batch()) >= pruner.retention.batch and self._accepting:
+                await asyncio.sleep(CATCH_UP_PAUSE)
+        except Exception as exc:
+            if is_infrastructure(exc):
+                self.outage.failed(exc, "pruning settled runs")
+            else:
+                log.exception("pruning settled runs failed; retrying at the next interval")
+        finally:
+            self._prune_task = None
+
+    async def _prune_batch(self, cutoffs: dict[RunStatus, datetime], limit: int) -> list[str]:
+        return await self.store.prune_runs(cutoffs, limit)
+
+    async def prune(self, older_than: float | timedelta, *, batch: int = 1000) -> int:
+        """Delete every settled run (any terminal status) last updated more than
+        ``older_than`` ago, in batches of ``batch``; returns how many were deleted. A parent
+        whose children are still active is kept (``runlane runs prune --older-than``)."""
+        await self._ready()
+        cutoffs = older_than_cutoffs(older_than, self.now())
+        deleted = 0
+        while True:
+            gone = await self._api(functools.partial(self.store.prune_runs, cutoffs, batch))
+            deleted += len(gone)
+            if len(gone) < batch:
+                return deleted
 
     async def fire_schedules(self) -> int:
         """Start the runs of the schedules' due windows (each window once, across engines)."""
@@ -761,18 +833,16 @@ class Engine:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
-        decision = self._decisions.pop(owner, None)
-        if decision is not None:
-            drive = functools.partial(apply_decision, decision=decision)
-            result = await Turn(self, claim, owner, definition).execute(verdict, drive)
-        elif definition.group is not None and verdict is None and self.remote_turns is not None:
-            result = await self.remote_turns.send(claim, owner, definition)
-        else:
-            result = await Turn(self, claim, owner, definition).execute(verdict)
+        self.stats.turn_began(run_id, claim.run.workflow)
+        run = claim.run
+        with self.tracing.turn(run.id, run.workflow, run.recoveries + 1):
+            result = await self._drive(claim, owner, definition, verdict)
         if result.outage is not None:
             self.outage.failed(result.outage, f"executing run {run_id}")
         elif self.outage.down:
             self.outage.succeeded()
+        if result.state == "settled":
+            self._count_settled(claim.run, result)
         if result.successor is not None and self._local is not None:
             self._local.spawn(result.successor.run.id, claim=result.successor)
         if result.state == "settled":
@@ -782,6 +852,31 @@ class Engine:
         elif result.wake_at is not None:
             self._note_wake(result.wake_at)
         return result.woken
+
+    async def _drive(
+        self,
+        claim: Claim,
+        owner: str,
+        definition: WorkflowDefinition,
+        verdict: Settlement | None,
+    ) -> TurnOutcome:
+        """One turn: a worker's decision applied, a turn sent to a remote workflow's worker,
+        or the body replayed here."""
+        decision = self._decisions.pop(owner, None)
+        if decision is not None:
+            drive = functools.partial(apply_decision, decision=decision)
+            return await Turn(self, claim, owner, definition).execute(verdict, drive)
+        if definition.group is not None and verdict is None and self.remote_turns is not None:
+            return await self.remote_turns.send(claim, owner, definition)
+        return await Turn(self, claim, owner, definition).execute(verdict)
+
+    def _count_settled(self, run: Run, result: TurnOutcome) -> None:
+        status = result.settled.status if result.settled is not None else "unknown"
+        self.stats.finished(run.workflow, str(status))
+        freed = list(result.woken)
+        if result.successor is not None:
+            freed.append(result.successor.run.id)
+        self.stats.slot_freed(freed)
 
     async def apply_decision(self, decision: Decision) -> None:
         """Lease the run for a worker's decision, if it still awaits that turn, and apply it on
@@ -961,6 +1056,9 @@ class _SchedulerHost:
         )
 
     async def created(self, started: Sequence[Started]) -> None:
+        for one in started:
+            if one.run is not None:
+                self._engine.count_starts(one.run.workflow, [one])
         ready = [s.run for s in started if s.created and not s.waiting and s.run is not None]
         if ready:
             self._engine._kick_started(ready)

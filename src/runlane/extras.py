@@ -18,7 +18,7 @@ from .errors import MissingExtraError
 EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg", "psycopg_pool"),
     "redis": ("redis",),
-    "http": ("starlette", "uvicorn"),
+    "http": ("starlette", "uvicorn", "prometheus_client"),
     "otel": ("opentelemetry",),
 }
 

@@ -3,16 +3,19 @@
 A pure view over the active gated runs a store lists (``Store.lane_runs``, oldest first): each
 singleton lane (``singleton_key``, see :func:`runlane.admission.lane`) with its slot holders and
 its waiters in FIFO order, and each quota key (``concurrency_key``) with the runs it counts.
+Step queues are lanes of steps: :func:`queue_lanes` views ``Store.queue_views``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from .admission import lane_parts
-from .models import Run
+from .models import QueueSettings, Run
+from .queues import QueueEntry, QueueView, current_window
 
 
 @dataclass(frozen=True)
@@ -72,4 +75,35 @@ def _quota(name: str, runs: list[Run]) -> Lane:
     return Lane("concurrency", name, name, None, runs[-1].concurrency_limit, holders=counted)
 
 
-__all__ = ["Lane", "lanes"]
+@dataclass(frozen=True)
+class QueueLane:
+    """A step queue's lane: the steps holding a slot, the steps waiting in the order the
+    queue admits them, and its current fixed rate window (``window_start`` None without a
+    rate limit) with the admissions counted in it."""
+
+    settings: QueueSettings
+    holders: tuple[QueueEntry, ...]
+    waiters: tuple[QueueEntry, ...]
+    window_start: datetime | None
+    window_used: int
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def usage(self) -> int:
+        return len(self.holders)
+
+
+def queue_lanes(views: Iterable[QueueView], now: datetime) -> list[QueueLane]:
+    """The lanes of step queues, by name, their rate windows as they stand at ``now``."""
+    found = []
+    for view in views:
+        start, used = current_window(view.row, now)
+        holders, waiters = tuple(view.holders()), tuple(view.waiters())
+        found.append(QueueLane(view.row.settings, holders, waiters, start, used))
+    return sorted(found, key=lambda lane: lane.name)
+
+
+__all__ = ["Lane", "QueueLane", "lanes", "queue_lanes"]

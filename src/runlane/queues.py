@@ -14,10 +14,10 @@ memory and SQLite stores keep the book, PostgreSQL states the same rules in SQL.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .definitions import MAX_LIMIT, RateLimit, as_seconds, whole_limit
 from .errors import DefinitionError
@@ -108,6 +108,74 @@ class QueueEntry:
     fairness_key: str
     admitted_at: datetime | None = None
     denials: int = 0
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """A queue as an operator sees it (``Store.queue_views``): its row, the entries of its
+    unsettled runs by arrival, and when each of their fairness keys was last served."""
+
+    row: QueueRow
+    entries: tuple[QueueEntry, ...]
+    served: Mapping[str, int]
+
+    def holders(self) -> list[QueueEntry]:
+        return [e for e in self.entries if e.admitted_at is not None]
+
+    def waiters(self) -> list[QueueEntry]:
+        """The waiting entries in the order the queue admits them."""
+        settings = self.row.settings
+        waiting = [e for e in self.entries if e.admitted_at is None]
+        return sorted(
+            waiting, key=lambda e: order_key(settings, e, self.served.get(e.fairness_key))
+        )
+
+
+class Columns(Protocol):
+    """A table row read by column name (a ``sqlite3.Row``, a psycopg dict row)."""
+
+    def __getitem__(self, name: str, /) -> Any: ...
+
+
+def row_from(values: Columns, window_start: datetime | None) -> QueueRow:
+    """A queue row from a table row whose columns are named as the schema names them."""
+    settings = QueueSettings(
+        name=values["name"],
+        concurrency=values["concurrency"],
+        rate_limit=values["rate_limit"],
+        rate_period=values["rate_period"],
+        fairness=values["fairness"],
+        order=values["arrival"],
+    )
+    return QueueRow(settings, window_start, values["window_count"], values["served"])
+
+
+def entry_from(values: Columns, admitted_at: datetime | None) -> QueueEntry:
+    """An entry from a table row whose columns are named as the schema names them."""
+    return QueueEntry(
+        id=values["id"],
+        queue=values["queue"],
+        run_id=values["run_id"],
+        seq=values["seq"],
+        priority=values["priority"],
+        fairness_key=values["fairness_key"],
+        admitted_at=admitted_at,
+        denials=values["denials"],
+    )
+
+
+def views_of(
+    rows: Sequence[QueueRow], entries: Sequence[QueueEntry], served: Mapping[tuple[str, str], int]
+) -> list[QueueView]:
+    """Each queue's view, by name, from its rows, entries (by arrival) and served keys."""
+    return [
+        QueueView(
+            row,
+            tuple(e for e in entries if e.queue == row.settings.name),
+            {k: n for (q, k), n in served.items() if q == row.settings.name},
+        )
+        for row in sorted(rows, key=lambda r: r.settings.name)
+    ]
 
 
 def unknown_queue(name: str) -> DefinitionError:

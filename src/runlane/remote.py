@@ -372,7 +372,9 @@ async def _redispatched(turn: Turn, op: StepOp, record: StepRecord) -> StepRecor
 
 
 def _task(turn: Turn, op: StepOp, record: StepRecord) -> Message:
+    trace = turn.host.tracing.carrier()
     return {
+        **({"trace": trace} if trace else {}),
         "protocol": PROTOCOL,
         "step_id": step_id(turn.run.id, op.seq),
         "run_id": turn.run.id,

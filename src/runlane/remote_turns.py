@@ -63,8 +63,9 @@ class RemoteTurns:
         try:
             children = await store.get_runs(awaited_children(claim.steps))
             deadline = now + timedelta(seconds=self.silence())
+            trace = self.engine.tracing.carrier()  # the sending turn's span, when tracing
             task = workflow_task(
-                task_id, run, group, claim.steps, claim.signals, children, now, deadline
+                task_id, run, group, claim.steps, claim.signals, children, now, deadline, trace
             )
             await store.await_decision(run.id, owner, task_id, deadline, now)
         except RunCancelling:

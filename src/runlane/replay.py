@@ -36,7 +36,9 @@ from .models import (
 )
 from .options import EngineOptions
 from .registry import Registry
+from .stats import EngineStats
 from .stores.base import Store
+from .tracing import Tracing
 from .transports.base import Message
 from .turn import Turn, TurnOutcome
 from .workflow_tasks import (
@@ -81,6 +83,9 @@ class WorkerHost:
         self.store = cast(Store, _NoStore())
         self.options = EngineOptions()
         self.leases = cast(LeaseKeeper, _NoLeases())
+        # A worker serves no /metrics; its step spans join the global provider's traces.
+        self.stats = EngineStats()
+        self.tracing = Tracing()
 
     def now(self) -> datetime:
         return datetime.now(UTC)

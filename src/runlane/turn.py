@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -58,7 +59,9 @@ from .options import EngineOptions
 from .queues import QueueRequest
 from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
+from .stats import EngineStats
 from .stores.base import Store
+from .tracing import Tracing
 
 log = logging.getLogger("runlane.engine")
 
@@ -99,6 +102,16 @@ class TurnHost(Protocol):
     ) -> StepDefinition: ...
 
     async def call_step(self, definition: StepDefinition, input: JSON) -> JSON: ...
+
+    @property
+    def stats(self) -> EngineStats:
+        """Where the turn counts what it did (step durations)."""
+        ...
+
+    @property
+    def tracing(self) -> Tracing:
+        """The spans of the turn's steps (a no-op unless OpenTelemetry is configured)."""
+        ...
 
     async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec: ...
 
@@ -440,12 +453,18 @@ class Turn:
         self, op: StepOp, record: StepRecord | None, attempt: int
     ) -> Settled | None:
         started = self.now()
+        began = time.monotonic()
+        run = self.run
         try:
-            output = normalise(
-                await self.host.call_step(op.definition, op.input), f"output of step {op.name!r}"
-            )
+            with self.host.tracing.step(run.id, run.workflow, op.name, op.seq, attempt):
+                output = normalise(
+                    await self.host.call_step(op.definition, op.input),
+                    f"output of step {op.name!r}",
+                )
         except Exception as exc:
+            self.host.stats.step_took(self.run.workflow, op.name, time.monotonic() - began)
             return self._step_failed(op, record, attempt, started, exc)
+        self.host.stats.step_took(self.run.workflow, op.name, time.monotonic() - began)
         self.complete(
             op.seq,
             StepKind.STEP,

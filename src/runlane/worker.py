@@ -29,6 +29,7 @@ from .errors import UnknownStepError, error_dict
 from .registry import Registry
 from .replay import replay
 from .serialization import normalise
+from .tracing import Tracing
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, WORKER_KIND, Malformed, check
 from .workflow_tasks import (
@@ -62,6 +63,7 @@ class Worker:
         heartbeat_interval: float = 2.0,
         poll_timeout: float = 1.0,
         name: str | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -74,6 +76,7 @@ class Worker:
         self.poll_timeout = poll_timeout
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.steps = {d.name: d for d in map(_definition, steps)}
+        self.tracing = Tracing(tracer_provider)
         self.workflows = Registry(workflows)
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -209,11 +212,12 @@ class Worker:
     async def _outcome(self, task: Message) -> Message:
         name = str(task.get("name"))
         try:
-            definition = self.steps.get(name)
-            if definition is None or definition.fn is None:
-                raise UnknownStepError(name)
-            output = await call_step_body(definition.fn, task.get("input"))
-            output = normalise(output, f"output of step {name!r}")
+            with self.tracing.remote_step(task):
+                definition = self.steps.get(name)
+                if definition is None or definition.fn is None:
+                    raise UnknownStepError(name)
+                output = await call_step_body(definition.fn, task.get("input"))
+                output = normalise(output, f"output of step {name!r}")
         except Exception as exc:
             return self._result(task, ok=False, error=error_dict(exc))
         return self._result(task, ok=True, output=output)

@@ -2010,3 +2010,97 @@ async def test_a_lost_lease_cannot_ask_or_release(store: Store) -> None:
     with pytest.raises(LeaseLostError):
         await store.release_steps("a", "someone-else", Writes(), [1], T0)
     assert (await ask(store, "a")).admitted  # nothing was taken by the failed calls
+
+
+# ---------------------------------------------------------------- retention
+
+
+def every_status_before(when: datetime) -> dict[RunStatus, datetime]:
+    return {
+        status: when
+        for status in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
+    }
+
+
+async def test_prune_deletes_settled_runs_past_their_cutoff_with_steps_and_signals(
+    store: Store,
+) -> None:
+    await create(store, spec("old"), spec("new"), spec("busy"))
+    await store.deliver_signal("old", "go", {"n": 1}, T0)
+    await lease(store, "old")
+    await store.settle_run("old", "owner-1", Writes(steps=[step("old", 1)]), DONE, at(10))
+    await settle(store, "new", now=at(100))
+    assert await store.prune_runs(every_status_before(at(50)), 10) == ["old"]
+    assert await store.get_run("old") is None
+    assert await store.list_steps("old") == []
+    assert {r.id for r in await store.list_runs()} == {"new", "busy"}
+    # The id starts clean if it is used again: nothing of the old run's was left behind.
+    await create(store, spec("old"))
+    claimed = (await claim(store, "old", now=at(60))).claim
+    assert claimed is not None and claimed.signals == [] and claimed.steps == []
+
+
+async def test_prune_honours_each_statuss_cutoff_and_ignores_active_statuses(
+    store: Store,
+) -> None:
+    await create(store, spec("done"), spec("failed"), spec("pending"))
+    await settle(store, "done", now=at(10))
+    await settle(store, "failed", Settlement(RunStatus.FAILED, error={"m": "x"}), now=at(10))
+    cutoffs = {RunStatus.FAILED: at(50), RunStatus.COMPLETED: at(5), RunStatus.PENDING: at(99)}
+    assert await store.prune_runs(cutoffs, 10) == ["failed"]
+    assert {r.id for r in await store.list_runs()} == {"done", "pending"}
+    assert await store.prune_runs({}, 10) == []
+
+
+async def test_prune_takes_the_least_recently_updated_first_at_most_limit(store: Store) -> None:
+    await create(store, *(spec(i) for i in "abcd"))
+    for n, run_id in enumerate("dbca"):
+        await settle(store, run_id, now=at(n))
+    cutoffs = every_status_before(at(60))
+    assert await store.prune_runs(cutoffs, 2) == ["d", "b"]
+    assert await store.prune_runs(cutoffs, 2) == ["c", "a"]
+    assert await store.prune_runs(cutoffs, 2) == []
+
+
+async def test_a_parent_is_kept_until_its_children_settle_and_they_are_not_deleted_with_it(
+    store: Store,
+) -> None:
+    await create(store, spec("parent"), spec("kid", parent_id="parent"))
+    await create(store, spec("done-kid", parent_id="parent"))
+    await settle(store, "done-kid", now=at(1))
+    await settle(store, "parent", now=at(2))
+    cutoffs = {RunStatus.COMPLETED: at(5)}
+    assert await store.prune_runs(cutoffs, 10) == ["done-kid"]
+    assert await status_of(store, "parent") == RunStatus.COMPLETED
+    await settle(store, "kid", now=at(3))
+    assert await store.prune_runs(cutoffs, 10) == ["parent", "kid"]
+
+
+async def test_queue_views_show_holders_and_waiters_in_admission_order(store: Store) -> None:
+    rate = QueueSettings("r", rate_limit=5, rate_period=60.0)
+    await store.register_queues([QueueSettings("q", concurrency=1), rate], T0)
+    await queued(store, "h", "x", "y", "gone")
+    assert (await ask(store, "h")).admitted
+    for run_id, priority in (("x", 0), ("y", 5), ("gone", 9)):
+        assert not (await ask(store, run_id, priority=priority)).admitted
+    assert (await ask(store, "x", queue="r", seq=2, now=at(1))).admitted
+    await store.settle_run("gone", "owner-gone", Writes(), DONE, at(2), queued=True)
+    [q, r] = await store.queue_views()
+    assert (q.row.settings.concurrency, r.row.settings.rate_limit) == (1, 5)
+    assert [(e.run_id, e.admitted_at) for e in q.holders()] == [("h", T0)]
+    assert [e.run_id for e in q.waiters()] == ["y", "x"]  # priority first; settled runs gone
+    assert [e.run_id for e in r.holders()] == ["x"]
+    assert (r.row.window_count, r.row.window_start) == (1, T0)
+
+
+async def test_active_run_counts_are_by_workflow_and_status_without_settled_runs(
+    store: Store,
+) -> None:
+    await create(store, spec("a"), spec("b"), spec("c", workflow="other"), spec("d"))
+    await lease(store, "b")
+    await settle(store, "d")
+    assert await store.active_run_counts() == {
+        ("wf", RunStatus.PENDING): 1,
+        ("wf", RunStatus.RUNNING): 1,
+        ("other", RunStatus.PENDING): 1,
+    }

@@ -405,3 +405,23 @@ def test_schedules_are_listed_paused_resumed_and_triggered_from_the_shell(
     assert json.loads(triggered.output)["id"].startswith("sched:hourly:manual:")
     missing = cli("schedules", "pause", "nope", "--db", db)
     assert missing.exit_code == 1 and "no schedule with id 'nope'" in missing.output
+
+
+def test_runs_prune_deletes_settled_runs_older_than_asked_and_keeps_the_rest(
+    db: str, app: str, waiting_run: str
+) -> None:
+    cli("runs", "signal", "r1", "go", "--db", db)
+    run_in_engine(app, ("tick", ()))
+    kept = cli("runs", "prune", "--older-than", "1h", "--db", db)
+    assert kept.exit_code == 0, kept.output
+    assert kept.output.strip() == "deleted 0 settled runs older than 1h"
+    pruned = cli("runs", "prune", "--older-than", "0s", "--db", db, "--json")
+    assert json.loads(pruned.output) == {"deleted": 1, "older_than_seconds": 0.0}
+    listed = cli("runs", "list", "--db", db, "--json")
+    assert [r["id"] for r in json.loads(listed.output)] == ["r2"]
+
+
+def test_runs_prune_refuses_a_duration_it_cannot_read(db: str, waiting_run: str) -> None:
+    result = cli("runs", "prune", "--older-than", "soon", "--db", db)
+    assert result.exit_code == 2
+    assert "no duration" in result.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -45,12 +46,31 @@ async def sync(ctx: runlane.Context, input: Any) -> str:
     return "synced"
 
 
+RELEASE: dict[str, asyncio.Event] = {}
+
+
+@runlane.step(name="call_api", queue="api")
+async def call_api(name: str) -> str:
+    gate = RELEASE.setdefault(name, asyncio.Event())
+    await gate.wait()
+    return name
+
+
+@runlane.workflow(name="queued")
+async def queued(ctx: runlane.Context, input: Any) -> Any:
+    return await ctx.step(call_api, input)
+
+
+API_QUEUE = runlane.StepQueue("api", concurrency=1, rate_limit=runlane.RateLimit(10, 60))
+
+
 @pytest.fixture
 async def engine(tmp_path: Path) -> AsyncIterator[runlane.Engine]:
     built = runlane.Engine(
         store=SqliteStore(tmp_path / "ops.db"),
-        workflows=[job, parent, sync],
-        steps=[double],
+        workflows=[job, parent, sync, queued],
+        steps=[double, call_api],
+        queues=[API_QUEUE],
         clock=ManualClock(),
         drive=False,
     )
@@ -186,6 +206,34 @@ async def test_lanes_show_holders_waiters_in_order_and_usage(
     assert [(lane["key"], [r["id"] for r in lane["holders"]]) for lane in only] == [
         ("store:B", ["b0"])
     ]
+
+
+async def test_lanes_show_a_step_queues_holder_waiters_in_order_and_rate_window(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    await engine.start("queued", "h", "holder")
+    turn = asyncio.create_task(engine.run_pending())
+    for _ in range(200):
+        if "h" in RELEASE:
+            break
+        await asyncio.sleep(0.01)
+    await engine.start("queued", "w1", "w1")
+    await engine.start("queued", "w2", "w2")
+    await engine.run_pending()
+    [api] = (await client.get("/lanes")).json()["queues"]
+    assert (api["name"], api["concurrency"], api["usage"]) == ("api", 1, 1)
+    assert [(e["run_id"], e["seq"]) for e in api["holders"]] == [("holder", 1)]
+    assert [e["run_id"] for e in api["waiters"]] == ["w1", "w2"]
+    assert (api["rate"]["limit"], api["rate"]["period"], api["rate"]["used"]) == (10, 60.0, 1)
+    only = await client.get("/lanes", params={"key": "elsewhere"})
+    assert only.json() == {"lanes": [], "queues": []}
+    for name in ("h", "w1", "w2"):  # the waiters are woken in turn as each slot frees
+        RELEASE.setdefault(name, asyncio.Event()).set()
+    await turn
+    for run_id in ("holder", "w1", "w2"):
+        assert (await engine.wait_for_run(run_id, timeout=5)).output == run_id.replace(
+            "holder", "h"
+        )
 
 
 async def test_unknown_routes_and_methods_answer_typed_json(client: httpx.AsyncClient) -> None:

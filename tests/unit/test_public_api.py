@@ -21,6 +21,7 @@ EXPECTED = {
     "RateLimit",
     "RateLimitError",
     "RemoteWorkflow",
+    "Retention",
     "Retry",
     "Run",
     "RunExistsError",

@@ -24,11 +24,12 @@ from starlette.staticfiles import StaticFiles
 
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
-from ..lanes import lanes
+from ..lanes import lanes, queue_lanes
 from ..models import Run, RunCursor
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
 from .errors import HTTPError, error_response, http_exception, server_error
+from .metrics import Metrics
 from .openapi import openapi
 from .params import (
     DEFAULT_PAGE,
@@ -39,7 +40,14 @@ from .params import (
     read_json,
     run_query,
 )
-from .shapes import lane_to_dict, run_summary, run_to_dict, schedule_to_dict, step_to_dict
+from .shapes import (
+    lane_to_dict,
+    queue_lane_to_dict,
+    run_summary,
+    run_to_dict,
+    schedule_to_dict,
+    step_to_dict,
+)
 
 HERE = Path(__file__).parent
 PAGES = HERE / "templates"
@@ -84,6 +92,7 @@ class Api:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.prometheus = Metrics(engine)
 
     async def start(self, request: Request) -> Response:
         wanted = StartRequest.parse(await read_json(request))
@@ -172,7 +181,13 @@ class Api:
         key = request.query_params.get("key") or None
         found = lanes(await self.engine.read(lambda store: store.lane_runs()))
         shown = [lane_to_dict(lane) for lane in found if key is None or lane.key == key]
-        return JSONResponse({"lanes": shown})
+        views = await self.engine.read(lambda store: store.queue_views())
+        queues = [
+            queue_lane_to_dict(lane)
+            for lane in queue_lanes(views, self.engine.now())
+            if key is None or lane.name == key
+        ]
+        return JSONResponse({"lanes": shown, "queues": queues})
 
     async def schedules(self, request: Request) -> Response:
         found = await self.engine.schedules.list()
@@ -188,6 +203,10 @@ class Api:
             return JSONResponse(schedule_to_dict(await self.engine.schedules.resume(schedule_id)))
         raise HTTPError(404, "not_found", f"no action {action!r}: pause, resume or trigger")
 
+    async def metrics(self, request: Request) -> Response:
+        body, content_type = await self.prometheus.text()
+        return Response(body, media_type=content_type)
+
     async def healthz(self, request: Request) -> Response:
         return JSONResponse({"ok": True})
 
@@ -198,6 +217,7 @@ class Api:
 def routes(api: Api) -> list[BaseRoute]:
     json_routes: list[tuple[str, Handler, str]] = [
         ("/healthz", api.healthz, "GET"),
+        ("/metrics", api.metrics, "GET"),
         ("/openapi.json", api.openapi, "GET"),
         ("/runs", api.start, "POST"),
         ("/runs", api.list_runs, "GET"),

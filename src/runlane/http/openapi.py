@@ -201,6 +201,40 @@ _SCHEMAS: JSONObject = {
         holders={"type": "array", "items": _ref("RunSummary")},
         waiters={"type": "array", "items": _ref("RunSummary"), "description": "FIFO order"},
     ),
+    "QueueEntry": _object(
+        ["run_id", "seq", "priority", "fairness_key", "admitted_at", "denials"],
+        run_id={"type": "string"},
+        seq={"type": "integer", "description": "the step's sequence number in its run"},
+        priority={"type": "integer"},
+        fairness_key={"type": "string"},
+        admitted_at={"type": ["string", "null"], "format": "date-time"},
+        denials={"type": "integer", "description": "times it was turned away so far"},
+    ),
+    "QueueLane": _object(
+        ["kind", "name", "concurrency", "usage", "rate", "fairness", "order", "holders", "waiters"],
+        kind={"type": "string", "enum": ["queue"]},
+        name={"type": "string"},
+        concurrency={"type": ["integer", "null"]},
+        usage={"type": "integer", "description": "steps holding a slot"},
+        rate={
+            "type": ["object", "null"],
+            "description": "the fixed rate window: limit per period seconds, used so far",
+            "properties": {
+                "limit": {"type": "integer"},
+                "period": {"type": "number"},
+                "window_start": {"type": ["string", "null"], "format": "date-time"},
+                "used": {"type": "integer"},
+            },
+        },
+        fairness={"type": "string", "enum": ["fifo", "key"]},
+        order={"type": "string", "enum": ["fifo", "lifo"]},
+        holders={"type": "array", "items": _ref("QueueEntry")},
+        waiters={
+            "type": "array",
+            "items": _ref("QueueEntry"),
+            "description": "in admission order",
+        },
+    ),
 }
 
 
@@ -212,6 +246,19 @@ def _operations() -> JSONObject:
                 "summary": "liveness; needs no token",
                 "security": [],
                 "responses": {"200": _json(_object(["ok"], ok={"type": "boolean"}), "alive")},
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus text: this process's counters, the store's gauges",
+                "responses": _responses(
+                    {
+                        "200": {
+                            "description": "the metrics, in the Prometheus text format",
+                            "content": {"text/plain": {"schema": {"type": "string"}}},
+                        }
+                    }
+                ),
             }
         },
         "/runs": {
@@ -428,13 +475,20 @@ def _operations() -> JSONObject:
         },
         "/lanes": {
             "get": {
-                "summary": "each singleton lane and quota key: holders, waiters (FIFO), usage",
-                "parameters": [_query("key", {"type": "string"}, "only lanes of this key")],
+                "summary": "each singleton lane, quota key and step queue: holders, waiters "
+                "in order, usage",
+                "parameters": [
+                    _query("key", {"type": "string"}, "only lanes of this key (or queue name)")
+                ],
                 "responses": _responses(
                     {
                         "200": _json(
-                            _object(["lanes"], lanes={"type": "array", "items": _ref("Lane")}),
-                            "the lanes with active runs",
+                            _object(
+                                ["lanes", "queues"],
+                                lanes={"type": "array", "items": _ref("Lane")},
+                                queues={"type": "array", "items": _ref("QueueLane")},
+                            ),
+                            "the lanes with active runs, and every registered step queue",
                         )
                     }
                 ),

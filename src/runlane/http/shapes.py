@@ -9,8 +9,9 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from ..lanes import Lane
+from ..lanes import Lane, QueueLane
 from ..models import Run, StepRecord
+from ..queues import QueueEntry
 from ..schedules import ScheduleState
 
 # A run as lists show it: no input, output or error (those are the detail's).
@@ -58,6 +59,42 @@ def lane_to_dict(lane: Lane) -> dict[str, Any]:
         "usage": lane.usage,
         "holders": [run_summary(r) for r in lane.holders],
         "waiters": [run_summary(r) for r in lane.waiters],
+    }
+
+
+def queue_lane_to_dict(lane: QueueLane) -> dict[str, Any]:
+    """A step queue's lane: ``usage`` of ``concurrency`` slots, its rate window, its holders
+    and its waiters, first to be admitted first."""
+    settings = lane.settings
+    rate = None
+    if settings.rate_limit is not None:
+        rate = {
+            "limit": settings.rate_limit,
+            "period": settings.rate_period,
+            "window_start": jsonable(lane.window_start),
+            "used": lane.window_used,
+        }
+    return {
+        "kind": "queue",
+        "name": lane.name,
+        "concurrency": settings.concurrency,
+        "usage": lane.usage,
+        "rate": rate,
+        "fairness": settings.fairness,
+        "order": settings.order,
+        "holders": [_entry(e) for e in lane.holders],
+        "waiters": [_entry(e) for e in lane.waiters],
+    }
+
+
+def _entry(entry: QueueEntry) -> dict[str, Any]:
+    return {
+        "run_id": entry.run_id,
+        "seq": entry.seq,
+        "priority": entry.priority,
+        "fairness_key": entry.fairness_key,
+        "admitted_at": jsonable(entry.admitted_at),
+        "denials": entry.denials,
     }
 
 

@@ -57,7 +57,7 @@ from ..models import (
     StoredSchedule,
     Writes,
 )
-from ..queues import QueueRequest
+from ..queues import QueueRequest, QueueView
 
 
 def check_lease(specs: Sequence[RunSpec], lease: Lease | None) -> None:
@@ -503,6 +503,22 @@ class Store(Protocol):
         """
         ...
 
+    # ---------------------------------------------------------------- retention
+
+    async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
+        """Delete at most ``limit`` terminal runs, oldest ``updated_at`` first, each with all it
+        owns (step records, buffered signals, step-queue entries), in one transaction; return
+        the ids deleted (``[]`` when nothing is due).
+
+        A run is due when its status is a key of ``cutoffs`` (only terminal statuses are
+        honoured) and its ``updated_at`` is before that status's cutoff, and no child of it
+        (``parent_id``) is still active: a parent stays until its children settle. Children
+        already settled are not deleted with it; they are due on their own terms. A run that
+        another transaction holds is left for a later call (PostgreSQL skips it), so a prune
+        never waits behind a turn. Idempotent: a run already deleted is simply not returned.
+        """
+        ...
+
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -540,9 +556,20 @@ class Store(Protocol):
         runs is left out."""
         ...
 
+    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
+        """How many active runs there are, by ``(workflow, status)``; pairs without runs are
+        left out. Reads the active runs only, however many settled runs are kept."""
+        ...
+
     async def lane_runs(self) -> list[Run]:
         """The active runs that hold or wait for a singleton slot, or count against a quota
         (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""
+        ...
+
+    async def queue_views(self) -> list[QueueView]:
+        """Every registered step queue, by name: its settings and current rate window, the
+        entries of its unsettled runs (holders and waiters) by arrival, and the last served
+        count of their fairness keys. A read for operators; it locks nothing."""
         ...
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:

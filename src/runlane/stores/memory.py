@@ -50,7 +50,7 @@ from ..models import (
     run_from_spec,
     settled_run,
 )
-from ..queues import QueueEntry, QueueRequest, QueueRow, order_key
+from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
 from .base import check_lease
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
@@ -697,6 +697,26 @@ class MemoryStore:
         self._schedules[schedule_id] = fired
         return started
 
+    # ---------------------------------------------------------------- retention
+
+    async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
+        busy = {r.parent_id for r in self._runs.values() if r.parent_id and not r.is_terminal}
+        due = [
+            r
+            for r in self._runs.values()
+            if r.is_terminal
+            and r.status in cutoffs
+            and r.updated_at < cutoffs[r.status]
+            and r.id not in busy
+        ]
+        doomed = [r.id for r in heapq.nsmallest(limit, due, key=lambda r: (r.updated_at, r.id))]
+        for run_id in doomed:
+            del self._runs[run_id]
+            self._steps.pop(run_id, None)
+            self._signals.pop(run_id, None)
+            self._queues.drop_entries(run_id, None, admitted_only=False)
+        return doomed
+
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -734,6 +754,10 @@ class MemoryStore:
         everywhere = replace(query, after=None)
         return dict(Counter(r.status for r in self._runs.values() if everywhere.matches(r)))
 
+    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
+        active = (r for r in self._runs.values() if r.status in ACTIVE_STATUSES)
+        return dict(Counter((r.workflow, r.status) for r in active))
+
     async def lane_runs(self) -> list[Run]:
         gated = [
             r
@@ -742,6 +766,9 @@ class MemoryStore:
             and (r.singleton_key is not None or r.concurrency_key is not None)
         ]
         return sorted(gated, key=lambda r: (r.created_at, r.id))
+
+    async def queue_views(self) -> list[QueueView]:
+        return self._queues.views()
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
@@ -785,6 +812,11 @@ class _MemoryQueues:
         return [
             e for e in self._entries.values() if e.queue == queue and not runs[e.run_id].is_terminal
         ]
+
+    def views(self) -> list[QueueView]:
+        runs = self._store._runs
+        live = [e for e in self._entries.values() if not runs[e.run_id].is_terminal]
+        return views_of(list(self._rows.values()), sorted(live, key=lambda e: e.id), self._served)
 
     def holders(self, queue: str) -> int:
         return sum(1 for e in self._live(queue) if e.admitted_at is not None)

@@ -52,7 +52,7 @@ from ..models import (
     ready_ids,
     with_handler_error,
 )
-from ..queues import QueueRequest
+from ..queues import QueueRequest, QueueView
 from ..urls import redact
 from .base import check_lease
 from .postgres_db import (
@@ -865,6 +865,32 @@ class PostgresStore:
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
         rows = await self._filtered("count_runs", query_params(query, cursor=False))
         return {RunStatus(row["status"]): int(row["runs"]) for row in rows}
+
+    async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
+        due = {status: before for status, before in cutoffs.items() if status.is_terminal}
+        if not due or limit < 1:
+            return []
+        rows = await self._db.rows(
+            "prune_runs",
+            statuses=[str(status) for status in due],
+            cutoffs=list(due.values()),
+            limit=limit,
+        )
+        return [row["id"] for row in rows]
+
+    async def queue_views(self) -> list[QueueView]:
+        rows, entries, keys = await self._db.batch(
+            ("queue_rows", {}), ("queue_live_entries", {}), ("queue_keys", {})
+        )
+        return queues.views_of(
+            [queues.row_from(r, r["window_start"]) for r in rows],
+            [queues.entry_from(e, e["admitted_at"]) for e in entries],
+            {(k["queue"], k["fairness_key"]): int(k["served"]) for k in keys},
+        )
+
+    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
+        rows = await self._db.rows("active_run_counts")
+        return {(row["workflow"], RunStatus(row["status"])): int(row["runs"]) for row in rows}
 
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]

@@ -41,11 +41,12 @@ from ..models import (
     StoredSchedule,
     Writes,
 )
-from ..queues import QueueRequest
+from ..queues import QueueRequest, QueueView
 from ..urls import SQLITE_URLS
 from . import sqlite_ops as ops
 from . import sqlite_queues
 from . import sqlite_reads as reads
+from . import sqlite_retention as retention
 from . import sqlite_schedules as schedules
 from .migrations import pending_migrations
 from .sqlite_worker import SqliteWorker
@@ -372,11 +373,20 @@ class SqliteStore:
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
         return await self._read(reads.page_runs, query, limit)
 
+    async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
+        return await self._write(retention.prune_runs, dict(cutoffs), limit)
+
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
         return await self._read(reads.count_runs, query)
 
+    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
+        return await self._read(reads.active_run_counts)
+
     async def lane_runs(self) -> list[Run]:
         return await self._read(reads.lane_runs)
+
+    async def queue_views(self) -> list[QueueView]:
+        return await self._read(sqlite_queues.queue_views)
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         return await self._read(reads.get_step, run_id, seq)

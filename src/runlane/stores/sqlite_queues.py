@@ -12,7 +12,15 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
 from ..models import QueueSettings
-from ..queues import QueueEntry, QueueRequest, QueueRow
+from ..queues import (
+    QueueEntry,
+    QueueRequest,
+    QueueRow,
+    QueueView,
+    entry_from,
+    row_from,
+    views_of,
+)
 from ..serialization import dumps
 from .sqlite_reads import ACTIVE
 from .sqlite_rows import from_opt_ts, ts
@@ -44,28 +52,20 @@ def register_queues(conn: Conn, settings: Sequence[QueueSettings], now: datetime
 
 
 def _row(row: sqlite3.Row) -> QueueRow:
-    settings = QueueSettings(
-        name=row["name"],
-        concurrency=row["concurrency"],
-        rate_limit=row["rate_limit"],
-        rate_period=row["rate_period"],
-        fairness=row["fairness"],
-        order=row["arrival"],
-    )
-    return QueueRow(settings, from_opt_ts(row["window_start"]), row["window_count"], row["served"])
+    return row_from(row, from_opt_ts(row["window_start"]))
 
 
 def _entry(row: sqlite3.Row) -> QueueEntry:
-    return QueueEntry(
-        id=row["id"],
-        queue=row["queue"],
-        run_id=row["run_id"],
-        seq=row["seq"],
-        priority=row["priority"],
-        fairness_key=row["fairness_key"],
-        admitted_at=from_opt_ts(row["admitted_at"]),
-        denials=row["denials"],
-    )
+    return entry_from(row, from_opt_ts(row["admitted_at"]))
+
+
+def queue_views(conn: Conn) -> list[QueueView]:
+    rows = [_row(r) for r in conn.execute("SELECT * FROM step_queues")]
+    entries = [
+        _entry(r) for r in conn.execute(f"SELECT e.* FROM queue_entries AS e {_LIVE} ORDER BY e.id")
+    ]
+    keys = conn.execute("SELECT queue, fairness_key, served FROM queue_keys")
+    return views_of(rows, entries, {(q, k): n for q, k, n in keys})
 
 
 class SqliteQueues:

@@ -159,6 +159,14 @@ def count_runs(conn: Conn, query: RunQuery) -> dict[RunStatus, int]:
     return {RunStatus(status): count for status, count in rows}
 
 
+def active_run_counts(conn: Conn) -> dict[tuple[str, RunStatus], int]:
+    rows = conn.execute(
+        f"SELECT workflow, status, count(*) FROM runs WHERE status IN {ACTIVE}"
+        " GROUP BY workflow, status"
+    )
+    return {(workflow, RunStatus(status)): count for workflow, status, count in rows}
+
+
 def lane_runs(conn: Conn) -> list[Run]:
     rows = conn.execute(
         f"SELECT * FROM runs WHERE status IN {ACTIVE}"

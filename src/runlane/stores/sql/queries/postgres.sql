@@ -663,11 +663,60 @@ LIMIT %(limit)s;
 -- name: count_runs
 SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
 
+-- name: active_run_counts
+-- An index walk of the active statuses (runlane_runs_status_newest), never of settled runs.
+SELECT workflow, status, count(*) AS runs FROM runlane_runs
+WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+GROUP BY workflow, status;
+
 -- name: lane_runs
 SELECT * FROM runlane_runs
 WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
   AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
 ORDER BY created_at, id;
+
+-- name: prune_runs
+-- Retention: at most %(limit)s settled runs, least recently updated first, among those of each
+-- given status updated before its cutoff (one walk of runlane_runs_terminal per status) whose
+-- children have all settled. The rows are locked and re-read before the delete: a run locked
+-- by a turn is skipped, and one that changed since (a requeue) is kept. Step records, signals
+-- and queue entries go with their run (ON DELETE CASCADE).
+WITH due AS (
+    SELECT d.id, d.status, d.updated_at
+    FROM unnest(%(statuses)s::text[], %(cutoffs)s::timestamptz[]) AS c (status, before)
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.status, r.updated_at FROM runlane_runs AS r
+        WHERE r.status IN ('cancelled', 'completed', 'dead', 'failed')
+          AND r.status = c.status AND r.updated_at < c.before
+          AND NOT EXISTS (
+              SELECT 1 FROM runlane_runs AS k
+              WHERE k.parent_id = r.id
+                AND k.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling'))
+        ORDER BY r.updated_at
+        LIMIT %(limit)s
+    ) AS d
+    ORDER BY d.updated_at, d.id
+    LIMIT %(limit)s
+), doomed AS (
+    SELECT r.id FROM runlane_runs AS r
+    JOIN due ON due.id = r.id AND due.status = r.status AND due.updated_at = r.updated_at
+    FOR UPDATE OF r SKIP LOCKED
+)
+DELETE FROM runlane_runs AS r USING doomed WHERE r.id = doomed.id
+RETURNING r.id;
+
+-- name: queue_rows
+SELECT * FROM runlane_queues;
+
+-- name: queue_live_entries
+-- The entries of unsettled runs, by arrival (a settled run's may linger until it is pruned).
+SELECT e.* FROM runlane_queue_entries AS e
+JOIN runlane_runs AS r ON r.id = e.run_id
+    AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+ORDER BY e.id;
+
+-- name: queue_keys
+SELECT queue, fairness_key, served FROM runlane_queue_keys;
 
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
