@@ -399,10 +399,7 @@ async def test_a_remote_workflow_over_the_db_transport(
     else:
         transport = DbTransport(f"sqlite:///{tmp_path / 'transport.db'}", prefix=prefix)
     try:
-        # A short silence window: once (a loaded CI run, SQLite transport, memory store) a turn
-        # of this run went unanswered; its re-send completes the run (the lost message is noted
-        # for investigation in the project's issue on remote turns).
-        async with fleet(store, transport, remote_advance_silence=3.0) as (engine, _, _):
+        async with fleet(store, transport) as (engine, _, _):
             await engine.start("fan", 3, run_id="d1")
             done = await engine.wait_for_run("d1", timeout=20)
     finally:
