@@ -153,6 +153,52 @@ async def take_all(take: Callable[[int, float], Awaitable[list[Any]]], expected:
     return got
 
 
+# -------------------------------------------------------------------- opening
+
+
+@pytest.mark.parametrize("transport_kind", ["postgres", "sqlite"])
+async def test_one_transport_opened_by_many_tasks_at_once_opens_once(
+    transport_kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """An engine and its in-process workers share a transport and each open it at once."""
+    url = (
+        request.getfixturevalue("pg_url")
+        if transport_kind == "postgres"
+        else f"sqlite:///{tmp_path / 'shared.db'}"
+    )
+    transport = DbTransport(url, prefix=f"rltest-{uuid.uuid4().hex[:10]}")
+    opened: list[object] = []
+    table_open = transport._table.open
+
+    async def counting_open(*args: Any) -> None:
+        opened.append(args)
+        await table_open(*args)
+
+    transport._table.open = counting_open  # type: ignore[method-assign,assignment]
+    try:
+        await asyncio.gather(*(transport.open() for _ in range(8)))
+        await transport.send_tasks("billing", [{"id": "t1"}])
+        got = await transport.take_tasks("billing", 5, 1.0)
+        await transport.purge()
+    finally:
+        await transport.close()
+
+    assert len(opened) == 1
+    assert [m["id"] for m in got] == ["t1"]
+
+
+async def test_many_transports_opening_a_new_backend_at_once_all_open(
+    make_transport: MakeTransport,
+) -> None:
+    """Processes starting together on a new SQLite file all switch it to WAL without error."""
+    opened = await asyncio.gather(*(make_transport() for _ in range(6)))
+
+    await opened[0].send_tasks("billing", [{"id": "t1"}])
+    got = await opened[-1].take_tasks("billing", 5, 1.0)
+
+    assert [m["id"] for m in got] == ["t1"]
+
+
 # -------------------------------------------------------------------- runs
 
 

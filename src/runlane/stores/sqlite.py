@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec, TypeVar
@@ -42,6 +41,7 @@ from ..models import (
     Writes,
 )
 from ..queues import QueueRequest, QueueView
+from ..sqlite_wal import use_wal
 from ..urls import SQLITE_URLS
 from . import sqlite_ops as ops
 from . import sqlite_queues
@@ -437,32 +437,13 @@ class SqliteStore:
 def _configure(conn: sqlite3.Connection, busy_timeout: float) -> None:
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-    _use_wal(conn, busy_timeout)
+    use_wal(conn, busy_timeout)
     # NORMAL skips the fsync at each commit, not the write: in WAL mode a committed
     # transaction is in the OS page cache before COMMIT returns, so a crashed *process*
     # loses nothing. Only an OS crash or power cut can roll back the last commits, and even
     # then the file stays consistent (never half a transaction).
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
-
-
-def _use_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
-    """Switch the file to WAL mode (it stays so once switched).
-
-    The switch needs the file to itself. When several processes open a new file at once,
-    SQLite may answer "database is locked" at once instead of waiting out the busy timeout
-    (waiting could deadlock two connections that both want to take the lock up), so the
-    switch is tried again until the busy timeout has passed.
-    """
-    deadline = time.monotonic() + busy_timeout
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() > deadline:
-                raise
-        time.sleep(0.005)
 
 
 def _transaction(

@@ -68,6 +68,7 @@ class DbTransport:
         self._wakeups = Wakeups()
         self._heartbeats = Fanout(self._listen_beats)
         self._opened = False
+        self._opening = asyncio.Lock()
         self._closed = False
 
     def key(self, name: str) -> str:
@@ -78,9 +79,12 @@ class DbTransport:
         return self.key("runs:*")
 
     async def open(self) -> None:
-        if not self._opened:
-            await self._table.open(self._on_notify)
-            self._opened = True
+        # An engine and its in-process workers often share one transport and open it at
+        # once: the second waits for the first instead of opening a second table.
+        async with self._opening:
+            if not self._opened:
+                await self._table.open(self._on_notify)
+                self._opened = True
 
     async def close(self) -> None:
         if self._closed:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from ..concurrency import run_in_thread
 from ..serialization import dumps
+from ..sqlite_wal import use_wal
 from .base import Message
 from .db import OnNotify, Row
 from .messages import decode_each
@@ -44,7 +45,7 @@ class SqliteMessages:
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 30000")
-        conn.execute("PRAGMA journal_mode = WAL")
+        use_wal(conn, 30.0)
         conn.executescript(schema("sqlite"))
         return conn
 
