@@ -838,8 +838,9 @@ async def schedules(target: Target, n: int = 10_000, every: int = 60) -> Figures
     if target.db == "pg":
         figures["idle_pass_statements"] = idle["statements"]
         figures["idle_pass_socket_waits"] = idle["waits"]
-        figures["due_statements_per_window"] = round(due["statements"] / max(1, fired), 2)
-        figures["due_socket_waits_per_window"] = round(due["waits"] / max(1, fired), 2)
+        figures["due_statements"] = due["statements"]
+        figures["due_statements_per_window"] = round(due["statements"] / max(1, fired), 4)
+        figures["due_socket_waits_per_window"] = round(due["waits"] / max(1, fired), 4)
         figures["due_query_plan"] = due_query_plan(target.url, clock.now())
     return figures
 

@@ -585,6 +585,20 @@ class StoredSchedule:
 
 
 @dataclass(frozen=True)
+class WindowFire:
+    """One schedule's fire in a batch (``Store.fire_windows``): the compare-and-set of its next
+    window (from ``expected`` to ``next_window``, fired at ``next_fire``) and the run of the
+    window it fires, ``spec`` (None: the schedule only moves on, firing nothing)."""
+
+    schedule_id: str
+    expected: datetime
+    next_window: datetime
+    next_fire: datetime
+    spec: RunSpec | None = None
+    window: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Writes:
     """Records a turn flushes with its next write, in one transaction."""
 

@@ -13,7 +13,6 @@ instant after the jump; of a local time that occurs twice, only the first occurr
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import math
 from collections import deque
@@ -27,8 +26,8 @@ from cronsim import CronSim, CronSimError
 
 from .admission import lane
 from .definitions import Concurrency, WorkflowDefinition, check_tags, workflow_definition
-from .errors import DefinitionError, ScheduleNotFoundError
-from .models import JSON, Run, RunSpec, SingletonGate, Started, StoredSchedule
+from .errors import DefinitionError, ScheduleNotFoundError, StoreUnavailableError
+from .models import JSON, Run, RunSpec, SingletonGate, Started, StoredSchedule, WindowFire
 from .serialization import normalise
 from .stores.base import Store
 
@@ -38,7 +37,8 @@ Catchup = Literal["latest", "skip", "all"]
 _OVERLAPS = ("allow", "skip", "buffer_one", "cancel_other")
 _CATCHUPS = ("latest", "skip", "all")
 FIRE_BATCH = 500  # due schedules taken per pass of the loop
-FIRE_PARALLEL = 4  # schedules fired at once (each its own compare-and-set): a few connections
+Failures = list[Exception]  # (``Scheduler.list`` would shadow ``list`` in its annotations)
+Fired = list[Started] | None
 
 
 @dataclass(frozen=True)
@@ -364,48 +364,114 @@ class Scheduler:
 
     async def fire_due(self) -> int:
         """Fire every due window (one indexed query for the due schedules); windows fired.
-        Schedules are independent, so a few fire at once; ``backlog`` tells whether the pass
-        left due schedules behind (the loop then comes back at once)."""
+
+        The due schedules that fire one window or none (a driven schedule's usual pass) go
+        together, in one store operation (``Store.fire_windows``); one with several windows to
+        catch up fires them one compare-and-set each, oldest first. ``backlog`` tells whether
+        the pass left due schedules behind (the loop then comes back at once)."""
         await self._host.ready()
         now = self._host.now()
         rows = await self._host.store.due_schedules(now, FIRE_BATCH)
         self.backlog = len(rows) >= FIRE_BATCH
-        gate = asyncio.Semaphore(FIRE_PARALLEL)
+        plans = [self._plan(row, now) for row in rows]
+        fires, failures = await self._fires([p for p in plans if len(p.chosen) <= 1], now)
+        fired = await self._fire_batch(fires, now, failures)
+        for plan in (p for p in plans if len(p.chosen) > 1):
+            try:
+                fired += await self._fire_chain(plan, now)
+            except Exception as exc:  # every schedule has its go; the first failure is the pass's
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+        return fired
 
-        async def fire(row: StoredSchedule) -> int:
-            async with gate:
-                return await self._fire(row, now)
-
-        outcomes = await asyncio.gather(*(fire(row) for row in rows), return_exceptions=True)
-        for outcome in outcomes:  # every schedule had its go; the first failure is the pass's
-            if isinstance(outcome, BaseException):
-                raise outcome
-        return sum(o for o in outcomes if isinstance(o, int))
-
-    async def _fire(self, row: StoredSchedule, now: datetime) -> int:
+    def _plan(self, row: StoredSchedule, now: datetime) -> _Plan:
         schedule = Schedule.from_record(row.definition, row.paused)
         assert row.next_window_at is not None
         due = _due_windows(schedule, row.next_window_at, now)
         future = schedule.next_window(max(now, due[-1]))
         chosen = _to_fire(schedule, due, now - timedelta(seconds=self._host.fire_grace()))
-        # Each chosen window is one compare-and-set, oldest first; the last one (or the only
-        # store call, when none is chosen) moves the schedule to its first future window.
-        expected, fired = row.next_window_at, 0
-        for i, window in enumerate(chosen or [None]):
-            after = chosen[i + 1] if i + 1 < len(chosen) else future
-            specs = [] if window is None else [await self._window_spec(schedule, window)]
-            started = await self._host.store.fire_schedule(
-                row.id,
-                expected=expected,
-                next_window=after,
-                next_fire=after + schedule.delay(after),
-                specs=specs,
-                now=now,
-                window=window,
+        return _Plan(schedule, row.next_window_at, chosen, future)
+
+    async def _fires(
+        self, plans: Sequence[_Plan], now: datetime
+    ) -> tuple[Sequence[WindowFire], Failures]:
+        """The batch's fires; a schedule whose run cannot be specified (a key function that
+        raised) is left out, and its error reported after the others fired."""
+        fires: list[WindowFire] = []
+        failures: Failures = []
+        for plan in plans:
+            try:
+                fires.append(await self._fire_of(plan, plan.expected, plan.chosen[:1]))
+            except Exception as exc:
+                failures.append(exc)
+        return fires, failures
+
+    async def _fire_of(
+        self,
+        plan: _Plan,
+        expected: datetime,
+        window: Sequence[datetime],
+        after: datetime | None = None,
+    ) -> WindowFire:
+        after = plan.future if after is None else after
+        schedule = plan.schedule
+        return WindowFire(
+            schedule.id,
+            expected,
+            after,
+            after + schedule.delay(after),
+            spec=await self._window_spec(schedule, window[0]) if window else None,
+            window=window[0] if window else None,
+        )
+
+    async def _fire_batch(
+        self, fires: Sequence[WindowFire], now: datetime, failures: Failures
+    ) -> int:
+        if not fires:
+            return 0
+        try:
+            results = await self._host.store.fire_windows(fires, now)
+        except StoreUnavailableError:
+            raise
+        except Exception:
+            # One schedule's data failed the batch (the store wrote none of it): each goes
+            # alone, so that one fails alone and the others still fire.
+            results = []
+            for fire in fires:
+                try:
+                    results.append(await self._fire_alone(fire, now))
+                except Exception as exc:
+                    failures.append(exc)
+        # None: another engine fired it, or it was paused or changed.
+        started = [one for result in results if result for one in result]
+        if started:
+            await self._host.created(started)
+        return len(started)
+
+    async def _fire_alone(self, fire: WindowFire, now: datetime) -> Fired:
+        return await self._host.store.fire_schedule(
+            fire.schedule_id,
+            expected=fire.expected,
+            next_window=fire.next_window,
+            next_fire=fire.next_fire,
+            specs=[] if fire.spec is None else [fire.spec],
+            now=now,
+            window=fire.window,
+        )
+
+    async def _fire_chain(self, plan: _Plan, now: datetime) -> int:
+        """Several windows of one schedule, each its own compare-and-set, oldest first; the
+        last one moves the schedule to its first future window."""
+        expected, fired, chosen = plan.expected, 0, plan.chosen
+        for i, window in enumerate(chosen):
+            after = chosen[i + 1] if i + 1 < len(chosen) else plan.future
+            started = await self._fire_alone(
+                await self._fire_of(plan, expected, [window], after), now
             )
             if started is None:  # another engine fired it, or it was paused or changed
                 return fired
-            fired += len(specs)
+            fired += len(started)
             await self._host.created(started)
             expected = after
         return fired
@@ -424,6 +490,16 @@ class Scheduler:
             tags=(*schedule.tags, f"schedule:{schedule.id}"),
             singleton=overlap_gate(schedule, definition),
         )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a pass does with one due schedule: the windows it fires, and where it moves on to."""
+
+    schedule: Schedule
+    expected: datetime  # the window the schedule's row awaits (its compare-and-set)
+    chosen: list[datetime]
+    future: datetime
 
 
 def _row_for(schedule: Schedule, existing: StoredSchedule | None, now: datetime) -> StoredSchedule:

@@ -1848,6 +1848,116 @@ async def test_a_window_refused_by_its_quota_records_the_refusal(store: Store) -
     }
 
 
+def window_fire(schedule_id: str, *, expected: float = 60, run: str | None = None) -> Any:
+    """A fire of ``schedule_id``'s window at ``expected`` on to the next minute, with the run
+    ``run`` (None: no run, the schedule only moves on)."""
+    from runlane.models import WindowFire
+
+    return WindowFire(
+        schedule_id,
+        expected=at(expected),
+        next_window=at(expected + 60),
+        next_fire=at(expected + 61),
+        spec=None if run is None else spec(run),
+        window=at(expected) if run is not None else None,
+    )
+
+
+async def test_firing_windows_in_a_batch_is_a_compare_and_set_per_schedule(
+    store: Store,
+) -> None:
+    for schedule_id in ("a", "b", "c"):
+        await store.save_schedule(schedule_row(schedule_id))
+    await store.save_schedule(schedule_row("paused", paused=True))
+    fires = [
+        window_fire("a", run="sched:a:1"),
+        window_fire("b", expected=0, run="sched:b:1"),  # the window it awaits is another
+        window_fire("c"),  # nothing to start: it only moves on
+        window_fire("paused", run="sched:paused:1"),
+        window_fire("missing", run="sched:missing:1"),
+    ]
+    results = await store.fire_windows(fires, at(61))
+    assert [None if r is None else [s.created for s in r] for r in results] == [
+        [True],
+        None,
+        [],
+        None,
+        None,
+    ]
+    assert results[0] is not None and results[0][0].run is not None
+    assert (results[0][0].run.id, results[0][0].run.status) == ("sched:a:1", RunStatus.PENDING)
+    for absent in ("sched:b:1", "sched:paused:1", "sched:missing:1"):
+        assert await store.get_run(absent) is None
+    a, b, c = [await store.get_schedule(i) for i in ("a", "b", "c")]
+    assert a is not None and b is not None and c is not None
+    assert (a.next_window_at, a.next_fire_at, a.last_fire_at) == (at(120), at(121), at(61))
+    assert (a.last_run_id, a.last_error) == ("sched:a:1", None)
+    assert (b.next_window_at, b.last_fire_at, b.last_run_id) == (at(60), None, None)
+    assert (c.next_window_at, c.last_fire_at, c.last_run_id) == (at(120), at(61), None)
+    # The same batch again: every compare fails, nothing is written.
+    assert await store.fire_windows(fires, at(62)) == [None] * 5
+    assert await store.fire_windows([], at(62)) == []
+
+
+async def test_a_window_whose_run_exists_is_found_not_created_again(store: Store) -> None:
+    [existing] = await create(store, spec("sched:a:1"))
+    await store.save_schedule(schedule_row("a"))
+    [result] = await store.fire_windows([window_fire("a", run="sched:a:1")], at(61))
+    assert result is not None and [(s.run, s.created) for s in result] == [(existing, False)]
+    row = await store.get_schedule("a")
+    assert row is not None and (row.next_window_at, row.last_run_id) == (at(120), "sched:a:1")
+
+
+async def test_two_engines_firing_the_same_due_batch_start_each_window_once(
+    store: Store, make_store: Any, store_kind: str
+) -> None:
+    ids = [f"s{i:02d}" for i in range(20)]
+    for schedule_id in ids:
+        await store.save_schedule(schedule_row(schedule_id))
+    other = store if store_kind == "memory" else make_store()
+    if other is not store:
+        await other.open()
+    try:
+        fires = [window_fire(i, run=f"sched:{i}:1") for i in ids]
+        # The second engine sees the batch in another order: the stores lock in id order.
+        mine, theirs = await asyncio.gather(
+            store.fire_windows(fires, at(61)), other.fire_windows(fires[::-1], at(61))
+        )
+    finally:
+        if other is not store:
+            await other.close()
+    for i, schedule_id in enumerate(ids):
+        won = [r for r in (mine[i], theirs[len(ids) - 1 - i]) if r is not None]
+        assert len(won) == 1, (schedule_id, mine[i], theirs[len(ids) - 1 - i])
+        assert [s.created for s in won[0]] == [True]
+    runs = await store.list_runs(limit=100)
+    assert sorted(r.id for r in runs) == sorted(f"sched:{i}:1" for i in ids)
+
+
+async def test_a_batch_with_gated_runs_applies_each_gate_and_records_a_refusal(
+    store: Store,
+) -> None:
+    quota = QuotaGate("tenant", 1)
+    await create(store, spec("occupant", quota=quota))
+    await store.save_schedule(schedule_row("a"))
+    await store.save_schedule(schedule_row("b"))
+    refused = replace(window_fire("a", run="sched:a:1"), spec=spec("sched:a:1", quota=quota))
+    plain = window_fire("b", run="sched:b:1")
+    [a, b] = await store.fire_windows([refused, plain], at(61))
+    assert a is not None and isinstance(a[0].rejected, ConcurrencyLimitError)
+    assert b is not None and b[0].created
+    assert await store.get_run("sched:a:1") is None
+    row_a, row_b = await store.get_schedule("a"), await store.get_schedule("b")
+    assert row_a is not None and row_b is not None
+    assert row_a.next_window_at == at(120) and row_a.last_run_id is None
+    assert row_a.last_error is not None
+    assert (row_a.last_error["type"], row_a.last_error["window"]) == (
+        "ConcurrencyLimitError",
+        at(60).isoformat(),
+    )
+    assert (row_b.last_run_id, row_b.last_error) == ("sched:b:1", None)
+
+
 # ---------------------------------------------------------------- step queues
 
 QUEUE_RETRY = RetryTimer(2.0, 60.0)

@@ -55,6 +55,7 @@ from ..models import (
     Started,
     StepRecord,
     StoredSchedule,
+    WindowFire,
     Writes,
 )
 from ..queues import QueueRequest, QueueView
@@ -500,6 +501,21 @@ class Store(Protocol):
         ``last_error`` as ``admission.last_fire`` makes them of the results (``window`` names the
         window in a refusal). Returns the specs' results in order; None, writing nothing, when
         the compare failed (another engine fired it, or it was paused or redefined).
+        """
+        ...
+
+    async def fire_windows(
+        self, fires: Sequence[WindowFire], now: datetime
+    ) -> list[list[Started] | None]:
+        """Fire many schedules' windows (distinct schedules) in one atomic unit: each fire
+        exactly as :meth:`fire_schedule` with ``specs=[fire.spec]`` (or none) and
+        ``window=fire.window``, in order, one result per fire in order. A fire whose compare
+        fails yields None and writes nothing; the other fires of the batch are unaffected.
+
+        Two engines firing overlapping batches at once create each window's run once: a store
+        that locks schedules takes them in id order (one waits for the other, then finds the
+        windows fired). Stores may write a batch whose runs are ungated (no gate counts them)
+        as a few set-based statements.
         """
         ...
 

@@ -37,6 +37,7 @@ from ..models import (
     StepRecord,
     StepStatus,
     StoredSchedule,
+    WindowFire,
     Writes,
     blocked_run,
     dead_settlement,
@@ -684,18 +685,29 @@ class MemoryStore:
         now: datetime,
         window: datetime | None,
     ) -> list[Started] | None:
-        schedule = self._schedules.get(schedule_id)
-        if schedule is None or schedule.paused or schedule.next_window_at != expected:
+        fire = WindowFire(schedule_id, expected, next_window, next_fire, window=window)
+        return self._fire(fire, specs, now)
+
+    def _fire(
+        self, fire: WindowFire, specs: Sequence[RunSpec], now: datetime
+    ) -> list[Started] | None:
+        schedule = self._schedules.get(fire.schedule_id)
+        if schedule is None or schedule.paused or schedule.next_window_at != fire.expected:
             return None
         started = [self._create(spec, now) for spec in specs]
         fired = replace(
-            schedule, next_window_at=next_window, next_fire_at=next_fire, last_fire_at=now
+            schedule, next_window_at=fire.next_window, next_fire_at=fire.next_fire, last_fire_at=now
         )
         if specs:
-            run_id, error = admission.last_fire(started, window)
+            run_id, error = admission.last_fire(started, fire.window)
             fired = replace(fired, last_run_id=run_id, last_error=error)
-        self._schedules[schedule_id] = fired
+        self._schedules[fire.schedule_id] = fired
         return started
+
+    async def fire_windows(
+        self, fires: Sequence[WindowFire], now: datetime
+    ) -> list[list[Started] | None]:
+        return [self._fire(fire, [] if fire.spec is None else [fire.spec], now) for fire in fires]
 
     # ---------------------------------------------------------------- retention
 

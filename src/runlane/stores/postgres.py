@@ -47,6 +47,7 @@ from ..models import (
     StepRecord,
     StepStatus,
     StoredSchedule,
+    WindowFire,
     Writes,
     dead_settlement,
     ready_ids,
@@ -75,6 +76,7 @@ from .postgres_rows import (
     depth_first,
     event_from_row,
     fenced_params,
+    fires_param,
     gate_keys,
     gate_params,
     gate_refusal,
@@ -967,6 +969,47 @@ class PostgresStore:
 
         return await self._db.tx(work)
 
+    async def fire_windows(
+        self, fires: Sequence[WindowFire], now: datetime
+    ) -> list[list[Started] | None]:
+        if not fires:
+            return []
+        specs = [fire.spec for fire in fires if fire.spec is not None]
+        params = {"fires": fires_param(fires), "now": now}
+        if any(gated(spec) for spec in specs):
+            return await self._db.tx(lambda conn: self._fire_gated(conn, fires, params, now))
+        # Ungated runs: the compare-and-sets and the inserts in one statement, one round trip.
+        rows = await self._db.rows("fire_windows", **params, **specs_params(specs))
+        moved = {row["fired_schedule"]: row for row in rows}
+        found = {run.id: run for run in await self._runs(_existing_runs(rows))}
+        return [_window_fired(fire, moved.get(fire.schedule_id), found) for fire in fires]
+
+    async def _fire_gated(
+        self, conn: Conn, fires: Sequence[WindowFire], params: Row, now: datetime
+    ) -> list[list[Started] | None]:
+        """A batch with gated runs: the compare-and-sets (the schedules' rows first, then the
+        keys' locks, as ``fire_schedule``), the starts through their gates, each outcome."""
+        moved = {row["schedule_id"] for row in await fetch_all(conn, "advance_schedules", **params)}
+        won = [fire for fire in fires if fire.schedule_id in moved and fire.spec is not None]
+        started = dict(
+            zip(
+                (fire.schedule_id for fire in won),
+                await self._create_all(conn, [fire.spec for fire in won if fire.spec], now),
+                strict=True,
+            )
+        )
+        if won:
+            records = [_fire_record(fire, started[fire.schedule_id]) for fire in won]
+            await execute(conn, "record_schedule_fires", records=json_param(records))
+        return [
+            None
+            if fire.schedule_id not in moved
+            else [started[fire.schedule_id]]
+            if fire.schedule_id in started
+            else []
+            for fire in fires
+        ]
+
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         row = _first(await self._db.rows("get_step", id=run_id, seq=seq))
         return step_from_row(row) if row is not None else None
@@ -1064,6 +1107,29 @@ def _admission(row: Row, retry: RetryTimer, now: datetime) -> Admission:
     else:
         again = queues.fallback(retry, now, row["denials"])
     return Admission(False, again, tuple(row["woken"]))
+
+
+def _existing_runs(fired: list[Row]) -> list[str]:
+    """The window runs a ``fire_windows`` found existing (moved, but not created)."""
+    return [row["fired_run"] for row in fired if row["fired_run"] and not row["created"]]
+
+
+def _window_fired(
+    fire: WindowFire, moved: Row | None, found: dict[str, Run]
+) -> list[Started] | None:
+    """One fire's result from ``fire_windows``'s row of it (None: its compare failed)."""
+    if moved is None:
+        return None
+    if fire.spec is None:
+        return []
+    if moved["created"]:
+        return [_new_or_found(moved)]
+    return [Started(found[fire.spec.id], created=False)]
+
+
+def _fire_record(fire: WindowFire, started: Started) -> Row:
+    run_id, error = admission.last_fire([started], fire.window)
+    return {"id": fire.schedule_id, "run_id": run_id, "error": error}
 
 
 def _started_by_id(rows: list[Row]) -> dict[str, Started]:

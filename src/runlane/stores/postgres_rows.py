@@ -21,6 +21,7 @@ from ..models import (
     Signal,
     StepRecord,
     StoredSchedule,
+    WindowFire,
     Writes,
 )
 from ..serialization import dumps
@@ -99,6 +100,21 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
         for s in specs
     ]
     return {"specs": dumps(rows), "ids": pg_array(s.id for s in specs)}
+
+
+def fires_param(fires: Sequence[WindowFire]) -> str:
+    """``schedule_moves``'s ``fires``: the compare-and-sets as one JSON document."""
+    rows = [
+        {
+            "schedule_id": f.schedule_id,
+            "expected": _iso(f.expected),
+            "next_window": _iso(f.next_window),
+            "next_fire": _iso(f.next_fire),
+            "run_id": f.spec.id if f.spec is not None else None,
+        }
+        for f in fires
+    ]
+    return dumps(rows)
 
 
 def fenced_params(

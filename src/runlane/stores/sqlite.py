@@ -38,6 +38,7 @@ from ..models import (
     Started,
     StepRecord,
     StoredSchedule,
+    WindowFire,
     Writes,
 )
 from ..queues import QueueRequest, QueueView
@@ -432,6 +433,11 @@ class SqliteStore:
             now,
             window,
         )
+
+    async def fire_windows(
+        self, fires: Sequence[WindowFire], now: datetime
+    ) -> list[list[Started] | None]:
+        return await self._write(schedules.fire_windows, fires, now)
 
 
 def _configure(conn: sqlite3.Connection, busy_timeout: float) -> None:

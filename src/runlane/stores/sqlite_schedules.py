@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from .. import admission
-from ..models import RunSpec, Started, StoredSchedule
+from ..models import RunSpec, Started, StoredSchedule, WindowFire
 from ..serialization import dumps, loads
 from .sqlite_ops import create
 from .sqlite_rows import from_opt_ts, from_ts, ts
@@ -101,10 +101,30 @@ def fire_schedule(
     return started
 
 
+def fire_windows(
+    conn: Conn, fires: Sequence[WindowFire], now: datetime
+) -> list[list[Started] | None]:
+    """Many schedules' fires in the caller's one transaction (a write serialises them)."""
+    return [
+        fire_schedule(
+            conn,
+            fire.schedule_id,
+            fire.expected,
+            fire.next_window,
+            fire.next_fire,
+            [] if fire.spec is None else [fire.spec],
+            now,
+            fire.window,
+        )
+        for fire in fires
+    ]
+
+
 __all__ = [
     "delete_schedule",
     "due_schedules",
     "fire_schedule",
+    "fire_windows",
     "get_schedule",
     "list_schedules",
     "save_schedule",

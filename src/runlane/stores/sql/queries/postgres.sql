@@ -763,6 +763,53 @@ RETURNING id;
 UPDATE runlane_schedules SET last_run_id = %(run_id)s, last_error = %(error)s::json
 WHERE id = %(id)s;
 
+-- name: schedule_moves
+-- (A fragment.) The compare-and-set of many schedules' fires (``fires``, one JSON array of
+-- objects): each row locked in id order (two engines firing overlapping batches wait for each
+-- other, never deadlock), then moved on only while it still awaits the expected window. A
+-- fire with a run records it as the last one, as an ungated run's fire does (a gated fire's
+-- outcome is recorded after its start, by ``record_schedule_fires``).
+fires AS (
+    SELECT * FROM json_to_recordset(%(fires)s::json) AS f (
+        schedule_id text, expected timestamptz, next_window timestamptz,
+        next_fire timestamptz, run_id text)
+), locked AS MATERIALIZED (
+    SELECT s.id FROM runlane_schedules AS s JOIN fires AS f ON f.schedule_id = s.id
+    WHERE NOT s.paused AND s.next_window_at = f.expected
+    ORDER BY s.id
+    FOR UPDATE OF s
+), moved AS (
+    UPDATE runlane_schedules AS s
+    SET next_window_at = f.next_window, next_fire_at = f.next_fire, last_fire_at = %(now)s,
+        updated_at = %(now)s, last_run_id = coalesce(f.run_id, s.last_run_id),
+        last_error = CASE WHEN f.run_id IS NULL THEN s.last_error END
+    FROM fires AS f
+    WHERE s.id = f.schedule_id AND s.id IN (SELECT id FROM locked)
+    RETURNING s.id AS schedule_id, f.run_id
+)
+
+-- name: fire_windows
+-- Schedules' fires whose runs are ungated, in one statement: the compare-and-sets, then the
+-- window runs of the schedules that moved (an existing id is left alone, and read by the
+-- caller). One row per schedule that moved, with its run when this statement created it.
+WITH {schedule_moves}, given AS (
+    SELECT g.*, false AS claimed, {unlimited} FROM ({spec_rows}) AS g
+    WHERE g.id IN (SELECT run_id FROM moved)
+), inserted AS ({insert_given})
+SELECT m.schedule_id AS fired_schedule, m.run_id AS fired_run, i.*, i.id IS NOT NULL AS created
+FROM moved AS m LEFT JOIN inserted AS i ON i.id = m.run_id;
+
+-- name: advance_schedules
+-- The compare-and-sets alone (a batch with gated runs: the caller starts them after).
+WITH {schedule_moves}
+SELECT schedule_id FROM moved;
+
+-- name: record_schedule_fires
+-- What the gated starts of a batch did: each schedule's last run and refusal.
+UPDATE runlane_schedules AS s SET last_run_id = r.run_id, last_error = r.error
+FROM json_to_recordset(%(records)s::json) AS r (id text, run_id text, error json)
+WHERE s.id = r.id;
+
 -- name: queue_window
 -- (A fragment.) The start of the fixed rate window ``now`` falls in (aligned on the epoch), for
 -- a queue row ``q`` with a rate limit; NULL without one.
