@@ -812,16 +812,11 @@ async def schedules(target: Target, n: int = 10_000, every: int = 60) -> Figures
             idle_fired = await engine.fire_schedules()
             figures["idle_pass_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         clock.advance(every)  # every schedule's next window is now one second past
-        passes = fired = 0
         with count_statements() as due:
-            t0, cpu0 = time.perf_counter(), cpu_seconds()
-            while True:
-                passes += 1
-                got = await engine.fire_schedules()
-                fired += got
-                if got == 0:
-                    break
-            elapsed, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+            passes, fired, elapsed, cpu = await fire_until_idle(engine)
+        clock.advance(every)  # the next minute: the steady state, n runs already in the store
+        with count_statements() as steady:
+            _, steady_fired, steady_elapsed, _ = await fire_until_idle(engine)
         created = await count_runs(engine)
     figures.update(
         {
@@ -833,6 +828,9 @@ async def schedules(target: Target, n: int = 10_000, every: int = 60) -> Figures
             "windows_per_s": round(fired / elapsed, 1) if elapsed else None,
             "fire_cpu_ms_per_window": round(cpu * 1000 / max(1, fired), 3),
             "fired_within_poll_interval": elapsed <= engine.options.poll_interval,
+            "next_minute_windows_fired": steady_fired,
+            "next_minute_fire_seconds": round(steady_elapsed, 3),
+            "next_minute_within_poll_interval": steady_elapsed <= engine.options.poll_interval,
         }
     )
     if target.db == "pg":
@@ -841,8 +839,21 @@ async def schedules(target: Target, n: int = 10_000, every: int = 60) -> Figures
         figures["due_statements"] = due["statements"]
         figures["due_statements_per_window"] = round(due["statements"] / max(1, fired), 4)
         figures["due_socket_waits_per_window"] = round(due["waits"] / max(1, fired), 4)
+        figures["next_minute_statements"] = steady["statements"]
         figures["due_query_plan"] = due_query_plan(target.url, clock.now())
     return figures
+
+
+async def fire_until_idle(engine: Engine) -> tuple[int, int, float, float]:
+    """Firing passes until one fires nothing: passes, windows fired, seconds, CPU seconds."""
+    passes = fired = 0
+    t0, cpu0 = time.perf_counter(), cpu_seconds()
+    while True:
+        passes += 1
+        got = await engine.fire_schedules()
+        fired += got
+        if got == 0:
+            return passes, fired, time.perf_counter() - t0, cpu_seconds() - cpu0
 
 
 def due_query_plan(url: str, now: datetime) -> str:

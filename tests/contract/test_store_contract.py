@@ -1886,6 +1886,7 @@ async def test_firing_windows_in_a_batch_is_a_compare_and_set_per_schedule(
     ]
     assert results[0] is not None and results[0][0].run is not None
     assert (results[0][0].run.id, results[0][0].run.status) == ("sched:a:1", RunStatus.PENDING)
+    assert results[0][0].run == await store.get_run("sched:a:1")  # the run as stored
     for absent in ("sched:b:1", "sched:paused:1", "sched:missing:1"):
         assert await store.get_run(absent) is None
     a, b, c = [await store.get_schedule(i) for i in ("a", "b", "c")]

@@ -51,6 +51,7 @@ from ..models import (
     Writes,
     dead_settlement,
     ready_ids,
+    run_from_spec,
     with_handler_error,
 )
 from ..queues import QueueRequest, QueueView
@@ -979,10 +980,21 @@ class PostgresStore:
         if any(gated(spec) for spec in specs):
             return await self._db.tx(lambda conn: self._fire_gated(conn, fires, params, now))
         # Ungated runs: the compare-and-sets and the inserts in one statement, one round trip.
-        rows = await self._db.rows("fire_windows", **params, **specs_params(specs))
-        moved = {row["fired_schedule"]: row for row in rows}
-        found = {run.id: run for run in await self._runs(_existing_runs(rows))}
-        return [_window_fired(fire, moved.get(fire.schedule_id), found) for fire in fires]
+        *rows, last = await self._db.rows("fire_windows", **params, **specs_params(specs))
+        moved = set(last["moved"])
+        created = {row["id"] for row in rows}
+        started = {s.id: Started(run_from_spec(s), created=True) for s in specs if s.id in created}
+        existing = [f.spec.id for f in fires if f.spec and f.schedule_id in moved]
+        for run in await self._runs([run_id for run_id in existing if run_id not in started]):
+            started[run.id] = Started(run, created=False)
+        return [
+            None
+            if fire.schedule_id not in moved
+            else []
+            if fire.spec is None
+            else [started[fire.spec.id]]
+            for fire in fires
+        ]
 
     async def _fire_gated(
         self, conn: Conn, fires: Sequence[WindowFire], params: Row, now: datetime
@@ -1107,24 +1119,6 @@ def _admission(row: Row, retry: RetryTimer, now: datetime) -> Admission:
     else:
         again = queues.fallback(retry, now, row["denials"])
     return Admission(False, again, tuple(row["woken"]))
-
-
-def _existing_runs(fired: list[Row]) -> list[str]:
-    """The window runs a ``fire_windows`` found existing (moved, but not created)."""
-    return [row["fired_run"] for row in fired if row["fired_run"] and not row["created"]]
-
-
-def _window_fired(
-    fire: WindowFire, moved: Row | None, found: dict[str, Run]
-) -> list[Started] | None:
-    """One fire's result from ``fire_windows``'s row of it (None: its compare failed)."""
-    if moved is None:
-        return None
-    if fire.spec is None:
-        return []
-    if moved["created"]:
-        return [_new_or_found(moved)]
-    return [Started(found[fire.spec.id], created=False)]
 
 
 def _fire_record(fire: WindowFire, started: Started) -> Row:

@@ -791,13 +791,16 @@ fires AS (
 -- name: fire_windows
 -- Schedules' fires whose runs are ungated, in one statement: the compare-and-sets, then the
 -- window runs of the schedules that moved (an existing id is left alone, and read by the
--- caller). One row per schedule that moved, with its run when this statement created it.
+-- caller). The ids of the runs created (the caller has their specs), then one row of the
+-- schedules that moved (``moved``): no join of the two, which a generic plan would make a
+-- nested loop over both.
 WITH {schedule_moves}, given AS (
     SELECT g.*, false AS claimed, {unlimited} FROM ({spec_rows}) AS g
     WHERE g.id IN (SELECT run_id FROM moved)
 ), inserted AS ({insert_given})
-SELECT m.schedule_id AS fired_schedule, m.run_id AS fired_run, i.*, i.id IS NOT NULL AS created
-FROM moved AS m LEFT JOIN inserted AS i ON i.id = m.run_id;
+SELECT id, NULL::text[] AS moved FROM inserted
+UNION ALL
+SELECT NULL, ARRAY(SELECT schedule_id FROM moved);
 
 -- name: advance_schedules
 -- The compare-and-sets alone (a batch with gated runs: the caller starts them after).
