@@ -981,20 +981,18 @@ class PostgresStore:
             return await self._db.tx(lambda conn: self._fire_gated(conn, fires, params, now))
         # Ungated runs: the compare-and-sets and the inserts in one statement, one round trip.
         *rows, last = await self._db.rows("fire_windows", **params, **specs_params(specs))
-        moved = set(last["moved"])
-        created = {row["id"] for row in rows}
-        started = {s.id: Started(run_from_spec(s), created=True) for s in specs if s.id in created}
-        existing = [f.spec.id for f in fires if f.spec and f.schedule_id in moved]
-        for run in await self._runs([run_id for run_id in existing if run_id not in started]):
-            started[run.id] = Started(run, created=False)
-        return [
-            None
-            if fire.schedule_id not in moved
-            else []
-            if fire.spec is None
-            else [started[fire.spec.id]]
-            for fire in fires
-        ]
+        moved, created = set(last["moved"]), {row["id"] for row in rows}
+        fired = {f.schedule_id: f.spec for f in fires if f.schedule_id in moved and f.spec}
+        # A window's run that existed already (started with its id by hand) is read back.
+        found = await self._runs([spec.id for spec in fired.values() if spec.id not in created])
+        existing = {run.id: Started(run, created=False) for run in found}
+        started = {
+            schedule_id: Started(run_from_spec(spec), created=True)
+            if spec.id in created
+            else existing[spec.id]
+            for schedule_id, spec in fired.items()
+        }
+        return _fire_results(fires, moved, started)
 
     async def _fire_gated(
         self, conn: Conn, fires: Sequence[WindowFire], params: Row, now: datetime
@@ -1013,14 +1011,7 @@ class PostgresStore:
         if won:
             records = [_fire_record(fire, started[fire.schedule_id]) for fire in won]
             await execute(conn, "record_schedule_fires", records=json_param(records))
-        return [
-            None
-            if fire.schedule_id not in moved
-            else [started[fire.schedule_id]]
-            if fire.schedule_id in started
-            else []
-            for fire in fires
-        ]
+        return _fire_results(fires, moved, started)
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         row = _first(await self._db.rows("get_step", id=run_id, seq=seq))
@@ -1119,6 +1110,16 @@ def _admission(row: Row, retry: RetryTimer, now: datetime) -> Admission:
     else:
         again = queues.fallback(retry, now, row["denials"])
     return Admission(False, again, tuple(row["woken"]))
+
+
+def _fire_results(
+    fires: Sequence[WindowFire], moved: set[str], started: Mapping[str, Started]
+) -> list[list[Started] | None]:
+    """``fire_windows``'s answer: per fire, None when its compare failed, else its start."""
+    return [
+        None if f.schedule_id not in moved else [started[f.schedule_id]] if f.spec else []
+        for f in fires
+    ]
 
 
 def _fire_record(fire: WindowFire, started: Started) -> Row:
