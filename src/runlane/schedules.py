@@ -380,9 +380,9 @@ class Scheduler:
         now = self._host.now()
         rows = await self._host.store.due_schedules(now, FIRE_BATCH)
         self.backlog = len(rows) >= FIRE_BATCH
-        plans = [self._plan(row, now) for row in rows]
-        single = [p for p in plans if len(p.chosen) <= 1]
         failures: Failures = []
+        plans = self._plans(rows, now, failures)
+        single = [p for p in plans if len(p.chosen) <= 1]
         gate = asyncio.Semaphore(FIRE_PARALLEL)
 
         async def fire(chunk: Sequence[_Plan]) -> int:
@@ -400,6 +400,19 @@ class Scheduler:
         if failures:
             raise failures[0]
         return fired
+
+    def _plans(
+        self, rows: Sequence[StoredSchedule], now: datetime, failures: Failures
+    ) -> Sequence[_Plan]:
+        """What to fire of each due schedule; one that cannot be read here (a time zone this
+        host lacks) is left out, and its error reported after the others fired."""
+        plans = []
+        for row in rows:
+            try:
+                plans.append(self._plan(row, now))
+            except Exception as exc:
+                failures.append(exc)
+        return plans
 
     def _plan(self, row: StoredSchedule, now: datetime) -> _Plan:
         schedule = self._schedule_of(row)

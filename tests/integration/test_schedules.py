@@ -194,6 +194,29 @@ async def test_jitter_delays_a_window_by_the_same_amount_on_every_engine(
     assert run.id == "sched:jittery:20260101T000100Z"  # the id names the window, not the delay
 
 
+@runlane.workflow(name="elsewhere")
+async def elsewhere(ctx: runlane.Context, input: Any) -> Any:
+    return input
+
+
+async def test_one_pass_fires_plain_and_gated_schedules_and_one_it_cannot_fire_holds_none_back(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    owner = await make_engine(*WORKFLOWS, elsewhere)
+    [engine] = await engines(make_engine)  # it lacks the workflow "elsewhere"
+    await owner.schedules.upsert(Schedule("foreign", "elsewhere", every=60))
+    await owner.schedules.upsert(Schedule("plain", "report", every=60))
+    await owner.schedules.upsert(Schedule("lane", "holder", every=60, overlap="skip"))
+    clock.advance(60)
+    with pytest.raises(UnknownWorkflowError):
+        await engine.fire_schedules()
+    # The others fired in the same pass, each once; the foreign one waits for its engine.
+    assert [len(await runs_of(engine, i)) for i in ("plain", "lane", "foreign")] == [1, 1, 0]
+    assert await owner.fire_schedules() == 1
+    assert len(await runs_of(owner, "foreign")) == 1
+    assert await engine.fire_schedules() == await owner.fire_schedules() == 0
+
+
 # ---------------------------------------------------------------- overlap
 
 
