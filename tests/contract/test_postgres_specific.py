@@ -28,6 +28,7 @@ from runlane.models import (
     Settlement,
     SingletonGate,
     StepRecord,
+    WindowFire,
     Writes,
 )
 from runlane.stores import open_store
@@ -36,8 +37,10 @@ from runlane.stores.postgres import PostgresStore, upgrade
 from runlane.stores.postgres_db import SQL
 from runlane.stores.postgres_rows import (
     fenced_params,
+    fires_param,
     gate_params,
     limit_params,
+    pg_array,
     query_where,
     specs_params,
     utc_conninfo,
@@ -340,6 +343,10 @@ _LIMITED = replace(
     debounce=DebounceGate("4:wf-3:doc-1", 5.0, 60.0),
 )
 
+_FIRE = WindowFire(
+    "s", T0, T0 + timedelta(60), T0 + timedelta(60), RunSpec("sched:s:1", "wf", "1", None, T0)
+)
+
 # Half way down 100,000 runs: a page deep in the listing.
 _CURSOR = {"after_at": T0 + timedelta(seconds=50000), "after_id": "run-50000"}
 
@@ -430,6 +437,15 @@ _HOT = {
     "children of a parent": ("list_runs", {"parent_id": "run-42", "limit": 100, "offset": 0}),
     "a run tree to cancel": ("run_tree", {"id": "run-7"}),
     "due schedules": ("due_schedules", {"now": T0, "limit": 500}),
+    "firing a batch of schedules": (
+        "fire_windows",
+        {
+            "fires": fires_param([_FIRE]),
+            "schedule_ids": pg_array([_FIRE.schedule_id]),
+            "now": T0,
+            **specs_params([_FIRE.spec] if _FIRE.spec else []),
+        },
+    ),
 }
 
 

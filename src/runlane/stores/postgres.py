@@ -976,7 +976,8 @@ class PostgresStore:
         if not fires:
             return []
         specs = [fire.spec for fire in fires if fire.spec is not None]
-        params = {"fires": fires_param(fires), "now": now}
+        ids = pg_array(fire.schedule_id for fire in fires)
+        params = {"fires": fires_param(fires), "schedule_ids": ids, "now": now}
         if any(gated(spec) for spec in specs):
             return await self._db.tx(lambda conn: self._fire_gated(conn, fires, params, now))
         # Ungated runs: the compare-and-sets and the inserts in one statement, one round trip.

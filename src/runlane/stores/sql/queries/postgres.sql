@@ -765,8 +765,10 @@ WHERE id = %(id)s;
 
 -- name: schedule_moves
 -- (A fragment.) The compare-and-set of many schedules' fires (``fires``, one JSON array of
--- objects): each row locked in id order (two engines firing overlapping batches wait for each
--- other, never deadlock), then moved on only while it still awaits the expected window. A
+-- objects; ``schedule_ids``, their ids, so the rows are found by their key, not in a walk of
+-- every schedule's due index): each row locked in id order (two engines firing overlapping
+-- batches wait for each other, never deadlock), then moved on only while it still awaits the
+-- expected window. A
 -- fire with a run records it as the last one, as an ungated run's fire does (a gated fire's
 -- outcome is recorded after its start, by ``record_schedule_fires``).
 fires AS (
@@ -775,7 +777,7 @@ fires AS (
         next_fire timestamptz, run_id text)
 ), locked AS MATERIALIZED (
     SELECT s.id FROM runlane_schedules AS s JOIN fires AS f ON f.schedule_id = s.id
-    WHERE NOT s.paused AND s.next_window_at = f.expected
+    WHERE s.id = ANY(%(schedule_ids)s::text[]) AND NOT s.paused AND s.next_window_at = f.expected
     ORDER BY s.id
     FOR UPDATE OF s
 ), moved AS (
