@@ -440,7 +440,8 @@ class Scheduler:
         fires: list[WindowFire] = []
         for plan in plans:
             try:
-                fires.append(await self._fire_of(plan, plan.expected, plan.chosen[:1]))
+                window = plan.chosen[0] if plan.chosen else None
+                fires.append(await self._fire_of(plan, plan.expected, window))
             except Exception as exc:
                 failures.append(exc)
         return fires
@@ -449,19 +450,15 @@ class Scheduler:
         self,
         plan: _Plan,
         expected: datetime,
-        window: Sequence[datetime],
+        window: datetime | None,
         after: datetime | None = None,
     ) -> WindowFire:
+        """The compare-and-set from ``expected`` on to ``after`` (the schedule's first future
+        window by default), starting the run of ``window`` if there is one."""
         after = plan.future if after is None else after
         schedule = plan.schedule
-        return WindowFire(
-            schedule.id,
-            expected,
-            after,
-            after + schedule.delay(after),
-            spec=await self._window_spec(schedule, window[0]) if window else None,
-            window=window[0] if window else None,
-        )
+        spec = None if window is None else await self._window_spec(schedule, window)
+        return WindowFire(schedule.id, expected, after, after + schedule.delay(after), spec, window)
 
     async def _fire_batch(
         self, fires: Sequence[WindowFire], now: datetime, failures: Failures
@@ -505,7 +502,7 @@ class Scheduler:
         for i, window in enumerate(chosen):
             after = chosen[i + 1] if i + 1 < len(chosen) else plan.future
             started = await self._fire_alone(
-                await self._fire_of(plan, expected, [window], after), now
+                await self._fire_of(plan, expected, window, after), now
             )
             if started is None:  # another engine fired it, or it was paused or changed
                 return fired
