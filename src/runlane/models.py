@@ -271,6 +271,11 @@ class RunSpec:
         """Whether a rate limit or a debounce applies to the start."""
         return self.rate is not None or self.debounce is not None
 
+    @property
+    def gated(self) -> bool:
+        """Whether a start of the spec counts or locks anything (else it is a plain insert)."""
+        return self.singleton is not None or self.quota is not None or self.limited
+
 
 @dataclass(frozen=True)
 class Started:

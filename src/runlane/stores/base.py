@@ -67,6 +67,17 @@ def check_lease(specs: Sequence[RunSpec], lease: Lease | None) -> None:
         raise ValueError("a lease can claim the run of a single spec only")
 
 
+def window_results(
+    fires: Sequence[WindowFire], moved: Collection[str], started: Mapping[str, Started]
+) -> list[list[Started] | None]:
+    """``fire_windows``'s answer from the schedules that ``moved`` and the start of each one's
+    run (by schedule id): None for a fire whose compare failed, else its start, if it has one."""
+    return [
+        None if f.schedule_id not in moved else [started[f.schedule_id]] if f.spec else []
+        for f in fires
+    ]
+
+
 @runtime_checkable
 class Store(Protocol):
     """Durable state for an engine. Every method is a single atomic unit of work."""

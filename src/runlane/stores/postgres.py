@@ -56,7 +56,7 @@ from ..models import (
 )
 from ..queues import QueueRequest, QueueView
 from ..urls import redact
-from .base import check_lease
+from .base import check_lease, window_results
 from .postgres_db import (
     SQL,
     Call,
@@ -993,7 +993,7 @@ class PostgresStore:
             else existing[spec.id]
             for schedule_id, spec in fired.items()
         }
-        return _fire_results(fires, moved, started)
+        return window_results(fires, moved, started)
 
     async def _fire_gated(
         self, conn: Conn, fires: Sequence[WindowFire], params: Row, now: datetime
@@ -1012,7 +1012,7 @@ class PostgresStore:
         if won:
             records = [_fire_record(fire, started[fire.schedule_id]) for fire in won]
             await execute(conn, "record_schedule_fires", records=json_param(records))
-        return _fire_results(fires, moved, started)
+        return window_results(fires, moved, started)
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         row = _first(await self._db.rows("get_step", id=run_id, seq=seq))
@@ -1111,16 +1111,6 @@ def _admission(row: Row, retry: RetryTimer, now: datetime) -> Admission:
     else:
         again = queues.fallback(retry, now, row["denials"])
     return Admission(False, again, tuple(row["woken"]))
-
-
-def _fire_results(
-    fires: Sequence[WindowFire], moved: set[str], started: Mapping[str, Started]
-) -> list[list[Started] | None]:
-    """``fire_windows``'s answer: per fire, None when its compare failed, else its start."""
-    return [
-        None if f.schedule_id not in moved else [started[f.schedule_id]] if f.spec else []
-        for f in fires
-    ]
 
 
 def _fire_record(fire: WindowFire, started: Started) -> Row:

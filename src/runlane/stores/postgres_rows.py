@@ -314,7 +314,7 @@ def gate_keys(specs: Sequence[RunSpec]) -> list[str]:
 
 def gated(spec: RunSpec) -> bool:
     """Whether a start of ``spec`` counts or locks anything (else it is a plain insert)."""
-    return spec.singleton is not None or spec.quota is not None or spec.limited
+    return spec.gated
 
 
 def gate_params(spec: RunSpec) -> Row:
