@@ -5,6 +5,11 @@ the transport are swapped. Writes collect into the decision instead of going to 
 remote step dispatches and child starts become commands the engine carries out, and children
 are read from the outcomes the task carries. Everything else (sequence numbers, recorded
 values, local step retries, sleeps, signal waits, non-determinism) is the same code.
+
+A worker replays on a loop of its own (in a thread, :func:`~runlane.concurrency.run_on_own_loop`)
+so that a body doing heavy sync work between its awaits does not stall the worker's beats and
+steps; the bodies of the local steps it calls still run on the worker's loop (``step_loop``),
+as its remote steps do: async ones on that loop, sync ones in its threads.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from .concurrency import call_step_body
+from .concurrency import call_step_body, run_on_loop
 from .context import ChildOp, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
 from .errors import RunlaneError, StepTimeoutError, UnknownStepError, UnknownWorkflowError
@@ -78,8 +83,13 @@ class WorkerHost:
 
     remote = None
 
-    def __init__(self, steps: Mapping[str, StepDefinition]) -> None:
+    def __init__(
+        self,
+        steps: Mapping[str, StepDefinition],
+        step_loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self.steps = steps
+        self.step_loop = step_loop
         self.store = cast(Store, _NoStore())
         self.options = EngineOptions()
         self.leases = cast(LeaseKeeper, _NoLeases())
@@ -107,6 +117,12 @@ class WorkerHost:
         return Registry().step(fn_or_name, group)
 
     async def call_step(self, definition: StepDefinition, input: JSON) -> JSON:
+        call = self._call_step(definition, input)
+        if self.step_loop is None:
+            return await call
+        return await run_on_loop(call, self.step_loop)
+
+    async def _call_step(self, definition: StepDefinition, input: JSON) -> JSON:
         if definition.fn is None:
             raise UnknownStepError(definition.name)
         call = call_step_body(definition.fn, input)
@@ -247,9 +263,13 @@ def _child_run(
 
 
 async def replay(
-    task: Message, workflows: Registry, steps: Mapping[str, StepDefinition]
+    task: Message,
+    workflows: Registry,
+    steps: Mapping[str, StepDefinition],
+    step_loop: asyncio.AbstractEventLoop | None = None,
 ) -> Decision:
-    """Replay the task's workflow body against its history: the decision for the turn."""
+    """Replay the task's workflow body against its history: the decision for the turn. Local
+    step bodies run on ``step_loop`` when given (else on this loop)."""
     run_id = str(task["run_id"])
     try:
         definition = workflows.workflow(str(task["workflow"]), str(task.get("version") or "1"))
@@ -260,7 +280,7 @@ async def replay(
         [record_from_doc(run_id, doc) for doc in task.get("history") or []],
         [signal_from_doc(run_id, doc) for doc in task.get("signals") or []],
     )
-    turn = DecisionTurn(WorkerHost(steps), claim, definition, task)
+    turn = DecisionTurn(WorkerHost(steps, step_loop), claim, definition, task)
     await turn.execute()
     return turn.decision
 
