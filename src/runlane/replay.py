@@ -15,6 +15,8 @@ as its remote steps do: async ones on that loop, sync ones in its threads.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -22,7 +24,13 @@ from typing import Any, cast
 from .concurrency import call_step_body, run_on_loop
 from .context import ChildOp, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
-from .errors import RunlaneError, StepTimeoutError, UnknownStepError, UnknownWorkflowError
+from .errors import (
+    RunlaneError,
+    StepTimeoutError,
+    Suspend,
+    UnknownStepError,
+    UnknownWorkflowError,
+)
 from .errors import error_dict as _error_dict
 from .leases import LeaseKeeper
 from .models import (
@@ -78,6 +86,35 @@ class _NoLeases:
         return True
 
 
+class Pulse:
+    """Whether a turn's heartbeats keep getting out, so that the engine still awaits the turn.
+
+    The engine sends a turn again after ``window`` seconds without a decision or a beat, and
+    records a beat's deadline at most once per half window: so while no gap between the beats
+    that got out reaches half the window, the turn is still the awaited one. After such a gap
+    (the worker was frozen, or cut off from the transport) it may have been sent again, and it
+    stays in doubt. Beats go out from the worker's loop; the replay thread asks."""
+
+    def __init__(self, window: float | None) -> None:
+        self._limit = window / 2 if window is not None else None
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._lapsed = False
+
+    def beat_sent(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self._limit is not None and now - self._last >= self._limit:
+                self._lapsed = True
+            self._last = now
+
+    def live(self) -> bool:
+        with self._lock:
+            if self._limit is None:
+                return True
+            return not self._lapsed and time.monotonic() - self._last < self._limit
+
+
 class WorkerHost:
     """What a replayed turn needs on a worker: its steps, a clock, no store."""
 
@@ -87,9 +124,11 @@ class WorkerHost:
         self,
         steps: Mapping[str, StepDefinition],
         step_loop: asyncio.AbstractEventLoop | None = None,
+        pulse: Pulse | None = None,
     ) -> None:
         self.steps = steps
         self.step_loop = step_loop
+        self.pulse = pulse or Pulse(None)
         self.store = cast(Store, _NoStore())
         self.options = EngineOptions()
         self.leases = cast(LeaseKeeper, _NoLeases())
@@ -157,6 +196,7 @@ class DecisionTurn(Turn):
             str(k): child_outcome(v) for k, v in (task.get("children") or {}).items()
         }
         self._commanded: set[int] = set()  # seqs the engine records (remote steps, children)
+        self._pulse = host.pulse
 
     @property
     def dispatches_remote(self) -> bool:
@@ -196,6 +236,16 @@ class DecisionTurn(Turn):
             }
         )
         return None
+
+    async def ensure_lease(self) -> None:
+        """Before a local step starts: a turn whose beats stopped getting out for long enough
+        that the engine may have sent it again (its worker was frozen or cut off) starts no
+        further step beside the new turn. It ends here, due again at once, with what it ran:
+        the engine applies that if it still awaits this turn, and drops it otherwise."""
+        if self._pulse.live():
+            return
+        self.wakes.append(self.now())
+        raise Suspend()
 
     async def admit(self, op: StepOp) -> bool:
         raise RunlaneError(f"step {op.name!r}: step queues are not available to remote workflows")
@@ -267,9 +317,11 @@ async def replay(
     workflows: Registry,
     steps: Mapping[str, StepDefinition],
     step_loop: asyncio.AbstractEventLoop | None = None,
+    pulse: Pulse | None = None,
 ) -> Decision:
     """Replay the task's workflow body against its history: the decision for the turn. Local
-    step bodies run on ``step_loop`` when given (else on this loop)."""
+    step bodies run on ``step_loop`` when given (else on this loop); with ``pulse``, no local
+    step starts once the turn's beats lapsed."""
     run_id = str(task["run_id"])
     try:
         definition = workflows.workflow(str(task["workflow"]), str(task.get("version") or "1"))
@@ -280,7 +332,7 @@ async def replay(
         [record_from_doc(run_id, doc) for doc in task.get("history") or []],
         [signal_from_doc(run_id, doc) for doc in task.get("signals") or []],
     )
-    turn = DecisionTurn(WorkerHost(steps, step_loop), claim, definition, task)
+    turn = DecisionTurn(WorkerHost(steps, step_loop, pulse), claim, definition, task)
     await turn.execute()
     return turn.decision
 
@@ -310,4 +362,4 @@ def _failed(exc: BaseException) -> Message:
     return {"type": "fail", "error": _error_dict(exc, with_traceback=False)}
 
 
-__all__ = ["DecisionTurn", "WorkerHost", "replay"]
+__all__ = ["DecisionTurn", "Pulse", "WorkerHost", "replay"]

@@ -31,7 +31,7 @@ from .concurrency import call_step_body, run_on_own_loop
 from .definitions import StepDefinition, step_definition
 from .errors import UnknownStepError, error_dict
 from .registry import Registry
-from .replay import replay
+from .replay import Pulse, replay
 from .serialization import normalise
 from .tracing import Tracing
 from .transports.base import Message, Transport
@@ -42,6 +42,7 @@ from .workflow_tasks import (
     check_workflow_task,
     decision_doc,
     expired,
+    silence_window,
 )
 
 log = logging.getLogger(__name__)
@@ -193,10 +194,12 @@ class Worker:
             "worker": self.name,
         }
         done = asyncio.Event()
-        beating = asyncio.create_task(self._beats(beat, done))
+        pulse = Pulse(silence_window(task))
+        beating = asyncio.create_task(self._beats(beat, done, pulse))
         try:
+            loop = asyncio.get_running_loop()
             main = functools.partial(
-                replay, task, self.workflows, self.steps, step_loop=asyncio.get_running_loop()
+                replay, task, self.workflows, self.steps, step_loop=loop, pulse=pulse
             )
             decision = await run_on_own_loop(main, replays)
         except Exception as exc:
@@ -253,10 +256,12 @@ class Worker:
         }
         await self._beats(beat, done)
 
-    async def _beats(self, beat: Message, done: asyncio.Event) -> None:
+    async def _beats(self, beat: Message, done: asyncio.Event, pulse: Pulse | None = None) -> None:
         while not done.is_set():
             try:
                 await self.transport.publish_heartbeat({**beat, "at": _now()})
+                if pulse is not None:
+                    pulse.beat_sent()
             except Exception as exc:
                 if done.is_set():
                     return

@@ -138,9 +138,22 @@ async def where(ctx: runlane.Context, _: Any) -> dict[str, Any]:
     return {"body": threading.current_thread().name, "sync": await ctx.step(where_sync), **stepped}
 
 
-WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where]
-NAMES = ("tour", "child-wf", "fan", "patient", "fails", "counter", "heavy", "where")
-LOCAL_STEPS = [inc, slow, where_async, where_sync]
+@runlane.step(name="wf.mark")
+async def mark(label: str) -> str:
+    calls.hit(label)
+    if label == "a":
+        await asyncio.sleep(1.0)
+    return label
+
+
+@runlane.workflow(name="marks", group="wf")
+async def marks(ctx: runlane.Context, _: Any) -> list[str]:
+    return [str(await ctx.step(mark, label)) for label in "abc"]
+
+
+WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks]
+NAMES = ("tour", "child-wf", "fan", "patient", "fails", "counter", "heavy", "where", "marks")
+LOCAL_STEPS = [inc, slow, where_async, where_sync, mark]
 DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
 
 
@@ -381,6 +394,34 @@ async def test_a_body_replays_in_a_thread_and_its_local_steps_run_on_the_workers
     assert seen["body"].startswith("runlane-replay"), seen
     assert seen["loop"] == id(asyncio.get_running_loop()), seen  # the worker's own loop
     assert not seen["sync"].startswith("runlane-replay"), seen  # the loop's executor
+
+
+class CutOff(InProcessTransport):
+    """The beats of the first workflow turn never get out: its worker is cut off from the
+    engines, which send the turn again after the silence window."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut: str | None = None
+
+    async def publish_heartbeat(self, beat: Message) -> None:
+        if beat.get("kind") == "workflow":
+            self.cut = self.cut or str(beat["task_id"])
+            if beat["task_id"] == self.cut:
+                raise ConnectionError("cut off from the engines")
+        await super().publish_heartbeat(beat)
+
+
+async def test_a_turn_cut_off_past_half_its_window_starts_no_further_step(store: Store) -> None:
+    async with fleet(store, CutOff(), remote_advance_silence=0.6) as (engine, _, _):
+        await engine.start("marks", None, run_id="m1")
+        done = await engine.wait_for_run("m1", timeout=15)
+        steps = await engine.list_steps("m1")
+    assert done.status == RunStatus.COMPLETED and done.output == ["a", "b", "c"], done.error
+    assert [(s.seq, s.status) for s in steps] == [(i, "completed") for i in (1, 2, 3)]
+    # The first turn's step in flight ran again in the turn sent again; the first turn, its
+    # beats lapsed, started nothing after it.
+    assert (calls["a"], calls["b"], calls["c"]) == (2, 1, 1)
 
 
 async def test_a_run_cancelled_while_its_turn_is_out_drops_the_decision(store: Store) -> None:
