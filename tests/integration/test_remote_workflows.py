@@ -424,6 +424,18 @@ async def test_a_turn_cut_off_past_half_its_window_starts_no_further_step(store:
     assert (calls["a"], calls["b"], calls["c"]) == (2, 1, 1)
 
 
+async def test_a_lapsed_turns_answer_still_awaited_keeps_what_it_ran(store: Store) -> None:
+    # Half the window (0.8 s) passes without a beat while the first step runs (1 s); the turn
+    # ends after it and is answered before the engine would send it again (1.6 s).
+    async with fleet(store, CutOff(), remote_advance_silence=1.6) as (engine, _, _):
+        await engine.start("marks", None, run_id="m2")
+        done = await engine.wait_for_run("m2", timeout=15)
+        steps = await engine.list_steps("m2")
+    assert done.status == RunStatus.COMPLETED and done.output == ["a", "b", "c"], done.error
+    assert [(s.seq, s.status) for s in steps] == [(i, "completed") for i in (1, 2, 3)]
+    assert (calls["a"], calls["b"], calls["c"]) == (1, 1, 1)
+
+
 async def test_a_run_cancelled_while_its_turn_is_out_drops_the_decision(store: Store) -> None:
     async with fleet(store) as (engine, _, _):
         await engine.start("patient", 0.5, run_id="c1")
