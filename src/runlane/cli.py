@@ -455,17 +455,28 @@ def parse_duration(text: str) -> timedelta:
 )
 @click.option("--batch", default=1000, show_default=True, type=click.IntRange(min=1))
 def runs_prune(db: str | None, app: str | None, as_json: bool, older_than: str, batch: int) -> None:
-    """Delete settled runs (completed, failed, cancelled, dead) with their steps and signals.
+    """Delete settled runs (completed, failed, cancelled, dead) with their steps and signals,
+    and published events (the event log) older than the same age.
 
-    A parent whose children are still active is kept. Deletes in batches, so engines serving
-    the same database go on meanwhile.
+    A parent whose children are still active is kept; so is the newest event. Deletes in
+    batches, so engines serving the same database go on meanwhile.
     """
     period = parse_duration(older_than)
-    deleted = with_engine(db, app, lambda e: e.prune(period, batch=batch))
+
+    async def prune(engine: Engine) -> tuple[int, int]:
+        runs = await engine.prune(period, batch=batch, events=False)
+        return runs, await engine.prune_events(period, batch=batch)
+
+    deleted, events = with_engine(db, app, prune)
     say(
         as_json,
-        {"deleted": deleted, "older_than_seconds": period.total_seconds()},
-        f"deleted {deleted} settled run{'s' if deleted != 1 else ''} older than {older_than}",
+        {
+            "deleted": deleted,
+            "events_deleted": events,
+            "older_than_seconds": period.total_seconds(),
+        },
+        f"deleted {deleted} settled run{'s' if deleted != 1 else ''} and {events}"
+        f" event{'s' if events != 1 else ''} older than {older_than}",
     )
 
 

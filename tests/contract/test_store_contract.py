@@ -2076,6 +2076,26 @@ async def test_a_parent_is_kept_until_its_children_settle_and_they_are_not_delet
     assert await store.prune_runs(cutoffs, 10) == ["parent", "kid"]
 
 
+async def test_prune_events_deletes_old_events_oldest_first_in_batches_and_keeps_the_newest(
+    store: Store,
+) -> None:
+    for n in range(5):
+        await store.publish_event("paid" if n % 2 else "shipped", n, f"evt-{n}", at(n))
+    assert await store.prune_events(at(3), 2) == 2  # seqs 1 and 2
+    assert await store.prune_events(at(3), 2) == 1  # seq 3; the one of at(3) is not before it
+    assert await store.prune_events(at(3), 2) == 0
+    assert [e.payload for e in await store.events_after("paid", 0, 10)] == [3]
+    assert [e.payload for e in await store.events_after("shipped", 0, 10)] == [4]
+    # Everything is old now: all but the newest go, and the latest seq stays.
+    assert await store.prune_events(at(99), 10) == 1
+    assert await store.latest_event_seq() == 5
+    assert [e.seq for e in await store.events_after("shipped", 0, 10)] == [5]
+    # A deleted event's id no longer deduplicates; a new event never reuses a seq.
+    event, created, _ = await store.publish_event("paid", "again", "evt-1", at(100))
+    assert created and event.seq == 6
+    assert await store.prune_events(at(0), 10) == 0
+
+
 async def test_queue_views_show_holders_and_waiters_in_admission_order(store: Store) -> None:
     rate = QueueSettings("r", rate_limit=5, rate_period=60.0)
     await store.register_queues([QueueSettings("q", concurrency=1), rate], T0)

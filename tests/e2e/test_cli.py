@@ -407,16 +407,21 @@ def test_schedules_are_listed_paused_resumed_and_triggered_from_the_shell(
     assert missing.exit_code == 1 and "no schedule with id 'nope'" in missing.output
 
 
-def test_runs_prune_deletes_settled_runs_older_than_asked_and_keeps_the_rest(
+def test_runs_prune_deletes_settled_runs_and_events_older_than_asked_and_keeps_the_rest(
     db: str, app: str, waiting_run: str
 ) -> None:
     cli("runs", "signal", "r1", "go", "--db", db)
-    run_in_engine(app, ("tick", ()))
+    run_in_engine(app, ("tick", ()), ("publish_event", ("ping",)), ("publish_event", ("pong",)))
     kept = cli("runs", "prune", "--older-than", "1h", "--db", db)
     assert kept.exit_code == 0, kept.output
-    assert kept.output.strip() == "deleted 0 settled runs older than 1h"
+    assert kept.output.strip() == "deleted 0 settled runs and 0 events older than 1h"
     pruned = cli("runs", "prune", "--older-than", "0s", "--db", db, "--json")
-    assert json.loads(pruned.output) == {"deleted": 1, "older_than_seconds": 0.0}
+    # The newest event stays: it carries the log's latest seq.
+    assert json.loads(pruned.output) == {
+        "deleted": 1,
+        "events_deleted": 1,
+        "older_than_seconds": 0.0,
+    }
     listed = cli("runs", "list", "--db", db, "--json")
     assert [r["id"] for r in json.loads(listed.output)] == ["r2"]
 

@@ -519,6 +519,18 @@ class Store(Protocol):
         """
         ...
 
+    async def prune_events(self, before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` published events (the engine's event log) whose
+        ``created_at`` is before ``before``, lowest seq first, in one transaction; return how
+        many were deleted (0 when nothing is due).
+
+        The newest event is never deleted, so :meth:`latest_event_seq` keeps its value and
+        seqs are never reused. Once an event is gone, its ``event_id`` no longer deduplicates
+        (a publish with it records a new event), and a ``wait_for_event`` waiter that had not
+        yet read it no longer finds it: keep events longer than any run waits for them.
+        """
+        ...
+
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:

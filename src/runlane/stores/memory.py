@@ -5,6 +5,7 @@ Every method runs without awaiting in between, so each is atomic on the event lo
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections import Counter
@@ -68,6 +69,7 @@ class MemoryStore:
         self._signals: dict[str, list[Signal]] = {}
         self._events: list[Event] = []
         self._event_ids: dict[str, Event] = {}
+        self._last_event_seq = 0
         self._ids = itertools.count(1)
         self._schedules: dict[str, StoredSchedule] = {}
         self._queues = _MemoryQueues(self)
@@ -624,7 +626,8 @@ class MemoryStore:
     ) -> tuple[Event, bool, list[str]]:
         if event_id is not None and event_id in self._event_ids:
             return self._event_ids[event_id], False, []
-        event = Event(len(self._events) + 1, name, payload, now, event_id)
+        event = Event(self._last_event_seq + 1, name, payload, now, event_id)
+        self._last_event_seq = event.seq
         self._events.append(event)
         if event_id is not None:
             self._event_ids[event_id] = event
@@ -636,10 +639,11 @@ class MemoryStore:
         return event, True, woken
 
     async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
-        return [e for e in self._events[after_seq:] if e.name == name][:limit]
+        start = bisect.bisect_right(self._events, after_seq, key=lambda e: e.seq)
+        return [e for e in self._events[start:] if e.name == name][:limit]
 
     async def latest_event_seq(self) -> int:
-        return len(self._events)
+        return self._last_event_seq
 
     # ---------------------------------------------------------------- schedules
 
@@ -716,6 +720,16 @@ class MemoryStore:
             self._signals.pop(run_id, None)
             self._queues.drop_entries(run_id, None, admitted_only=False)
         return doomed
+
+    async def prune_events(self, before: datetime, limit: int) -> int:
+        # The newest event stays (see Store.prune_events).
+        doomed = [e for e in self._events[:-1] if e.created_at < before][: max(limit, 0)]
+        gone = {e.seq for e in doomed}
+        self._events = [e for e in self._events if e.seq not in gone]
+        for event in doomed:
+            if event.id is not None:
+                self._event_ids.pop(event.id, None)
+        return len(doomed)
 
     # ---------------------------------------------------------------- reads
 

@@ -878,6 +878,12 @@ class PostgresStore:
         )
         return [row["id"] for row in rows]
 
+    async def prune_events(self, before: datetime, limit: int) -> int:
+        if limit < 1:
+            return 0
+        rows = await self._db.rows("prune_events", before=before, limit=limit)
+        return len(rows)
+
     async def queue_views(self) -> list[QueueView]:
         rows, entries, keys = await self._db.batch(
             ("queue_rows", {}), ("queue_live_entries", {}), ("queue_keys", {})

@@ -705,6 +705,19 @@ WITH due AS (
 DELETE FROM runlane_runs AS r USING doomed WHERE r.id = doomed.id
 RETURNING r.id;
 
+-- name: prune_events
+-- Retention of the event log: at most %(limit)s events published before %(before)s, lowest seq
+-- first (a walk of the primary key), the newest event kept (it carries latest_event_seq).
+DELETE FROM runlane_events AS e
+USING (
+    SELECT seq FROM runlane_events
+    WHERE created_at < %(before)s AND seq < (SELECT max(seq) FROM runlane_events)
+    ORDER BY seq
+    LIMIT %(limit)s
+) AS doomed
+WHERE e.seq = doomed.seq
+RETURNING e.seq;
+
 -- name: queue_rows
 SELECT * FROM runlane_queues;
 
