@@ -466,6 +466,35 @@ async def test_a_held_run_is_never_ahead_of_a_waiter_at_its_claim(store: Store) 
     assert (await claim(store, "waiter", now=at(10))).claim is not None
 
 
+async def test_limited_runs_are_the_starts_inside_their_windows_and_the_unbegun_debounces(
+    store: Store,
+) -> None:
+    rate = RateGate("r", 2, 10.0, delay=True)
+    await create(store, limited("a", 0, rate=rate))
+    await settle(store, "a", now=at(1))  # a settled start still counts in its window
+    await create(store, limited("b", 2, rate=rate), now=at(2))
+    await create(store, limited("c", 3, rate=rate), now=at(3))  # throttled: counted at 10
+    debounce = DebounceGate("d", 5.0)
+    await create(store, limited("deb", 4, debounce=debounce), now=at(4))
+    await create(store, limited("both", 4, debounce=DebounceGate("e", 5.0), rate=rate), now=at(4))
+    await create(store, spec("plain", created=4), now=at(4))
+    found = await store.limited_runs(at(5))
+    assert [r.id for r in found] == ["a", "b", "c", "both", "deb"]
+    by_id = {r.id: r for r in found}
+    assert (by_id["a"].rate_limit, by_id["a"].rate_at, by_id["a"].rate_until) == (2, T0, at(10))
+    assert (by_id["c"].rate_at, by_id["c"].rate_until, by_id["c"].begin_at) == (
+        at(10),
+        at(20),
+        at(10),
+    )
+    assert (by_id["deb"].debounce_key, by_id["deb"].begin_at) == ("d", at(9))
+    # "a" left its window at 10; "deb" began at 9 (still blocked, but no longer held).
+    assert [r.id for r in await store.limited_runs(at(10))] == ["b", "c", "both"]
+    # "both" (counted at 12, when the window had room, until 22) stays for its window.
+    assert [r.id for r in await store.limited_runs(at(20))] == ["both"]
+    assert await store.limited_runs(at(22)) == []
+
+
 # ---------------------------------------------------------------- claim queues
 
 

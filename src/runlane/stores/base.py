@@ -578,6 +578,14 @@ class Store(Protocol):
         (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""
         ...
 
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        """The runs that make up the run-level rate limits and debounces at ``now``, whatever
+        their status, oldest first (``created_at``, then id): each start still inside its rate
+        key's window (``rate_until > now``, a throttled start counted ahead of time included),
+        and each debounced run that has not begun (``debounce_key`` set, ``blocked``,
+        ``begin_at > now``). One indexed read for operators; it locks nothing."""
+        ...
+
     async def queue_views(self) -> list[QueueView]:
         """Every registered step queue, by name: its settings and current rate window, the
         entries of its unsettled runs (holders and waiters) by arrival, and the last served

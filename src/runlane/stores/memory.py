@@ -781,6 +781,15 @@ class MemoryStore:
         ]
         return sorted(gated, key=lambda r: (r.created_at, r.id))
 
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        found = [
+            r
+            for r in self._runs.values()
+            if (r.rate_until is not None and r.rate_until > now)
+            or (r.debounce_key is not None and r.status == RunStatus.BLOCKED and r.held(now))
+        ]
+        return sorted(found, key=lambda r: (r.created_at, r.id))
+
     async def queue_views(self) -> list[QueueView]:
         return self._queues.views()
 

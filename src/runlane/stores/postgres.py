@@ -901,6 +901,9 @@ class PostgresStore:
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]
 
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        return [run_from_row(row) for row in await self._db.rows("limited_runs", now=now)]
+
     async def _filtered(self, name: str, given: Row, **params: object) -> list[Row]:
         """Statement ``name`` with the WHERE clause of the filters in ``given``."""
         query = SQL[name].replace("{filters}", query_where(given))

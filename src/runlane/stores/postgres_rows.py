@@ -190,6 +190,8 @@ def run_from_row(row: Row) -> Run:
         failures=row["failures"],
         rate_key=row["rate_key"],
         rate_at=row["rate_at"],
+        rate_limit=row.get("rate_limit"),
+        rate_until=row.get("rate_until"),
         begin_at=row["begin_at"],
         debounce_key=row["debounce_key"],
         awaiting_decision_task_id=row.get("awaiting_decision_task_id"),

@@ -388,6 +388,9 @@ class SqliteStore:
     async def lane_runs(self) -> list[Run]:
         return await self._read(reads.lane_runs)
 
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        return await self._read(reads.limited_runs, now)
+
     async def queue_views(self) -> list[QueueView]:
         return await self._read(sqlite_queues.queue_views)
 

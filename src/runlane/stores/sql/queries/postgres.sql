@@ -37,7 +37,7 @@ SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
 -- (A fragment.) What ``insert_given`` reads of a start under no rate limit or debounce (a
 -- continuation of a run that had one included: it skips the gates).
 NULL::text AS rate_key, NULL::timestamptz AS rate_at, NULL::timestamptz AS begin_at,
-NULL::text AS debounce_key
+NULL::text AS debounce_key, NULL::integer AS rate_limit, NULL::timestamptz AS rate_until
 
 -- name: insert_given
 -- (A fragment.) Insert the rows of ``given`` as pending runs, or as running ones leased to
@@ -48,7 +48,7 @@ INSERT INTO runlane_runs (
     id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
     priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
     concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot, rate_key,
-    rate_at, begin_at, wake_at, debounce_key)
+    rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until)
 SELECT id, workflow, version,
        CASE WHEN claimed THEN 'running' WHEN begin_at IS NOT NULL THEN 'blocked' ELSE 'pending' END,
        input::json, ARRAY(SELECT json_array_elements_text(tags::json)), created_at, created_at,
@@ -56,7 +56,8 @@ SELECT id, workflow, version,
        concurrency_limit, concurrency_statuses,
        coalesce(deadline_at + (begin_at - created_at), deadline_at),
        CASE WHEN claimed THEN lease_owner END, CASE WHEN claimed THEN lease_until END,
-       claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at, begin_at, debounce_key
+       claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at, begin_at, debounce_key,
+       rate_limit, rate_until
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -123,6 +124,7 @@ WITH existing AS (
     FROM counts AS c
 ), given AS (
     SELECT g.*, %(rate_key)s::text AS rate_key, t.rate_at, %(debounce_key)s::text AS debounce_key,
+           %(rate_limit)s::integer AS rate_limit, t.rate_at + %(rate_period)s::interval AS rate_until,
            nullif(GREATEST(%(wanted)s, t.rate_at), %(now)s) AS begin_at,
            g.lease_owner IS NOT NULL AND GREATEST(%(wanted)s, t.rate_at) = %(now)s
            AND (g.singleton_key IS NULL OR t.key_ahead < g.singleton_limit) AS claimed
@@ -673,6 +675,16 @@ GROUP BY workflow, status;
 SELECT * FROM runlane_runs
 WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
   AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
+ORDER BY created_at, id;
+
+-- name: limited_runs
+-- The starts still inside their rate windows and the debounced runs not begun yet: two ranges
+-- of runlane_runs_rate_window and runlane_runs_debounce.
+SELECT * FROM runlane_runs WHERE rate_until > %(now)s
+UNION ALL
+SELECT * FROM runlane_runs
+WHERE debounce_key IS NOT NULL AND status = 'blocked' AND begin_at > %(now)s
+  AND (rate_until IS NULL OR rate_until <= %(now)s)
 ORDER BY created_at, id;
 
 -- name: prune_runs
