@@ -840,6 +840,7 @@ class Engine:
     ) -> list[str]:
         """Claim the run (or use ``claim``) and drive one turn; returns runs to execute next."""
         verdict = None
+        released = None
         if claim is None:
             try:
                 outcome = await self._claim(run_id, handoff)
@@ -854,9 +855,11 @@ class Engine:
                 return []
             if outcome.dying:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
+            if outcome.handed_off_at is not None:
+                released = (self.now() - outcome.handed_off_at).total_seconds()
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
-        self.stats.turn_began(run_id, claim.run.workflow)
+        self.stats.turn_began(run_id, claim.run.workflow, released)
         run = claim.run
         with self.tracing.turn(run.id, run.workflow, run.recoveries + 1):
             result = await self._drive(claim, owner, definition, verdict)

@@ -87,6 +87,9 @@ class Run:
     # leaves the key's window (``rate_at`` plus the period); what operators' lanes read.
     rate_limit: int | None = None
     rate_until: datetime | None = None
+    # A singleton waiter a release woke: the instant of that release (the claim that admits it
+    # reads it for the hand-off metric, and clears it).
+    handoff_at: datetime | None = None
     # A run held by its rate limit (a throttle) or its debounce: blocked, and not claimable, until
     # this instant; None for a run never held.
     begin_at: datetime | None = None
@@ -337,6 +340,9 @@ class ClaimOutcome:
     # The claim is a recovery past the limit of a workflow with a dead-letter handler: the run
     # is leased so that its claimer settles it dead, with the handler, instead of running it.
     dying: bool = False
+    # The claim admitted a singleton waiter that a release woke: when that release was (its
+    # ``Run.handoff_at``, which the claim cleared).
+    handed_off_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -495,6 +495,37 @@ async def test_limited_runs_are_the_starts_inside_their_windows_and_the_unbegun_
     assert await store.limited_runs(at(22)) == []
 
 
+async def test_a_release_stamps_the_waiters_it_wakes_and_the_claim_admitting_one_reads_it(
+    store: Store,
+) -> None:
+    gate = key(limit=1)
+    await create(store, spec("holder", singleton=gate), spec("waiter", created=1, singleton=gate))
+    await lease(store, "holder")
+    assert (await claim(store, "waiter", now=at(1))).parked
+    assert (await run_of(store, "waiter")).handoff_at is None  # a denial stamps nothing
+    result = await store.settle_run("holder", "owner-1", Writes(), DONE, at(10))
+    assert result.woken == ["waiter"]
+    assert (await run_of(store, "waiter")).handoff_at == at(10)
+    outcome = await claim(store, "waiter", owner="elsewhere", now=at(12))
+    assert outcome.claim is not None and outcome.handed_off_at == at(10)
+    assert outcome.claim.run.handoff_at is None
+    assert (await run_of(store, "waiter")).handoff_at is None  # read once: the claim cleared it
+
+
+async def test_a_successor_leased_by_the_release_and_a_plain_claim_carry_no_hand_off_stamp(
+    store: Store,
+) -> None:
+    gate = key(limit=1)
+    await create(store, spec("holder", singleton=gate), spec("heir", created=1, singleton=gate))
+    await lease(store, "holder")
+    result = await store.settle_run(
+        "holder", "owner-1", Writes(), DONE, at(10), successor=Lease("heir-owner", at(40))
+    )
+    assert result.successor is not None and result.successor.run.handoff_at is None
+    await create(store, spec("free"))
+    assert (await claim(store, "free")).handed_off_at is None
+
+
 # ---------------------------------------------------------------- claim queues
 
 

@@ -256,12 +256,14 @@ class MemoryStore:
                 return ClaimOutcome(settled=self._finish(run, dead, now))
             if run.queued:  # the slots its lost turn held go (its replay asks again)
                 queues.release(self._queues, run_id, None, now, admitted_only=True)
+        released = None
         if run.singleton_key is not None and not run.holds_slot:
             if not self._admit(run, now):
                 self._runs[run_id] = blocked_run(run, singleton_retry, now)
                 return ClaimOutcome(parked=True)
-            run = replace(run, holds_slot=True, admission_retries=0)
-        return ClaimOutcome(claim=self._lease(run, lease, now))
+            released = run.handoff_at
+            run = replace(run, holds_slot=True, admission_retries=0, handoff_at=None)
+        return ClaimOutcome(claim=self._lease(run, lease, now), handed_off_at=released)
 
     def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         leased = replace(
@@ -477,7 +479,7 @@ class MemoryStore:
         waiter = next((self._runs[w] for w in woken if self._runs[w].singleton_key == key), None)
         if waiter is None or waiter.status not in (RunStatus.PENDING, *_WAITING):
             return None
-        return self._lease(replace(waiter, holds_slot=True), successor, now)
+        return self._lease(replace(waiter, holds_slot=True, handoff_at=None), successor, now)
 
     def _finish(
         self, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None
@@ -499,6 +501,7 @@ class MemoryStore:
         chosen = waiters[: admission.free_slots(limit, holders)]
         for waiter in chosen:
             self._wake(waiter.id, now)
+            self._runs[waiter.id] = replace(self._runs[waiter.id], handoff_at=now)
         return [w.id for w in chosen]
 
     def _wake(self, run_id: str, now: datetime) -> bool:

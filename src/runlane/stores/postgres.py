@@ -283,7 +283,7 @@ class PostgresStore:
         if row is not None and row["id"] is not None:
             return _claimed(row, steps, signals)
         if waiter is not None and waiter["id"] is not None:
-            return _claimed(waiter, steps, signals)
+            return replace(_claimed(waiter, steps, signals), handed_off_at=waiter["released_at"])
         if waiter is not None and waiter["parked"]:
             return ClaimOutcome(parked=True)
         if row is None or not _recoverable(_peeked(row), now):

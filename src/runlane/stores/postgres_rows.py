@@ -192,6 +192,7 @@ def run_from_row(row: Row) -> Run:
         rate_at=row["rate_at"],
         rate_limit=row.get("rate_limit"),
         rate_until=row.get("rate_until"),
+        handoff_at=row.get("handoff_at"),
         begin_at=row["begin_at"],
         debounce_key=row["debounce_key"],
         awaiting_decision_task_id=row.get("awaiting_decision_task_id"),

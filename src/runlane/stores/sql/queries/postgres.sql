@@ -245,7 +245,8 @@ SET status = 'blocked', wake_requested_at = NULL, lease_owner = NULL, lease_expi
 -- it takes the slot), else parked (``blocked_set``). No row when the run is not claimable this
 -- way; always one row: the claimed run's columns (NULL when none) and whether it was parked.
 WITH target AS (
-    SELECT id, singleton_key, created_at, coalesce(nullif(singleton_limit, 0), 1) AS lim
+    SELECT id, singleton_key, created_at, coalesce(nullif(singleton_limit, 0), 1) AS lim,
+           handoff_at
     FROM runlane_runs
     WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot
       AND (status = 'pending'
@@ -274,7 +275,7 @@ WITH target AS (
     UPDATE runlane_runs AS r
     SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
         wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s, holds_slot = true,
-        admission_retries = 0
+        admission_retries = 0, handoff_at = NULL
     FROM decision AS d WHERE r.id = d.id AND d.admit
     RETURNING r.*
 ), parked AS (
@@ -282,7 +283,9 @@ WITH target AS (
     FROM decision AS d WHERE r.id = d.id AND NOT d.admit
     RETURNING r.id
 )
-SELECT c.*, EXISTS (SELECT 1 FROM parked) AS parked FROM (SELECT 1) AS one
+SELECT c.*, EXISTS (SELECT 1 FROM parked) AS parked,
+       (SELECT t.handoff_at FROM target AS t) AS released_at
+FROM (SELECT 1) AS one
 LEFT JOIN claimed AS c ON true;
 
 -- name: quiet_commit_if_parked
@@ -519,7 +522,10 @@ FROM fence;
         EXISTS (SELECT FROM runlane_steps WHERE run_id = r.id)
             OR EXISTS (SELECT FROM runlane_signals WHERE run_id = r.id) AS has_history
 ), woken AS (
-    UPDATE runlane_runs {wake_set}
+    -- The waiters are stamped with the release (the hand-off metric's start; the claim that
+    -- admits one reads and clears it, on whichever engine).
+    UPDATE runlane_runs {wake_set},
+        handoff_at = CASE WHEN id IN (SELECT id FROM waiters) THEN %(now)s ELSE handoff_at END
     WHERE id IN (SELECT id FROM waiters UNION ALL SELECT parent_id FROM ok)
       AND id NOT IN (SELECT id FROM handed)
       AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
