@@ -495,12 +495,17 @@ async def test_limited_runs_are_the_starts_inside_their_windows_and_the_unbegun_
     assert await store.limited_runs(at(22)) == []
 
 
+async def holder_and_waiter(store: Store, waiter: str) -> None:
+    """``holder`` leased with the one slot of its key, ``waiter`` created behind it."""
+    gate = key(limit=1)
+    await create(store, spec("holder", singleton=gate), spec(waiter, created=1, singleton=gate))
+    await lease(store, "holder")
+
+
 async def test_a_release_stamps_the_waiters_it_wakes_and_the_claim_admitting_one_reads_it(
     store: Store,
 ) -> None:
-    gate = key(limit=1)
-    await create(store, spec("holder", singleton=gate), spec("waiter", created=1, singleton=gate))
-    await lease(store, "holder")
+    await holder_and_waiter(store, "waiter")
     assert (await claim(store, "waiter", now=at(1))).parked
     assert (await run_of(store, "waiter")).handoff_at is None  # a denial stamps nothing
     result = await store.settle_run("holder", "owner-1", Writes(), DONE, at(10))
@@ -515,9 +520,7 @@ async def test_a_release_stamps_the_waiters_it_wakes_and_the_claim_admitting_one
 async def test_a_successor_leased_by_the_release_and_a_plain_claim_carry_no_hand_off_stamp(
     store: Store,
 ) -> None:
-    gate = key(limit=1)
-    await create(store, spec("holder", singleton=gate), spec("heir", created=1, singleton=gate))
-    await lease(store, "holder")
+    await holder_and_waiter(store, "heir")
     result = await store.settle_run(
         "holder", "owner-1", Writes(), DONE, at(10), successor=Lease("heir-owner", at(40))
     )
