@@ -2159,6 +2159,21 @@ async def test_prune_events_deletes_old_events_oldest_first_in_batches_and_keeps
     assert await store.prune_events(at(0), 10) == 0
 
 
+async def test_prune_events_keeps_what_a_pending_event_wait_may_still_read(store: Store) -> None:
+    for n in range(4):
+        await store.publish_event("paid", n, None, at(n))  # seqs 1 to 4
+    await create(store, spec("waiter"))
+    waits = step(
+        "waiter", 1, StepStatus.PENDING, name="paid", kind=StepKind.EVENT, input={"after": 2}
+    )
+    await suspend(store, "waiter", writes=Writes(steps=[waits]))
+    assert await store.prune_events(at(99), 10) == 2  # seqs 1 and 2: the wait reads after 2
+    assert [e.seq for e in await store.events_after("paid", 2, 10)] == [3, 4]
+    await store.cancel_run("waiter", at(99), None)  # a settled run's wait keeps nothing
+    assert await store.prune_events(at(99), 10) == 1
+    assert [e.seq for e in await store.events_after("paid", 0, 10)] == [4]
+
+
 async def test_queue_views_show_holders_and_waiters_in_admission_order(store: Store) -> None:
     rate = QueueSettings("r", rate_limit=5, rate_period=60.0)
     await store.register_queues([QueueSettings("q", concurrency=1), rate], T0)

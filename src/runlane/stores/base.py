@@ -524,10 +524,11 @@ class Store(Protocol):
         ``created_at`` is before ``before``, lowest seq first, in one transaction; return how
         many were deleted (0 when nothing is due).
 
-        The newest event is never deleted, so :meth:`latest_event_seq` keeps its value and
-        seqs are never reused. Once an event is gone, its ``event_id`` no longer deduplicates
-        (a publish with it records a new event), and a ``wait_for_event`` waiter that had not
-        yet read it no longer finds it: keep events longer than any run waits for them.
+        Kept whatever their age: the newest event, so :meth:`latest_event_seq` keeps its value
+        and seqs are never reused; and every event a pending event wait may still read (a step
+        record of kind ``event``, ``pending``, reads the events after its ``input["after"]``).
+        Once an event is gone, its ``event_id`` no longer deduplicates (a publish with it
+        records a new event).
         """
         ...
 

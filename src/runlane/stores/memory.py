@@ -725,14 +725,27 @@ class MemoryStore:
         return doomed
 
     async def prune_events(self, before: datetime, limit: int) -> int:
-        # The newest event stays (see Store.prune_events).
-        doomed = [e for e in self._events[:-1] if e.created_at < before][: max(limit, 0)]
+        # The newest event stays, and so does every event a pending wait may still read.
+        floor = min(self._event_waits_after(), default=self._last_event_seq)
+        doomed = [e for e in self._events[:-1] if e.created_at < before and e.seq <= floor]
+        doomed = doomed[: max(limit, 0)]
         gone = {e.seq for e in doomed}
         self._events = [e for e in self._events if e.seq not in gone]
         for event in doomed:
             if event.id is not None:
                 self._event_ids.pop(event.id, None)
         return len(doomed)
+
+    def _event_waits_after(self) -> Iterable[int]:
+        """The seq after which each pending event wait of an active run reads."""
+        for run_id, steps in self._steps.items():
+            if self._runs[run_id].is_terminal:
+                continue
+            for record in steps.values():
+                waits = record.kind == StepKind.EVENT and record.status == StepStatus.PENDING
+                after = record.input.get("after") if isinstance(record.input, dict) else None
+                if waits and isinstance(after, int):
+                    yield after
 
     # ---------------------------------------------------------------- reads
 

@@ -725,11 +725,17 @@ RETURNING r.id;
 
 -- name: prune_events
 -- Retention of the event log: at most %(limit)s events published before %(before)s, lowest seq
--- first (a walk of the primary key), the newest event kept (it carries latest_event_seq).
+-- first (a walk of the primary key), the newest event kept (it carries latest_event_seq), and
+-- every event a pending wait may still read kept too (runlane_steps_waiting).
 DELETE FROM runlane_events AS e
 USING (
     SELECT seq FROM runlane_events
     WHERE created_at < %(before)s AND seq < (SELECT max(seq) FROM runlane_events)
+      AND seq <= coalesce((
+          SELECT min((s.input->>'after')::bigint) FROM runlane_steps AS s
+          JOIN runlane_runs AS r ON r.id = s.run_id
+            AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+          WHERE s.kind = 'event' AND s.status = 'pending'), seq)
     ORDER BY seq
     LIMIT %(limit)s
 ) AS doomed
