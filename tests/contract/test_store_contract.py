@@ -466,6 +466,69 @@ async def test_a_held_run_is_never_ahead_of_a_waiter_at_its_claim(store: Store) 
     assert (await claim(store, "waiter", now=at(10))).claim is not None
 
 
+async def test_limited_runs_are_the_starts_inside_their_windows_and_the_unbegun_debounces(
+    store: Store,
+) -> None:
+    rate = RateGate("r", 2, 10.0, delay=True)
+    await create(store, limited("a", 0, rate=rate))
+    await settle(store, "a", now=at(1))  # a settled start still counts in its window
+    await create(store, limited("b", 2, rate=rate), now=at(2))
+    await create(store, limited("c", 3, rate=rate), now=at(3))  # throttled: counted at 10
+    debounce = DebounceGate("d", 5.0)
+    await create(store, limited("deb", 4, debounce=debounce), now=at(4))
+    await create(store, limited("both", 4, debounce=DebounceGate("e", 5.0), rate=rate), now=at(4))
+    await create(store, spec("plain", created=4), now=at(4))
+    found = await store.limited_runs(at(5))
+    assert [r.id for r in found] == ["a", "b", "c", "both", "deb"]
+    by_id = {r.id: r for r in found}
+    assert (by_id["a"].rate_limit, by_id["a"].rate_at, by_id["a"].rate_until) == (2, T0, at(10))
+    assert (by_id["c"].rate_at, by_id["c"].rate_until, by_id["c"].begin_at) == (
+        at(10),
+        at(20),
+        at(10),
+    )
+    assert (by_id["deb"].debounce_key, by_id["deb"].begin_at) == ("d", at(9))
+    # "a" left its window at 10; "deb" began at 9 (still blocked, but no longer held).
+    assert [r.id for r in await store.limited_runs(at(10))] == ["b", "c", "both"]
+    # "both" (counted at 12, when the window had room, until 22) stays for its window.
+    assert [r.id for r in await store.limited_runs(at(20))] == ["both"]
+    assert await store.limited_runs(at(22)) == []
+
+
+async def holder_and_waiter(store: Store, waiter: str) -> None:
+    """``holder`` leased with the one slot of its key, ``waiter`` created behind it."""
+    gate = key(limit=1)
+    await create(store, spec("holder", singleton=gate), spec(waiter, created=1, singleton=gate))
+    await lease(store, "holder")
+
+
+async def test_a_release_stamps_the_waiters_it_wakes_and_the_claim_admitting_one_reads_it(
+    store: Store,
+) -> None:
+    await holder_and_waiter(store, "waiter")
+    assert (await claim(store, "waiter", now=at(1))).parked
+    assert (await run_of(store, "waiter")).handoff_at is None  # a denial stamps nothing
+    result = await store.settle_run("holder", "owner-1", Writes(), DONE, at(10))
+    assert result.woken == ["waiter"]
+    assert (await run_of(store, "waiter")).handoff_at == at(10)
+    outcome = await claim(store, "waiter", owner="elsewhere", now=at(12))
+    assert outcome.claim is not None and outcome.handed_off_at == at(10)
+    assert outcome.claim.run.handoff_at is None
+    assert (await run_of(store, "waiter")).handoff_at is None  # read once: the claim cleared it
+
+
+async def test_a_successor_leased_by_the_release_and_a_plain_claim_carry_no_hand_off_stamp(
+    store: Store,
+) -> None:
+    await holder_and_waiter(store, "heir")
+    result = await store.settle_run(
+        "holder", "owner-1", Writes(), DONE, at(10), successor=Lease("heir-owner", at(40))
+    )
+    assert result.successor is not None and result.successor.run.handoff_at is None
+    await create(store, spec("free"))
+    assert (await claim(store, "free")).handed_off_at is None
+
+
 # ---------------------------------------------------------------- claim queues
 
 
@@ -2074,6 +2137,41 @@ async def test_a_parent_is_kept_until_its_children_settle_and_they_are_not_delet
     assert await status_of(store, "parent") == RunStatus.COMPLETED
     await settle(store, "kid", now=at(3))
     assert await store.prune_runs(cutoffs, 10) == ["parent", "kid"]
+
+
+async def test_prune_events_deletes_old_events_oldest_first_in_batches_and_keeps_the_newest(
+    store: Store,
+) -> None:
+    for n in range(5):
+        await store.publish_event("paid" if n % 2 else "shipped", n, f"evt-{n}", at(n))
+    assert await store.prune_events(at(3), 2) == 2  # seqs 1 and 2
+    assert await store.prune_events(at(3), 2) == 1  # seq 3; the one of at(3) is not before it
+    assert await store.prune_events(at(3), 2) == 0
+    assert [e.payload for e in await store.events_after("paid", 0, 10)] == [3]
+    assert [e.payload for e in await store.events_after("shipped", 0, 10)] == [4]
+    # Everything is old now: all but the newest go, and the latest seq stays.
+    assert await store.prune_events(at(99), 10) == 1
+    assert await store.latest_event_seq() == 5
+    assert [e.seq for e in await store.events_after("shipped", 0, 10)] == [5]
+    # A deleted event's id no longer deduplicates; a new event never reuses a seq.
+    event, created, _ = await store.publish_event("paid", "again", "evt-1", at(100))
+    assert created and event.seq == 6
+    assert await store.prune_events(at(0), 10) == 0
+
+
+async def test_prune_events_keeps_what_a_pending_event_wait_may_still_read(store: Store) -> None:
+    for n in range(4):
+        await store.publish_event("paid", n, None, at(n))  # seqs 1 to 4
+    await create(store, spec("waiter"))
+    waits = step(
+        "waiter", 1, StepStatus.PENDING, name="paid", kind=StepKind.EVENT, input={"after": 2}
+    )
+    await suspend(store, "waiter", writes=Writes(steps=[waits]))
+    assert await store.prune_events(at(99), 10) == 2  # seqs 1 and 2: the wait reads after 2
+    assert [e.seq for e in await store.events_after("paid", 2, 10)] == [3, 4]
+    await store.cancel_run("waiter", at(99), None)  # a settled run's wait keeps nothing
+    assert await store.prune_events(at(99), 10) == 1
+    assert [e.seq for e in await store.events_after("paid", 0, 10)] == [4]
 
 
 async def test_queue_views_show_holders_and_waiters_in_admission_order(store: Store) -> None:
