@@ -1,10 +1,10 @@
-"""Test kit: a manual clock, and helpers that drive an engine without sleeping."""
+"""Test kit: a manual clock, and the store and transport contract suites (their own modules)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from .clock import utc
+from runlane.clock import utc
 
 
 class ManualClock:
