@@ -12,8 +12,11 @@ object on your backend (each call the same backend, as a second engine would ope
         return lambda: MyStore("mystore://test")
 
 Each test gets ``store``: one of them, opened, emptied by its ``reset_for_tests()`` if it has one,
-and closed afterwards. The suite needs pytest and pytest-asyncio (strict or auto mode); importing
-this module, unlike ``import runlane``, imports them.
+and closed afterwards; a test that needs a second object on the same backend calls
+``make_store()``. Those two are the only fixtures a test here may ask for (besides pytest's own):
+a user's test module has no other (``tests/unit/test_contract_suites.py`` keeps it so). The suite
+needs pytest and pytest-asyncio (strict or auto mode); importing this module, unlike
+``import runlane``, imports them.
 """
 
 from __future__ import annotations
