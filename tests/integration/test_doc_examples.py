@@ -9,6 +9,7 @@ again, as the tutorial tells the reader to.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import signal
@@ -163,7 +164,7 @@ async def until_suspended(path: Path, run_id: str) -> None:
             run = await store.get_run(run_id)
             if run is not None and run.status == "suspended":
                 return
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
         raise AssertionError(f"run {run_id} never suspended: {run}")
     finally:
         await store.close()
