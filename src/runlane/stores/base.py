@@ -1,7 +1,7 @@
 """The Store protocol: the durable state of runs, checkpoints, leases and admission.
 
-The docstrings here are the contract every store passes (``runlane.testing`` holds the suite).
-Times are passed in by the engine (its clock); a store never reads a clock of its own.
+The docstrings here are the contract every store passes (``runlane.testing.store_contract`` holds
+the suite). Times are passed in by the engine (its clock); a store never reads a clock of its own.
 
 Vocabulary:
 

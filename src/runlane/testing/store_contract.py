@@ -1,13 +1,34 @@
-"""The Store contract (``runlane.stores.base``), clause by clause, for every store kind."""
+"""The Store contract (``runlane.stores.base``), clause by clause, as pytest tests.
+
+Every store runlane ships passes it (``tests/contract/``), and so can yours: import the tests
+into a test module and give them a ``make_store`` fixture that builds a new, unopened store
+object on your backend (each call the same backend, as a second engine would open it)::
+
+    import pytest
+    from runlane.testing.store_contract import *  # noqa: F403  the contract's tests and fixtures
+
+    @pytest.fixture
+    def make_store():
+        return lambda: MyStore("mystore://test")
+
+Each test gets ``store``: one of them, opened, emptied by its ``reset_for_tests()`` if it has one,
+and closed afterwards; a test that needs a second object on the same backend calls
+``make_store()``. Those two are the only fixtures a test here may ask for (besides pytest's own):
+a user's test module has no other (``tests/unit/test_contract_suites.py`` keeps it so). The suite
+needs pytest and pytest-asyncio (strict or auto mode); importing this module, unlike
+``import runlane``, imports them.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from runlane.errors import (
     ConcurrencyLimitError,
@@ -42,11 +63,26 @@ from runlane.models import (
 )
 from runlane.queues import QueueRequest
 from runlane.stores.base import Store
+from runlane.testing._suite import export_tests
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
 RETRY = timedelta(seconds=5)
 DONE = Settlement(RunStatus.COMPLETED, {"ok": True})
+
+
+@pytest_asyncio.fixture
+async def store(make_store: Callable[[], Store]) -> AsyncIterator[Store]:
+    """An opened, empty store built by ``make_store``, closed after the test."""
+    opened = make_store()
+    await opened.open()
+    reset = getattr(opened, "reset_for_tests", None)
+    if reset is not None:
+        await reset()
+    try:
+        yield opened
+    finally:
+        await opened.close()
 
 
 def at(seconds: float) -> datetime:
@@ -2202,3 +2238,6 @@ async def test_active_run_counts_are_by_workflow_and_status_without_settled_runs
         ("wf", RunStatus.RUNNING): 1,
         ("other", RunStatus.PENDING): 1,
     }
+
+
+__all__ = export_tests(globals(), "store")
