@@ -47,7 +47,7 @@ dist: $(STAMP)
 
 # Benchmarks against the peers, DBOS Transact and Absurd (not part of `make test`); QUICK=1 for a
 # short run. Each peer has its own venv, built from its pinned requirements; the drivers are in
-# benchmarks/peers/, with Absurd's schema (benchmarks/peers/absurd/, Apache-2.0: see SOURCE.md).
+# benchmarks/peers/. Absurd's schema is read from ../shared/peers/absurd/ (skipped when absent).
 # A QUICK=1 run writes /tmp/BENCHMARKS-quick.md (or $BENCH_OUT), never BENCHMARKS.md.
 PEERS_VENV := .peers-venv
 ABSURD_VENV := .absurd-venv

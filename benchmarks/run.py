@@ -5,7 +5,7 @@
 runlane's side runs in ``benchmarks/workloads.py``; each peer's driver is in ``benchmarks/peers/``
 and runs in the peer's own venv (``.peers-venv`` for DBOS Transact, ``.absurd-venv`` for Absurd),
 created here from ``benchmarks/*-requirements.txt`` when missing. Absurd's schema is read from
-``benchmarks/peers/absurd/absurd.sql`` (or ``$BENCH_ABSURD_SCHEMA``); without it Absurd is
+``../shared/peers/absurd/absurd.sql`` (or ``$BENCH_ABSURD_SCHEMA``); without it Absurd is
 skipped, and the report says so. Each side runs in a fresh process per repetition. Raw JSON
 lines go to a temp directory (printed); the report is rebuilt from them.
 """
@@ -30,7 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNLANE_PY = ROOT / ".venv" / "bin" / "python"
 COMPARED = "throughput,latency,queue"
 ABSURD_SCHEMA = Path(
-    os.environ.get("BENCH_ABSURD_SCHEMA", ROOT / "benchmarks" / "peers" / "absurd" / "absurd.sql")
+    os.environ.get(
+        "BENCH_ABSURD_SCHEMA", ROOT.parent / "shared" / "peers" / "absurd" / "absurd.sql"
+    )
 )
 
 

@@ -1,6 +1,6 @@
 """Absurd's side of the compared workloads (run in ``.absurd-venv``: the ``absurd-sdk`` package).
 
-    .absurd-venv/bin/python benchmarks/peers/absurd_driver.py --schema benchmarks/peers/absurd/absurd.sql
+    .absurd-venv/bin/python benchmarks/peers/absurd_driver.py --schema ../shared/peers/absurd/absurd.sql
 
 Absurd is a durable execution engine that lives in PostgreSQL (schema ``absurd``: a set of
 tables per queue and stored procedures); its Python SDK only calls those procedures and does not
@@ -47,7 +47,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--db", choices=["pg"], default="pg", help="Absurd runs on PostgreSQL only")
     p.add_argument("--phases", default="throughput,latency")
-    p.add_argument("--schema", default=str(Path(__file__).with_name("absurd") / "absurd.sql"))
+    p.add_argument("--schema", default="../shared/peers/absurd/absurd.sql")
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--seq-steps", type=int, default=10)
