@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 from . import admission
 from .clock import Clock, SystemClock
 from .concurrency import call_step_body
-from .definitions import Concurrency, StepDefinition, WorkflowDefinition, check_tags
+from .definitions import Concurrency, StepDefinition, WorkflowDefinition, as_seconds, check_tags
 from .errors import (
     DefinitionError,
     ExecutionTimeoutError,
@@ -140,7 +140,9 @@ class Engine:
         self.consumers = consumers
         self.options = EngineOptions.from_kwargs(options)
         self.pruner = (
-            Pruner(retention, self._prune_batch, self.now) if retention is not None else None
+            Pruner(retention, self._prune_batch, self._prune_events, self.now)
+            if retention is not None
+            else None
         )
         self._prune_task: asyncio.Task[None] | None = None
         self.stats = EngineStats()
@@ -636,7 +638,7 @@ class Engine:
         if self.drive and self._loop_task is not None and asyncio.current_task() is self._loop_task:
             self._prune_task = asyncio.create_task(self._prune_beside())
             return 0
-        return len(await pruner.run_batch())
+        return len((await pruner.run_batch()).runs)
 
     async def _prune_beside(self) -> None:
         pruner = self.pruner
@@ -644,7 +646,7 @@ class Engine:
         try:
             # A backlog goes batch after batch, a short pause between, without waiting for
             # the loop's next pass; then one pass per interval.
-            while len(await pruner.run_batch()) >= pruner.retention.batch and self._accepting:
+            while (await pruner.run_batch()).full(pruner.retention.batch) and self._accepting:
                 await asyncio.sleep(CATCH_UP_PAUSE)
         except Exception as exc:
             if is_infrastructure(exc):
@@ -657,10 +659,16 @@ class Engine:
     async def _prune_batch(self, cutoffs: dict[RunStatus, datetime], limit: int) -> list[str]:
         return await self.store.prune_runs(cutoffs, limit)
 
-    async def prune(self, older_than: float | timedelta, *, batch: int = 1000) -> int:
+    async def _prune_events(self, before: datetime, limit: int) -> int:
+        return await self.store.prune_events(before, limit)
+
+    async def prune(
+        self, older_than: float | timedelta, *, batch: int = 1000, events: bool = True
+    ) -> int:
         """Delete every settled run (any terminal status) last updated more than
         ``older_than`` ago, in batches of ``batch``; returns how many were deleted. A parent
-        whose children are still active is kept (``runlane runs prune --older-than``)."""
+        whose children are still active is kept (``runlane runs prune --older-than``).
+        With ``events``, the published events older than that go too (:meth:`prune_events`)."""
         await self._ready()
         cutoffs = older_than_cutoffs(older_than, self.now())
         deleted = 0
@@ -668,6 +676,21 @@ class Engine:
             gone = await self._api(functools.partial(self.store.prune_runs, cutoffs, batch))
             deleted += len(gone)
             if len(gone) < batch:
+                break
+        if events:
+            await self.prune_events(older_than, batch=batch)
+        return deleted
+
+    async def prune_events(self, older_than: float | timedelta, *, batch: int = 1000) -> int:
+        """Delete the published events older than ``older_than`` (the newest one excepted), in
+        batches of ``batch``; returns how many were deleted."""
+        await self._ready()
+        before = self.now() - timedelta(seconds=as_seconds(older_than))
+        deleted = 0
+        while True:
+            gone = await self._api(functools.partial(self.store.prune_events, before, batch))
+            deleted += gone
+            if gone < batch:
                 return deleted
 
     async def fire_schedules(self) -> int:
@@ -817,6 +840,7 @@ class Engine:
     ) -> list[str]:
         """Claim the run (or use ``claim``) and drive one turn; returns runs to execute next."""
         verdict = None
+        released = None
         if claim is None:
             try:
                 outcome = await self._claim(run_id, handoff)
@@ -831,9 +855,11 @@ class Engine:
                 return []
             if outcome.dying:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
+            if outcome.handed_off_at is not None:
+                released = (self.now() - outcome.handed_off_at).total_seconds()
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
-        self.stats.turn_began(run_id, claim.run.workflow)
+        self.stats.turn_began(run_id, claim.run.workflow, released)
         run = claim.run
         with self.tracing.turn(run.id, run.workflow, run.recoveries + 1):
             result = await self._drive(claim, owner, definition, verdict)
