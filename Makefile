@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(VENV)/bin/runlane demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks chaos docs/examples

@@ -18,6 +18,26 @@ import pytest
 from runlane.stores import MemoryStore
 from runlane.stores.base import Store
 
+# ``make test`` runs the suite on two xdist workers. The tests that start processes or servers,
+# or that lean on timing (marked slow), all go to one of them, one at a time: two at once would
+# overrun PostgreSQL's 100 connections and the machine's two cores. Each worker has its own
+# session, so its own database.
+HEAVY_MODULES = {
+    "test_cli",
+    "test_crash_recovery",
+    "test_worker_cli",
+    "test_node_worker",
+    "test_remote_workflow_processes",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+        if item.get_closest_marker("slow") is not None or module in HEAVY_MODULES:
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+
+
 STORE_KINDS = ["memory", "sqlite", "postgres"]
 ADMIN_URL = os.environ.get("RUNLANE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 
