@@ -2,7 +2,7 @@
 
 Going through the engine would take minutes per 100,000 runs. The rows written here match what
 the store writes for a completed two-step run of ``bench.steps`` (one run row, two completed
-step rows; schema in ``src/runlane/stores/sql/*/0001_initial.sql``), created in the past so
+step rows; schema in ``src/runlane/stores/*/sql/migrations/0001_initial.sql``), created in the past so
 that every new run sorts after them. PostgreSQL gets an ``ANALYZE`` afterwards, as autovacuum
 would give a table that grew this way.
 """

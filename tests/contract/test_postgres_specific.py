@@ -34,8 +34,8 @@ from runlane.models import (
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations
 from runlane.stores.postgres import PostgresStore, upgrade
-from runlane.stores.postgres_db import SQL
-from runlane.stores.postgres_rows import (
+from runlane.stores.postgres.db import SQL
+from runlane.stores.postgres.rows import (
     fenced_params,
     fires_param,
     gate_params,

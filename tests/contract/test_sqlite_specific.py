@@ -24,8 +24,8 @@ from runlane.errors import (
 from runlane.models import QuotaGate, RateGate, RetryTimer, RunSpec, Writes
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
-from runlane.stores.sqlite import SqliteStore, _configure
-from runlane.stores.sqlite_worker import SqliteWorker
+from runlane.stores.sqlite.store import SqliteStore, _configure
+from runlane.stores.sqlite.worker import SqliteWorker
 
 from ..races import race_starts
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from runlane.stores.postgres_db import GroupCommit
+from runlane.stores.postgres.db import GroupCommit
 
 
 class Recorder:

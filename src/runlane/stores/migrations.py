@@ -1,4 +1,4 @@
-"""Numbered schema migrations, shipped as ``sql/<dialect>/NNNN_description.sql`` files.
+"""Numbered schema migrations, shipped in each store package as ``sql/migrations/NNNN_description.sql``.
 
 Each store applies the migrations newer than its database's recorded version when it opens, in
 one transaction with the version bump, so a crash mid-migration leaves the old schema intact.
@@ -15,8 +15,8 @@ _NAME = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
 
 
 def migrations(dialect: str) -> list[tuple[int, str]]:
-    """Every migration of ``dialect`` as ``(version, sql)``, in version order."""
-    folder = resources.files(__package__) / "sql" / dialect
+    """Every migration of ``dialect`` (``postgres``, ``sqlite``) as ``(version, sql)``, in order."""
+    folder = resources.files(__package__) / dialect / "sql" / "migrations"
     found = []
     for entry in folder.iterdir():
         match = _NAME.match(entry.name)

@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from .migrations import pending_migrations
+from ..migrations import pending_migrations
 
 # A session-level lock (not a transaction one): it spans every migration of the pass, so ten
 # instances booting at once queue behind the first, then find the schema current.

@@ -10,9 +10,9 @@ import sqlite3
 from datetime import UTC, datetime
 from typing import Any
 
-from ..clock import utc
-from ..models import Event, Run, RunStatus, Signal, StepRecord
-from ..serialization import dumps, loads
+from ...clock import utc
+from ...models import Event, Run, RunStatus, Signal, StepRecord
+from ...serialization import dumps, loads
 
 
 def ts(value: datetime | None) -> str | None:

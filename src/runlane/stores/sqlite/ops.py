@@ -11,9 +11,15 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from .. import admission, queues
-from ..errors import LeaseLostError, RunCancelling, RunFinishedError, RunlaneError, RunNotFoundError
-from ..models import (
+from ... import admission, queues
+from ...errors import (
+    LeaseLostError,
+    RunCancelling,
+    RunFinishedError,
+    RunlaneError,
+    RunNotFoundError,
+)
+from ...models import (
     Admission,
     Claim,
     ClaimOutcome,
@@ -44,12 +50,12 @@ from ..models import (
     run_from_spec,
     settled_run,
 )
-from ..queues import QueueRequest
-from ..serialization import dumps
-from .base import check_lease
-from .memory import report_verdict, reported_step
-from .sqlite_queues import SqliteQueues
-from .sqlite_reads import (
+from ...queues import QueueRequest
+from ...serialization import dumps
+from ..base import check_lease
+from ..memory import report_verdict, reported_step
+from .queues import SqliteQueues
+from .reads import (
     ACTIVE,
     LEASED,
     WAITERS,
@@ -62,7 +68,7 @@ from .sqlite_reads import (
     list_steps,
     signals,
 )
-from .sqlite_rows import (
+from .rows import (
     RUN_COLUMNS,
     STEP_COLUMNS,
     event_from_row,

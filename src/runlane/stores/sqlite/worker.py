@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from ..errors import RunlaneError
+from ...errors import RunlaneError
 
 T = TypeVar("T")
 

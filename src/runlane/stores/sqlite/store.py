@@ -1,7 +1,7 @@
 """SqliteStore: the store contract on one SQLite file, safe for several processes at once.
 
 Each store object owns one connection, used only by its own worker thread
-(:mod:`runlane.stores.sqlite_worker`); every store method is one synchronous function run there.
+(:mod:`runlane.stores.sqlite.worker`); every store method is one synchronous function run there.
 Concurrent calls share a transaction (group commit), each write in its own savepoint, so each
 method stays all or nothing and is answered only once committed. Transactions begin with
 ``BEGIN IMMEDIATE``: the file's write lock is taken before anything is read, so admission and
@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs
 
-from ..errors import RunlaneError
-from ..faults import is_infrastructure, unavailable
-from ..models import (
+from ...errors import RunlaneError
+from ...faults import is_infrastructure, unavailable
+from ...models import (
     Admission,
     Claim,
     ClaimOutcome,
@@ -41,16 +41,13 @@ from ..models import (
     WindowFire,
     Writes,
 )
-from ..queues import QueueRequest, QueueView
-from ..sqlite_wal import use_wal
-from ..urls import SQLITE_URLS
-from . import sqlite_ops as ops
-from . import sqlite_queues
-from . import sqlite_reads as reads
-from . import sqlite_retention as retention
-from . import sqlite_schedules as schedules
-from .migrations import pending_migrations
-from .sqlite_worker import SqliteWorker
+from ...queues import QueueRequest, QueueView
+from ...sqlite_wal import use_wal
+from ...urls import SQLITE_URLS
+from ..migrations import pending_migrations
+from . import ops, reads, retention, schedules
+from . import queues as sqlite_queues
+from .worker import SqliteWorker
 
 BUSY_TIMEOUT = 30.0  # seconds a connection waits for another's write lock, by default
 

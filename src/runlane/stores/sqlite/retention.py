@@ -7,10 +7,10 @@ import sqlite3
 from collections.abc import Mapping
 from datetime import datetime
 
-from ..models import RunStatus
-from ..serialization import dumps
-from .sqlite_reads import ACTIVE
-from .sqlite_rows import ts
+from ...models import RunStatus
+from ...serialization import dumps
+from .reads import ACTIVE
+from .rows import ts
 
 Conn = sqlite3.Connection
 

@@ -6,7 +6,7 @@ per key: a start or claim takes the key's transaction-scoped advisory lock in a 
 the one that counts, so different keys never wait on each other and concurrent starts from any
 number of processes never overshoot a quota. Claims lock their row with ``SKIP LOCKED``: a row
 another instance is claiming is simply "not claimable now". The statements live in
-``sql/queries/postgres.sql``.
+``sql/queries.sql``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from datetime import datetime, timedelta
 
 import psycopg
 
-from .. import admission, queues
-from ..errors import (
+from ... import admission, queues
+from ...errors import (
     LeaseLostError,
     RunCancelling,
     RunFinishedError,
@@ -26,8 +26,8 @@ from ..errors import (
     RunNotFoundError,
     StoreUnavailableError,
 )
-from ..faults import unavailable
-from ..models import (
+from ...faults import unavailable
+from ...models import (
     Admission,
     Claim,
     ClaimOutcome,
@@ -54,10 +54,10 @@ from ..models import (
     run_from_spec,
     with_handler_error,
 )
-from ..queues import QueueRequest, QueueView
-from ..urls import redact
-from .base import check_lease, window_results
-from .postgres_db import (
+from ...queues import QueueRequest, QueueView
+from ...urls import redact
+from ..base import check_lease, window_results
+from .db import (
     SQL,
     Call,
     Conn,
@@ -69,7 +69,7 @@ from .postgres_db import (
     fetch_one,
     pipeline,
 )
-from .postgres_rows import (
+from .rows import (
     Checkpoint,
     Row,
     checkpoints_params,
@@ -94,7 +94,7 @@ from .postgres_rows import (
     start_refusal,
     step_from_row,
 )
-from .postgres_schema import upgrade
+from .schema import upgrade
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)

@@ -11,8 +11,8 @@ import sqlite3
 from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
-from ..models import QueueSettings
-from ..queues import (
+from ...models import QueueSettings
+from ...queues import (
     QueueEntry,
     QueueRequest,
     QueueRow,
@@ -21,9 +21,9 @@ from ..queues import (
     row_from,
     views_of,
 )
-from ..serialization import dumps
-from .sqlite_reads import ACTIVE
-from .sqlite_rows import from_opt_ts, ts
+from ...serialization import dumps
+from .reads import ACTIVE
+from .rows import from_opt_ts, ts
 
 Conn = sqlite3.Connection
 

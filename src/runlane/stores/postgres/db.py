@@ -21,10 +21,10 @@ from psycopg.pq import ExecStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import RunlaneError
-from ..faults import is_infrastructure, unavailable
-from .postgres_rows import Row, load_queries, utc_conninfo
-from .postgres_schema import upgrade
+from ...errors import RunlaneError
+from ...faults import is_infrastructure, unavailable
+from .rows import Row, load_queries, utc_conninfo
+from .schema import upgrade
 
 Conn = psycopg.AsyncConnection[DictRow]
 Call = tuple[str, Row]  # a statement's name in SQL and its parameters

@@ -10,8 +10,8 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import admission
-from ..models import (
+from ... import admission
+from ...models import (
     Event,
     Lease,
     Run,
@@ -24,7 +24,7 @@ from ..models import (
     WindowFire,
     Writes,
 )
-from ..serialization import dumps
+from ...serialization import dumps
 
 Row = dict[str, Any]
 
@@ -33,8 +33,8 @@ _FRAGMENT = re.compile(r"\{(\w+)\}")
 
 
 def load_queries() -> dict[str, str]:
-    """The statements of ``sql/queries/postgres.sql``, by their ``-- name:``."""
-    text = (resources.files(__package__) / "sql" / "queries" / "postgres.sql").read_text("utf-8")
+    """The statements of ``sql/queries.sql``, by their ``-- name:``."""
+    text = (resources.files(__package__) / "sql" / "queries.sql").read_text("utf-8")
     parts = _BLOCK.split(text)  # [preamble, name1, body1, name2, body2, ...]
     blocks = {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
     # ``{name}`` of another block pastes it in (fragments may hold fragments): statements

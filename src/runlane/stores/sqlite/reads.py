@@ -9,9 +9,9 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from ..models import ACTIVE_STATUSES, Event, Run, RunQuery, RunStatus, Signal, StepRecord
-from ..serialization import dumps
-from .sqlite_rows import event_from_row, run_from_row, signal_from_row, step_from_row, ts
+from ...models import ACTIVE_STATUSES, Event, Run, RunQuery, RunStatus, Signal, StepRecord
+from ...serialization import dumps
+from .rows import event_from_row, run_from_row, signal_from_row, step_from_row, ts
 
 Conn = sqlite3.Connection
 

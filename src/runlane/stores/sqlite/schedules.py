@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .. import admission
-from ..models import RunSpec, Started, StoredSchedule, WindowFire, run_from_spec
-from ..serialization import dumps, loads
-from .base import window_results
-from .sqlite_ops import create
-from .sqlite_reads import get_runs
-from .sqlite_rows import RUN_COLUMNS, from_opt_ts, from_ts, placeholders, run_values, ts
+from ... import admission
+from ...models import RunSpec, Started, StoredSchedule, WindowFire, run_from_spec
+from ...serialization import dumps, loads
+from ..base import window_results
+from .ops import create
+from .reads import get_runs
+from .rows import RUN_COLUMNS, from_opt_ts, from_ts, placeholders, run_values, ts
 
 Conn = sqlite3.Connection
 
