@@ -11,9 +11,9 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
+from ..sqlfiles import named_statements, read
 from .base import Message
 from .db import OnNotify, Row
-from .queries import queries, schema
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class PostgresMessages:
     def __init__(self, url: str, *, poll_interval: float) -> None:
         self.url = url
         self.poll_interval = poll_interval
-        self._q = queries("postgres")
+        self._q = named_statements("runlane.transports", "sql", "postgres_queries.sql")
         self._pool: AsyncConnectionPool | None = None
         self._listener: asyncio.Task[None] | None = None
         self._on_notify: OnNotify = lambda channel, payload: None
@@ -57,7 +57,7 @@ class PostgresMessages:
         async with pool.connection() as conn, conn.transaction():
             # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext('runlane_messages'))")
-            await conn.execute(schema("postgres").encode())
+            await conn.execute(read("runlane.transports", "sql", "postgres.sql").encode())
         self._listener = asyncio.create_task(self._listen_forever())
 
     async def close(self) -> None:

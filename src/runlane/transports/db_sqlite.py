@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 from ..concurrency import run_in_thread
 from ..serialization import dumps
+from ..sqlfiles import named_statements, read
 from ..sqlite_wal import use_wal
 from .base import Message
 from .db import OnNotify, Row
 from .messages import decode_each
-from .queries import queries, schema
 
 T = TypeVar("T")
 BEAT_RETENTION = 60.0  # seconds a heartbeat row stays readable by slow pollers
@@ -31,7 +31,7 @@ class SqliteMessages:
     def __init__(self, path: str, *, poll_interval: float) -> None:
         self.path = path
         self.poll_interval = poll_interval
-        self._q = queries("sqlite")
+        self._q = named_statements("runlane.transports", "sql", "sqlite_queries.sql")
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._on_notify: OnNotify = lambda channel, payload: None
@@ -46,7 +46,7 @@ class SqliteMessages:
         conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 30000")
         use_wal(conn, 30.0)
-        conn.executescript(schema("sqlite"))
+        conn.executescript(read("runlane.transports", "sql", "sqlite.sql"))
         return conn
 
     async def close(self) -> None:

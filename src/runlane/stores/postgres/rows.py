@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from importlib import resources
 from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -25,38 +23,14 @@ from ...models import (
     Writes,
 )
 from ...serialization import dumps
+from ...sqlfiles import named_statements
 
 Row = dict[str, Any]
-
-_BLOCK = re.compile(r"^-- name: (\w+)\n", re.MULTILINE)
-_FRAGMENT = re.compile(r"\{(\w+)\}")
 
 
 def load_queries() -> dict[str, str]:
     """The statements of ``sql/queries.sql``, by their ``-- name:``."""
-    text = (resources.files(__package__) / "sql" / "queries.sql").read_text("utf-8")
-    parts = _BLOCK.split(text)  # [preamble, name1, body1, name2, body2, ...]
-    blocks = {name: _statement(body) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
-    # ``{name}`` of another block pastes it in (fragments may hold fragments): statements
-    # share fragments, not copies.
-
-    def expand(body: str) -> str:
-        return _FRAGMENT.sub(lambda m: expand(blocks[m[1]]) if m[1] in blocks else m[0], body)
-
-    return {name: expand(body) for name, body in blocks.items()}
-
-
-def _statement(body: str) -> str:
-    # Comments go: psycopg would read a placeholder mentioned in one as a parameter. So does
-    # indentation: psycopg caches the parsing of a statement only up to 4,096 characters
-    # (``MAX_CACHED_STATEMENT_LENGTH``) and parses a longer one again at every execution.
-    # The spaces around commas and equals signs go too (outside quoted literals), which keeps
-    # the longest statements under that limit.
-    lines = [line.strip() for line in body.splitlines() if not line.lstrip().startswith("--")]
-    parts = "\n".join(lines).strip().rstrip(";").split("'")
-    for i in range(0, len(parts), 2):  # the even parts are outside quotes
-        parts[i] = parts[i].replace(", ", ",").replace(" = ", "=")
-    return "'".join(parts)
+    return named_statements("runlane.stores.postgres", "sql", "queries.sql")
 
 
 def pg_array(values: Iterable[str | int]) -> str:
