@@ -24,6 +24,7 @@ from ...models import (
 )
 from ...serialization import dumps
 from ...sqlfiles import named_statements
+from .. import rows as shared
 
 Row = dict[str, Any]
 
@@ -153,49 +154,16 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
+# psycopg decodes jsonb, text[] and timestamptz itself.
+_DECODE = shared.Decode(json=_same, instant=_same, moment=_same)
+
+
 def run_from_row(row: Row) -> Run:
-    return Run(
-        id=row["id"],
-        workflow=row["workflow"],
-        version=row["version"],
-        status=RunStatus(row["status"]),
-        input=row["input"],
-        output=row["output"],
-        error=row["error"],
-        tags=tuple(row["tags"]),
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        wake_at=row["wake_at"],
-        parent_id=row["parent_id"],
-        namespace=row["namespace"],
-        priority=row["priority"],
-        singleton_key=row["singleton_key"],
-        singleton_limit=row["singleton_limit"],
-        holds_slot=row["holds_slot"],
-        concurrency_key=row["concurrency_key"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=row["lease_expires_at"],
-        deadline_at=row["deadline_at"],
-        recoveries=row["recoveries"],
-        wake_requested_at=row["wake_requested_at"],
-        concurrency_limit=row["concurrency_limit"],
-        concurrency_statuses=_statuses(row["concurrency_statuses"]),
-        admission_retries=row["admission_retries"],
-        queued=row["queued"],
-        failures=row["failures"],
-        rate_key=row["rate_key"],
-        rate_at=row["rate_at"],
-        rate_limit=row.get("rate_limit"),
-        rate_until=row.get("rate_until"),
-        handoff_at=row.get("handoff_at"),
-        begin_at=row["begin_at"],
-        debounce_key=row["debounce_key"],
-        awaiting_decision_task_id=row.get("awaiting_decision_task_id"),
-    )
-
-
-def _statuses(names: list[str] | None) -> frozenset[RunStatus] | None:
-    return None if names is None else frozenset(RunStatus(name) for name in names)
+    return shared.run_from_row(row, _DECODE)
 
 
 def schedule_from_row(row: Row) -> StoredSchedule:
@@ -214,30 +182,15 @@ def schedule_from_row(row: Row) -> StoredSchedule:
 
 
 def step_from_row(row: Row) -> StepRecord:
-    return StepRecord(
-        run_id=row["run_id"],
-        seq=row["seq"],
-        name=row["name"],
-        kind=row["kind"],
-        status=row["status"],
-        input=row["input"],
-        output=row["output"],
-        error=row["error"],
-        attempts=row["attempts"],
-        started_at=row["started_at"],
-        finished_at=row["finished_at"],
-        last_heartbeat_at=row["last_heartbeat_at"],
-        wake_at=row["wake_at"],
-        dispatches=row["dispatches"],
-    )
+    return shared.step_from_row(row, _DECODE)
 
 
 def signal_from_row(row: Row) -> Signal:
-    return Signal(row["id"], row["run_id"], row["name"], row["payload"], row["created_at"])
+    return shared.signal_from_row(row, _DECODE)
 
 
 def event_from_row(row: Row) -> Event:
-    return Event(row["seq"], row["name"], row["payload"], row["created_at"], row["id"])
+    return shared.event_from_row(row, _DECODE)
 
 
 def claimable(row: Row, now: datetime, handoff: bool = False) -> bool:

@@ -11,8 +11,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...clock import utc
-from ...models import Event, Run, RunStatus, Signal, StepRecord
+from ...models import Event, Run, Signal, StepRecord
 from ...serialization import dumps, loads
+from .. import rows as shared
 
 
 def ts(value: datetime | None) -> str | None:
@@ -31,49 +32,12 @@ def _json(value: Any) -> str | None:
     return None if value is None else dumps(value)
 
 
+# SQLite keeps JSON documents and timestamps as text.
+_DECODE = shared.Decode(json=loads, instant=from_ts, moment=from_opt_ts)
+
+
 def run_from_row(row: sqlite3.Row) -> Run:
-    return Run(
-        id=row["id"],
-        workflow=row["workflow"],
-        version=row["version"],
-        status=RunStatus(row["status"]),
-        input=loads(row["input"]),
-        output=loads(row["output"]),
-        error=loads(row["error"]),
-        tags=tuple(loads(row["tags"])),
-        created_at=from_ts(row["created_at"]),
-        updated_at=from_ts(row["updated_at"]),
-        wake_at=from_opt_ts(row["wake_at"]),
-        parent_id=row["parent_id"],
-        namespace=row["namespace"],
-        priority=row["priority"],
-        singleton_key=row["singleton_key"],
-        singleton_limit=row["singleton_limit"],
-        holds_slot=bool(row["holds_slot"]),
-        concurrency_key=row["concurrency_key"],
-        lease_owner=row["lease_owner"],
-        lease_expires_at=from_opt_ts(row["lease_expires_at"]),
-        deadline_at=from_opt_ts(row["deadline_at"]),
-        recoveries=row["recoveries"],
-        wake_requested_at=from_opt_ts(row["wake_requested_at"]),
-        concurrency_limit=row["concurrency_limit"],
-        concurrency_statuses=_statuses(loads(row["concurrency_statuses"])),
-        admission_retries=row["admission_retries"],
-        queued=bool(row["queued"]),
-        failures=row["failures"],
-        rate_key=row["rate_key"],
-        rate_at=from_opt_ts(row["rate_at"]),
-        rate_limit=row["rate_limit"],
-        rate_until=from_opt_ts(row["rate_until"]),
-        handoff_at=from_opt_ts(row["handoff_at"]),
-        begin_at=from_opt_ts(row["begin_at"]),
-        debounce_key=row["debounce_key"],
-        awaiting_decision_task_id=row["awaiting_decision_task_id"],
-    )
-
-
-def _statuses(names: list[str] | None) -> frozenset[RunStatus] | None:
-    return None if names is None else frozenset(RunStatus(name) for name in names)
+    return shared.run_from_row(row, _DECODE)
 
 
 RUN_COLUMNS = (
@@ -129,22 +93,7 @@ def run_values(run: Run) -> tuple[Any, ...]:
 
 
 def step_from_row(row: sqlite3.Row) -> StepRecord:
-    return StepRecord(
-        run_id=row["run_id"],
-        seq=row["seq"],
-        name=row["name"],
-        kind=row["kind"],
-        status=row["status"],
-        input=loads(row["input"]),
-        output=loads(row["output"]),
-        error=loads(row["error"]),
-        attempts=row["attempts"],
-        started_at=from_opt_ts(row["started_at"]),
-        finished_at=from_opt_ts(row["finished_at"]),
-        last_heartbeat_at=from_opt_ts(row["last_heartbeat_at"]),
-        wake_at=from_opt_ts(row["wake_at"]),
-        dispatches=row["dispatches"],
-    )
+    return shared.step_from_row(row, _DECODE)
 
 
 STEP_COLUMNS = (
@@ -174,15 +123,11 @@ def step_values(record: StepRecord) -> tuple[Any, ...]:
 
 
 def signal_from_row(row: sqlite3.Row) -> Signal:
-    return Signal(
-        row["id"], row["run_id"], row["name"], loads(row["payload"]), from_ts(row["created_at"])
-    )
+    return shared.signal_from_row(row, _DECODE)
 
 
 def event_from_row(row: sqlite3.Row) -> Event:
-    return Event(
-        row["seq"], row["name"], loads(row["payload"]), from_ts(row["created_at"]), row["id"]
-    )
+    return shared.event_from_row(row, _DECODE)
 
 
 def placeholders(values: Any) -> str:
