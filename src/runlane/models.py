@@ -514,6 +514,52 @@ def blocked_run(run: Run, retry: RetryTimer, now: datetime) -> Run:
     )
 
 
+def claimed_run(run: Run, lease: Lease, now: datetime) -> Run:
+    """A run its claim leased to ``lease``: running, its wake-up and wake request consumed."""
+    return replace(
+        run,
+        status=RunStatus.RUNNING,
+        lease_owner=lease.owner,
+        lease_expires_at=lease.until,
+        wake_at=None,
+        wake_requested_at=None,
+        updated_at=now,
+    )
+
+
+def admitted_run(run: Run) -> Run:
+    """A singleton waiter its claim admitted: it holds a slot; its denials and hand-off stamp
+    are spent."""
+    return replace(run, holds_slot=True, admission_retries=0, handoff_at=None)
+
+
+def suspended_run(run: Run, wake_at: datetime | None, now: datetime) -> Run:
+    """The run as a suspension leaves it: lease gone, due at ``wake_at``, or at once when a wake
+    was requested during the turn (the request is consumed)."""
+    return replace(
+        run,
+        status=RunStatus.SUSPENDED,
+        wake_at=now if run.wake_requested_at is not None else wake_at,
+        wake_requested_at=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        updated_at=now,
+    )
+
+
+def awaiting_decision(run: Run, task_id: str, deadline: datetime, now: datetime) -> Run:
+    """A remote workflow turn's run parked until its decision ``task_id`` (or ``deadline``)."""
+    return replace(
+        run,
+        status=RunStatus.SUSPENDED,
+        awaiting_decision_task_id=task_id,
+        wake_at=deadline,
+        lease_owner=None,
+        lease_expires_at=None,
+        updated_at=now,
+    )
+
+
 def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
     """The run as a terminal settlement leaves it: outcome recorded, a failure counted, slot,
     lease and wake cleared."""

@@ -40,7 +40,10 @@ from ..models import (
     StoredSchedule,
     WindowFire,
     Writes,
+    admitted_run,
+    awaiting_decision,
     blocked_run,
+    claimed_run,
     dead_settlement,
     debounced_run,
     held_run,
@@ -51,6 +54,7 @@ from ..models import (
     requeued_run,
     run_from_spec,
     settled_run,
+    suspended_run,
 )
 from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
 from .base import check_lease
@@ -263,19 +267,11 @@ class MemoryStore:
                 self._runs[run_id] = blocked_run(run, singleton_retry, now)
                 return ClaimOutcome(parked=True)
             released = run.handoff_at
-            run = replace(run, holds_slot=True, admission_retries=0, handoff_at=None)
+            run = admitted_run(run)
         return ClaimOutcome(claim=self._lease(run, lease, now), handed_off_at=released)
 
     def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
-        leased = replace(
-            run,
-            status=RunStatus.RUNNING,
-            lease_owner=lease.owner,
-            lease_expires_at=lease.until,
-            wake_at=None,
-            wake_requested_at=None,
-            updated_at=now,
-        )
+        leased = claimed_run(run, lease, now)
         self._runs[run.id] = leased
         steps = sorted(self._steps.get(run.id, {}).values(), key=lambda s: s.seq)
         return Claim(leased, steps, list(self._signals.get(run.id, [])))
@@ -357,15 +353,7 @@ class MemoryStore:
         self, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
     ) -> None:
         run = self._fenced(run_id, owner)
-        self._runs[run_id] = replace(
-            run,
-            status=RunStatus.SUSPENDED,
-            awaiting_decision_task_id=task_id,
-            wake_at=deadline,
-            lease_owner=None,
-            lease_expires_at=None,
-            updated_at=now,
-        )
+        self._runs[run_id] = awaiting_decision(run, task_id, deadline, now)
 
     async def claim_decision(
         self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
@@ -424,17 +412,8 @@ class MemoryStore:
         self._fenced(run_id, owner)
         self._apply(run_id, writes, now)
         run = self._runs[run_id]
-        rewake = run.wake_requested_at is not None
-        self._runs[run_id] = replace(
-            run,
-            status=RunStatus.SUSPENDED,
-            wake_at=now if rewake else wake_at,
-            wake_requested_at=None,
-            lease_owner=None,
-            lease_expires_at=None,
-            updated_at=now,
-        )
-        return rewake
+        self._runs[run_id] = suspended_run(run, wake_at, now)
+        return run.wake_requested_at is not None
 
     async def settle_run(
         self,

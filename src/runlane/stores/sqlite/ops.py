@@ -38,7 +38,10 @@ from ...models import (
     StepRecord,
     StepStatus,
     Writes,
+    admitted_run,
+    awaiting_decision,
     blocked_run,
+    claimed_run,
     dead_settlement,
     debounced_run,
     held_run,
@@ -49,6 +52,7 @@ from ...models import (
     requeued_run,
     run_from_spec,
     settled_run,
+    suspended_run,
 )
 from ...queues import QueueRequest
 from ...serialization import dumps
@@ -274,7 +278,7 @@ def claim_run(
             _save_run(conn, blocked_run(run, singleton_retry, now))
             return ClaimOutcome(parked=True)
         released = run.handoff_at
-        run = replace(run, holds_slot=True, admission_retries=0, handoff_at=None)
+        run = admitted_run(run)
     return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now), handed_off_at=released)
 
 
@@ -299,15 +303,7 @@ def _admit(conn: Conn, run: Run, now: datetime) -> bool:
 
 
 def _lease(conn: Conn, run: Run, owner: str, lease_until: datetime, now: datetime) -> Claim:
-    leased = replace(
-        run,
-        status=RunStatus.RUNNING,
-        lease_owner=owner,
-        lease_expires_at=lease_until,
-        wake_at=None,
-        wake_requested_at=None,
-        updated_at=now,
-    )
+    leased = claimed_run(run, Lease(owner, lease_until), now)
     _save_run(conn, leased)
     return Claim(leased, list_steps(conn, run.id), signals(conn, run.id))
 
@@ -387,16 +383,7 @@ def await_decision(
     conn: Conn, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
 ) -> None:
     run = _fenced(conn, run_id, owner)
-    parked = replace(
-        run,
-        status=RunStatus.SUSPENDED,
-        awaiting_decision_task_id=task_id,
-        wake_at=deadline,
-        lease_owner=None,
-        lease_expires_at=None,
-        updated_at=now,
-    )
-    _save_run(conn, parked)
+    _save_run(conn, awaiting_decision(run, task_id, deadline, now))
 
 
 def claim_decision(
@@ -455,18 +442,8 @@ def suspend_run(
     _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
     run = _existing(conn, run_id)
-    rewake = run.wake_requested_at is not None
-    suspended = replace(
-        run,
-        status=RunStatus.SUSPENDED,
-        wake_at=now if rewake else wake_at,
-        wake_requested_at=None,
-        lease_owner=None,
-        lease_expires_at=None,
-        updated_at=now,
-    )
-    _save_run(conn, suspended)
-    return rewake
+    _save_run(conn, suspended_run(run, wake_at, now))
+    return run.wake_requested_at is not None
 
 
 def settle_run(
