@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from runlane.sqlfiles import named_statements, statement
 
 
@@ -20,3 +22,16 @@ def test_a_fragment_reference_pastes_in_the_named_block_and_others_stay_as_writt
 def test_the_transports_read_their_statements_through_the_same_loader() -> None:
     assert "claim" in named_statements("runlane.transports", "sql", "sqlite_queries.sql")
     assert "claim" in named_statements("runlane.transports", "sql", "postgres_queries.sql")
+
+
+def test_the_sqlite_status_fragments_name_the_statuses_the_models_give() -> None:
+    from runlane.models import ACTIVE_STATUSES, RunStatus
+    from runlane.stores.sqlite import statements
+
+    def sql_set(statuses: Iterable[RunStatus]) -> str:
+        return "(" + ",".join(f"'{s}'" for s in sorted(statuses)) + ")"
+
+    assert sql_set(ACTIVE_STATUSES) == statements.ACTIVE
+    assert sql_set({RunStatus.RUNNING, RunStatus.CANCELLING}) == statements.LEASED
+    assert sql_set({RunStatus.SUSPENDED, RunStatus.BLOCKED}) == statements.WAITING
+    assert sql_set(ACTIVE_STATUSES - {RunStatus.CANCELLING}) == statements.WAITERS

@@ -60,10 +60,6 @@ from ..base import check_lease
 from ..memory import report_verdict, reported_step
 from .queues import SqliteQueues
 from .reads import (
-    ACTIVE,
-    LEASED,
-    WAITERS,
-    WAITING,
     Conn,
     due_run_ids,
     get_run,
@@ -83,10 +79,9 @@ from .rows import (
     step_values,
     ts,
 )
+from .statements import SQL
 
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
-# A run its throttle or debounce no longer holds (given now): only such a run waits for a slot.
-_BEGUN = "(begin_at IS NULL OR begin_at <= ?)"
 
 # ---------------------------------------------------------------- rows
 
@@ -96,6 +91,10 @@ def _existing(conn: Conn, run_id: str) -> Run:
     if run is None:
         raise RunNotFoundError(run_id)
     return run
+
+
+# A run row's writes name every column in rows.RUN_COLUMNS' order, the order rows.run_values
+# gives the values in: both are spelled once there, so these statements are built from them.
 
 
 def _insert_run(conn: Conn, run: Run) -> None:
@@ -162,11 +161,7 @@ def _held_of(conn: Conn, spec: RunSpec, now: datetime) -> Run | None:
     """The held run of the spec's debounce key a start folds into, if there is one."""
     if spec.debounce is None:
         return None
-    row = conn.execute(
-        "SELECT * FROM runs WHERE debounce_key = ? AND status = 'blocked' AND begin_at > ?"
-        " ORDER BY begin_at DESC, id DESC LIMIT 1",
-        (spec.debounce.key, ts(now)),
-    ).fetchone()
+    row = conn.execute(SQL["held_of_key"], (spec.debounce.key, ts(now))).fetchone()
     return None if row is None else run_from_row(row)
 
 
@@ -181,10 +176,7 @@ def _rate_last(conn: Conn, spec: RunSpec) -> datetime | None:
     """The ``limit``-th most recent instant the spec's rate key counted a start at."""
     if spec.rate is None:
         return None
-    row = conn.execute(
-        "SELECT rate_at FROM runs WHERE rate_key = ? ORDER BY rate_at DESC LIMIT 1 OFFSET ?",
-        (spec.rate.key, spec.rate.limit - 1),
-    ).fetchone()
+    row = conn.execute(SQL["rate_last"], (spec.rate.key, spec.rate.limit - 1)).fetchone()
     return None if row is None else from_ts(row["rate_at"])
 
 
@@ -193,11 +185,7 @@ def _ahead(conn: Conn, spec: RunSpec, now: datetime) -> int:
     (nor held: see ``_admit``)."""
     if spec.singleton is None:
         return 0
-    (count,) = conn.execute(
-        f"SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}"
-        f" AND (holds_slot OR (status <> 'cancelling' AND {_BEGUN}))",
-        (spec.singleton.key, ts(now)),
-    ).fetchone()
+    (count,) = conn.execute(SQL["ahead_of_new"], (spec.singleton.key, ts(now))).fetchone()
     return int(count)
 
 
@@ -209,6 +197,7 @@ def _refusal(
         return refusal
     if spec.quota is not None:
         counted = sorted(spec.quota.count_statuses)
+        # The counted statuses are the gate's own: an IN list as long as it is.
         (count,) = conn.execute(
             "SELECT COUNT(*) FROM runs WHERE concurrency_key = ?"
             f" AND status IN {placeholders(counted)}",
@@ -224,11 +213,7 @@ def _refusal(
 
 
 def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
-    rows = conn.execute(
-        f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}"
-        " ORDER BY created_at, id",
-        (key,),
-    )
+    rows = conn.execute(SQL["active_ids_of_key"], (key,))
     return [row["id"] for row in rows]
 
 
@@ -236,12 +221,7 @@ def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
 
 
 def _claimable(conn: Conn, run_id: str, now: datetime, handoff: bool) -> Run | None:
-    row = conn.execute(
-        "SELECT * FROM runs WHERE id = ? AND (status = 'pending'"
-        f" OR (status IN {WAITING} AND (? OR wake_at <= ?))"
-        f" OR (status IN {LEASED} AND lease_expires_at <= ?))",
-        (run_id, int(handoff), ts(now), ts(now)),
-    ).fetchone()
+    row = conn.execute(SQL["claimable"], (run_id, int(handoff), ts(now), ts(now))).fetchone()
     return None if row is None else run_from_row(row)
 
 
@@ -287,17 +267,12 @@ def _admit(conn: Conn, run: Run, now: datetime) -> bool:
     index, the waiters ahead at the free slots): a denial costs the same however many wait.
     A run its throttle or debounce still holds is no waiter yet, and so never ahead."""
     limit = run.singleton_limit or 1
-    (holders,) = conn.execute(
-        "SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND holds_slot", (run.singleton_key,)
-    ).fetchone()
+    (holders,) = conn.execute(SQL["slot_holders"], (run.singleton_key,)).fetchone()
     free = admission.free_slots(limit, holders)
     if free == 0:
         return False
     (ahead,) = conn.execute(
-        "SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE singleton_key = ? AND NOT holds_slot"
-        f" AND status IN {WAITERS} AND {_BEGUN} AND (created_at, id) < (?, ?)"
-        " ORDER BY created_at, id LIMIT ?)",
-        (run.singleton_key, ts(now), ts(run.created_at), run.id, free),
+        SQL["waiters_ahead"], (run.singleton_key, ts(now), ts(run.created_at), run.id, free)
     ).fetchone()
     return admission.admits(limit, holders, ahead)
 
@@ -311,11 +286,7 @@ def _lease(conn: Conn, run: Run, owner: str, lease_until: datetime, now: datetim
 def renew_leases(conn: Conn, leases: dict[str, str], lease_until: datetime) -> set[str]:
     kept: set[str] = set()
     for run_id, owner in leases.items():
-        cursor = conn.execute(
-            "UPDATE runs SET lease_expires_at = ?"
-            f" WHERE id = ? AND lease_owner = ? AND status IN {LEASED}",
-            (ts(lease_until), run_id, owner),
-        )
+        cursor = conn.execute(SQL["renew_lease"], (ts(lease_until), run_id, owner))
         if cursor.rowcount == 1:
             kept.add(run_id)
     return kept
@@ -326,6 +297,7 @@ def hand_off_due_runs(
 ) -> list[Run]:
     # Inside BEGIN IMMEDIATE no other writer can take the same rows between read and write.
     ids = due_run_ids(conn, now, limit, namespace)
+    # An IN list as long as the batch the claim took.
     conn.execute(
         f"UPDATE runs SET wake_at = ? WHERE id IN {placeholders(ids)}", (ts(hold_until), *ids)
     )
@@ -359,10 +331,7 @@ def record_step_result(
 
 def record_heartbeat(conn: Conn, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
     cursor = conn.execute(
-        "UPDATE steps SET last_heartbeat_at = ?"
-        " WHERE run_id = ? AND seq = ? AND status = ? AND attempts = ?"
-        f" AND EXISTS (SELECT 1 FROM runs WHERE id = steps.run_id AND status IN {ACTIVE})",
-        (ts(at), run_id, seq, str(StepStatus.RUNNING), attempt),
+        SQL["record_heartbeat"], (ts(at), run_id, seq, str(StepStatus.RUNNING), attempt)
     )
     return cursor.rowcount == 1
 
@@ -422,6 +391,7 @@ def _apply(conn: Conn, run_id: str, writes: Writes, now: datetime) -> list[Start
     for record in writes.steps:
         _save_step(conn, record)
     consumed = list(writes.consumed_signals)
+    # An IN list as long as the signals the turn consumed.
     conn.execute(
         f"DELETE FROM signals WHERE run_id = ? AND id IN {placeholders(consumed)}",
         (run_id, *consumed),
@@ -432,7 +402,7 @@ def _apply(conn: Conn, run_id: str, writes: Writes, now: datetime) -> list[Start
 def checkpoint(conn: Conn, run_id: str, owner: str, writes: Writes, now: datetime) -> list[Started]:
     _fenced(conn, run_id, owner)
     started = _apply(conn, run_id, writes, now)
-    conn.execute("UPDATE runs SET updated_at = ? WHERE id = ?", (ts(now), run_id))
+    conn.execute(SQL["touch_run"], (ts(now), run_id))
     return started
 
 
@@ -501,7 +471,7 @@ def finish(
     woken = [] if woken is None else woken
     done = settled_run(run, settlement, now)
     _save_run(conn, done)
-    conn.execute("DELETE FROM signals WHERE run_id = ?", (run.id,))
+    conn.execute(SQL["delete_signals"], (run.id,))
     if run.holds_slot and run.singleton_key is not None:
         woken.extend(_wake_waiters(conn, run.singleton_key, run.singleton_limit or 1, now))
     if run.parent_id is not None and _wake(conn, run.parent_id, now):
@@ -512,23 +482,12 @@ def finish(
 
 
 def _wake_waiters(conn: Conn, key: str, limit: int, now: datetime) -> list[str]:
-    (holders,) = conn.execute(
-        f"SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {ACTIVE} AND holds_slot",
-        (key,),
-    ).fetchone()
-    rows = conn.execute(
-        f"SELECT id FROM runs WHERE singleton_key = ? AND status IN {ACTIVE}"
-        f" AND NOT holds_slot AND status != 'cancelling' AND {_BEGUN}"
-        " ORDER BY created_at, id LIMIT ?",
-        (key, ts(now), admission.free_slots(limit, holders)),
-    )
+    (holders,) = conn.execute(SQL["active_holders"], (key,)).fetchone()
+    rows = conn.execute(SQL["next_waiters"], (key, ts(now), admission.free_slots(limit, holders)))
     chosen = [row["id"] for row in rows]
     for waiter_id in chosen:
         _wake(conn, waiter_id, now)
-    conn.execute(
-        "UPDATE runs SET handoff_at = ? WHERE id IN (SELECT value FROM json_each(?))",
-        (ts(now), dumps(chosen)),
-    )
+    conn.execute(SQL["stamp_handoff"], (ts(now), dumps(chosen)))
     return chosen
 
 
@@ -538,16 +497,10 @@ def _wake(conn: Conn, run_id: str, now: datetime) -> bool:
         return False
     stamp = ts(now)
     if _awaiting(run):
-        conn.execute("UPDATE runs SET wake_requested_at = ? WHERE id = ?", (stamp, run_id))
+        conn.execute(SQL["request_wake"], (stamp, run_id))
         return False
-    conn.execute(
-        f"UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND status IN {WAITING}",
-        (stamp, stamp, run_id),
-    )
-    conn.execute(
-        f"UPDATE runs SET wake_requested_at = ? WHERE id = ? AND status IN {LEASED}",
-        (stamp, run_id),
-    )
+    conn.execute(SQL["wake_waiting"], (stamp, stamp, run_id))
+    conn.execute(SQL["request_wake_of_leased"], (stamp, run_id))
     return True
 
 
@@ -590,10 +543,7 @@ def deliver_signal(conn: Conn, run_id: str, name: str, payload: object, now: dat
     run = _existing(conn, run_id)
     if run.is_terminal:
         raise RunFinishedError(run_id, run.status)
-    conn.execute(
-        "INSERT INTO signals (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)",
-        (run_id, name, dumps(payload), ts(now)),
-    )
+    conn.execute(SQL["insert_signal"], (run_id, name, dumps(payload), ts(now)))
     if _waits_for(conn, run_id, StepKind.SIGNAL, name):
         return _wake(conn, run_id, now)
     if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING) or _awaiting(run):
@@ -603,8 +553,7 @@ def deliver_signal(conn: Conn, run_id: str, name: str, payload: object, now: dat
 
 def _waits_for(conn: Conn, run_id: str, kind: StepKind, name: str) -> bool:
     row = conn.execute(
-        "SELECT 1 FROM steps WHERE run_id = ? AND kind = ? AND name = ? AND status = ?",
-        (run_id, str(kind), name, str(StepStatus.PENDING)),
+        SQL["waits_for"], (run_id, str(kind), name, str(StepStatus.PENDING))
     ).fetchone()
     return row is not None
 
@@ -621,13 +570,7 @@ def cancel_run(
 
 
 def _descendant_ids(conn: Conn, run_id: str) -> list[str]:
-    rows = conn.execute(
-        "WITH RECURSIVE tree(id) AS ("
-        " SELECT id FROM runs WHERE parent_id = ?"
-        " UNION SELECT runs.id FROM runs JOIN tree ON runs.parent_id = tree.id)"
-        " SELECT id FROM tree",
-        (run_id,),
-    )
+    rows = conn.execute(SQL["descendant_ids"], (run_id,))
     return [row["id"] for row in rows]
 
 
@@ -657,9 +600,7 @@ def requeue_run(
     refusal = _refusal(conn, requeue_spec(run, quota, singleton), now)
     if refusal is not None:
         raise refusal
-    conn.execute(
-        "DELETE FROM steps WHERE run_id = ? AND status != ?", (run_id, str(StepStatus.COMPLETED))
-    )
+    conn.execute(SQL["delete_unfinished_steps"], (run_id, str(StepStatus.COMPLETED)))
     requeued = requeued_run(run, now, deadline_at)
     _save_run(conn, requeued)
     return requeued
@@ -669,13 +610,10 @@ def publish_event(
     conn: Conn, name: str, payload: object, event_id: str | None, now: datetime
 ) -> tuple[Event, bool, list[str]]:
     if event_id is not None:
-        row = conn.execute("SELECT * FROM events WHERE id = ?", (event_id,)).fetchone()
+        row = conn.execute(SQL["get_event"], (event_id,)).fetchone()
         if row is not None:
             return event_from_row(row), False, []
-    cursor = conn.execute(
-        "INSERT INTO events (id, name, payload, created_at) VALUES (?, ?, ?, ?)",
-        (event_id, name, dumps(payload), ts(now)),
-    )
+    cursor = conn.execute(SQL["insert_event"], (event_id, name, dumps(payload), ts(now)))
     assert cursor.lastrowid is not None
     event = Event(cursor.lastrowid, name, payload, now, event_id)
     waiting = _ids_waiting_for(conn, StepKind.EVENT, name)
@@ -683,12 +621,7 @@ def publish_event(
 
 
 def _ids_waiting_for(conn: Conn, kind: StepKind, name: str) -> list[str]:
-    rows = conn.execute(
-        "SELECT DISTINCT runs.id FROM steps JOIN runs ON runs.id = steps.run_id"
-        " WHERE steps.kind = ? AND steps.name = ? AND steps.status = ?"
-        " ORDER BY runs.created_at, runs.id",
-        (str(kind), name, str(StepStatus.PENDING)),
-    )
+    rows = conn.execute(SQL["ids_waiting_for"], (str(kind), name, str(StepStatus.PENDING)))
     return [row["id"] for row in rows]
 
 

@@ -22,8 +22,8 @@ from ...queues import (
     views_of,
 )
 from ...serialization import dumps
-from .reads import ACTIVE
 from .rows import from_opt_ts, ts
+from .statements import ACTIVE
 
 Conn = sqlite3.Connection
 

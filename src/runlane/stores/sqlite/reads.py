@@ -6,98 +6,75 @@ Each is one statement, so it sees one consistent snapshot of the file (WAL reade
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
-from ...models import ACTIVE_STATUSES, Event, Run, RunQuery, RunStatus, Signal, StepRecord
+from ...models import Event, Run, RunQuery, RunStatus, Signal, StepRecord
 from ...serialization import dumps
 from .rows import event_from_row, run_from_row, signal_from_row, step_from_row, ts
+from .statements import SQL
 
 Conn = sqlite3.Connection
-
-
-def _sql_set(statuses: Iterable[RunStatus]) -> str:
-    return "(" + ", ".join(f"'{s}'" for s in sorted(statuses)) + ")"
-
-
-ACTIVE = _sql_set(ACTIVE_STATUSES)
-LEASED = _sql_set((RunStatus.RUNNING, RunStatus.CANCELLING))
-WAITING = _sql_set((RunStatus.SUSPENDED, RunStatus.BLOCKED))
-# The statuses of a key's runs that wait their turn for a slot (a cancelling one never does).
-WAITERS = _sql_set(ACTIVE_STATUSES - {RunStatus.CANCELLING})
 
 # ---------------------------------------------------------------- runs
 
 
 def get_run(conn: Conn, run_id: str) -> Run | None:
-    row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+    row = conn.execute(SQL["get_run"], (run_id,)).fetchone()
     return None if row is None else run_from_row(row)
 
 
 def get_runs(conn: Conn, run_ids: Sequence[str]) -> dict[str, Run]:
-    # One JSON parameter instead of one per id: no limit on how many ids are asked for.
-    rows = conn.execute(
-        "SELECT * FROM runs WHERE id IN (SELECT value FROM json_each(?))", (dumps(list(run_ids)),)
-    )
+    rows = conn.execute(SQL["get_runs"], (dumps(list(run_ids)),))
     return {row["id"]: run_from_row(row) for row in rows}
 
 
 def get_step(conn: Conn, run_id: str, seq: int) -> StepRecord | None:
-    row = conn.execute("SELECT * FROM steps WHERE run_id = ? AND seq = ?", (run_id, seq)).fetchone()
+    row = conn.execute(SQL["get_step"], (run_id, seq)).fetchone()
     return None if row is None else step_from_row(row)
 
 
 def list_steps(conn: Conn, run_id: str) -> list[StepRecord]:
-    rows = conn.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY seq", (run_id,))
+    rows = conn.execute(SQL["list_steps"], (run_id,))
     return [step_from_row(row) for row in rows]
 
 
 def signals(conn: Conn, run_id: str) -> list[Signal]:
-    rows = conn.execute("SELECT * FROM signals WHERE run_id = ? ORDER BY id", (run_id,))
+    rows = conn.execute(SQL["signals"], (run_id,))
     return [signal_from_row(row) for row in rows]
 
 
 # ---------------------------------------------------------------- claim queues
 
 
-def _scope(namespace: str | None) -> tuple[str, tuple[str, ...]]:
-    return ("", ()) if namespace is None else (" AND namespace = ?", (namespace,))
-
-
 def _ids(
-    conn: Conn,
-    where: str,
-    order: str,
-    params: tuple[object, ...],
-    limit: int,
-    namespace: str | None,
+    conn: Conn, name: str, params: tuple[object, ...], limit: int, namespace: str | None
 ) -> list[str]:
-    scope, scope_params = _scope(namespace)
-    rows = conn.execute(
-        f"SELECT id FROM runs WHERE {where}{scope} ORDER BY {order} LIMIT ?",
-        (*params, *scope_params, limit),
-    )
+    """The ids of claim queue ``name`` (a statement of every namespace, and ``name_in`` of one)."""
+    if namespace is None:
+        rows = conn.execute(SQL[name], (*params, limit))
+    else:
+        rows = conn.execute(SQL[f"{name}_in"], (*params, namespace, limit))
     return [row["id"] for row in rows]
 
 
 def pending_run_ids(conn: Conn, limit: int, namespace: str | None) -> list[str]:
-    where = "status = 'pending'"
-    return _ids(conn, where, "priority DESC, created_at, id", (), limit, namespace)
+    return _ids(conn, "pending_ids", (), limit, namespace)
 
 
 def due_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    where = f"status IN {WAITING} AND wake_at <= ?"
-    return _ids(conn, where, "wake_at, id", (ts(now),), limit, namespace)
+    return _ids(conn, "due_ids", (ts(now),), limit, namespace)
 
 
 def expired_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    where = f"status IN {LEASED} AND lease_expires_at <= ?"
-    return _ids(conn, where, "lease_expires_at, id", (ts(now),), limit, namespace)
+    return _ids(conn, "expired_ids", (ts(now),), limit, namespace)
 
 
 def timed_out_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    where = f"status IN {ACTIVE} AND deadline_at <= ?"
-    return _ids(conn, where, "deadline_at, id", (ts(now),), limit, namespace)
+    return _ids(conn, "timed_out_ids", (ts(now),), limit, namespace)
+
+
+# The run listings filter on what the caller gave, so their WHERE clauses are assembled here.
 
 
 def list_runs(
@@ -160,30 +137,17 @@ def count_runs(conn: Conn, query: RunQuery) -> dict[RunStatus, int]:
 
 
 def active_run_counts(conn: Conn) -> dict[tuple[str, RunStatus], int]:
-    rows = conn.execute(
-        f"SELECT workflow, status, count(*) FROM runs WHERE status IN {ACTIVE}"
-        " GROUP BY workflow, status"
-    )
+    rows = conn.execute(SQL["active_run_counts"])
     return {(workflow, RunStatus(status)): count for workflow, status, count in rows}
 
 
 def lane_runs(conn: Conn) -> list[Run]:
-    rows = conn.execute(
-        f"SELECT * FROM runs WHERE status IN {ACTIVE}"
-        " AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)"
-        " ORDER BY created_at, id"
-    )
+    rows = conn.execute(SQL["lane_runs"])
     return [run_from_row(row) for row in rows]
 
 
 def limited_runs(conn: Conn, now: datetime) -> list[Run]:
-    # Two index ranges (runs_rate_window, runs_debounce), not a scan of the rate-limited runs.
-    rows = conn.execute(
-        "SELECT * FROM runs WHERE rate_until IS NOT NULL AND rate_until > ?"
-        " UNION ALL SELECT * FROM runs WHERE debounce_key IS NOT NULL AND status = 'blocked'"
-        " AND begin_at > ? AND (rate_until IS NULL OR rate_until <= ?) ORDER BY created_at, id",
-        (ts(now), ts(now), ts(now)),
-    )
+    rows = conn.execute(SQL["limited_runs"], (ts(now), ts(now), ts(now)))
     return [run_from_row(row) for row in rows]
 
 
@@ -191,23 +155,16 @@ def limited_runs(conn: Conn, now: datetime) -> list[Run]:
 
 
 def events_after(conn: Conn, name: str, after_seq: int, limit: int) -> list[Event]:
-    rows = conn.execute(
-        "SELECT * FROM events WHERE name = ? AND seq > ? ORDER BY seq LIMIT ?",
-        (name, after_seq, limit),
-    )
+    rows = conn.execute(SQL["events_after"], (name, after_seq, limit))
     return [event_from_row(row) for row in rows]
 
 
 def latest_event_seq(conn: Conn) -> int:
-    (seq,) = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM events").fetchone()
+    (seq,) = conn.execute(SQL["latest_event_seq"]).fetchone()
     return int(seq)
 
 
 __all__ = [
-    "ACTIVE",
-    "LEASED",
-    "WAITERS",
-    "WAITING",
     "Conn",
     "count_runs",
     "due_run_ids",

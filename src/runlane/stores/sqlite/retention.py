@@ -9,8 +9,8 @@ from datetime import datetime
 
 from ...models import RunStatus
 from ...serialization import dumps
-from .reads import ACTIVE
 from .rows import ts
+from .statements import ACTIVE
 
 Conn = sqlite3.Connection
 

@@ -1,0 +1,216 @@
+-- SqliteStore's statements, by name (runlane.sqlfiles reads them: ``{name}`` pastes a fragment).
+-- Parameters are positional (``?``): each caller passes them in the order they appear here.
+-- Timestamps are ISO-8601 UTC text of fixed width, so comparing the text compares the instants.
+-- Statements whose shape depends on the call (filters, IN lists of any length, the columns of a
+-- whole run row) are assembled in Python, each with a comment saying why.
+
+-- name: active
+-- (A fragment.) The statuses of a run that is not finished (models.ACTIVE_STATUSES).
+('blocked', 'cancelling', 'pending', 'running', 'suspended')
+
+-- name: leased
+-- (A fragment.) The statuses of a run a lease holds.
+('cancelling', 'running')
+
+-- name: waiting
+-- (A fragment.) The statuses of a run that waits for its wake-up.
+('blocked', 'suspended')
+
+-- name: waiters
+-- (A fragment.) The statuses of a key's runs that wait their turn for a slot (a cancelling one
+-- never does).
+('blocked', 'pending', 'running', 'suspended')
+
+-- name: begun
+-- (A fragment; one parameter: now.) A run its throttle or debounce no longer holds: only such a
+-- run waits for a slot.
+(begin_at IS NULL OR begin_at <= ?)
+
+-- ---------------------------------------------------------------- reads
+
+-- name: get_run
+SELECT * FROM runs WHERE id = ?
+
+-- name: get_runs
+-- One JSON parameter instead of one per id: no limit on how many ids are asked for.
+SELECT * FROM runs WHERE id IN (SELECT value FROM json_each(?))
+
+-- name: get_step
+SELECT * FROM steps WHERE run_id = ? AND seq = ?
+
+-- name: list_steps
+SELECT * FROM steps WHERE run_id = ? ORDER BY seq
+
+-- name: signals
+SELECT * FROM signals WHERE run_id = ? ORDER BY id
+
+-- name: active_run_counts
+SELECT workflow, status, count(*) FROM runs WHERE status IN {active}
+GROUP BY workflow, status
+
+-- name: lane_runs
+SELECT * FROM runs WHERE status IN {active}
+  AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
+ORDER BY created_at, id
+
+-- name: limited_runs
+-- Parameters: now, now, now. Two index ranges (runs_rate_window, runs_debounce), not a scan of
+-- the rate-limited runs.
+SELECT * FROM runs WHERE rate_until IS NOT NULL AND rate_until > ?
+UNION ALL
+SELECT * FROM runs WHERE debounce_key IS NOT NULL AND status = 'blocked'
+  AND begin_at > ? AND (rate_until IS NULL OR rate_until <= ?)
+ORDER BY created_at, id
+
+-- name: events_after
+SELECT * FROM events WHERE name = ? AND seq > ? ORDER BY seq LIMIT ?
+
+-- name: latest_event_seq
+SELECT COALESCE(MAX(seq), 0) FROM events
+
+-- name: get_event
+SELECT * FROM events WHERE id = ?
+
+-- ---------------------------------------------------------------- claim queues
+-- Each in two forms: every namespace, or one (``_in``: the namespace before the limit). One
+-- statement with ``(? IS NULL OR namespace = ?)`` would plan one way for both.
+
+-- name: pending_ids
+SELECT id FROM runs WHERE status = 'pending'
+ORDER BY priority DESC, created_at, id LIMIT ?
+
+-- name: pending_ids_in
+SELECT id FROM runs WHERE status = 'pending' AND namespace = ?
+ORDER BY priority DESC, created_at, id LIMIT ?
+
+-- name: due_ids
+SELECT id FROM runs WHERE status IN {waiting} AND wake_at <= ?
+ORDER BY wake_at, id LIMIT ?
+
+-- name: due_ids_in
+SELECT id FROM runs WHERE status IN {waiting} AND wake_at <= ? AND namespace = ?
+ORDER BY wake_at, id LIMIT ?
+
+-- name: expired_ids
+SELECT id FROM runs WHERE status IN {leased} AND lease_expires_at <= ?
+ORDER BY lease_expires_at, id LIMIT ?
+
+-- name: expired_ids_in
+SELECT id FROM runs WHERE status IN {leased} AND lease_expires_at <= ? AND namespace = ?
+ORDER BY lease_expires_at, id LIMIT ?
+
+-- name: timed_out_ids
+SELECT id FROM runs WHERE status IN {active} AND deadline_at <= ?
+ORDER BY deadline_at, id LIMIT ?
+
+-- name: timed_out_ids_in
+SELECT id FROM runs WHERE status IN {active} AND deadline_at <= ? AND namespace = ?
+ORDER BY deadline_at, id LIMIT ?
+
+-- ---------------------------------------------------------------- starts and admission
+
+-- name: held_of_key
+-- The held run of a debounce key a start folds into. Parameters: key, now.
+SELECT * FROM runs WHERE debounce_key = ? AND status = 'blocked' AND begin_at > ?
+ORDER BY begin_at DESC, id DESC LIMIT 1
+
+-- name: rate_last
+-- The limit-th most recent instant a rate key counted a start at. Parameters: key, limit - 1.
+SELECT rate_at FROM runs WHERE rate_key = ? ORDER BY rate_at DESC LIMIT 1 OFFSET ?
+
+-- name: ahead_of_new
+-- Runs ahead of a new one of a singleton key: holders, and waiters not cancelling (nor held).
+-- Parameters: key, now.
+SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {active}
+  AND (holds_slot OR (status <> 'cancelling' AND {begun}))
+
+-- name: active_ids_of_key
+SELECT id FROM runs WHERE singleton_key = ? AND status IN {active} ORDER BY created_at, id
+
+-- name: claimable
+-- Parameters: id, handoff (0 or 1), now, now.
+SELECT * FROM runs WHERE id = ? AND (status = 'pending'
+  OR (status IN {waiting} AND (? OR wake_at <= ?))
+  OR (status IN {leased} AND lease_expires_at <= ?))
+
+-- name: slot_holders
+-- A key's slot holders, counted by their own index.
+SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND holds_slot
+
+-- name: waiters_ahead
+-- The waiters of a key ahead of a run, counted only up to the free slots.
+-- Parameters: key, now, the run's created_at, its id, the free slots.
+SELECT COUNT(*) FROM (
+  SELECT 1 FROM runs WHERE singleton_key = ? AND NOT holds_slot
+    AND status IN {waiters} AND {begun} AND (created_at, id) < (?, ?)
+  ORDER BY created_at, id LIMIT ?)
+
+-- name: renew_lease
+-- Parameters: lease_until, id, owner.
+UPDATE runs SET lease_expires_at = ?
+WHERE id = ? AND lease_owner = ? AND status IN {leased}
+
+-- ---------------------------------------------------------------- steps and signals
+
+-- name: record_heartbeat
+-- Parameters: at, run id, seq, the running status, attempt.
+UPDATE steps SET last_heartbeat_at = ?
+WHERE run_id = ? AND seq = ? AND status = ? AND attempts = ?
+  AND EXISTS (SELECT 1 FROM runs WHERE id = steps.run_id AND status IN {active})
+
+-- name: touch_run
+UPDATE runs SET updated_at = ? WHERE id = ?
+
+-- name: delete_signals
+DELETE FROM signals WHERE run_id = ?
+
+-- name: insert_signal
+INSERT INTO signals (run_id, name, payload, created_at) VALUES (?, ?, ?, ?)
+
+-- name: waits_for
+-- Parameters: run id, step kind, name, the pending status.
+SELECT 1 FROM steps WHERE run_id = ? AND kind = ? AND name = ? AND status = ?
+
+-- name: ids_waiting_for
+-- Parameters: step kind, name, the pending status.
+SELECT DISTINCT runs.id FROM steps JOIN runs ON runs.id = steps.run_id
+WHERE steps.kind = ? AND steps.name = ? AND steps.status = ?
+ORDER BY runs.created_at, runs.id
+
+-- name: delete_unfinished_steps
+-- Parameters: run id, the completed status.
+DELETE FROM steps WHERE run_id = ? AND status != ?
+
+-- name: insert_event
+INSERT INTO events (id, name, payload, created_at) VALUES (?, ?, ?, ?)
+
+-- ---------------------------------------------------------------- settlement and wake-ups
+
+-- name: active_holders
+SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {active} AND holds_slot
+
+-- name: next_waiters
+-- The waiters a release admits, oldest first. Parameters: key, now, the free slots.
+SELECT id FROM runs WHERE singleton_key = ? AND status IN {active}
+  AND NOT holds_slot AND status != 'cancelling' AND {begun}
+ORDER BY created_at, id LIMIT ?
+
+-- name: stamp_handoff
+-- Parameters: now, the woken ids as one JSON array.
+UPDATE runs SET handoff_at = ? WHERE id IN (SELECT value FROM json_each(?))
+
+-- name: request_wake
+UPDATE runs SET wake_requested_at = ? WHERE id = ?
+
+-- name: wake_waiting
+-- Parameters: now, now, id.
+UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND status IN {waiting}
+
+-- name: request_wake_of_leased
+UPDATE runs SET wake_requested_at = ? WHERE id = ? AND status IN {leased}
+
+-- name: descendant_ids
+WITH RECURSIVE tree(id) AS (
+  SELECT id FROM runs WHERE parent_id = ?
+  UNION SELECT runs.id FROM runs JOIN tree ON runs.parent_id = tree.id)
+SELECT id FROM tree
