@@ -214,3 +214,65 @@ WITH RECURSIVE tree(id) AS (
   SELECT id FROM runs WHERE parent_id = ?
   UNION SELECT runs.id FROM runs JOIN tree ON runs.parent_id = tree.id)
 SELECT id FROM tree
+
+-- ---------------------------------------------------------------- step queues
+
+-- name: live_entries
+-- (A fragment.) Joins a queue entry (``e``) to its run while the run is not finished.
+JOIN runs AS r ON r.id = e.run_id AND r.status IN {active}
+
+-- name: register_queue
+-- Parameters: name, concurrency, rate_limit, rate_period, fairness, arrival, now.
+INSERT INTO step_queues (name, concurrency, rate_limit, rate_period, fairness, arrival, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency,
+  rate_limit = excluded.rate_limit, rate_period = excluded.rate_period,
+  fairness = excluded.fairness, arrival = excluded.arrival, updated_at = excluded.updated_at
+
+-- name: all_queues
+SELECT * FROM step_queues
+
+-- name: live_queue_entries
+SELECT e.* FROM queue_entries AS e {live_entries} ORDER BY e.id
+
+-- name: queue_keys
+SELECT queue, fairness_key, served FROM queue_keys
+
+-- name: get_queue
+SELECT * FROM step_queues WHERE name = ?
+
+-- name: get_queue_entry
+SELECT * FROM queue_entries WHERE run_id = ? AND seq = ?
+
+-- name: add_queue_entry
+INSERT INTO queue_entries (queue, run_id, seq, priority, fairness_key, created_at)
+VALUES (?, ?, ?, ?, ?, ?) RETURNING *
+
+-- name: queue_holders
+SELECT COUNT(*) FROM queue_entries AS e {live_entries}
+WHERE e.queue = ? AND e.admitted_at IS NOT NULL
+
+-- name: admit_queue_entry
+UPDATE queue_entries SET admitted_at = ? WHERE id = ?
+
+-- name: save_queue_window
+-- Parameters: window_start, window_count, served, name.
+UPDATE step_queues SET window_start = ?, window_count = ?, served = ? WHERE name = ?
+
+-- name: save_queue_key
+INSERT INTO queue_keys (queue, fairness_key, served) VALUES (?, ?, ?)
+ON CONFLICT (queue, fairness_key) DO UPDATE SET served = excluded.served
+
+-- name: deny_queue_entry
+UPDATE queue_entries SET denials = denials + 1 WHERE id = ?
+
+-- name: mark_queued
+UPDATE runs SET queued = 1 WHERE id = ? AND NOT queued
+
+-- name: drop_queue_entries
+-- Parameters: run id, 1 or NULL (NULL: every seq), the seqs as one JSON array, admitted only
+-- (0 or 1).
+DELETE FROM queue_entries WHERE run_id = ?
+  AND (? IS NULL OR seq IN (SELECT value FROM json_each(?)))
+  AND (NOT ? OR admitted_at IS NOT NULL)
+RETURNING queue
