@@ -10,7 +10,7 @@ from datetime import datetime
 from ...models import RunStatus
 from ...serialization import dumps
 from .rows import ts
-from .statements import ACTIVE
+from .statements import ACTIVE, SQL
 
 Conn = sqlite3.Connection
 
@@ -26,6 +26,7 @@ SETTLED = "status IN ('cancelled', 'completed', 'dead', 'failed')"
 def prune_runs(conn: Conn, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
     if limit < 1:
         return []
+    # The status is a literal, not a parameter (see SETTLED), so this statement is assembled.
     # One ordered walk of runs_terminal per status, at most ``limit`` rows each; the oldest
     # ``limit`` of them all go. A single query over several statuses would sort every due run.
     due: list[tuple[str, str]] = []
@@ -52,15 +53,5 @@ def prune_runs(conn: Conn, cutoffs: Mapping[RunStatus, datetime], limit: int) ->
 def prune_events(conn: Conn, before: datetime, limit: int) -> int:
     if limit < 1:
         return 0
-    # A walk of the primary key from the oldest seq; the newest event stays (it carries
-    # latest_event_seq), and so does every event a pending wait may still read (steps_waiting).
-    cursor = conn.execute(
-        "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE created_at < ?"
-        " AND seq < (SELECT MAX(seq) FROM events)"
-        " AND seq <= coalesce((SELECT MIN(json_extract(s.input, '$.after')) FROM steps AS s"
-        f"  JOIN runs AS r ON r.id = s.run_id AND r.status IN {ACTIVE}"
-        "  WHERE s.kind = 'event' AND s.status = 'pending'), seq)"
-        " ORDER BY seq LIMIT ?)",
-        (ts(before), limit),
-    )
+    cursor = conn.execute(SQL["prune_events"], (ts(before), limit))
     return cursor.rowcount

@@ -14,6 +14,7 @@ from ..base import window_results
 from .ops import create
 from .reads import get_runs
 from .rows import RUN_COLUMNS, from_opt_ts, from_ts, placeholders, run_values, ts
+from .statements import SQL
 
 Conn = sqlite3.Connection
 
@@ -34,30 +35,22 @@ def _schedule(row: sqlite3.Row) -> StoredSchedule:
 
 
 def get_schedule(conn: Conn, schedule_id: str) -> StoredSchedule | None:
-    row = conn.execute("SELECT * FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
+    row = conn.execute(SQL["get_schedule"], (schedule_id,)).fetchone()
     return None if row is None else _schedule(row)
 
 
 def list_schedules(conn: Conn) -> list[StoredSchedule]:
-    return [_schedule(row) for row in conn.execute("SELECT * FROM schedules ORDER BY id")]
+    return [_schedule(row) for row in conn.execute(SQL["list_schedules"])]
 
 
 def due_schedules(conn: Conn, now: datetime, limit: int) -> list[StoredSchedule]:
-    rows = conn.execute(
-        "SELECT * FROM schedules WHERE NOT paused AND next_fire_at <= ?"
-        " ORDER BY next_fire_at, id LIMIT ?",
-        (ts(now), limit),
-    )
+    rows = conn.execute(SQL["due_schedules"], (ts(now), limit))
     return [_schedule(row) for row in rows]
 
 
 def save_schedule(conn: Conn, schedule: StoredSchedule) -> StoredSchedule:
     conn.execute(
-        "INSERT INTO schedules (id, definition, paused, next_window_at, next_fire_at,"
-        " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (id) DO UPDATE SET definition = excluded.definition,"
-        " paused = excluded.paused, next_window_at = excluded.next_window_at,"
-        " next_fire_at = excluded.next_fire_at, updated_at = excluded.updated_at",
+        SQL["save_schedule"],
         (
             schedule.id,
             dumps(schedule.definition),
@@ -74,7 +67,7 @@ def save_schedule(conn: Conn, schedule: StoredSchedule) -> StoredSchedule:
 
 
 def delete_schedule(conn: Conn, schedule_id: str) -> bool:
-    return conn.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,)).rowcount > 0
+    return conn.execute(SQL["delete_schedule"], (schedule_id,)).rowcount > 0
 
 
 def fire_schedule(
@@ -88,8 +81,7 @@ def fire_schedule(
     window: datetime | None,
 ) -> list[Started] | None:
     moved = conn.execute(
-        "UPDATE schedules SET next_window_at = ?, next_fire_at = ?, last_fire_at = ?,"
-        " updated_at = ? WHERE id = ? AND NOT paused AND next_window_at = ?",
+        SQL["move_schedule"],
         (ts(next_window), ts(next_fire), ts(now), ts(now), schedule_id, ts(expected)),
     )
     if moved.rowcount == 0:
@@ -98,7 +90,7 @@ def fire_schedule(
     if specs:
         run_id, error = admission.last_fire(started, window)
         conn.execute(
-            "UPDATE schedules SET last_run_id = ?, last_error = ? WHERE id = ?",
+            SQL["record_schedule_fire"],
             (run_id, None if error is None else dumps(error), schedule_id),
         )
     return started
@@ -130,26 +122,18 @@ def _fire_plain(
     conn: Conn, fires: Sequence[WindowFire], now: datetime
 ) -> list[list[Started] | None]:
     ids = dumps([fire.schedule_id for fire in fires])
-    awaiting = dict(
-        conn.execute(
-            "SELECT id, next_window_at FROM schedules"
-            " WHERE NOT paused AND id IN (SELECT value FROM json_each(?))",
-            (ids,),
-        ).fetchall()
-    )
+    awaiting = dict(conn.execute(SQL["schedule_windows"], (ids,)).fetchall())
     moved = {f.schedule_id: f for f in fires if awaiting.get(f.schedule_id) == ts(f.expected)}
     specs = [fire.spec for fire in moved.values() if fire.spec is not None]
     found = get_runs(conn, [spec.id for spec in specs])
     new = [run_from_spec(spec) for spec in specs if spec.id not in found]
-    if new:
+    if new:  # every column of a run row, spelled once in rows.py
         columns = placeholders(RUN_COLUMNS.split(","))
         conn.executemany(
             f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {columns}", [run_values(r) for r in new]
         )
     conn.executemany(
-        "UPDATE schedules SET next_window_at = ?, next_fire_at = ?, last_fire_at = ?,"
-        " updated_at = ?, last_run_id = coalesce(?, last_run_id),"
-        " last_error = CASE WHEN ? IS NULL THEN last_error END WHERE id = ?",
+        SQL["move_schedule_plainly"],
         [_moved_values(fire, now) for fire in moved.values()],
     )
     runs = {run.id: Started(run, created=True) for run in new}

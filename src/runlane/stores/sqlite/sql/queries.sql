@@ -276,3 +276,63 @@ DELETE FROM queue_entries WHERE run_id = ?
   AND (? IS NULL OR seq IN (SELECT value FROM json_each(?)))
   AND (NOT ? OR admitted_at IS NOT NULL)
 RETURNING queue
+
+-- ---------------------------------------------------------------- schedules
+
+-- name: get_schedule
+SELECT * FROM schedules WHERE id = ?
+
+-- name: list_schedules
+SELECT * FROM schedules ORDER BY id
+
+-- name: due_schedules
+SELECT * FROM schedules WHERE NOT paused AND next_fire_at <= ?
+ORDER BY next_fire_at, id LIMIT ?
+
+-- name: save_schedule
+-- Parameters: id, definition, paused, next_window_at, next_fire_at, created_at, updated_at.
+INSERT INTO schedules (id, definition, paused, next_window_at, next_fire_at, created_at,
+  updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET definition = excluded.definition, paused = excluded.paused,
+  next_window_at = excluded.next_window_at, next_fire_at = excluded.next_fire_at,
+  updated_at = excluded.updated_at
+
+-- name: delete_schedule
+DELETE FROM schedules WHERE id = ?
+
+-- name: move_schedule
+-- A fire moves the schedule on only from the window it expected.
+-- Parameters: next_window_at, next_fire_at, now, now, id, the expected window.
+UPDATE schedules SET next_window_at = ?, next_fire_at = ?, last_fire_at = ?, updated_at = ?
+WHERE id = ? AND NOT paused AND next_window_at = ?
+
+-- name: record_schedule_fire
+UPDATE schedules SET last_run_id = ?, last_error = ? WHERE id = ?
+
+-- name: schedule_windows
+-- The unpaused schedules of a JSON array of ids, with the window each waits for.
+SELECT id, next_window_at FROM schedules
+WHERE NOT paused AND id IN (SELECT value FROM json_each(?))
+
+-- name: move_schedule_plainly
+-- Parameters: next_window_at, next_fire_at, now, now, run id, run id, schedule id.
+UPDATE schedules SET next_window_at = ?, next_fire_at = ?, last_fire_at = ?, updated_at = ?,
+  last_run_id = coalesce(?, last_run_id),
+  last_error = CASE WHEN ? IS NULL THEN last_error END
+WHERE id = ?
+
+-- ---------------------------------------------------------------- retention
+
+-- name: prune_events
+-- A walk of the primary key from the oldest seq; the newest event stays (it carries
+-- latest_event_seq), and so does every event a pending wait may still read (steps_waiting).
+-- Parameters: before, limit.
+DELETE FROM events WHERE seq IN (
+  SELECT seq FROM events WHERE created_at < ?
+    AND seq < (SELECT MAX(seq) FROM events)
+    AND seq <= coalesce((
+      SELECT MIN(json_extract(s.input, '$.after')) FROM steps AS s
+      JOIN runs AS r ON r.id = s.run_id AND r.status IN {active}
+      WHERE s.kind = 'event' AND s.status = 'pending'), seq)
+  ORDER BY seq LIMIT ?)
