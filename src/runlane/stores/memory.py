@@ -40,11 +40,8 @@ from ..models import (
     StoredSchedule,
     WindowFire,
     Writes,
-    admitted_run,
     awaiting_decision,
-    blocked_run,
     claimed_run,
-    dead_settlement,
     debounced_run,
     held_run,
     leased_run,
@@ -57,7 +54,9 @@ from ..models import (
     suspended_run,
 )
 from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
+from . import claims
 from .base import check_lease
+from .claims import ClaimRules
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
@@ -247,28 +246,8 @@ class MemoryStore:
         run = self._runs.get(run_id)
         if run is None or not _claimable(run, now, handoff):
             return ClaimOutcome()
-        lease = Lease(owner, lease_until)
-        if run.status in _LEASED:
-            run = replace(run, recoveries=run.recoveries + 1)
-            self._runs[run_id] = run
-            if run.status == RunStatus.CANCELLING:
-                cancelled = Settlement(RunStatus.CANCELLED, None, run.error)
-                return ClaimOutcome(settled=self._finish(run, cancelled, now))
-            dead = dead_settlement(run.recoveries, max_recoveries)
-            if dead is not None and run.workflow in dead_letters:
-                return ClaimOutcome(claim=self._lease(run, lease, now), dying=True)
-            if dead is not None:
-                return ClaimOutcome(settled=self._finish(run, dead, now))
-            if run.queued:  # the slots its lost turn held go (its replay asks again)
-                queues.release(self._queues, run_id, None, now, admitted_only=True)
-        released = None
-        if run.singleton_key is not None and not run.holds_slot:
-            if not self._admit(run, now):
-                self._runs[run_id] = blocked_run(run, singleton_retry, now)
-                return ClaimOutcome(parked=True)
-            released = run.handoff_at
-            run = admitted_run(run)
-        return ClaimOutcome(claim=self._lease(run, lease, now), handed_off_at=released)
+        rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
+        return claims.claim(_ClaimRows(self), run, Lease(owner, lease_until), now, rules)
 
     def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         leased = claimed_run(run, lease, now)
@@ -927,6 +906,28 @@ def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     if run.status in _LEASED:
         return run.lease_expires_at is not None and run.lease_expires_at <= now
     return False
+
+
+class _ClaimRows:
+    """A claim's writes on the memory store's records (see ``claims.ClaimRows``)."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+
+    def save(self, run: Run) -> None:
+        self._store._runs[run.id] = run
+
+    def finish(self, run: Run, settlement: Settlement, now: datetime) -> Run:
+        return self._store._finish(run, settlement, now)
+
+    def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
+        return self._store._lease(run, lease, now)
+
+    def admits(self, run: Run, now: datetime) -> bool:
+        return self._store._admit(run, now)
+
+    def release_queue_slots(self, run_id: str, now: datetime) -> None:
+        queues.release(self._store._queues, run_id, None, now, admitted_only=True)
 
 
 __all__ = [

@@ -38,11 +38,8 @@ from ...models import (
     StepRecord,
     StepStatus,
     Writes,
-    admitted_run,
     awaiting_decision,
-    blocked_run,
     claimed_run,
-    dead_settlement,
     debounced_run,
     held_run,
     leased_run,
@@ -56,7 +53,9 @@ from ...models import (
 )
 from ...queues import QueueRequest
 from ...serialization import dumps
+from .. import claims
 from ..base import check_lease
+from ..claims import ClaimRules
 from ..memory import report_verdict, reported_step
 from .queues import SqliteQueues
 from .reads import (
@@ -239,27 +238,30 @@ def claim_run(
     run = _claimable(conn, run_id, now, handoff)
     if run is None:
         return ClaimOutcome()
-    if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
-        run = replace(run, recoveries=run.recoveries + 1)
-        _save_run(conn, run)
-        if run.status == RunStatus.CANCELLING:
-            cancelled = Settlement(RunStatus.CANCELLED, None, run.error)
-            return ClaimOutcome(settled=finish(conn, run, cancelled, now))
-        dead = dead_settlement(run.recoveries, max_recoveries)
-        if dead is not None and run.workflow in dead_letters:
-            return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now), dying=True)
-        if dead is not None:
-            return ClaimOutcome(settled=finish(conn, run, dead, now))
-        if run.queued:  # the slots its lost turn held go (its replay asks again)
-            queues.release(_book(conn), run_id, None, now, admitted_only=True)
-    released = None
-    if run.singleton_key is not None and not run.holds_slot:
-        if not _admit(conn, run, now):
-            _save_run(conn, blocked_run(run, singleton_retry, now))
-            return ClaimOutcome(parked=True)
-        released = run.handoff_at
-        run = admitted_run(run)
-    return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now), handed_off_at=released)
+    rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
+    return claims.claim(_ClaimRows(conn), run, Lease(owner, lease_until), now, rules)
+
+
+class _ClaimRows:
+    """A claim's writes on the SQLite store's rows (see ``claims.ClaimRows``)."""
+
+    def __init__(self, conn: Conn) -> None:
+        self._conn = conn
+
+    def save(self, run: Run) -> None:
+        _save_run(self._conn, run)
+
+    def finish(self, run: Run, settlement: Settlement, now: datetime) -> Run:
+        return finish(self._conn, run, settlement, now)
+
+    def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
+        return _lease(self._conn, run, lease.owner, lease.until, now)
+
+    def admits(self, run: Run, now: datetime) -> bool:
+        return _admit(self._conn, run, now)
+
+    def release_queue_slots(self, run_id: str, now: datetime) -> None:
+        queues.release(_book(self._conn), run_id, None, now, admitted_only=True)
 
 
 def _admit(conn: Conn, run: Run, now: datetime) -> bool:
