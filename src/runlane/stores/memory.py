@@ -45,8 +45,6 @@ from ..models import (
     debounced_run,
     held_run,
     leased_run,
-    ready_ids,
-    refused_handler,
     requeue_spec,
     requeued_run,
     run_from_spec,
@@ -54,9 +52,9 @@ from ..models import (
     suspended_run,
 )
 from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
-from . import claims
+from . import runbook
 from .base import check_lease
-from .claims import ClaimRules
+from .runbook import ClaimRules
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
@@ -247,7 +245,7 @@ class MemoryStore:
         if run is None or not _claimable(run, now, handoff):
             return ClaimOutcome()
         rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
-        return claims.claim(_ClaimRows(self), run, Lease(owner, lease_until), now, rules)
+        return runbook.claim(_Rows(self), run, Lease(owner, lease_until), now, rules)
 
     def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         leased = claimed_run(run, lease, now)
@@ -407,38 +405,7 @@ class MemoryStore:
     ) -> SettleResult:
         self._fenced(run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
         self._apply(run_id, writes, now)
-        woken: list[str] = []
-        if not self._runs[run_id].holds_slot:
-            successor = None  # nothing released, nobody to hand over to
-        settled = self._finish(self._runs[run_id], settlement, now, woken)
-        if settlement.continue_as is not None:
-            started = self._create(settlement.continue_as, now, gated=False)
-            if started.created:
-                woken.append(settlement.continue_as.id)
-            successor = None
-        handler = None
-        if settlement.handler is not None:
-            handler = self._create(settlement.handler, now)
-            refused = refused_handler(settled, handler)
-            if refused is not None:
-                self._runs[run_id] = refused
-            woken.extend(ready_ids([handler]))
-            successor = None
-        claim = self._hand_over(settled, woken, successor, now)
-        woken = [w for w in woken if claim is None or w != claim.run.id]
-        return SettleResult(woken, claim, handler)
-
-    def _hand_over(
-        self, settled: Run, woken: list[str], successor: Lease | None, now: datetime
-    ) -> Claim | None:
-        """Lease the oldest waiter the release admitted to ``successor``, if it is not leased."""
-        key = settled.singleton_key
-        if successor is None or key is None:
-            return None
-        waiter = next((self._runs[w] for w in woken if self._runs[w].singleton_key == key), None)
-        if waiter is None or waiter.status not in (RunStatus.PENDING, *_WAITING):
-            return None
-        return self._lease(replace(waiter, holds_slot=True, handoff_at=None), successor, now)
+        return runbook.settle(_Rows(self), self._runs[run_id], settlement, now, successor)
 
     def _finish(
         self, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None
@@ -908,17 +875,23 @@ def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     return False
 
 
-class _ClaimRows:
-    """A claim's writes on the memory store's records (see ``claims.ClaimRows``)."""
+class _Rows:
+    """The memory store's run records, for ``runbook``'s claim and settlement."""
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
 
+    def get(self, run_id: str) -> Run:
+        return self._store._runs[run_id]
+
     def save(self, run: Run) -> None:
         self._store._runs[run.id] = run
 
-    def finish(self, run: Run, settlement: Settlement, now: datetime) -> Run:
-        return self._store._finish(run, settlement, now)
+    def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:
+        return self._store._create(spec, now, gated=gated)
+
+    def finish(self, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
+        return self._store._finish(run, settlement, now, woken)
 
     def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         return self._store._lease(run, lease, now)

@@ -43,8 +43,6 @@ from ...models import (
     debounced_run,
     held_run,
     leased_run,
-    ready_ids,
-    refused_handler,
     requeue_spec,
     requeued_run,
     run_from_spec,
@@ -53,10 +51,10 @@ from ...models import (
 )
 from ...queues import QueueRequest
 from ...serialization import dumps
-from .. import claims
+from .. import runbook
 from ..base import check_lease
-from ..claims import ClaimRules
 from ..memory import report_verdict, reported_step
+from ..runbook import ClaimRules
 from .queues import SqliteQueues
 from .reads import (
     Conn,
@@ -239,20 +237,26 @@ def claim_run(
     if run is None:
         return ClaimOutcome()
     rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
-    return claims.claim(_ClaimRows(conn), run, Lease(owner, lease_until), now, rules)
+    return runbook.claim(_Rows(conn), run, Lease(owner, lease_until), now, rules)
 
 
-class _ClaimRows:
-    """A claim's writes on the SQLite store's rows (see ``claims.ClaimRows``)."""
+class _Rows:
+    """The SQLite store's run rows, for ``runbook``'s claim and settlement."""
 
     def __init__(self, conn: Conn) -> None:
         self._conn = conn
 
+    def get(self, run_id: str) -> Run:
+        return _existing(self._conn, run_id)
+
     def save(self, run: Run) -> None:
         _save_run(self._conn, run)
 
-    def finish(self, run: Run, settlement: Settlement, now: datetime) -> Run:
-        return finish(self._conn, run, settlement, now)
+    def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:
+        return create(self._conn, spec, now, gated=gated)
+
+    def finish(self, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
+        return finish(self._conn, run, settlement, now, woken)
 
     def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         return _lease(self._conn, run, lease.owner, lease.until, now)
@@ -427,43 +431,9 @@ def settle_run(
     now: datetime,
     successor: Lease | None = None,
 ) -> SettleResult:
-    run = _fenced(conn, run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
+    _fenced(conn, run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
     _apply(conn, run_id, writes, now)
-    woken: list[str] = []
-    settled = finish(conn, _existing(conn, run_id), settlement, now, woken)
-    if settlement.continue_as is not None:
-        started = create(conn, settlement.continue_as, now, gated=False)
-        if started.created:
-            woken.append(settlement.continue_as.id)
-        successor = None
-    handler = None
-    if settlement.handler is not None:
-        handler = create(conn, settlement.handler, now)
-        refused = refused_handler(settled, handler)
-        if refused is not None:
-            _save_run(conn, refused)
-        woken.extend(ready_ids([handler]))
-        successor = None
-    claim = _hand_over(conn, settled, woken, successor, now) if run.holds_slot else None
-    woken = [w for w in woken if claim is None or w != claim.run.id]
-    return SettleResult(woken, claim, handler)
-
-
-def _hand_over(
-    conn: Conn, settled: Run, woken: list[str], successor: Lease | None, now: datetime
-) -> Claim | None:
-    """Lease the oldest waiter the release admitted to ``successor``, if it is not leased."""
-    if successor is None or settled.singleton_key is None:
-        return None
-    for run_id in woken:
-        waiter = _existing(conn, run_id)
-        if waiter.singleton_key != settled.singleton_key:
-            continue
-        if waiter.status not in (RunStatus.PENDING, RunStatus.SUSPENDED, RunStatus.BLOCKED):
-            return None
-        heir = replace(waiter, holds_slot=True, handoff_at=None)
-        return _lease(conn, heir, successor.owner, successor.until, now)
-    return None
+    return runbook.settle(_Rows(conn), _existing(conn, run_id), settlement, now, successor)
 
 
 def finish(

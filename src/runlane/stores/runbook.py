@@ -1,0 +1,147 @@
+"""A claim and a settlement, for the stores that read and write whole run records.
+
+The memory and SQLite stores decide these in Python, inside their one atomic unit (one event
+loop step; one ``BEGIN IMMEDIATE`` transaction): the same steps in the same order, over their own
+records (a :class:`RunRows`). PostgreSQL states the same decisions in its statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Protocol
+
+from ..models import (
+    Claim,
+    ClaimOutcome,
+    Lease,
+    RetryTimer,
+    Run,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    SettleResult,
+    Started,
+    admitted_run,
+    blocked_run,
+    dead_settlement,
+    ready_ids,
+    refused_handler,
+)
+
+_WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
+
+
+class RunRows(Protocol):
+    """A store's run records, read and written inside the caller's atomic unit."""
+
+    def get(self, run_id: str) -> Run:
+        """The run ``run_id``, which exists."""
+
+    def save(self, run: Run) -> None:
+        """Write ``run`` over its record."""
+
+    def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:
+        """Create the run of ``spec`` (``Store.create_runs``; admission only when ``gated``)."""
+
+    def finish(self, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
+        """Settle ``run`` terminal: its slot released, the waiters and parent it wakes added to
+        ``woken``."""
+
+    def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
+        """Lease ``run`` (``models.claimed_run``) and read its step records and signals."""
+
+    def admits(self, run: Run, now: datetime) -> bool:
+        """Whether a free slot of its singleton key is this waiter's."""
+
+    def release_queue_slots(self, run_id: str, now: datetime) -> None:
+        """Give back the step queue slots the run's lost turn was admitted to."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRules:
+    """What the engine asks of a claim: see ``Store.claim_run``."""
+
+    singleton_retry: RetryTimer
+    max_recoveries: int | None
+    dead_letters: Collection[str]
+
+
+def claim(rows: RunRows, run: Run, lease: Lease, now: datetime, rules: ClaimRules) -> ClaimOutcome:
+    """Claim ``run``, claimable at ``now``: recover it if its lease expired, admit it if it
+    waits for a slot of its key, and lease it; or settle it, or park it blocked."""
+    if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
+        run = replace(run, recoveries=run.recoveries + 1)
+        rows.save(run)
+        ended = _recovered(rows, run, lease, now, rules)
+        if ended is not None:
+            return ended
+    released = None
+    if run.singleton_key is not None and not run.holds_slot:
+        if not rows.admits(run, now):
+            rows.save(blocked_run(run, rules.singleton_retry, now))
+            return ClaimOutcome(parked=True)
+        released = run.handoff_at
+        run = admitted_run(run)
+    return ClaimOutcome(claim=rows.lease(run, lease, now), handed_off_at=released)
+
+
+def _recovered(
+    rows: RunRows, run: Run, lease: Lease, now: datetime, rules: ClaimRules
+) -> ClaimOutcome | None:
+    """The outcome for a run whose lease expired, when the claim ends there (None: go on)."""
+    if run.status == RunStatus.CANCELLING:
+        cancelled = Settlement(RunStatus.CANCELLED, None, run.error)
+        return ClaimOutcome(settled=rows.finish(run, cancelled, now, []))
+    dead = dead_settlement(run.recoveries, rules.max_recoveries)
+    if dead is not None and run.workflow in rules.dead_letters:
+        return ClaimOutcome(claim=rows.lease(run, lease, now), dying=True)
+    if dead is not None:
+        return ClaimOutcome(settled=rows.finish(run, dead, now, []))
+    if run.queued:  # the slots its lost turn held go (its replay asks again)
+        rows.release_queue_slots(run.id, now)
+    return None
+
+
+def settle(
+    rows: RunRows, run: Run, settlement: Settlement, now: datetime, successor: Lease | None
+) -> SettleResult:
+    """Settle ``run`` (fenced, its turn's writes applied): finish it, start what it continues
+    as and its failure handler, and hand its slot to ``successor`` (see ``Store.settle_run``)."""
+    woken: list[str] = []
+    if not run.holds_slot:
+        successor = None  # nothing released, nobody to hand over to
+    settled = rows.finish(run, settlement, now, woken)
+    if settlement.continue_as is not None:
+        started = rows.create(settlement.continue_as, now, gated=False)
+        if started.created:
+            woken.append(settlement.continue_as.id)
+        successor = None
+    handler = None
+    if settlement.handler is not None:
+        handler = rows.create(settlement.handler, now, gated=True)
+        refused = refused_handler(settled, handler)
+        if refused is not None:
+            rows.save(refused)
+        woken.extend(ready_ids([handler]))
+        successor = None
+    claim = _hand_over(rows, settled, woken, successor, now)
+    woken = [w for w in woken if claim is None or w != claim.run.id]
+    return SettleResult(woken, claim, handler)
+
+
+def _hand_over(
+    rows: RunRows, settled: Run, woken: list[str], successor: Lease | None, now: datetime
+) -> Claim | None:
+    """Lease the oldest waiter the release admitted to ``successor``, if it is not leased."""
+    key = settled.singleton_key
+    if successor is None or key is None:
+        return None
+    waiter = next((w for w in map(rows.get, woken) if w.singleton_key == key), None)
+    if waiter is None or waiter.status not in (RunStatus.PENDING, *_WAITING):
+        return None
+    return rows.lease(replace(waiter, holds_slot=True, handoff_at=None), successor, now)
+
+
+__all__ = ["ClaimRules", "RunRows", "claim", "settle"]
