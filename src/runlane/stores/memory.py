@@ -42,12 +42,8 @@ from ..models import (
     Writes,
     awaiting_decision,
     claimed_run,
-    debounced_run,
-    held_run,
-    leased_run,
     requeue_spec,
     requeued_run,
-    run_from_spec,
     settled_run,
     suspended_run,
 )
@@ -97,81 +93,7 @@ class MemoryStore:
     def _create(
         self, spec: RunSpec, now: datetime, *, gated: bool = True, lease: Lease | None = None
     ) -> Started:
-        existing = self._runs.get(spec.id)
-        if existing is not None:
-            return Started(existing, created=False)
-        limited = gated and spec.limited
-        held = self._held_of(spec, now) if limited else None
-        if held is not None:
-            return self._fold(held, spec, now)
-        last = self._rate_last(spec) if limited else None
-        refusal = self._refusal(spec, now, last) if gated else None
-        if refusal is not None:
-            return Started(None, created=False, rejected=refusal)
-        if gated and spec.singleton is not None and spec.singleton.replace:
-            for other in self._active_of_key(spec.singleton.key):
-                self._cancel_one(other, now, None)
-        run = run_from_spec(spec)
-        if limited:
-            run = held_run(run, spec, *admission.start_times(spec, last, now))
-        ahead = self._ahead(spec, now)
-        waiting = gated and (run.held(now) or admission.waits_at_start(spec.singleton, ahead))
-        claim = None
-        if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
-            claim = Claim(leased_run(run, lease), [], [])
-        self._runs[run.id] = claim.run if claim is not None else run
-        self._steps[run.id] = {}
-        return Started(run, created=True, waiting=waiting, claim=claim)
-
-    def _held_of(self, spec: RunSpec, now: datetime) -> Run | None:
-        """The held run of the spec's debounce key a start folds into, if there is one."""
-        if spec.debounce is None:
-            return None
-        key = spec.debounce.key
-        held = [r for r in self._runs.values() if r.debounce_key == key and _foldable(r, now)]
-        return max(held, key=lambda r: (r.begin_at, r.id), default=None)
-
-    def _fold(self, held: Run, spec: RunSpec, now: datetime) -> Started:
-        assert spec.debounce is not None
-        begin_at = admission.refolded_begin(spec.debounce, held, now)
-        folded = debounced_run(held, spec, begin_at, now)
-        self._runs[held.id] = folded
-        return Started(folded, created=False, debounced=True)
-
-    def _rate_last(self, spec: RunSpec) -> datetime | None:
-        """The ``limit``-th most recent instant the spec's rate key counted a start at."""
-        if spec.rate is None:
-            return None
-        key, limit = spec.rate.key, spec.rate.limit
-        counted = [r.rate_at for r in self._runs.values() if r.rate_key == key and r.rate_at]
-        return heapq.nlargest(limit, counted)[-1] if len(counted) >= limit else None
-
-    def _ahead(self, spec: RunSpec, now: datetime) -> int:
-        if spec.singleton is None:
-            return 0
-        holders, waiters = self._slots_of(spec.singleton.key, now)
-        return holders + len(waiters)
-
-    def _refusal(
-        self, spec: RunSpec, now: datetime, last: datetime | None = None
-    ) -> Exception | None:
-        refusal: Exception | None = admission.rate_refusal(spec.workflow, spec.rate, last, now)
-        if refusal is not None:
-            return refusal
-        if spec.quota is not None:
-            counted = spec.quota.count_statuses
-            active = sum(
-                1
-                for r in self._runs.values()
-                if r.concurrency_key == spec.quota.key and r.status in counted
-            )
-            refusal = admission.quota_refusal(spec.workflow, spec.quota, active)
-            if refusal is not None:
-                return refusal
-        if spec.singleton is not None:
-            active = len(self._active_of_key(spec.singleton.key))
-            return admission.queue_refusal(spec.workflow, spec.singleton, active)
-        return None
+        return runbook.create(_Rows(self), spec, now, gated=gated, lease=lease)
 
     def _active_of_key(self, key: str) -> list[Run]:
         runs = [r for r in self._runs.values() if r.singleton_key == key and not r.is_terminal]
@@ -540,7 +462,7 @@ class MemoryStore:
             raise RunlaneError(
                 f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
             )
-        refusal = self._refusal(requeue_spec(run, quota, singleton), now)
+        refusal = runbook.refusal(_Rows(self), requeue_spec(run, quota, singleton), now)
         if refusal is not None:
             raise refusal
         records = self._steps.setdefault(run_id, {})
@@ -883,6 +805,37 @@ class _Rows:
 
     def get(self, run_id: str) -> Run:
         return self._store._runs[run_id]
+
+    def find(self, run_id: str) -> Run | None:
+        return self._store._runs.get(run_id)
+
+    def insert(self, run: Run) -> None:
+        self._store._runs[run.id] = run
+        self._store._steps[run.id] = {}
+
+    def held_of(self, debounce_key: str, now: datetime) -> Run | None:
+        runs = self._store._runs.values()
+        held = [r for r in runs if r.debounce_key == debounce_key and _foldable(r, now)]
+        return max(held, key=lambda r: (r.begin_at, r.id), default=None)
+
+    def rate_last(self, rate_key: str, limit: int) -> datetime | None:
+        runs = self._store._runs.values()
+        counted = [r.rate_at for r in runs if r.rate_key == rate_key and r.rate_at]
+        return heapq.nlargest(limit, counted)[-1] if len(counted) >= limit else None
+
+    def quota_count(self, key: str, statuses: Collection[RunStatus]) -> int:
+        runs = self._store._runs.values()
+        return sum(1 for r in runs if r.concurrency_key == key and r.status in statuses)
+
+    def active_ids_of_key(self, key: str) -> list[str]:
+        return [r.id for r in self._store._active_of_key(key)]
+
+    def ahead(self, key: str, now: datetime) -> int:
+        holders, waiters = self._store._slots_of(key, now)
+        return holders + len(waiters)
+
+    def cancel(self, run: Run, now: datetime) -> None:
+        self._store._cancel_one(run, now, None)
 
     def save(self, run: Run) -> None:
         self._store._runs[run.id] = run

@@ -1,4 +1,4 @@
-"""A claim and a settlement, for the stores that read and write whole run records.
+"""A start, a claim and a settlement, for the stores that read and write whole run records.
 
 The memory and SQLite stores decide these in Python, inside their one atomic unit (one event
 loop step; one ``BEGIN IMMEDIATE`` transaction): the same steps in the same order, over their own
@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
+from .. import admission
 from ..models import (
     Claim,
     ClaimOutcome,
@@ -26,8 +27,12 @@ from ..models import (
     admitted_run,
     blocked_run,
     dead_settlement,
+    debounced_run,
+    held_run,
+    leased_run,
     ready_ids,
     refused_handler,
+    run_from_spec,
 )
 
 _WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
@@ -38,6 +43,31 @@ class RunRows(Protocol):
 
     def get(self, run_id: str) -> Run:
         """The run ``run_id``, which exists."""
+
+    def find(self, run_id: str) -> Run | None:
+        """The run ``run_id``, or None."""
+
+    def insert(self, run: Run) -> None:
+        """Write a new run."""
+
+    def held_of(self, debounce_key: str, now: datetime) -> Run | None:
+        """The latest run of the debounce key that is still held (a start folds into it)."""
+
+    def rate_last(self, rate_key: str, limit: int) -> datetime | None:
+        """The ``limit``-th most recent instant the rate key counted a start at, or None."""
+
+    def quota_count(self, key: str, statuses: Collection[RunStatus]) -> int:
+        """How many runs of the quota key are in one of ``statuses``."""
+
+    def active_ids_of_key(self, key: str) -> list[str]:
+        """The unfinished runs of the singleton key, oldest first."""
+
+    def ahead(self, key: str, now: datetime) -> int:
+        """Runs ahead of a new one of the singleton key: holders, and waiters not cancelling
+        nor held."""
+
+    def cancel(self, run: Run, now: datetime) -> None:
+        """Cancel ``run`` (``Store.cancel_run`` for one run, without an error)."""
 
     def save(self, run: Run) -> None:
         """Write ``run`` over its record."""
@@ -66,6 +96,76 @@ class ClaimRules:
     singleton_retry: RetryTimer
     max_recoveries: int | None
     dead_letters: Collection[str]
+
+
+def create(
+    rows: RunRows, spec: RunSpec, now: datetime, *, gated: bool = True, lease: Lease | None = None
+) -> Started:
+    """Start the run of ``spec`` (see ``Store.create_runs``): an existing id stays; a held
+    debounced run absorbs the start; the gates may refuse it; ``lease`` claims it at once when
+    it need not wait."""
+    existing = rows.find(spec.id)
+    if existing is not None:
+        return Started(existing, created=False)
+    limited = gated and spec.limited
+    held = rows.held_of(spec.debounce.key, now) if limited and spec.debounce else None
+    if held is not None:
+        return _fold(rows, held, spec, now)
+    last = rows.rate_last(spec.rate.key, spec.rate.limit) if limited and spec.rate else None
+    if gated:
+        refused = refusal(rows, spec, now, last)
+        if refused is not None:
+            return Started(None, created=False, rejected=refused)
+        if spec.singleton is not None and spec.singleton.replace:
+            for other_id in rows.active_ids_of_key(spec.singleton.key):
+                rows.cancel(rows.get(other_id), now)
+    return _insert(rows, spec, now, last, gated=gated, lease=lease)
+
+
+def _fold(rows: RunRows, held: Run, spec: RunSpec, now: datetime) -> Started:
+    assert spec.debounce is not None
+    folded = debounced_run(held, spec, admission.refolded_begin(spec.debounce, held, now), now)
+    rows.save(folded)
+    return Started(folded, created=False, debounced=True)
+
+
+def _insert(
+    rows: RunRows,
+    spec: RunSpec,
+    now: datetime,
+    last: datetime | None,
+    *,
+    gated: bool,
+    lease: Lease | None,
+) -> Started:
+    run = run_from_spec(spec)
+    if gated and spec.limited:
+        run = held_run(run, spec, *admission.start_times(spec, last, now))
+    ahead = rows.ahead(spec.singleton.key, now) if spec.singleton is not None else 0
+    waiting = gated and (run.held(now) or admission.waits_at_start(spec.singleton, ahead))
+    claim = None
+    if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
+        claim = Claim(leased_run(run, lease), [], [])
+    rows.insert(claim.run if claim is not None else run)
+    return Started(run, created=True, waiting=waiting, claim=claim)
+
+
+def refusal(
+    rows: RunRows, spec: RunSpec, now: datetime, last: datetime | None = None
+) -> Exception | None:
+    """Why the gates of ``spec`` refuse its start now (rate, quota, singleton queue), or None."""
+    refused: Exception | None = admission.rate_refusal(spec.workflow, spec.rate, last, now)
+    if refused is not None:
+        return refused
+    if spec.quota is not None:
+        count = rows.quota_count(spec.quota.key, spec.quota.count_statuses)
+        refused = admission.quota_refusal(spec.workflow, spec.quota, count)
+        if refused is not None:
+            return refused
+    if spec.singleton is not None:
+        active = len(rows.active_ids_of_key(spec.singleton.key))
+        return admission.queue_refusal(spec.workflow, spec.singleton, active)
+    return None
 
 
 def claim(rows: RunRows, run: Run, lease: Lease, now: datetime, rules: ClaimRules) -> ClaimOutcome:
@@ -144,4 +244,4 @@ def _hand_over(
     return rows.lease(replace(waiter, holds_slot=True, handoff_at=None), successor, now)
 
 
-__all__ = ["ClaimRules", "RunRows", "claim", "settle"]
+__all__ = ["ClaimRules", "RunRows", "claim", "create", "refusal", "settle"]

@@ -40,12 +40,8 @@ from ...models import (
     Writes,
     awaiting_decision,
     claimed_run,
-    debounced_run,
-    held_run,
-    leased_run,
     requeue_spec,
     requeued_run,
-    run_from_spec,
     settled_run,
     suspended_run,
 )
@@ -127,86 +123,7 @@ def create_runs(
 def create(
     conn: Conn, spec: RunSpec, now: datetime, *, gated: bool = True, lease: Lease | None = None
 ) -> Started:
-    existing = get_run(conn, spec.id)
-    if existing is not None:
-        return Started(existing, created=False)
-    limited = gated and spec.limited
-    held = _held_of(conn, spec, now) if limited else None
-    if held is not None:
-        return _fold(conn, held, spec, now)
-    last = _rate_last(conn, spec) if limited else None
-    if gated:
-        refusal = _refusal(conn, spec, now, last)
-        if refusal is not None:
-            return Started(None, created=False, rejected=refusal)
-        if spec.singleton is not None and spec.singleton.replace:
-            for other_id in _active_ids_of_key(conn, spec.singleton.key):
-                cancel_one(conn, _existing(conn, other_id), now, None)
-    run = run_from_spec(spec)
-    if limited:
-        run = held_run(run, spec, *admission.start_times(spec, last, now))
-    ahead = _ahead(conn, spec, now)
-    waiting = gated and (run.held(now) or admission.waits_at_start(spec.singleton, ahead))
-    claim = None
-    if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
-        claim = Claim(leased_run(run, lease), [], [])
-    _insert_run(conn, claim.run if claim is not None else run)
-    return Started(run, created=True, waiting=waiting, claim=claim)
-
-
-def _held_of(conn: Conn, spec: RunSpec, now: datetime) -> Run | None:
-    """The held run of the spec's debounce key a start folds into, if there is one."""
-    if spec.debounce is None:
-        return None
-    row = conn.execute(SQL["held_of_key"], (spec.debounce.key, ts(now))).fetchone()
-    return None if row is None else run_from_row(row)
-
-
-def _fold(conn: Conn, held: Run, spec: RunSpec, now: datetime) -> Started:
-    assert spec.debounce is not None
-    folded = debounced_run(held, spec, admission.refolded_begin(spec.debounce, held, now), now)
-    _save_run(conn, folded)
-    return Started(folded, created=False, debounced=True)
-
-
-def _rate_last(conn: Conn, spec: RunSpec) -> datetime | None:
-    """The ``limit``-th most recent instant the spec's rate key counted a start at."""
-    if spec.rate is None:
-        return None
-    row = conn.execute(SQL["rate_last"], (spec.rate.key, spec.rate.limit - 1)).fetchone()
-    return None if row is None else from_ts(row["rate_at"])
-
-
-def _ahead(conn: Conn, spec: RunSpec, now: datetime) -> int:
-    """Runs ahead of a new one of ``spec``'s singleton key: holders, and waiters not cancelling
-    (nor held: see ``_admit``)."""
-    if spec.singleton is None:
-        return 0
-    (count,) = conn.execute(SQL["ahead_of_new"], (spec.singleton.key, ts(now))).fetchone()
-    return int(count)
-
-
-def _refusal(
-    conn: Conn, spec: RunSpec, now: datetime, last: datetime | None = None
-) -> Exception | None:
-    refusal: Exception | None = admission.rate_refusal(spec.workflow, spec.rate, last, now)
-    if refusal is not None:
-        return refusal
-    if spec.quota is not None:
-        counted = sorted(spec.quota.count_statuses)
-        # The counted statuses are the gate's own: an IN list as long as it is.
-        (count,) = conn.execute(
-            "SELECT COUNT(*) FROM runs WHERE concurrency_key = ?"
-            f" AND status IN {placeholders(counted)}",
-            (spec.quota.key, *counted),
-        ).fetchone()
-        refusal = admission.quota_refusal(spec.workflow, spec.quota, count)
-        if refusal is not None:
-            return refusal
-    if spec.singleton is not None:
-        active = len(_active_ids_of_key(conn, spec.singleton.key))
-        return admission.queue_refusal(spec.workflow, spec.singleton, active)
-    return None
+    return runbook.create(_Rows(conn), spec, now, gated=gated, lease=lease)
 
 
 def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
@@ -248,6 +165,39 @@ class _Rows:
 
     def get(self, run_id: str) -> Run:
         return _existing(self._conn, run_id)
+
+    def find(self, run_id: str) -> Run | None:
+        return get_run(self._conn, run_id)
+
+    def insert(self, run: Run) -> None:
+        _insert_run(self._conn, run)
+
+    def held_of(self, debounce_key: str, now: datetime) -> Run | None:
+        row = self._conn.execute(SQL["held_of_key"], (debounce_key, ts(now))).fetchone()
+        return None if row is None else run_from_row(row)
+
+    def rate_last(self, rate_key: str, limit: int) -> datetime | None:
+        row = self._conn.execute(SQL["rate_last"], (rate_key, limit - 1)).fetchone()
+        return None if row is None else from_ts(row["rate_at"])
+
+    def quota_count(self, key: str, statuses: Collection[RunStatus]) -> int:
+        counted = sorted(statuses)
+        # The counted statuses are the gate's own: an IN list as long as it is.
+        (count,) = self._conn.execute(
+            f"SELECT COUNT(*) FROM runs WHERE concurrency_key = ? AND status IN {placeholders(counted)}",
+            (key, *counted),
+        ).fetchone()
+        return int(count)
+
+    def active_ids_of_key(self, key: str) -> list[str]:
+        return _active_ids_of_key(self._conn, key)
+
+    def ahead(self, key: str, now: datetime) -> int:
+        (count,) = self._conn.execute(SQL["ahead_of_new"], (key, ts(now))).fetchone()
+        return int(count)
+
+    def cancel(self, run: Run, now: datetime) -> None:
+        cancel_one(self._conn, run, now, None)
 
     def save(self, run: Run) -> None:
         _save_run(self._conn, run)
@@ -569,7 +519,7 @@ def requeue_run(
         raise RunlaneError(
             f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
         )
-    refusal = _refusal(conn, requeue_spec(run, quota, singleton), now)
+    refusal = runbook.refusal(_Rows(conn), requeue_spec(run, quota, singleton), now)
     if refusal is not None:
         raise refusal
     conn.execute(SQL["delete_unfinished_steps"], (run_id, str(StepStatus.COMPLETED)))
