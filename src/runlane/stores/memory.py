@@ -44,7 +44,6 @@ from ..models import (
     claimed_run,
     requeue_spec,
     requeued_run,
-    settled_run,
     suspended_run,
 )
 from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
@@ -332,17 +331,7 @@ class MemoryStore:
     def _finish(
         self, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None
     ) -> Run:
-        woken = [] if woken is None else woken
-        done = settled_run(run, settlement, now)
-        self._runs[run.id] = done
-        self._signals.pop(run.id, None)
-        if run.holds_slot and run.singleton_key is not None:
-            woken.extend(self._wake_waiters(run.singleton_key, run.singleton_limit or 1, now))
-        if run.parent_id is not None and self._wake(run.parent_id, now):
-            woken.append(run.parent_id)
-        if run.queued:
-            woken.extend(queues.release(self._queues, run.id, None, now))
-        return done
+        return runbook.finish(_Rows(self), run, settlement, now, [] if woken is None else woken)
 
     def _wake_waiters(self, key: str, limit: int, now: datetime) -> list[str]:
         holders, waiters = self._slots_of(key, now)
@@ -843,8 +832,14 @@ class _Rows:
     def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:
         return self._store._create(spec, now, gated=gated)
 
-    def finish(self, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
-        return self._store._finish(run, settlement, now, woken)
+    def drop_signals(self, run_id: str) -> None:
+        self._store._signals.pop(run_id, None)
+
+    def wake_waiters(self, key: str, limit: int, now: datetime) -> list[str]:
+        return self._store._wake_waiters(key, limit, now)
+
+    def wake(self, run_id: str, now: datetime) -> bool:
+        return self._store._wake(run_id, now)
 
     def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         return self._store._lease(run, lease, now)
@@ -852,8 +847,8 @@ class _Rows:
     def admits(self, run: Run, now: datetime) -> bool:
         return self._store._admit(run, now)
 
-    def release_queue_slots(self, run_id: str, now: datetime) -> None:
-        queues.release(self._store._queues, run_id, None, now, admitted_only=True)
+    def release_queue(self, run_id: str, now: datetime, *, admitted_only: bool) -> list[str]:
+        return queues.release(self._store._queues, run_id, None, now, admitted_only=admitted_only)
 
 
 __all__ = [

@@ -33,6 +33,7 @@ from ..models import (
     ready_ids,
     refused_handler,
     run_from_spec,
+    settled_run,
 )
 
 _WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
@@ -75,9 +76,15 @@ class RunRows(Protocol):
     def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:
         """Create the run of ``spec`` (``Store.create_runs``; admission only when ``gated``)."""
 
-    def finish(self, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
-        """Settle ``run`` terminal: its slot released, the waiters and parent it wakes added to
-        ``woken``."""
+    def drop_signals(self, run_id: str) -> None:
+        """Delete the run's undelivered signals."""
+
+    def wake_waiters(self, key: str, limit: int, now: datetime) -> list[str]:
+        """Wake the singleton waiters a released slot of ``key`` admits, oldest first, stamping
+        their hand-off; their ids."""
+
+    def wake(self, run_id: str, now: datetime) -> bool:
+        """Make a waiting run due now (or note the wake on a leased one); whether it was woken."""
 
     def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         """Lease ``run`` (``models.claimed_run``) and read its step records and signals."""
@@ -85,8 +92,8 @@ class RunRows(Protocol):
     def admits(self, run: Run, now: datetime) -> bool:
         """Whether a free slot of its singleton key is this waiter's."""
 
-    def release_queue_slots(self, run_id: str, now: datetime) -> None:
-        """Give back the step queue slots the run's lost turn was admitted to."""
+    def release_queue(self, run_id: str, now: datetime, *, admitted_only: bool) -> list[str]:
+        """Free the run's step queue entries (``queues.release``); the ids of the runs woken."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,14 +200,14 @@ def _recovered(
     """The outcome for a run whose lease expired, when the claim ends there (None: go on)."""
     if run.status == RunStatus.CANCELLING:
         cancelled = Settlement(RunStatus.CANCELLED, None, run.error)
-        return ClaimOutcome(settled=rows.finish(run, cancelled, now, []))
+        return ClaimOutcome(settled=finish(rows, run, cancelled, now, []))
     dead = dead_settlement(run.recoveries, rules.max_recoveries)
     if dead is not None and run.workflow in rules.dead_letters:
         return ClaimOutcome(claim=rows.lease(run, lease, now), dying=True)
     if dead is not None:
-        return ClaimOutcome(settled=rows.finish(run, dead, now, []))
+        return ClaimOutcome(settled=finish(rows, run, dead, now, []))
     if run.queued:  # the slots its lost turn held go (its replay asks again)
-        rows.release_queue_slots(run.id, now)
+        rows.release_queue(run.id, now, admitted_only=True)
     return None
 
 
@@ -212,7 +219,7 @@ def settle(
     woken: list[str] = []
     if not run.holds_slot:
         successor = None  # nothing released, nobody to hand over to
-    settled = rows.finish(run, settlement, now, woken)
+    settled = finish(rows, run, settlement, now, woken)
     if settlement.continue_as is not None:
         started = rows.create(settlement.continue_as, now, gated=False)
         if started.created:
@@ -231,6 +238,21 @@ def settle(
     return SettleResult(woken, claim, handler)
 
 
+def finish(rows: RunRows, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
+    """Settle ``run`` terminal: release its slot, wake the waiters for it and its parent, free
+    its step queue entries; the ids woken go to ``woken``."""
+    done = settled_run(run, settlement, now)
+    rows.save(done)
+    rows.drop_signals(run.id)
+    if run.holds_slot and run.singleton_key is not None:
+        woken.extend(rows.wake_waiters(run.singleton_key, run.singleton_limit or 1, now))
+    if run.parent_id is not None and rows.wake(run.parent_id, now):
+        woken.append(run.parent_id)
+    if run.queued:
+        woken.extend(rows.release_queue(run.id, now, admitted_only=False))
+    return done
+
+
 def _hand_over(
     rows: RunRows, settled: Run, woken: list[str], successor: Lease | None, now: datetime
 ) -> Claim | None:
@@ -244,4 +266,4 @@ def _hand_over(
     return rows.lease(replace(waiter, holds_slot=True, handoff_at=None), successor, now)
 
 
-__all__ = ["ClaimRules", "RunRows", "claim", "create", "refusal", "settle"]
+__all__ = ["ClaimRules", "RunRows", "claim", "create", "finish", "refusal", "settle"]

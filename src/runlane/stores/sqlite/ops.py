@@ -42,7 +42,6 @@ from ...models import (
     claimed_run,
     requeue_spec,
     requeued_run,
-    settled_run,
     suspended_run,
 )
 from ...queues import QueueRequest
@@ -205,8 +204,14 @@ class _Rows:
     def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:
         return create(self._conn, spec, now, gated=gated)
 
-    def finish(self, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
-        return finish(self._conn, run, settlement, now, woken)
+    def drop_signals(self, run_id: str) -> None:
+        self._conn.execute(SQL["delete_signals"], (run_id,))
+
+    def wake_waiters(self, key: str, limit: int, now: datetime) -> list[str]:
+        return _wake_waiters(self._conn, key, limit, now)
+
+    def wake(self, run_id: str, now: datetime) -> bool:
+        return _wake(self._conn, run_id, now)
 
     def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         return _lease(self._conn, run, lease.owner, lease.until, now)
@@ -214,8 +219,8 @@ class _Rows:
     def admits(self, run: Run, now: datetime) -> bool:
         return _admit(self._conn, run, now)
 
-    def release_queue_slots(self, run_id: str, now: datetime) -> None:
-        queues.release(_book(self._conn), run_id, None, now, admitted_only=True)
+    def release_queue(self, run_id: str, now: datetime, *, admitted_only: bool) -> list[str]:
+        return queues.release(_book(self._conn), run_id, None, now, admitted_only=admitted_only)
 
 
 def _admit(conn: Conn, run: Run, now: datetime) -> bool:
@@ -389,18 +394,8 @@ def settle_run(
 def finish(
     conn: Conn, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None
 ) -> Run:
-    """Settle ``run`` terminal: release its slot, wake the waiters for it and its parent."""
-    woken = [] if woken is None else woken
-    done = settled_run(run, settlement, now)
-    _save_run(conn, done)
-    conn.execute(SQL["delete_signals"], (run.id,))
-    if run.holds_slot and run.singleton_key is not None:
-        woken.extend(_wake_waiters(conn, run.singleton_key, run.singleton_limit or 1, now))
-    if run.parent_id is not None and _wake(conn, run.parent_id, now):
-        woken.append(run.parent_id)
-    if run.queued:
-        woken.extend(queues.release(_book(conn), run.id, None, now))
-    return done
+    """Settle ``run`` terminal (``runbook.finish``)."""
+    return runbook.finish(_Rows(conn), run, settlement, now, [] if woken is None else woken)
 
 
 def _wake_waiters(conn: Conn, key: str, limit: int, now: datetime) -> list[str]:
