@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..models import Event, Run, RunStatus, Signal, StepRecord
+from ..models import Event, Run, RunStatus, Signal, StepRecord, StoredSchedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +97,33 @@ def signal_from_row(row: Any, decode: Decode) -> Signal:
     return Signal(row["id"], row["run_id"], row["name"], payload, decode.instant(row["created_at"]))
 
 
+def schedule_from_row(row: Any, decode: Decode) -> StoredSchedule:
+    """A row of ``runlane_schedules`` / ``schedules`` as a :class:`StoredSchedule`."""
+    return StoredSchedule(
+        id=row["id"],
+        definition=decode.json(row["definition"]),
+        paused=bool(row["paused"]),
+        next_window_at=decode.moment(row["next_window_at"]),
+        next_fire_at=decode.moment(row["next_fire_at"]),
+        created_at=decode.instant(row["created_at"]),
+        updated_at=decode.instant(row["updated_at"]),
+        last_fire_at=decode.moment(row["last_fire_at"]),
+        last_run_id=row["last_run_id"],
+        last_error=decode.json(row["last_error"]),
+    )
+
+
 def event_from_row(row: Any, decode: Decode) -> Event:
     """A row of ``runlane_events`` as an :class:`Event`."""
     payload = decode.json(row["payload"])
     return Event(row["seq"], row["name"], payload, decode.instant(row["created_at"]), row["id"])
 
 
-__all__ = ["Decode", "event_from_row", "run_from_row", "signal_from_row", "step_from_row"]
+__all__ = [
+    "Decode",
+    "event_from_row",
+    "run_from_row",
+    "schedule_from_row",
+    "signal_from_row",
+    "step_from_row",
+]

@@ -167,18 +167,7 @@ def run_from_row(row: Row) -> Run:
 
 
 def schedule_from_row(row: Row) -> StoredSchedule:
-    return StoredSchedule(
-        id=row["id"],
-        definition=row["definition"],
-        paused=row["paused"],
-        next_window_at=row["next_window_at"],
-        next_fire_at=row["next_fire_at"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        last_fire_at=row["last_fire_at"],
-        last_run_id=row["last_run_id"],
-        last_error=row["last_error"],
-    )
+    return shared.schedule_from_row(row, _DECODE)
 
 
 def step_from_row(row: Row) -> StepRecord:

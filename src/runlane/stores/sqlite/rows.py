@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...clock import utc
-from ...models import Event, Run, Signal, StepRecord
+from ...models import Event, Run, Signal, StepRecord, StoredSchedule
 from ...serialization import dumps, loads
 from .. import rows as shared
 
@@ -126,6 +126,10 @@ def signal_from_row(row: sqlite3.Row) -> Signal:
     return shared.signal_from_row(row, _DECODE)
 
 
+def schedule_from_row(row: sqlite3.Row) -> StoredSchedule:
+    return shared.schedule_from_row(row, _DECODE)
+
+
 def event_from_row(row: sqlite3.Row) -> Event:
     return shared.event_from_row(row, _DECODE)
 
@@ -144,6 +148,7 @@ __all__ = [
     "placeholders",
     "run_from_row",
     "run_values",
+    "schedule_from_row",
     "signal_from_row",
     "step_from_row",
     "step_values",

@@ -9,43 +9,28 @@ from typing import Any
 
 from ... import admission
 from ...models import RunSpec, Started, StoredSchedule, WindowFire, run_from_spec
-from ...serialization import dumps, loads
+from ...serialization import dumps
 from ..base import window_results
 from .ops import create
 from .reads import get_runs
-from .rows import RUN_COLUMNS, from_opt_ts, from_ts, placeholders, run_values, ts
+from .rows import RUN_COLUMNS, placeholders, run_values, schedule_from_row, ts
 from .statements import SQL
 
 Conn = sqlite3.Connection
 
 
-def _schedule(row: sqlite3.Row) -> StoredSchedule:
-    return StoredSchedule(
-        id=row["id"],
-        definition=loads(row["definition"]),
-        paused=bool(row["paused"]),
-        next_window_at=from_opt_ts(row["next_window_at"]),
-        next_fire_at=from_opt_ts(row["next_fire_at"]),
-        created_at=from_ts(row["created_at"]),
-        updated_at=from_ts(row["updated_at"]),
-        last_fire_at=from_opt_ts(row["last_fire_at"]),
-        last_run_id=row["last_run_id"],
-        last_error=loads(row["last_error"]),
-    )
-
-
 def get_schedule(conn: Conn, schedule_id: str) -> StoredSchedule | None:
     row = conn.execute(SQL["get_schedule"], (schedule_id,)).fetchone()
-    return None if row is None else _schedule(row)
+    return None if row is None else schedule_from_row(row)
 
 
 def list_schedules(conn: Conn) -> list[StoredSchedule]:
-    return [_schedule(row) for row in conn.execute(SQL["list_schedules"])]
+    return [schedule_from_row(row) for row in conn.execute(SQL["list_schedules"])]
 
 
 def due_schedules(conn: Conn, now: datetime, limit: int) -> list[StoredSchedule]:
     rows = conn.execute(SQL["due_schedules"], (ts(now), limit))
-    return [_schedule(row) for row in rows]
+    return [schedule_from_row(row) for row in rows]
 
 
 def save_schedule(conn: Conn, schedule: StoredSchedule) -> StoredSchedule:
