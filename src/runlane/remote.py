@@ -304,7 +304,7 @@ async def settle_remote_step(turn: Turn, op: StepOp, remote: RemoteSteps) -> Set
     if record is not None and record.error is not None and record.wake_at is None:
         return _attempt_failed(turn, op, record, record.error)
     if record is not None and record.wake_at is not None and record.wake_at > turn.now():
-        turn.wakes.append(record.wake_at)
+        turn.wake_by(record.wake_at)
         return None
     if op.definition.queue is not None and not await turn.admit(op):
         return None  # its queue admits it later; the slot is held until its result is recorded
@@ -393,7 +393,7 @@ async def _send_and_wait(
     timeout = op.definition.timeout
     if timeout is None:
         await remote.dispatch(str(op.definition.group), _task(turn, op, record))
-        turn.wakes.append(record.wake_at or turn.now())
+        turn.wake_by(record.wake_at or turn.now())
         return None
     first = min(timeout, _redispatch_window(turn.host.options))
     return await _watched(turn, op, remote, record, timeout, first=first, send=True)
@@ -549,10 +549,10 @@ def _attempt_failed(
     if retry_in is not None:
         wake = turn.now() + timedelta(seconds=retry_in)
         turn.stage(_pending_retry(record, error, wake, turn.now()))
-        turn.wakes.append(wake)
+        turn.wake_by(wake)
         return None
     turn.stage(_failed(record, error, turn.now()))
-    turn.live_errors[op.seq] = raise_stored(error)
+    turn.keep_error(op.seq, raise_stored(error))
     return Settled(False, None, error)
 
 
@@ -583,7 +583,7 @@ async def _in_flight(
         wake = _next_check(turn, op, turn.now())
         if window is not None:
             wake = min(wake, last + timedelta(seconds=window))
-        turn.wakes.append(wake)
+        turn.wake_by(wake)
         return None
     if _out_of_dispatches(options, record):
         return _attempt_failed(turn, op, record, _timed_out(op, silent))

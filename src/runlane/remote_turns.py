@@ -141,9 +141,9 @@ async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bo
         return await turn.continued(outcome.get("input")), False
     wake = decision.wake_at()
     if wake is not None:
-        turn.wakes.append(wake)
+        turn.wake_by(wake)
     if again:
-        turn.wakes.append(turn.now())  # something settled while applying: the next turn sees it
+        turn.wake_by(turn.now())  # something settled while applying: the next turn sees it
     return None
 
 
@@ -155,7 +155,7 @@ async def _apply_commands(turn: Turn, decision: Decision) -> bool:
         if known is not None and known.done:
             continue  # history is not rewritten
         turn.stage(replace(record, run_id=turn.run.id))
-    turn.consumed.extend(decision.consumed_signals)
+    turn.consume(decision.consumed_signals)
     again = await _children(turn, decision)
     for command in decision.steps:
         op = StepOp(
