@@ -11,13 +11,11 @@ due work. Where a run made due goes is decided once, in :meth:`Execution.send`, 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import itertools
 import logging
 import random
-import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence, Sized
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -28,6 +26,7 @@ from .errors import ExecutionTimeoutError, StepTimeoutError, UnknownStepError, e
 from .faults import OutageLog, is_infrastructure
 from .leases import LeaseKeeper
 from .local import LocalRuns
+from .loop import Loop
 from .models import (
     JSON,
     Claim,
@@ -61,12 +60,6 @@ log = logging.getLogger("runlane.engine")
 
 MISSED_AFTER = 10.0
 """Seconds after which a schedule's window not fired yet counts as missed (see ``catchup``)."""
-
-BACKLOG_POLL = 0.05
-"""Seconds between the loop's passes while its polls keep finding full batches of due work."""
-
-OUTAGE_BACKOFF_MAX = 5.0
-"""Seconds between the loop's passes, at most, while the store is unreachable."""
 
 
 class Settlements:
@@ -125,8 +118,9 @@ class Execution:
         self.settlements = Settlements()
         self.outage = OutageLog(log, on_recovered=self.poll_soon)
         self.leases = LeaseKeeper(store, self.now, lambda: self.options.lease, self.outage)
-        has_run_queue = transport is not None and transport.has_run_queue
-        self.runqueue = RunQueue(self, transport) if transport and has_run_queue else None
+        self.runqueue = (
+            RunQueue(self, transport) if transport is not None and transport.has_run_queue else None
+        )
         self.remote = RemoteSteps(self, transport) if transport is not None else None
         self.remote_turns = RemoteTurns(self, transport) if transport is not None else None
         self.schedules = Scheduler(_SchedulerHost(self, ready))
@@ -136,13 +130,16 @@ class Execution:
         self._decisions: dict[str, Decision] = {}
         self._tokens = itertools.count(1)
         self._local: LocalRuns | None = None
-        self._wakeup: asyncio.Event | None = None
-        self._loop_task: asyncio.Task[None] | None = None
-        self._prune_task: asyncio.Task[None] | None = None
         self._accepting = True
         self._consuming = False
-        self._next_wake: datetime | None = None
-        self._backlog = False  # a poll of the last pass filled its batch: more work is due
+        self.loop = Loop(
+            self.tick,
+            now=self.now,
+            poll_interval=lambda: self.options.poll_interval,
+            outage=self.outage,
+            accepting=lambda: self._accepting,
+        )
+        self._prune_task: asyncio.Task[None] | None = None
 
     # ---------------------------------------------------------------- what it runs against
 
@@ -173,12 +170,12 @@ class Execution:
             self._local = LocalRuns(
                 self._execute, self._follow_up, lambda: self._accepting, self.options.max_local_runs
             )
-            self._wakeup = asyncio.Event()
+            self.loop.open()
 
     def start_loop(self) -> None:
         self._accepting = True
-        if self.drive and self._loop_task is None:
-            self._loop_task = asyncio.create_task(self._loop(), name=f"runlane-engine-{self.id}")
+        if self.drive:
+            self.loop.start(name=f"runlane-engine-{self.id}")
 
     def start_consumers(self) -> None:
         """Consume the run queue, remote step results and heartbeats (if there is a transport)."""
@@ -203,10 +200,7 @@ class Execution:
         if self.runqueue is not None:
             await self.runqueue.stop_consuming()
             await self.runqueue.hand_back(keep=in_flight)
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            await asyncio.gather(self._loop_task, return_exceptions=True)
-            self._loop_task = None
+        await self.loop.stop()
         if self._prune_task is not None:
             # A batch is one short statement: let it commit rather than roll it back.
             await asyncio.gather(self._prune_task, return_exceptions=True)
@@ -226,7 +220,7 @@ class Execution:
             return Mode.FLEET
         if self.runqueue is not None and not self.drive:
             return Mode.PRODUCER
-        if self._accepting and (self._loop_task is not None or self._consuming):
+        if self._accepting and (self.loop.running or self._consuming):
             return Mode.ALONE
         return Mode.IDLE
 
@@ -350,7 +344,7 @@ class Execution:
         elif result.state == "rewake":
             return [run.id]
         elif result.wake_at is not None:
-            self.note_wake(result.wake_at)
+            self.loop.note_wake(result.wake_at)
         return result.woken
 
     async def _drive(
@@ -460,67 +454,17 @@ class Execution:
 
     def poll_soon(self) -> None:
         """Look for due work now rather than at the next poll interval."""
-        if self._wakeup is not None:
-            self._wakeup.set()
+        self.loop.poll_soon()
 
     def note_held(self, runs: Iterable[Run]) -> None:
         """Runs held by a throttle or a debounce begin by their timer: the loop comes back then."""
         now = self.now()
         for run in runs:
             if run.held(now) and run.wake_at is not None:
-                self.note_wake(run.wake_at)
-
-    def note_wake(self, when: datetime) -> None:
-        if self._next_wake is None or when < self._next_wake:
-            self._next_wake = when
-            self.poll_soon()
-
-    async def _loop(self) -> None:
-        assert self._wakeup is not None
-        last_error = 0.0
-        backoff = 0.0
-        while self._accepting:
-            self._wakeup.clear()
-            self._backlog = False
-            try:
-                await self.tick()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if is_infrastructure(exc):
-                    # Back off while the store is unreachable: wakes would only fail again.
-                    self.outage.failed(exc, "polling for due work")
-                    backoff = min(OUTAGE_BACKOFF_MAX, max(self.options.poll_interval, backoff * 2))
-                    # Woken early when another call finds the store back.
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wakeup.wait(), backoff)
-                    continue
-                if time.monotonic() - last_error > 60:
-                    log.exception("engine loop pass failed; retrying")
-                    last_error = time.monotonic()
-            else:
-                backoff = 0.0
-                self.outage.succeeded()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), self._poll_delay())
-
-    def _poll_delay(self) -> float:
-        delay = self.options.poll_interval
-        if self._backlog:
-            # Due work is waiting (a burst of timers, a backlog of starts): the next pass
-            # comes once the batch just spawned has had a moment, not a whole interval later.
-            delay = min(delay, BACKLOG_POLL)
-        if self._next_wake is not None:
-            until = (self._next_wake - self.now()).total_seconds()
-            if until <= delay:
-                self._next_wake = None
-                delay = max(0.0, until)
-        return delay
+                self.loop.note_wake(run.wake_at)
 
     def _in_loop(self) -> bool:
-        return (
-            self.drive and self._loop_task is not None and asyncio.current_task() is self._loop_task
-        )
+        return self.drive and self.loop.inside()
 
     # ---------------------------------------------------------------- the loop phases
 
@@ -569,14 +513,14 @@ class Execution:
         """Start the runs of the schedules' due windows (each window once, across engines)."""
         fired = await self.schedules.fire_due()
         if self.schedules.backlog:
-            self._backlog = True
+            self.loop.note_backlog()
         return fired
 
     async def run_pending(self) -> int:
         """Execute pending runs, highest priority then oldest first."""
         limit = self._capacity()
         ids = await self.store.pending_run_ids(self.now(), limit, self.namespace)
-        self._note_batch(ids, limit)
+        self.loop.note_batch(ids, limit)
         return await self._execute_all(ids)
 
     async def resume_due_timers(self) -> int:
@@ -588,12 +532,12 @@ class Execution:
             runs = await self.store.hand_off_due_runs(
                 now, self.options.timer_batch_size, self.namespace, hold
             )
-            self._note_batch(runs, self.options.timer_batch_size)
+            self.loop.note_batch(runs, self.options.timer_batch_size)
             self.runqueue.publish_timers(runs)
             return len(runs)
         limit = min(self.options.timer_batch_size, self._capacity())
         ids = await self.store.due_run_ids(self.now(), limit, self.namespace)
-        self._note_batch(ids, limit)
+        self.loop.note_batch(ids, limit)
         random.shuffle(ids)
         return await self._execute_all(ids)
 
@@ -601,7 +545,7 @@ class Execution:
         """Re-execute runs whose lease expired (their instance died mid-turn)."""
         limit = self._capacity()
         ids = await self.store.expired_run_ids(self.now(), limit, self.namespace)
-        self._note_batch(ids, limit)
+        self.loop.note_batch(ids, limit)
         return await self._execute_all(ids)
 
     async def sweep_timeouts(self) -> int:
@@ -619,11 +563,6 @@ class Execution:
 
     def _capacity(self) -> int:
         return max(1, self.room())
-
-    def _note_batch(self, found: Sized, limit: int) -> None:
-        """A poll that filled its batch left more due work behind: the loop comes back soon."""
-        if len(found) >= limit:
-            self._backlog = True
 
     async def _execute_all(self, ids: Sequence[str]) -> int:
         # A polled run already executing here needs no second turn: the poll saw it mid-way.
