@@ -1,8 +1,8 @@
 """Engine: the public face of runlane. Start, signal, cancel and wait on runs; read them.
 
-The engine is a facade: what users call (and what ``docs/API``'s contract names) lives here,
-and everything else is delegated. Executing runs (claim -> turn -> outcome, where due runs go,
-the loop and its phases) is :class:`~runlane.execution.Execution`; the specs of new runs are
+The engine is a facade: what users call (the public API's contract) lives here, and everything
+else is delegated. Executing runs (claim -> turn -> outcome, where due runs go, the loop and
+its phases) is :class:`~runlane.execution.Execution`; the specs of new runs are
 :class:`~runlane.specs.RunSpecs`; admission happens in the store.
 """
 
@@ -41,7 +41,6 @@ from .retention import older_than as older_than_cutoffs
 from .routing import Reason
 from .schedules import Schedule, Scheduler
 from .serialization import normalise
-from .specs import continuation_id, failure_id
 from .stats import EngineStats
 from .stores import open_store
 from .stores.base import Store
@@ -566,4 +565,4 @@ def _same_start(run: Run, spec: RunSpec) -> bool:
     )
 
 
-__all__ = ["Engine", "RunStatus", "continuation_id", "failure_id"]
+__all__ = ["Engine", "RunStatus"]

@@ -165,12 +165,11 @@ class Execution:
     # ---------------------------------------------------------------- lifecycle
 
     def open(self) -> None:
-        """Once the store is open: the local runs and the loop's wake-up."""
-        if self._local is None:
-            self._local = LocalRuns(
-                self._execute, self._follow_up, lambda: self._accepting, self.options.max_local_runs
-            )
-            self.loop.open()
+        """Each time the engine opens (its store first): the local runs and the loop's wake-up."""
+        self._local = LocalRuns(
+            self._execute, self._follow_up, lambda: self._accepting, self.options.max_local_runs
+        )
+        self.loop.open()
 
     def start_loop(self) -> None:
         self._accepting = True

@@ -48,9 +48,8 @@ class Loop:
         self._backlog = False  # a poll of the last pass filled its batch: more work is due
 
     def open(self) -> None:
-        """In the event loop the engine runs on (the wake-up is bound to it)."""
-        if self._wakeup is None:
-            self._wakeup = asyncio.Event()
+        """Each time the engine opens: a fresh wake-up."""
+        self._wakeup = asyncio.Event()
 
     @property
     def running(self) -> bool:
