@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements/dev.lock
 
-.PHONY: demo test lint install lock dist bench chaos clean
+.PHONY: demo test lint docs install lock dist bench chaos clean
 
 # The development environment: the exact versions of the lock file, then runlane itself
 # (editable, no dependency resolution of its own, so nothing drifts from the lock).
@@ -22,9 +22,14 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks chaos
-	$(VENV)/bin/ruff format --check src tests benchmarks chaos
+	$(VENV)/bin/ruff check src tests benchmarks chaos docs/examples
+	$(VENV)/bin/ruff format --check src tests benchmarks chaos docs/examples
 	$(VENV)/bin/mypy src tests
+
+# The documentation site (mkdocs.yml, docs/), strict: a warning or a broken link fails it. Built
+# into .site/ (gitignored) and thrown away: the pages are the source.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 # Re-resolve the lock after a change to pyproject.toml's dependencies; versions already locked
 # stay unless the new bounds exclude them (pip-tools, in a throwaway venv).
@@ -68,4 +73,4 @@ chaos: $(STAMP)
 	$(PY) -m chaos
 
 clean:
-	rm -rf $(VENV) $(PEERS_VENV) $(ABSURD_VENV) build dist *.egg-info
+	rm -rf $(VENV) $(PEERS_VENV) $(ABSURD_VENV) build dist *.egg-info .site

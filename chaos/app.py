@@ -1,7 +1,7 @@
 """The chaos run's workflows, and its members as processes.
 
 python -m chaos.app engine CONFIG     -> an engine instance (PostgreSQL, RedisTransport), until SIGTERM
-python -m chaos.app worker CONFIG     -> a remote step worker, until SIGTERM
+python -m chaos.app worker CONFIG     -> a remote step and workflow-turn worker, until SIGTERM
 python -m chaos.app producer CONFIG   -> the workload's producer (see chaos.workload), until done
 
 Every step execution appends one line to its process's side-effect log (``effects-<pid>.log``):
@@ -154,6 +154,18 @@ async def remote_steps(ctx: runlane.Context, _: Any) -> dict[str, Any]:
     return {"tokens": {**tokens, **await _tokens(ctx, "b")}}
 
 
+# A remote workflow: the engines never run its body; each turn goes to a worker process of the
+# group, which replays it and runs its local steps (their effects carry the worker's pid). The
+# remote step goes back through the engine to a worker; the last turn runs two local steps.
+@runlane.workflow(name="c.rwf", group=GROUP)
+async def remote_workflow(ctx: runlane.Context, input: Any) -> dict[str, Any]:
+    tokens = await _tokens(ctx, "a")
+    tokens["r"] = await _step(ctx, remote, "r")
+    await ctx.sleep(float(input["sleep"]))
+    payload = await ctx.wait_for_signal("go")
+    return {"tokens": {**tokens, **await _tokens(ctx, "bc")}, "signal": payload}
+
+
 @runlane.workflow(name="c.leaf")
 async def leaf(ctx: runlane.Context, _: Any) -> dict[str, Any]:
     return {"tokens": await _tokens(ctx, "a")}
@@ -265,6 +277,7 @@ WORKFLOWS = [
     sleepy,
     signalled,
     remote_steps,
+    remote_workflow,
     leaf,
     fan,
     chain,
@@ -295,7 +308,9 @@ def engine(config: Config, **options: Any) -> Engine:
 
 def worker(config: Config) -> Worker:
     transport = RedisTransport(config.redis_url, prefix=config.prefix)
-    return Worker(GROUP, transport, steps=STEPS, heartbeat_interval=0.3)
+    return Worker(
+        GROUP, transport, steps=STEPS, workflows=[remote_workflow], heartbeat_interval=0.3
+    )
 
 
 async def serve(role: str, config: Config) -> None:

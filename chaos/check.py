@@ -25,6 +25,7 @@ from runlane.queues import StepQueue, window_start
 
 from .app import DEBOUNCED, DOOMED, LIMITED, QUEUES, QUOTA_LIMIT, THROTTLED
 from .config import LEASE
+from .workload import SIGNALLED
 
 INVARIANTS = {
     "lost": "runs lost: acknowledged (or created by a run) but missing from the store",
@@ -56,6 +57,7 @@ OPERATIONS = {
     "c.sleepy": 3,
     "c.signal": 3,
     "c.remote": 4,
+    "c.rwf": 6,
     "c.leaf": 1,
     "c.fan": 4,
     "c.chain": 2,
@@ -260,7 +262,7 @@ def _consumed(run: Run, records: list[StepRecord], evidence: Evidence, findings:
                 "result_twice",
                 f"{run.id} {label}: consumed {token}, recorded {recorded.get(label)}",
             )
-    if run.workflow == "c.signal":
+    if run.workflow in SIGNALLED:
         n = int(run.id.rsplit("-", 1)[1])
         if run.output.get("signal") != {"n": n}:
             findings.add("signal", f"{run.id}: got {run.output.get('signal')}")

@@ -25,6 +25,7 @@ KINDS = (
     "kill-engine",
     "kill-worker",
     "freeze-engine",
+    "freeze-worker",
     "terminate-backends",
     "restart-redis",
     "restart-postgres",
@@ -35,7 +36,9 @@ GAP = (2.0, 5.0)
 """Seconds between two faults, drawn uniformly."""
 
 FREEZE = LEASE + 2.0
-"""A frozen engine stays stopped past its lease: its runs are recovered while it is alive."""
+"""A frozen engine stays stopped past its lease: its runs are recovered while it is alive. A
+frozen worker stays stopped past the remote turn's silence window (the lease, by default): its
+turns are sent again, and other workers decide them, while it is alive."""
 
 DOWN = 1.0
 """Seconds a restarted server stays down."""
@@ -93,8 +96,8 @@ class Injector:
             name = self.rng.choice(self.fleet.names(kind.split("-")[1]))
             old, new = self.fleet.kill(name)
             return {"member": name, "pid": old, "new_pid": new}
-        if kind == "freeze-engine":
-            name = self.rng.choice(self.fleet.names("engine"))
+        if kind in ("freeze-engine", "freeze-worker"):
+            name = self.rng.choice(self.fleet.names(kind.split("-")[1]))
             pid, stopped, resumed = self.fleet.freeze(name, FREEZE)
             self.freezes.append((pid, stopped, resumed))
             return {"member": name, "pid": pid, "until": resumed}

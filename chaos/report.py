@@ -113,6 +113,7 @@ def _faults(injector: Injector) -> str:
     detail = {
         "terminate-backends": f"{injector.terminated} backends terminated",
         "freeze-engine": f"SIGSTOP for {FREEZE:.0f} s (lease {LEASE:.0f} s), then SIGCONT",
+        "freeze-worker": f"SIGSTOP for {FREEZE:.0f} s (turn silence {LEASE:.0f} s), then SIGCONT",
         "restart-redis": f"down for {DOWN:.0f} s, every key lost",
         "restart-postgres": f"stopped as in a crash (immediate), down for {DOWN:.0f} s",
         "delay-transport": f"every Redis message held {DELAY:.0f} s, then delivered",

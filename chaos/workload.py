@@ -32,6 +32,7 @@ MIX = {
     "c.sleepy": 2.0,
     "c.signal": 2.0,
     "c.remote": 3.0,
+    "c.rwf": 2.0,
     "c.fan": 1.0,
     "c.chain": 1.0,
     "c.queue": 1.5,
@@ -56,9 +57,12 @@ PATIENCE = 90.0
 """Seconds a call is retried while the store is unreachable before the producer gives up."""
 
 # The share of runs of a workflow that the producer cancels, and when (seconds after the start).
-CANCELS = {"c.signal": 0.2, "c.sleepy": 0.15, "c.plain": 0.05, "c.fan": 0.1}
+CANCELS = {"c.signal": 0.2, "c.sleepy": 0.15, "c.plain": 0.05, "c.fan": 0.1, "c.rwf": 0.1}
 CANCEL_AFTER = (0.0, 2.0)
 SIGNAL_AFTER = (0.2, 3.0)
+SIGNALLED = ("c.signal", "c.rwf")
+"""Workflows that wait for the signal ``go``: the producer sends each run one (unless it
+cancels the run), its payload ``{"n": <the run's number>}``."""
 START_GAP = (0.02, 0.12)
 
 
@@ -96,7 +100,7 @@ def _input(workflow: str, n: int, rng: random.Random) -> dict[str, Any]:
         return {"key": str(rng.randrange(KEYS)), "n": n}
     if workflow == "c.metered":
         return {"tenant": rng.choice("xyz"), "priority": rng.choice([0, 0, 5])}
-    if workflow == "c.sleepy":
+    if workflow in ("c.sleepy", "c.rwf"):
         return {"sleep": round(rng.uniform(0.3, 2.0), 2)}
     if workflow == "c.fan":
         return {"width": FAN_WIDTH}
@@ -146,7 +150,7 @@ class Producer:
         action: Awaitable[None] | None = None
         if self.rng.random() < CANCELS.get(workflow, 0.0):
             action = self.cancel(run_id, self.rng.uniform(*CANCEL_AFTER))
-        elif workflow == "c.signal":
+        elif workflow in SIGNALLED:
             action = self.signal(run_id, {"n": n}, self.rng.uniform(*SIGNAL_AFTER))
         if action is not None:
             task = asyncio.ensure_future(action)

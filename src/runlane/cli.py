@@ -24,6 +24,7 @@ from rich.console import Console
 
 from .cli_tables import (
     lanes_table,
+    limits_table,
     queues_table,
     run_details,
     runs_table,
@@ -34,13 +35,12 @@ from .engine import Engine
 from .errors import ConfigurationError, MissingExtraError, RunlaneError
 from .extras import needs_extra
 from .http.shapes import (
-    lane_to_dict,
-    queue_lane_to_dict,
+    lanes_to_dict,
     run_to_dict,
     schedule_to_dict,
     step_to_dict,
 )
-from .lanes import Lane, QueueLane, lanes, queue_lanes
+from .lanes import AllLanes, all_lanes
 from .models import Run, RunQuery, RunStatus, StepRecord
 from .stores import open_store
 from .stores.base import Store
@@ -455,17 +455,28 @@ def parse_duration(text: str) -> timedelta:
 )
 @click.option("--batch", default=1000, show_default=True, type=click.IntRange(min=1))
 def runs_prune(db: str | None, app: str | None, as_json: bool, older_than: str, batch: int) -> None:
-    """Delete settled runs (completed, failed, cancelled, dead) with their steps and signals.
+    """Delete settled runs (completed, failed, cancelled, dead) with their steps and signals,
+    and published events (the event log) older than the same age.
 
-    A parent whose children are still active is kept. Deletes in batches, so engines serving
-    the same database go on meanwhile.
+    A parent whose children are still active is kept; so is the newest event. Deletes in
+    batches, so engines serving the same database go on meanwhile.
     """
     period = parse_duration(older_than)
-    deleted = with_engine(db, app, lambda e: e.prune(period, batch=batch))
+
+    async def prune(engine: Engine) -> tuple[int, int]:
+        runs = await engine.prune(period, batch=batch, events=False)
+        return runs, await engine.prune_events(period, batch=batch)
+
+    deleted, events = with_engine(db, app, prune)
     say(
         as_json,
-        {"deleted": deleted, "older_than_seconds": period.total_seconds()},
-        f"deleted {deleted} settled run{'s' if deleted != 1 else ''} older than {older_than}",
+        {
+            "deleted": deleted,
+            "events_deleted": events,
+            "older_than_seconds": period.total_seconds(),
+        },
+        f"deleted {deleted} settled run{'s' if deleted != 1 else ''} and {events}"
+        f" event{'s' if events != 1 else ''} older than {older_than}",
     )
 
 
@@ -539,29 +550,33 @@ async def follow_runs(
 
 @main.command("lanes")
 @_common
-@click.option("--key", default=None, help="Only the lanes of this key (or step queue).")
+@click.option(
+    "--key",
+    default=None,
+    help="Only the lanes of this key (or step queue, or a limit's workflow when it has no key).",
+)
 def lanes_command(db: str | None, app: str | None, as_json: bool, key: str | None) -> None:
     """Each singleton lane and quota key with active runs, and each step queue: holders,
-    waiters in order, usage (JSON: one list, step queues with kind "queue")."""
+    waiters in order, usage. Each run-level rate limit or throttle with starts in its window:
+    used of its limit, when a start fits again; each debounce: its run and when it fires
+    (JSON: one list; step queues with kind "queue", limits "rate_limit" and "debounce")."""
 
-    async def read(engine: Engine) -> tuple[list[Lane], list[QueueLane]]:
-        runs, views = (
-            await engine.read(lambda s: s.lane_runs()),
-            await engine.read(lambda s: s.queue_views()),
-        )
-        return lanes(runs), queue_lanes(views, engine.now())
+    async def read(engine: Engine) -> AllLanes:
+        now = engine.now()
+        return await engine.read(lambda store: all_lanes(store, now))
 
-    found, queues = with_engine(db, app, read)
-    found = [lane for lane in found if key is None or lane.key == key]
-    queues = [lane for lane in queues if key is None or lane.name == key]
+    found = with_engine(db, app, read).of_key(key)
     if as_json:
-        shown = [lane_to_dict(lane) for lane in found] + [queue_lane_to_dict(q) for q in queues]
-        click.echo(json.dumps(shown, indent=2))
+        shown = lanes_to_dict(found)
+        click.echo(json.dumps(shown["lanes"] + shown["queues"] + shown["limits"], indent=2))
         return
     console = Console()
-    console.print(lanes_table(found) if found else "no busy lanes")
-    if queues:
-        console.print(queues_table(queues))
+    if found.lanes or not (found.queues or found.rates or found.debounces):
+        console.print(lanes_table(found.lanes) if found.lanes else "no busy lanes")
+    if found.queues:
+        console.print(queues_table(found.queues))
+    if found.rates or found.debounces:
+        console.print(limits_table(found.rates, found.debounces))
 
 
 # ---------------------------------------------------------------- db

@@ -9,7 +9,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from .lanes import Lane, QueueLane
+from .lanes import DebounceLane, Lane, QueueLane, RateLane
 from .models import Run, StepRecord
 from .schedules import ScheduleState
 
@@ -128,6 +128,33 @@ def queues_table(found: list[QueueLane]) -> Table:
     return table
 
 
+def limits_table(rates: list[RateLane], debounces: list[DebounceLane]) -> Table:
+    """Run-level limits: a rate limit's window and when a start fits again; a debounce's run
+    and when it fires."""
+    table = Table("limit", "key", "workflow", "window", "next", "runs")
+    for rate in rates:
+        resets = "now" if rate.resets_at is None else f"fits at {_when(rate.resets_at)}"
+        held = f"; held: {', '.join(r.id for r in rate.held)}" if rate.held else ""
+        table.add_row(
+            "rate limit",
+            escape(rate.key or "(every start)"),
+            escape(rate.workflow or "-"),
+            f"{rate.used}/{rate.limit} per {rate.period:g} s",
+            resets,
+            escape(", ".join(r.id for r in rate.counted) + held),
+        )
+    for debounce in debounces:
+        table.add_row(
+            "debounce",
+            escape(debounce.key or "(every start)"),
+            escape(debounce.workflow or "-"),
+            f"since {_when(debounce.first_at)}",
+            f"fires at {_when(debounce.fires_at)}",
+            escape(debounce.run.id),
+        )
+    return table
+
+
 def schedules_table(found: list[ScheduleState]) -> Table:
     table = Table("id", "workflow", "when", "next fire (UTC)", "last run", "last error")
     for state in found:
@@ -152,6 +179,7 @@ def _when(moment: datetime | None) -> str:
 
 __all__ = [
     "lanes_table",
+    "limits_table",
     "run_details",
     "runs_table",
     "schedules_table",

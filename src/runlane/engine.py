@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 
 from . import admission
 from .clock import Clock, SystemClock
-from .definitions import Concurrency, WorkflowDefinition, check_tags
+from .definitions import Concurrency, WorkflowDefinition, as_seconds, check_tags
 from .errors import (
     DefinitionError,
     RunExistsError,
@@ -88,7 +88,9 @@ class Engine:
         self.consumers = consumers
         engine_options = EngineOptions.from_kwargs(options)
         self.pruner = (
-            Pruner(retention, self._prune_batch, self.now) if retention is not None else None
+            Pruner(retention, self._prune_batch, self._prune_events, self.now)
+            if retention is not None
+            else None
         )
         self._execution = Execution(
             engine_id=uuid.uuid4().hex[:12],
@@ -514,10 +516,16 @@ class Engine:
     async def _prune_batch(self, cutoffs: dict[RunStatus, datetime], limit: int) -> list[str]:
         return await self.store.prune_runs(cutoffs, limit)
 
-    async def prune(self, older_than: float | timedelta, *, batch: int = 1000) -> int:
+    async def _prune_events(self, before: datetime, limit: int) -> int:
+        return await self.store.prune_events(before, limit)
+
+    async def prune(
+        self, older_than: float | timedelta, *, batch: int = 1000, events: bool = True
+    ) -> int:
         """Delete every settled run (any terminal status) last updated more than
         ``older_than`` ago, in batches of ``batch``; returns how many were deleted. A parent
-        whose children are still active is kept (``runlane runs prune --older-than``)."""
+        whose children are still active is kept (``runlane runs prune --older-than``).
+        With ``events``, the published events older than that go too (:meth:`prune_events`)."""
         await self._ready()
         cutoffs = older_than_cutoffs(older_than, self.now())
         deleted = 0
@@ -525,6 +533,21 @@ class Engine:
             gone = await self._api(functools.partial(self.store.prune_runs, cutoffs, batch))
             deleted += len(gone)
             if len(gone) < batch:
+                break
+        if events:
+            await self.prune_events(older_than, batch=batch)
+        return deleted
+
+    async def prune_events(self, older_than: float | timedelta, *, batch: int = 1000) -> int:
+        """Delete the published events older than ``older_than`` (the newest one excepted), in
+        batches of ``batch``; returns how many were deleted."""
+        await self._ready()
+        before = self.now() - timedelta(seconds=as_seconds(older_than))
+        deleted = 0
+        while True:
+            gone = await self._api(functools.partial(self.store.prune_events, before, batch))
+            deleted += gone
+            if gone < batch:
                 return deleted
 
 

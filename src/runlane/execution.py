@@ -306,6 +306,7 @@ class Execution:
     ) -> list[str]:
         """Claim the run (or use ``claim``) and drive one turn; returns runs to execute next."""
         verdict = None
+        released = None
         if claim is None:
             try:
                 outcome = await self._claim(run_id, handoff)
@@ -320,9 +321,11 @@ class Execution:
                 return []
             if outcome.dying:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
+            if outcome.handed_off_at is not None:
+                released = (self.now() - outcome.handed_off_at).total_seconds()
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
-        self.stats.turn_began(run_id, claim.run.workflow)
+        self.stats.turn_began(run_id, claim.run.workflow, released)
         run = claim.run
         with self.tracing.turn(run.id, run.workflow, run.recoveries + 1):
             result = await self._drive(claim, owner, definition, verdict)
@@ -490,7 +493,7 @@ class Execution:
         if self._in_loop():
             self._prune_task = asyncio.create_task(self._prune_beside())
             return 0
-        return len(await pruner.run_batch())
+        return len((await pruner.run_batch()).runs)
 
     async def _prune_beside(self) -> None:
         pruner = self.pruner
@@ -498,7 +501,7 @@ class Execution:
         try:
             # A backlog goes batch after batch, a short pause between, without waiting for
             # the loop's next pass; then one pass per interval.
-            while len(await pruner.run_batch()) >= pruner.retention.batch and self._accepting:
+            while (await pruner.run_batch()).full(pruner.retention.batch) and self._accepting:
                 await asyncio.sleep(CATCH_UP_PAUSE)
         except Exception as exc:
             if is_infrastructure(exc):

@@ -3,19 +3,24 @@
 A pure view over the active gated runs a store lists (``Store.lane_runs``, oldest first): each
 singleton lane (``singleton_key``, see :func:`runlane.admission.lane`) with its slot holders and
 its waiters in FIFO order, and each quota key (``concurrency_key``) with the runs it counts.
-Step queues are lanes of steps: :func:`queue_lanes` views ``Store.queue_views``.
+Step queues are lanes of steps: :func:`queue_lanes` views ``Store.queue_views``. Run-level rate
+limits, throttles and debounces are lanes of starts: :func:`limit_lanes` views
+``Store.limited_runs``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Literal
 
 from .admission import lane_parts
 from .models import QueueSettings, Run
 from .queues import QueueEntry, QueueView, current_window
+
+if TYPE_CHECKING:
+    from .stores.base import Store
 
 
 @dataclass(frozen=True)
@@ -106,4 +111,146 @@ def queue_lanes(views: Iterable[QueueView], now: datetime) -> list[QueueLane]:
     return sorted(found, key=lambda lane: lane.name)
 
 
-__all__ = ["Lane", "QueueLane", "lanes", "queue_lanes"]
+@dataclass(frozen=True)
+class RateLane:
+    """A run-level rate limit's key at ``now``: the starts its sliding window of ``period``
+    seconds counts (``used`` of ``limit``) and the throttled starts counted ahead of time
+    (``held``: they begin when the window lets them, in order). ``resets_at`` is the first
+    instant a new start fits the window again (None: it fits now); ``clears_at`` the instant
+    the last start counted leaves it. ``key`` is None for a limit on the whole workflow."""
+
+    name: str
+    key: str | None
+    workflow: str | None
+    limit: int
+    period: float
+    now: datetime
+    counted: tuple[Run, ...]
+    held: tuple[Run, ...]
+
+    @property
+    def used(self) -> int:
+        return len(self.counted)
+
+    @property
+    def window_start(self) -> datetime:
+        return self.now - timedelta(seconds=self.period)
+
+    @property
+    def resets_at(self) -> datetime | None:
+        # The window of a start made now reaches back to the limit-th most recent start.
+        starts = sorted((r.rate_at for r in (*self.counted, *self.held) if r.rate_at), reverse=True)
+        if len(starts) < self.limit:
+            return None
+        opens = starts[self.limit - 1] + timedelta(seconds=self.period)
+        return opens if opens > self.now else None
+
+    @property
+    def clears_at(self) -> datetime | None:
+        return max(
+            (r.rate_until for r in (*self.counted, *self.held) if r.rate_until), default=None
+        )
+
+
+@dataclass(frozen=True)
+class DebounceLane:
+    """A debounced key's run that has not begun: starts of the key fold into it (the last
+    input wins) until it fires at ``fires_at``; ``first_at`` is when the first of them came."""
+
+    name: str
+    key: str | None
+    workflow: str | None
+    run: Run
+
+    @property
+    def fires_at(self) -> datetime | None:
+        return self.run.begin_at
+
+    @property
+    def first_at(self) -> datetime:
+        return self.run.created_at
+
+
+def limit_lanes(runs: Iterable[Run], now: datetime) -> tuple[list[RateLane], list[DebounceLane]]:
+    """The rate-limit and debounce lanes of ``runs`` (``Store.limited_runs`` at ``now``,
+    oldest first), each by key."""
+    rated: dict[str, list[Run]] = {}
+    debounced: list[DebounceLane] = []
+    for run in runs:
+        if run.rate_key is not None and run.rate_until is not None and run.rate_until > now:
+            rated.setdefault(run.rate_key, []).append(run)
+        if run.debounce_key is not None and run.held(now):
+            debounced.append(DebounceLane(run.debounce_key, *_user_key(run.debounce_key), run))
+    rates = [_rate(name, members, now) for name, members in rated.items()]
+    return sorted(rates, key=lambda r: r.name), sorted(debounced, key=lambda d: d.name)
+
+
+def _rate(name: str, runs: list[Run], now: datetime) -> RateLane:
+    newest = runs[-1]  # its start carries the limit the workflow declares now
+    assert newest.rate_at is not None and newest.rate_until is not None
+    period = (newest.rate_until - newest.rate_at).total_seconds()
+    in_order = sorted(runs, key=_counted_at)
+    counted = tuple(r for r in in_order if r.rate_at is not None and r.rate_at <= now)
+    held = tuple(r for r in in_order if r.rate_at is not None and r.rate_at > now)
+    return RateLane(name, *_user_key(name), newest.rate_limit or 0, period, now, counted, held)
+
+
+def _counted_at(run: Run) -> tuple[datetime, str]:
+    assert run.rate_at is not None
+    return run.rate_at, run.id
+
+
+def _user_key(name: str) -> tuple[str | None, str | None]:
+    """A rate or debounce lane's key as the rule gave it (None: the whole workflow), and its
+    workflow, in the order the lanes take them."""
+    workflow, key = lane_parts(name)
+    return key or None, workflow
+
+
+@dataclass(frozen=True)
+class AllLanes:
+    """Every lane an operator sees, as it stands at one instant."""
+
+    lanes: list[Lane]
+    queues: list[QueueLane]
+    rates: list[RateLane]
+    debounces: list[DebounceLane]
+
+    def of_key(self, key: str | None) -> AllLanes:
+        """The lanes of ``key`` (a step queue's name; a rate limit's or a debounce's key, or
+        its workflow for one without a key); all of them for None."""
+        if key is None:
+            return self
+
+        def limit_of(lane: RateLane | DebounceLane) -> bool:
+            return lane.key == key or (lane.key is None and lane.workflow == key)
+
+        return AllLanes(
+            [lane for lane in self.lanes if lane.key == key],
+            [lane for lane in self.queues if lane.name == key],
+            [lane for lane in self.rates if limit_of(lane)],
+            [lane for lane in self.debounces if limit_of(lane)],
+        )
+
+
+async def all_lanes(store: Store, now: datetime) -> AllLanes:
+    """Read every lane from ``store`` at ``now``: three reads, none of which locks anything."""
+    gated, views, limited = (
+        await store.lane_runs(),
+        await store.queue_views(),
+        await store.limited_runs(now),
+    )
+    return AllLanes(lanes(gated), queue_lanes(views, now), *limit_lanes(limited, now))
+
+
+__all__ = [
+    "AllLanes",
+    "DebounceLane",
+    "Lane",
+    "QueueLane",
+    "RateLane",
+    "all_lanes",
+    "lanes",
+    "limit_lanes",
+    "queue_lanes",
+]

@@ -83,6 +83,13 @@ class Run:
     # key's window; None without a rate limit.
     rate_key: str | None = None
     rate_at: datetime | None = None
+    # The rate limit the start was counted under: its ``limit``, and the instant the start
+    # leaves the key's window (``rate_at`` plus the period); what operators' lanes read.
+    rate_limit: int | None = None
+    rate_until: datetime | None = None
+    # A singleton waiter a release woke: the instant of that release (the claim that admits it
+    # reads it for the hand-off metric, and clears it).
+    handoff_at: datetime | None = None
     # A run held by its rate limit (a throttle) or its debounce: blocked, and not claimable, until
     # this instant; None for a run never held.
     begin_at: datetime | None = None
@@ -333,6 +340,9 @@ class ClaimOutcome:
     # The claim is a recovery past the limit of a workflow with a dead-letter handler: the run
     # is leased so that its claimer settles it dead, with the handler, instead of running it.
     dying: bool = False
+    # The claim admitted a singleton waiter that a release woke: when that release was (its
+    # ``Run.handoff_at``, which the claim cleared).
+    handed_off_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -458,10 +468,13 @@ def held_run(run: Run, spec: RunSpec, rate_at: datetime | None, begin_at: dateti
     """A run just created under a rate limit or a debounce: its start counted at ``rate_at``;
     held (blocked, due at ``begin_at``, its execution timeout counted from then) when
     ``begin_at`` is given."""
+    rate = spec.rate
     limits = replace(
         run,
-        rate_key=spec.rate.key if spec.rate else None,
+        rate_key=rate.key if rate else None,
         rate_at=rate_at,
+        rate_limit=rate.limit if rate else None,
+        rate_until=rate_at + timedelta(seconds=rate.period) if rate and rate_at else None,
         debounce_key=spec.debounce.key if spec.debounce else None,
     )
     return limits if begin_at is None else _held_until(limits, spec, begin_at)

@@ -5,19 +5,32 @@ the transport are swapped. Writes collect into the decision instead of going to 
 remote step dispatches and child starts become commands the engine carries out, and children
 are read from the outcomes the task carries. Everything else (sequence numbers, recorded
 values, local step retries, sleeps, signal waits, non-determinism) is the same code.
+
+A worker replays on a loop of its own (in a thread, :func:`~runlane.concurrency.run_on_own_loop`)
+so that a body doing heavy sync work between its awaits does not stall the worker's beats and
+steps; the bodies of the local steps it calls still run on the worker's loop (``step_loop``),
+as its remote steps do: async ones on that loop, sync ones in its threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from .concurrency import call_step_body
+from .concurrency import call_step_body, run_on_loop
 from .context import ChildOp, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
-from .errors import RunlaneError, StepTimeoutError, UnknownStepError, UnknownWorkflowError
+from .errors import (
+    RunlaneError,
+    StepTimeoutError,
+    Suspend,
+    UnknownStepError,
+    UnknownWorkflowError,
+)
 from .errors import error_dict as _error_dict
 from .leases import LeaseKeeper
 from .models import (
@@ -73,13 +86,49 @@ class _NoLeases:
         return True
 
 
+class Pulse:
+    """Whether a turn's heartbeats keep getting out, so that the engine still awaits the turn.
+
+    The engine sends a turn again after ``window`` seconds without a decision or a beat, and
+    records a beat's deadline at most once per half window: so while no gap between the beats
+    that got out reaches half the window, the turn is still the awaited one. After such a gap
+    (the worker was frozen, or cut off from the transport) it may have been sent again, and it
+    stays in doubt. Beats go out from the worker's loop; the replay thread asks."""
+
+    def __init__(self, window: float | None) -> None:
+        self._limit = window / 2 if window is not None else None
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._lapsed = False
+
+    def beat_sent(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self._limit is not None and now - self._last >= self._limit:
+                self._lapsed = True
+            self._last = now
+
+    def live(self) -> bool:
+        with self._lock:
+            if self._limit is None:
+                return True
+            return not self._lapsed and time.monotonic() - self._last < self._limit
+
+
 class WorkerHost:
     """What a replayed turn needs on a worker: its steps, a clock, no store."""
 
     remote = None
 
-    def __init__(self, steps: Mapping[str, StepDefinition]) -> None:
+    def __init__(
+        self,
+        steps: Mapping[str, StepDefinition],
+        step_loop: asyncio.AbstractEventLoop | None = None,
+        pulse: Pulse | None = None,
+    ) -> None:
         self.steps = steps
+        self.step_loop = step_loop
+        self.pulse = pulse or Pulse(None)
         self.store = cast(Store, _NoStore())
         self.options = EngineOptions()
         self.leases = cast(LeaseKeeper, _NoLeases())
@@ -107,6 +156,12 @@ class WorkerHost:
         return Registry().step(fn_or_name, group)
 
     async def call_step(self, definition: StepDefinition, input: JSON) -> JSON:
+        call = self._call_step(definition, input)
+        if self.step_loop is None:
+            return await call
+        return await run_on_loop(call, self.step_loop)
+
+    async def _call_step(self, definition: StepDefinition, input: JSON) -> JSON:
         if definition.fn is None:
             raise UnknownStepError(definition.name)
         call = call_step_body(definition.fn, input)
@@ -141,6 +196,7 @@ class DecisionTurn(Turn):
             str(k): child_outcome(v) for k, v in (task.get("children") or {}).items()
         }
         self._commanded: set[int] = set()  # seqs the engine records (remote steps, children)
+        self._pulse = host.pulse
 
     @property
     def dispatches_remote(self) -> bool:
@@ -180,6 +236,16 @@ class DecisionTurn(Turn):
             }
         )
         return None
+
+    async def ensure_lease(self) -> None:
+        """Before a local step starts: a turn whose beats stopped getting out for long enough
+        that the engine may have sent it again (its worker was frozen or cut off) starts no
+        further step beside the new turn. It ends here, due again at once, with what it ran:
+        the engine applies that if it still awaits this turn, and drops it otherwise."""
+        if self._pulse.live():
+            return
+        self.wakes.append(self.now())
+        raise Suspend()
 
     async def admit(self, op: StepOp) -> bool:
         raise RunlaneError(f"step {op.name!r}: step queues are not available to remote workflows")
@@ -247,9 +313,15 @@ def _child_run(
 
 
 async def replay(
-    task: Message, workflows: Registry, steps: Mapping[str, StepDefinition]
+    task: Message,
+    workflows: Registry,
+    steps: Mapping[str, StepDefinition],
+    step_loop: asyncio.AbstractEventLoop | None = None,
+    pulse: Pulse | None = None,
 ) -> Decision:
-    """Replay the task's workflow body against its history: the decision for the turn."""
+    """Replay the task's workflow body against its history: the decision for the turn. Local
+    step bodies run on ``step_loop`` when given (else on this loop); with ``pulse``, no local
+    step starts once the turn's beats lapsed."""
     run_id = str(task["run_id"])
     try:
         definition = workflows.workflow(str(task["workflow"]), str(task.get("version") or "1"))
@@ -260,7 +332,7 @@ async def replay(
         [record_from_doc(run_id, doc) for doc in task.get("history") or []],
         [signal_from_doc(run_id, doc) for doc in task.get("signals") or []],
     )
-    turn = DecisionTurn(WorkerHost(steps), claim, definition, task)
+    turn = DecisionTurn(WorkerHost(steps, step_loop, pulse), claim, definition, task)
     await turn.execute()
     return turn.decision
 
@@ -290,4 +362,4 @@ def _failed(exc: BaseException) -> Message:
     return {"type": "fail", "error": _error_dict(exc, with_traceback=False)}
 
 
-__all__ = ["DecisionTurn", "WorkerHost", "replay"]
+__all__ = ["DecisionTurn", "Pulse", "WorkerHost", "replay"]

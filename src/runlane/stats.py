@@ -72,11 +72,17 @@ class EngineStats:
             # Woken runs another engine claimed are never seen here again.
             del self._handing_off[next(iter(self._handing_off))]
 
-    def turn_began(self, run_id: str, workflow: str) -> None:
-        """A turn of ``run_id`` starts; if a freed slot woke it, its hand-off ends."""
+    def turn_began(self, run_id: str, workflow: str, released: float | None = None) -> None:
+        """A turn of ``run_id`` starts; if a freed slot woke it, its hand-off ends.
+
+        A release this engine made is timed on its monotonic clock; one made elsewhere (another
+        engine's settlement, a cancel) comes as ``released``: the seconds since the release's
+        stamp in the store, by the engines' clocks (``ClaimOutcome.handed_off_at``)."""
         since = self._handing_off.pop(run_id, None)
         if since is not None:
-            self.handoff.setdefault(workflow, Histogram()).observe(time.monotonic() - since)
+            released = time.monotonic() - since
+        if released is not None:
+            self.handoff.setdefault(workflow, Histogram()).observe(max(0.0, released))
 
 
 REFUSAL_REASONS = {

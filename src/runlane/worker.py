@@ -2,7 +2,9 @@
 
 A task is a remote step to run, or a remote workflow's turn (``"kind": "workflow"``) to
 decide: the worker replays the body against the task's history (:mod:`runlane.replay`) and
-sends the decision back on the results queue, beating for the turn while it replays.
+sends the decision back on the results queue, beating for the turn while it replays. The body
+replays on a loop of its own in one of the worker's replay threads, so sync-heavy code in it
+does not hold up this loop's beats and steps; the local steps it calls run on this loop.
 
 A worker never touches the store. It runs up to ``concurrency`` steps at once, beats while each
 runs so the dispatching instance knows it is alive, and on ``stop()`` or cancellation it takes
@@ -13,21 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 import time
 import uuid
 from collections.abc import Coroutine, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from ._version import __version__
-from .concurrency import call_step_body
+from .concurrency import call_step_body, run_on_own_loop
 from .definitions import StepDefinition, step_definition
 from .errors import UnknownStepError, error_dict
 from .registry import Registry
-from .replay import replay
+from .replay import Pulse, replay
 from .serialization import normalise
 from .tracing import Tracing
 from .transports.base import Message, Transport
@@ -38,6 +42,7 @@ from .workflow_tasks import (
     check_workflow_task,
     decision_doc,
     expired,
+    silence_window,
 )
 
 log = logging.getLogger(__name__)
@@ -87,14 +92,18 @@ class Worker:
         """Take and execute tasks until ``stop()`` or cancellation, then drain."""
         await self.transport.open()
         self._running = True
+        # One thread per task slot: a turn never waits for a thread, and the loop's default
+        # executor stays free for the sync step bodies those turns call.
+        replays = ThreadPoolExecutor(self.concurrency, thread_name_prefix="runlane-replay")
         announcing = asyncio.create_task(self._announce())
         try:
             while not self._stopping.is_set():
-                await self._take_and_start()
+                await self._take_and_start(replays)
         finally:
             announcing.cancel()
             # Runs on cancellation too: a step in flight finishes and its result goes out.
             await asyncio.gather(*self._in_flight, return_exceptions=True)
+            replays.shutdown(wait=False)
             self._running = False
             self._stopped.set()
 
@@ -134,7 +143,7 @@ class Worker:
     def in_flight(self) -> int:
         return len(self._in_flight)
 
-    async def _take_and_start(self) -> None:
+    async def _take_and_start(self, replays: ThreadPoolExecutor) -> None:
         free = self.concurrency - len(self._in_flight)
         if free <= 0:
             await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
@@ -153,7 +162,7 @@ class Worker:
             await asyncio.sleep(self.poll_timeout)
         for raw in taken:
             if isinstance(raw, dict) and raw.get("kind") == WORKFLOW_KIND:
-                self._start(self._turn(raw))
+                self._start(self._turn(raw, replays))
                 continue
             try:
                 task = check("task", raw)
@@ -167,7 +176,7 @@ class Worker:
         self._in_flight.add(running)
         running.add_done_callback(self._in_flight.discard)
 
-    async def _turn(self, raw: Message) -> None:
+    async def _turn(self, raw: Message, replays: ThreadPoolExecutor) -> None:
         """Decide one remote workflow turn and send the decision; beat while replaying."""
         try:
             task = check_workflow_task(raw)
@@ -185,9 +194,14 @@ class Worker:
             "worker": self.name,
         }
         done = asyncio.Event()
-        beating = asyncio.create_task(self._beats(beat, done))
+        pulse = Pulse(silence_window(task))
+        beating = asyncio.create_task(self._beats(beat, done, pulse))
         try:
-            decision = await replay(task, self.workflows, self.steps)
+            loop = asyncio.get_running_loop()
+            main = functools.partial(
+                replay, task, self.workflows, self.steps, step_loop=loop, pulse=pulse
+            )
+            decision = await run_on_own_loop(main, replays)
         except Exception as exc:
             log.exception("worker %s: replaying %s failed", self.name, task.get("run_id"))
             decision = Decision(str(task["task_id"]), str(task["run_id"]))
@@ -242,10 +256,12 @@ class Worker:
         }
         await self._beats(beat, done)
 
-    async def _beats(self, beat: Message, done: asyncio.Event) -> None:
+    async def _beats(self, beat: Message, done: asyncio.Event, pulse: Pulse | None = None) -> None:
         while not done.is_set():
             try:
                 await self.transport.publish_heartbeat({**beat, "at": _now()})
+                if pulse is not None:
+                    pulse.beat_sent()
             except Exception as exc:
                 if done.is_set():
                     return

@@ -122,6 +122,15 @@ def expired(task: Message, now: datetime) -> bool:
     return expires is not None and expires < now
 
 
+def silence_window(task: Message) -> float | None:
+    """Seconds of silence after which the engine sends the task's turn again (``expires_at``
+    less ``dispatched_at``), or None when the task does not say."""
+    sent, expires = _from_ts(task.get("dispatched_at")), _from_ts(task.get("expires_at"))
+    if sent is None or expires is None or expires <= sent:
+        return None
+    return (expires - sent).total_seconds()
+
+
 def awaited_children(history: Iterable[StepRecord]) -> list[str]:
     """The child runs whose outcome the next replay needs: pending child records."""
     return [
@@ -267,5 +276,6 @@ __all__ = [
     "check_workflow_task",
     "decision_doc",
     "parse_decision",
+    "silence_window",
     "workflow_task",
 ]

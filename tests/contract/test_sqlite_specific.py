@@ -425,7 +425,7 @@ def test_processes_opening_a_new_file_at_once_all_switch_it_to_wal(tmp_path: Pat
     # Switching a new file to WAL mode can be refused at once ("database is locked", whatever
     # the busy timeout) while another process switches it: about one trial in ten failed so.
     ctx = multiprocessing.get_context("fork")
-    for trial in range(40):
+    for trial in range(20):
         path = str(tmp_path / f"new-{trial}.db")
         barrier, results = ctx.Barrier(6), ctx.Queue()
         procs = [

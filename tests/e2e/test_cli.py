@@ -309,6 +309,72 @@ def test_lanes_lists_holders_and_waiters_in_order(
     assert "no busy lanes" in cli("lanes", "--db", db, "--key", "store:B").output
 
 
+LIMITED_SOURCE = textwrap.dedent(
+    """
+    import runlane
+
+    @runlane.workflow(
+        name="report", rate_limit=runlane.RateLimit(1, 3600, on_limit="delay")
+    )
+    async def report(ctx, input):
+        return input
+
+    @runlane.workflow(
+        name="reindex", debounce=runlane.Debounce(key=lambda i: i["doc"], period=600)
+    )
+    async def reindex(ctx, input):
+        return input
+
+    engine = runlane.Engine(
+        store="sqlite:///{db}", workflows=[report, reindex], drive=False
+    )
+    """
+)
+
+
+def test_lanes_lists_a_throttles_window_and_a_debounces_run(
+    tmp_path: Path, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "limited_app.py").write_text(
+        LIMITED_SOURCE.replace("{db}", db.removeprefix("sqlite:///"))
+    )
+    monkeypatch.chdir(tmp_path)
+
+    async def go() -> None:
+        async with engine_for_module("limited_app") as engine:
+            await engine.start("report", 1, "first")
+            await engine.start("report", 2, "throttled")
+            await engine.start("reindex", {"doc": "readme"}, "doc-1")
+            await engine.start("reindex", {"doc": "readme", "again": True}, "doc-2")
+
+    asyncio.run(go())
+    result = cli("lanes", "--db", db, "--json")
+    assert result.exit_code == 0, result.output
+    rate, debounce = json.loads(result.output)
+    assert (rate["kind"], rate["key"], rate["workflow"], rate["used"], rate["limit"]) == (
+        "rate_limit",
+        None,
+        "report",
+        1,
+        1,
+    )
+    assert [r["id"] for r in rate["counted"]] == ["first"]
+    assert [r["id"] for r in rate["held"]] == ["throttled"]
+    # The next start fits once the throttled one, counted an hour from now, leaves the window.
+    assert rate["resets_at"] == rate["clears_at"] > rate["held"][0]["counted_at"]
+    assert (debounce["kind"], debounce["key"], debounce["run"]["id"]) == (
+        "debounce",
+        "readme",
+        "doc-1",
+    )
+    assert debounce["fires_at"] > debounce["first_at"]
+    table = CliRunner().invoke(main, ["lanes", "--db", db], env={"COLUMNS": "200"}).output
+    assert "rate limit" in table and "1/1 per 3600 s" in table and "held: throttled" in table
+    assert "debounce" in table and "readme" in table and "doc-1" in table
+    only = json.loads(cli("lanes", "--db", db, "--json", "--key", "report").output)
+    assert [lane["kind"] for lane in only] == ["rate_limit"]
+
+
 def engine_for_module(name: str) -> Any:
     import importlib
 
@@ -407,16 +473,21 @@ def test_schedules_are_listed_paused_resumed_and_triggered_from_the_shell(
     assert missing.exit_code == 1 and "no schedule with id 'nope'" in missing.output
 
 
-def test_runs_prune_deletes_settled_runs_older_than_asked_and_keeps_the_rest(
+def test_runs_prune_deletes_settled_runs_and_events_older_than_asked_and_keeps_the_rest(
     db: str, app: str, waiting_run: str
 ) -> None:
     cli("runs", "signal", "r1", "go", "--db", db)
-    run_in_engine(app, ("tick", ()))
+    run_in_engine(app, ("tick", ()), ("publish_event", ("ping",)), ("publish_event", ("pong",)))
     kept = cli("runs", "prune", "--older-than", "1h", "--db", db)
     assert kept.exit_code == 0, kept.output
-    assert kept.output.strip() == "deleted 0 settled runs older than 1h"
+    assert kept.output.strip() == "deleted 0 settled runs and 0 events older than 1h"
     pruned = cli("runs", "prune", "--older-than", "0s", "--db", db, "--json")
-    assert json.loads(pruned.output) == {"deleted": 1, "older_than_seconds": 0.0}
+    # The newest event stays: it carries the log's latest seq.
+    assert json.loads(pruned.output) == {
+        "deleted": 1,
+        "events_deleted": 1,
+        "older_than_seconds": 0.0,
+    }
     listed = cli("runs", "list", "--db", db, "--json")
     assert [r["id"] for r in json.loads(listed.output)] == ["r2"]
 

@@ -48,6 +48,18 @@ async def sync(ctx: runlane.Context, input: dict[str, Any]) -> str:
     return "synced"
 
 
+@runlane.workflow(
+    name="digest", rate_limit=runlane.RateLimit(1, 3600, key=lambda i: i, on_limit="delay")
+)
+async def digest(ctx: runlane.Context, input: str) -> str:
+    return input
+
+
+@runlane.workflow(name="reindex", debounce=runlane.Debounce(key=lambda i: i["doc"], period=3600))
+async def reindex(ctx: runlane.Context, input: dict[str, Any]) -> str:
+    return str(input["doc"])
+
+
 class Served:
     """The HTTP app of a driving engine, served by uvicorn on a thread of its own."""
 
@@ -55,7 +67,10 @@ class Served:
         from runlane.http import create_app
 
         engine = runlane.Engine(
-            SqliteStore(db), workflows=[order, sync], steps=[charge], poll_interval=0.05
+            SqliteStore(db),
+            workflows=[order, sync, digest, reindex],
+            steps=[charge],
+            poll_interval=0.05,
         )
         self.url = f"http://127.0.0.1:{free_port()}"
         config = uvicorn.Config(
@@ -157,4 +172,18 @@ def test_an_operator_filters_opens_a_run_sees_its_steps_and_cancels_it(
         assert served.post("/runs/sync-1/signal/done").status_code == 202
         expect(lane.locator("ul li").first).to_contain_text("sync-2")
         expect(lane).to_contain_text("0 waiting")
+
+        # Run-level limits are lanes too: a throttle's window, a debounce's run.
+        start(served, "digest", "acme", "digest-1")
+        start(served, "digest", "acme", "digest-2")
+        start(served, "reindex", {"doc": "readme"}, "reindex-1")
+        rate = page.locator("section.lane[data-kind='rate_limit']")
+        expect(rate).to_contain_text("1 of 1 starts in the last 3600 s")
+        expect(rate.locator("ul li").first).to_contain_text("digest-1")
+        expect(rate.locator("ol li").first).to_contain_text("digest-2")
+        debounce = page.locator("section.lane[data-kind='debounce']")
+        expect(debounce).to_contain_text("readme")
+        expect(debounce).to_contain_text("reindex-1")
+        expect(debounce).to_contain_text("fires")
+        page.screenshot(path=tmp_path / "lanes-limits.png", full_page=True)
         browser.close()

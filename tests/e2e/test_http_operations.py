@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,19 @@ async def queued(ctx: runlane.Context, input: Any) -> Any:
     return await ctx.step(call_api, input)
 
 
+@runlane.workflow(
+    name="report",
+    rate_limit=runlane.RateLimit(2, 60, key=lambda i: i["tenant"], on_limit="delay"),
+)
+async def report(ctx: runlane.Context, input: Any) -> Any:
+    return input
+
+
+@runlane.workflow(name="reindex", debounce=runlane.Debounce(key=lambda i: i["doc"], period=5))
+async def reindex(ctx: runlane.Context, input: Any) -> Any:
+    return input
+
+
 API_QUEUE = runlane.StepQueue("api", concurrency=1, rate_limit=runlane.RateLimit(10, 60))
 
 
@@ -68,7 +82,7 @@ API_QUEUE = runlane.StepQueue("api", concurrency=1, rate_limit=runlane.RateLimit
 async def engine(tmp_path: Path) -> AsyncIterator[runlane.Engine]:
     built = runlane.Engine(
         store=SqliteStore(tmp_path / "ops.db"),
-        workflows=[job, parent, sync, queued],
+        workflows=[job, parent, sync, queued, report, reindex],
         steps=[double, call_api],
         queues=[API_QUEUE],
         clock=ManualClock(),
@@ -226,7 +240,7 @@ async def test_lanes_show_a_step_queues_holder_waiters_in_order_and_rate_window(
     assert [e["run_id"] for e in api["waiters"]] == ["w1", "w2"]
     assert (api["rate"]["limit"], api["rate"]["period"], api["rate"]["used"]) == (10, 60.0, 1)
     only = await client.get("/lanes", params={"key": "elsewhere"})
-    assert only.json() == {"lanes": [], "queues": []}
+    assert only.json() == {"lanes": [], "queues": [], "limits": []}
     for name in ("h", "w1", "w2"):  # the waiters are woken in turn as each slot frees
         RELEASE.setdefault(name, asyncio.Event()).set()
     await turn
@@ -234,6 +248,50 @@ async def test_lanes_show_a_step_queues_holder_waiters_in_order_and_rate_window(
         assert (await engine.wait_for_run(run_id, timeout=5)).output == run_id.replace(
             "holder", "h"
         )
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+async def test_lanes_show_a_throttles_window_and_a_debounces_run_and_when_it_fires(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    t0 = engine.now()
+    for n in range(3):  # the third is throttled: counted, and begun, when the window has room
+        await engine.start("report", {"tenant": "acme"}, f"r{n}")
+    engine.clock.advance(10)  # type: ignore[attr-defined]
+    await engine.start("reindex", {"doc": "x", "v": 1}, "d1")
+    engine.clock.advance(2)  # type: ignore[attr-defined]
+    folded = await engine.start("reindex", {"doc": "x", "v": 2}, "d2")
+    assert folded.id == "d1"
+    now = engine.now()
+    rate, debounce = (await client.get("/lanes")).json()["limits"]
+    assert (rate["kind"], rate["key"], rate["workflow"], rate["limit"], rate["period"]) == (
+        "rate_limit",
+        "acme",
+        "report",
+        2,
+        60.0,
+    )
+    assert (rate["used"], rate["window_start"]) == (2, iso(now - timedelta(seconds=60)))
+    assert [(r["id"], r["counted_at"]) for r in rate["counted"]] == [
+        ("r0", iso(t0)),
+        ("r1", iso(t0)),
+    ]
+    assert [(r["id"], r["status"]) for r in rate["held"]] == [("r2", "blocked")]
+    assert rate["resets_at"] == iso(t0 + timedelta(seconds=60))
+    assert rate["clears_at"] == iso(t0 + timedelta(seconds=120))
+    assert (debounce["kind"], debounce["key"], debounce["workflow"]) == ("debounce", "x", "reindex")
+    assert (debounce["run"]["id"], debounce["first_at"], debounce["fires_at"]) == (
+        "d1",
+        iso(t0 + timedelta(seconds=10)),
+        iso(now + timedelta(seconds=5)),
+    )
+    only = (await client.get("/lanes", params={"key": "x"})).json()
+    assert [lane["kind"] for lane in only["limits"]] == ["debounce"]
+    engine.clock.advance(120)  # type: ignore[attr-defined]
+    assert (await client.get("/lanes")).json()["limits"] == []
 
 
 async def test_unknown_routes_and_methods_answer_typed_json(client: httpx.AsyncClient) -> None:

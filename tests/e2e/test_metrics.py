@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import runlane
 from runlane.http import create_app
+from runlane.stores.postgres import PostgresStore
 from runlane.stores.sqlite import SqliteStore
 from runlane.testing import ManualClock
 
@@ -110,6 +111,40 @@ async def test_a_hand_off_is_timed_from_the_settlement_to_the_next_turn(
     await engine.tick()
     got = await scrape(engine)
     assert got["runlane_handoff_seconds_count", (("workflow", "exclusive"),)] == 1
+
+
+async def test_a_hand_off_to_another_engine_is_timed_from_the_release_stamp(pg_url: str) -> None:
+    clock = ManualClock()
+
+    def build() -> runlane.Engine:
+        return runlane.Engine(
+            store=PostgresStore(pg_url),
+            workflows=[count, exclusive],
+            steps=[add_one],
+            clock=clock,
+            drive=False,
+        )
+
+    releasing, admitting = build(), build()
+    async with releasing, admitting:
+        await releasing.store.reset_for_tests()  # type: ignore[attr-defined]
+        await releasing.start("exclusive", None, "x1")
+        await releasing.start("exclusive", None, "x2")
+        await releasing.tick()  # x1 holds the lane's slot and waits; x2 is parked behind it
+        assert (await releasing.get_run("x2")).status == runlane.RunStatus.BLOCKED  # type: ignore[union-attr]
+        assert await releasing.cancel("x1")  # the release: x1 settles, x2 is woken and stamped
+        clock.advance(0.3)
+        await admitting.tick()  # the other engine admits x2 to the slot
+        assert (await admitting.get_run("x2")).status == runlane.RunStatus.SUSPENDED  # type: ignore[union-attr]
+        handoff = (("workflow", "exclusive"),)
+        got = await scrape(admitting)
+        assert got["runlane_handoff_seconds_count", handoff] == 1
+        assert got["runlane_handoff_seconds_sum", handoff] == pytest.approx(0.3)
+        assert got["runlane_handoff_seconds_bucket", (("le", "0.25"), *handoff)] == 0
+        assert got["runlane_handoff_seconds_bucket", (("le", "0.5"), *handoff)] == 1
+        # Timed once: the releasing engine saw no turn begin, and the stamp is gone.
+        assert ("runlane_handoff_seconds_count", handoff) not in await scrape(releasing)
+        assert (await admitting.get_run("x2")).handoff_at is None  # type: ignore[union-attr]
 
 
 async def test_scrapes_within_the_cache_period_read_the_store_once(

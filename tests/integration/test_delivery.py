@@ -178,14 +178,22 @@ async def test_the_instance_that_takes_a_result_resumes_the_run_itself(fleet: An
     # The dispatcher takes no results: "other" records each one and, rather than publishing a
     # wake to the run queue (a second hop, which either instance could take), resumes the run
     # at once, so the step after the remote one always runs there.
-    dispatcher = await fleet("dispatcher")
+    # The dispatcher's own passes come too seldom to race "other" for a run made due.
+    dispatcher = await fleet("dispatcher", poll_interval=30)
     other = await fleet("other")
-    await fleet.worker()
     assert dispatcher._execution.remote is not None
     await dispatcher._execution.remote.stop()
     for n in range(8):
-        order = {"amount": n, "seconds": 0.3}  # the dispatcher has suspended the run by then
+        order = {"amount": n, "seconds": 0.01}
         await dispatcher.start(checkout_then_where, order, run_id=f"landed-{n}")
+    # The worker comes once every run is suspended on its remote step: a result that landed
+    # while the dispatcher still held the run would rightly be resumed by the dispatcher.
+    for n in range(8):
+        deadline = time.monotonic() + 20
+        while (await other.get_run(f"landed-{n}")).status != RunStatus.SUSPENDED:
+            assert time.monotonic() < deadline, f"landed-{n} never suspended"
+            await asyncio.sleep(0.02)
+    await fleet.worker()
     finals = [(await other.wait_for_run(f"landed-{n}", timeout=20)).output for n in range(8)]
     assert finals == ["other"] * 8
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -86,14 +89,78 @@ async def counter(ctx: runlane.Context, n: int) -> Any:
     return {"n": n, "started": child_id}
 
 
-WORKFLOWS = [tour, child, fan, patient, fails, counter]
-NAMES = ("tour", "child-wf", "fan", "patient", "fails", "counter")
+class Block:
+    """When the sync-heavy body below was blocking (it runs in a worker's replay thread)."""
+
+    def __init__(self) -> None:
+        self.began = threading.Event()
+        self.ended = 0.0  # time.monotonic() once it stopped blocking
+
+    def reset(self) -> None:
+        self.began.clear()
+        self.ended = 0.0
+
+
+block = Block()
+
+
+def _hold(seconds: float) -> None:
+    """Sync work: a third of it spinning the CPU, the rest blocked in a sleep."""
+    spin_until = time.monotonic() + seconds / 3
+    while time.monotonic() < spin_until:
+        pass
+    time.sleep(seconds * 2 / 3)
+
+
+@runlane.workflow(name="heavy", group="wf")
+async def heavy(ctx: runlane.Context, seconds: float) -> int:
+    a = await ctx.step(inc, 1)
+    calls.hit("heavy")
+    block.began.set()
+    _hold(seconds)
+    block.ended = time.monotonic()
+    return int(await ctx.step(inc, a))
+
+
+@runlane.step(name="wf.where")
+async def where_async() -> dict[str, Any]:
+    return {"thread": threading.current_thread().name, "loop": id(asyncio.get_running_loop())}
+
+
+@runlane.step(name="wf.where_sync")
+def where_sync() -> str:
+    return threading.current_thread().name
+
+
+@runlane.workflow(name="where", group="wf")
+async def where(ctx: runlane.Context, _: Any) -> dict[str, Any]:
+    stepped = await ctx.step(where_async)
+    return {"body": threading.current_thread().name, "sync": await ctx.step(where_sync), **stepped}
+
+
+@runlane.step(name="wf.mark")
+async def mark(label: str) -> str:
+    calls.hit(label)
+    if label == "a":
+        await asyncio.sleep(1.0)
+    return label
+
+
+@runlane.workflow(name="marks", group="wf")
+async def marks(ctx: runlane.Context, _: Any) -> list[str]:
+    return [str(await ctx.step(mark, label)) for label in "abc"]
+
+
+WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks]
+NAMES = ("tour", "child-wf", "fan", "patient", "fails", "counter", "heavy", "where", "marks")
+LOCAL_STEPS = [inc, slow, where_async, where_sync, mark]
 DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
 
 
 @pytest.fixture(autouse=True)
 def _fresh_calls() -> None:
     calls.counts.clear()
+    block.reset()
 
 
 class Duplicating(InProcessTransport):
@@ -117,10 +184,9 @@ async def fleet(
     transport = transport or InProcessTransport()
     options.setdefault("poll_interval", 0.05)
     engine = Engine(store, transport=transport, remote_workflows=DECLARED, **options)
-    crew = [Worker("wf", transport, workflows=WORKFLOWS, steps=[inc, slow], **FAST)]
-    crew += [
-        Worker("wf", transport, workflows=WORKFLOWS, steps=[inc, slow], **FAST)
-        for _ in range(workers - 1)
+    crew = [
+        Worker("wf", transport, workflows=WORKFLOWS, steps=LOCAL_STEPS, **FAST)
+        for _ in range(workers)
     ]
     math = Worker("math", transport, steps=[double], concurrency=32, **FAST)
     tasks = [asyncio.create_task(math.run())]
@@ -273,6 +339,101 @@ async def test_a_beating_worker_is_never_re_driven(store: Store) -> None:
         await engine.signal("b1", "go", 1)
         done = await engine.wait_for_run("b1", timeout=15)
     assert done.status == RunStatus.COMPLETED and calls["slow"] == 1
+
+
+class BeatLog(InProcessTransport):
+    """Notes when each workflow heartbeat went out, by run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.beats: dict[str, list[float]] = {}
+
+    async def publish_heartbeat(self, beat: Message) -> None:
+        if beat.get("kind") == "workflow":
+            self.beats.setdefault(str(beat["run_id"]), []).append(time.monotonic())
+        await super().publish_heartbeat(beat)
+
+
+async def _blocking() -> bool:
+    return block.began.is_set()
+
+
+async def test_a_sync_heavy_body_holds_up_neither_its_workers_beats_nor_other_runs(
+    store: Store,
+) -> None:
+    transport = BeatLog()
+    async with fleet(store, transport, remote_advance_silence=0.5) as (engine, _, _):
+        await engine.start("heavy", 2.4, run_id="h1")
+        await until(_blocking, "the heavy body is blocking")
+        await engine.start("patient", 0.2, run_id="p2")  # its step runs on the worker's loop
+        await until(lambda: _waits_for_signal(engine, "p2"), "the other run's turn decided")
+        other_decided = time.monotonic()
+        done = await engine.wait_for_run("h1", timeout=15)
+        steps = await engine.list_steps("h1")
+    assert done.status == RunStatus.COMPLETED and done.output == 3, done.error
+    assert [(s.seq, s.kind, s.status) for s in steps] == [
+        (1, "step", "completed"),
+        (2, "step", "completed"),
+    ]
+    assert other_decided < block.ended, "the other run's turn waited for the blocking body"
+    # Beating on through the block, the turn was never sent again (the body ran once).
+    assert calls["heavy"] == 1 and calls["inc"] == 2 and calls["slow"] == 1
+    beats = transport.beats["h1"]
+    gaps = [b - a for a, b in itertools.pairwise(beats) if b <= block.ended + 0.1]
+    assert gaps and max(gaps) < 0.5, f"beats of the blocking turn {len(beats)}, gaps {gaps}"
+
+
+async def test_a_body_replays_in_a_thread_and_its_local_steps_run_on_the_workers_loop(
+    store: Store,
+) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("where", None, run_id="w1")
+        done = await engine.wait_for_run("w1", timeout=15)
+    assert done.status == RunStatus.COMPLETED, done.error
+    seen = done.output
+    assert seen["body"].startswith("runlane-replay"), seen
+    assert seen["loop"] == id(asyncio.get_running_loop()), seen  # the worker's own loop
+    assert not seen["sync"].startswith("runlane-replay"), seen  # the loop's executor
+
+
+class CutOff(InProcessTransport):
+    """The beats of the first workflow turn never get out: its worker is cut off from the
+    engines, which send the turn again after the silence window."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut: str | None = None
+
+    async def publish_heartbeat(self, beat: Message) -> None:
+        if beat.get("kind") == "workflow":
+            self.cut = self.cut or str(beat["task_id"])
+            if beat["task_id"] == self.cut:
+                raise ConnectionError("cut off from the engines")
+        await super().publish_heartbeat(beat)
+
+
+async def test_a_turn_cut_off_past_half_its_window_starts_no_further_step(store: Store) -> None:
+    async with fleet(store, CutOff(), remote_advance_silence=0.6) as (engine, _, _):
+        await engine.start("marks", None, run_id="m1")
+        done = await engine.wait_for_run("m1", timeout=15)
+        steps = await engine.list_steps("m1")
+    assert done.status == RunStatus.COMPLETED and done.output == ["a", "b", "c"], done.error
+    assert [(s.seq, s.status) for s in steps] == [(i, "completed") for i in (1, 2, 3)]
+    # The first turn's step in flight ran again in the turn sent again; the first turn, its
+    # beats lapsed, started nothing after it.
+    assert (calls["a"], calls["b"], calls["c"]) == (2, 1, 1)
+
+
+async def test_a_lapsed_turns_answer_still_awaited_keeps_what_it_ran(store: Store) -> None:
+    # Half the window (0.8 s) passes without a beat while the first step runs (1 s); the turn
+    # ends after it and is answered before the engine would send it again (1.6 s).
+    async with fleet(store, CutOff(), remote_advance_silence=1.6) as (engine, _, _):
+        await engine.start("marks", None, run_id="m2")
+        done = await engine.wait_for_run("m2", timeout=15)
+        steps = await engine.list_steps("m2")
+    assert done.status == RunStatus.COMPLETED and done.output == ["a", "b", "c"], done.error
+    assert [(s.seq, s.status) for s in steps] == [(i, "completed") for i in (1, 2, 3)]
+    assert (calls["a"], calls["b"], calls["c"]) == (1, 1, 1)
 
 
 async def test_a_run_cancelled_while_its_turn_is_out_drops_the_decision(store: Store) -> None:

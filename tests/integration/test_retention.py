@@ -1,5 +1,6 @@
-"""Retention on every store: driving engines delete settled runs past their period, in
-batches, beside the turns; a parent stays until its children settle."""
+"""Retention on every store: driving engines delete settled runs past their period, and old
+events of the event log, in batches, beside the turns; a parent stays until its children
+settle."""
 
 from __future__ import annotations
 
@@ -120,6 +121,60 @@ async def test_engine_prune_deletes_every_settled_status_older_than_asked(
     assert await ids(engine) == {"waiting", "recent"}
 
 
+async def event_names(engine: Engine) -> list[Any]:
+    return [e.payload for e in await engine.store.events_after("tick", 0, 100)]
+
+
+async def test_events_are_kept_as_long_as_the_longest_run_period_by_default(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(quick, retention=Retention(completed=60, failed=600, interval=1))
+    for n in range(3):
+        await engine.publish_event("tick", n)
+    await engine.tick()
+    clock.advance(300)
+    await engine.publish_event("tick", 3)
+    await engine.tick()
+    assert await event_names(engine) == [0, 1, 2, 3], "events went before the longest period"
+    clock.advance(301)
+    await engine.tick()
+    assert await event_names(engine) == [3]
+
+
+async def test_an_events_period_of_its_own_prunes_the_log_in_batches(
+    make_engine: Any, clock: Any
+) -> None:
+    retention = Retention(events=10, batch=2, interval=100)
+    engine = await make_engine(quick, retention=retention)
+    await engine.tick()  # the first pass, before any event
+    for n in range(6):
+        await engine.publish_event("tick", n)
+    clock.advance(100)
+    await engine.prune_retained()
+    assert await event_names(engine) == [2, 3, 4, 5]
+    clock.advance(0.25)  # a full batch: the next one comes after the short pause
+    await engine.prune_retained()
+    clock.advance(0.25)
+    await engine.prune_retained()
+    assert await event_names(engine) == [5], "the newest event is kept"
+    assert engine.pruner is not None and engine.pruner.events_deleted == 5
+
+
+async def test_engine_prune_deletes_old_events_too(make_engine: Any, clock: Any) -> None:
+    engine = await make_engine(quick)
+    await engine.publish_event("tick", "old")
+    await engine.publish_event("tick", "older than asked as well")
+    clock.advance(3600)
+    await engine.publish_event("tick", "new")
+    assert await engine.prune(timedelta(minutes=30), batch=1) == 0
+    assert await event_names(engine) == ["new"]
+    await engine.publish_event("tick", "newer")
+    assert await engine.prune(0, events=False) == 0
+    assert await event_names(engine) == ["new", "newer"]
+    clock.advance(1)
+    assert await engine.prune_events(0) == 1
+
+
 async def test_a_driving_engine_prunes_beside_its_turns() -> None:
     engine = Engine(
         MemoryStore(), workflows=[quick], poll_interval=0.02, retention=Retention(completed=0)
@@ -134,7 +189,8 @@ async def test_a_driving_engine_prunes_beside_its_turns() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", [{"completed": -1}, {"failed": "7d"}, {"batch": 0}, {"interval": 0}]
+    "bad",
+    [{"completed": -1}, {"failed": "7d"}, {"batch": 0}, {"interval": 0}, {"events": -5}],
 )
 def test_retention_refuses_nonsense_at_construction(bad: dict[str, Any]) -> None:
     with pytest.raises(DefinitionError):

@@ -313,3 +313,33 @@ def test_a_fold_into_a_begun_run_or_a_run_without_the_last_input_is_caught() -> 
     assert "debounce" not in _counts(_evidence([run], record=record(0.5, last)))
     assert _counts(_evidence([run], record=record(1.0, last)))["debounce"] == 1  # had begun
     assert _counts(_evidence([run], record=record(0.5, first)))["debounce"] == 1  # not the last
+
+
+def _remote_workflow_run(payload: Any) -> tuple[Run, list[StepRecord], list[Execution]]:
+    """A completed c.rwf run (a remote workflow): local steps a, b, c, remote step r, a sleep
+    and a signal wait, whose records and log agree; it got ``payload`` as its signal."""
+    run_id = "rwf-00012"
+    tokens = {label: f"{run_id}-{label}" for label in "arbc"}
+    run = _run(run_id, "c.rwf", output={"tokens": tokens, "signal": payload})
+    records = [
+        _step(run_id, 1, "a", tokens["a"]),
+        _step(run_id, 2, "r", tokens["r"]),
+        StepRecord(run_id, 3, "sleep", "sleep", "completed"),
+        StepRecord(run_id, 4, "go", "signal", "completed", output=payload),
+        _step(run_id, 5, "b", tokens["b"]),
+        _step(run_id, 6, "c", tokens["c"]),
+    ]
+    log = [_exec(run_id, label, 1.0 + i, token=t) for i, (label, t) in enumerate(tokens.items())]
+    return run, records, log
+
+
+def test_a_remote_workflow_run_is_held_to_its_checkpoints_and_its_signal() -> None:
+    run, records, log = _remote_workflow_run({"n": 12})
+    assert _counts(_evidence([run], {run.id: records}, log)) == {}
+    run, records, log = _remote_workflow_run({"n": 13})
+    assert _counts(_evidence([run], {run.id: records}, log)) == {"signal": 1}
+    run, records, log = _remote_workflow_run({"n": 12})
+    assert _counts(_evidence([run], {run.id: records[:-1]}, log)) == {
+        "checkpoints": 1,
+        "result_twice": 1,
+    }

@@ -18,6 +18,7 @@ FACADE = {
     "list_steps",
     "now",
     "prune",
+    "prune_events",
     "prune_retained",
     "publish_event",
     "read",

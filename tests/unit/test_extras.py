@@ -80,6 +80,18 @@ def test_the_public_modules_import_no_optional_package() -> None:
     assert OPTIONAL.isdisjoint(json.loads(result.stdout))
 
 
+def test_the_test_kit_imports_pytest_only_with_a_contract_suite() -> None:
+    code = (
+        "import json, sys, runlane, runlane.testing\n"
+        "before = 'pytest' in sys.modules\n"
+        "import runlane.testing.store_contract, runlane.testing.transport_contract\n"
+        "print(json.dumps([before, 'pytest' in sys.modules]))"
+    )
+    result = python("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [False, True]
+
+
 @pytest.mark.parametrize(
     ("code", "extra", "feature"),
     [

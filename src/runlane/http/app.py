@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
-from ..lanes import lanes, queue_lanes
+from ..lanes import all_lanes
 from ..models import Run, RunCursor
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
@@ -41,8 +41,7 @@ from .params import (
     run_query,
 )
 from .shapes import (
-    lane_to_dict,
-    queue_lane_to_dict,
+    lanes_to_dict,
     run_summary,
     run_to_dict,
     schedule_to_dict,
@@ -179,15 +178,9 @@ class Api:
 
     async def lanes(self, request: Request) -> Response:
         key = request.query_params.get("key") or None
-        found = lanes(await self.engine.read(lambda store: store.lane_runs()))
-        shown = [lane_to_dict(lane) for lane in found if key is None or lane.key == key]
-        views = await self.engine.read(lambda store: store.queue_views())
-        queues = [
-            queue_lane_to_dict(lane)
-            for lane in queue_lanes(views, self.engine.now())
-            if key is None or lane.name == key
-        ]
-        return JSONResponse({"lanes": shown, "queues": queues})
+        now = self.engine.now()
+        found = (await self.engine.read(lambda store: all_lanes(store, now))).of_key(key)
+        return JSONResponse(lanes_to_dict(found))
 
     async def schedules(self, request: Request) -> Response:
         found = await self.engine.schedules.list()

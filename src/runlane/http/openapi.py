@@ -201,6 +201,58 @@ _SCHEMAS: JSONObject = {
         holders={"type": "array", "items": _ref("RunSummary")},
         waiters={"type": "array", "items": _ref("RunSummary"), "description": "FIFO order"},
     ),
+    "CountedStart": {
+        "allOf": [
+            _ref("RunSummary"),
+            _object(["counted_at"], counted_at=_TIME),
+        ],
+        "description": "a run and the instant its start counts in its rate window",
+    },
+    "RateLane": _object(
+        [
+            "kind",
+            "name",
+            "key",
+            "workflow",
+            "limit",
+            "period",
+            "used",
+            "window_start",
+            "resets_at",
+            "clears_at",
+            "counted",
+            "held",
+        ],
+        kind={"type": "string", "enum": ["rate_limit"]},
+        name={"type": "string", "description": "the lane as stored"},
+        key={"type": ["string", "null"], "description": "null: one limit for the workflow"},
+        workflow={"type": ["string", "null"]},
+        limit={"type": "integer"},
+        period={"type": "number", "description": "the sliding window, in seconds"},
+        used={"type": "integer", "description": "starts counted in the window ending now"},
+        window_start=_TIME,
+        resets_at={
+            **_MAYBE_TIME,
+            "description": "first instant a new start fits the window (null: it fits now)",
+        },
+        clears_at={**_MAYBE_TIME, "description": "when the last start counted leaves it"},
+        counted={"type": "array", "items": _ref("CountedStart")},
+        held={
+            "type": "array",
+            "items": _ref("CountedStart"),
+            "description": "throttled starts counted ahead, in the order they begin",
+        },
+    ),
+    "DebounceLane": _object(
+        ["kind", "name", "key", "workflow", "run", "first_at", "fires_at"],
+        kind={"type": "string", "enum": ["debounce"]},
+        name={"type": "string", "description": "the lane as stored"},
+        key={"type": ["string", "null"], "description": "null: one debounce for the workflow"},
+        workflow={"type": ["string", "null"]},
+        run=_ref("RunSummary"),
+        first_at=_TIME,
+        fires_at=_MAYBE_TIME,
+    ),
     "QueueEntry": _object(
         ["run_id", "seq", "priority", "fairness_key", "admitted_at", "denials"],
         run_id={"type": "string"},
@@ -476,19 +528,29 @@ def _operations() -> JSONObject:
         "/lanes": {
             "get": {
                 "summary": "each singleton lane, quota key and step queue: holders, waiters "
-                "in order, usage",
+                "in order, usage; each run-level rate limit (its window) and debounce",
                 "parameters": [
-                    _query("key", {"type": "string"}, "only lanes of this key (or queue name)")
+                    _query(
+                        "key",
+                        {"type": "string"},
+                        "only lanes of this key (or queue name, or a limit's workflow)",
+                    )
                 ],
                 "responses": _responses(
                     {
                         "200": _json(
                             _object(
-                                ["lanes", "queues"],
+                                ["lanes", "queues", "limits"],
                                 lanes={"type": "array", "items": _ref("Lane")},
                                 queues={"type": "array", "items": _ref("QueueLane")},
+                                limits={
+                                    "type": "array",
+                                    "items": {"oneOf": [_ref("RateLane"), _ref("DebounceLane")]},
+                                },
                             ),
-                            "the lanes with active runs, and every registered step queue",
+                            "the lanes with active runs, every registered step queue, and"
+                            " the rate limits with starts in their window and the debounces"
+                            " with a run not begun",
                         )
                     }
                 ),

@@ -9,7 +9,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
-from ..lanes import Lane, QueueLane
+from ..lanes import AllLanes, DebounceLane, Lane, QueueLane, RateLane
 from ..models import Run, StepRecord
 from ..queues import QueueEntry
 from ..schedules import ScheduleState
@@ -84,6 +84,53 @@ def queue_lane_to_dict(lane: QueueLane) -> dict[str, Any]:
         "order": settings.order,
         "holders": [_entry(e) for e in lane.holders],
         "waiters": [_entry(e) for e in lane.waiters],
+    }
+
+
+def lanes_to_dict(found: AllLanes) -> dict[str, list[dict[str, Any]]]:
+    """``GET /lanes``: singleton and quota lanes, step queues, and run-level limits (rate
+    limits, then debounces)."""
+    return {
+        "lanes": [lane_to_dict(lane) for lane in found.lanes],
+        "queues": [queue_lane_to_dict(lane) for lane in found.queues],
+        "limits": [rate_lane_to_dict(lane) for lane in found.rates]
+        + [debounce_lane_to_dict(lane) for lane in found.debounces],
+    }
+
+
+def rate_lane_to_dict(lane: RateLane) -> dict[str, Any]:
+    """A run-level rate limit's (or throttle's) key: its sliding window as it stands now, the
+    starts it counts, the throttled starts waiting for it, and when a start fits again."""
+    return {
+        "kind": "rate_limit",
+        "name": lane.name,
+        "key": lane.key,
+        "workflow": lane.workflow,
+        "limit": lane.limit,
+        "period": lane.period,
+        "used": lane.used,
+        "window_start": jsonable(lane.window_start),
+        "resets_at": jsonable(lane.resets_at),
+        "clears_at": jsonable(lane.clears_at),
+        "counted": [_counted(r) for r in lane.counted],
+        "held": [_counted(r) for r in lane.held],
+    }
+
+
+def _counted(run: Run) -> dict[str, Any]:
+    return {**run_summary(run), "counted_at": jsonable(run.rate_at)}
+
+
+def debounce_lane_to_dict(lane: DebounceLane) -> dict[str, Any]:
+    """A debounced key: the run its starts fold into, and when it fires."""
+    return {
+        "kind": "debounce",
+        "name": lane.name,
+        "key": lane.key,
+        "workflow": lane.workflow,
+        "run": run_summary(lane.run),
+        "first_at": jsonable(lane.first_at),
+        "fires_at": jsonable(lane.fires_at),
     }
 
 

@@ -1,7 +1,7 @@
 """The Store protocol: the durable state of runs, checkpoints, leases and admission.
 
-The docstrings here are the contract every store passes (``runlane.testing`` holds the suite).
-Times are passed in by the engine (its clock); a store never reads a clock of its own.
+The docstrings here are the contract every store passes (``runlane.testing.store_contract`` holds
+the suite). Times are passed in by the engine (its clock); a store never reads a clock of its own.
 
 Vocabulary:
 
@@ -519,6 +519,19 @@ class Store(Protocol):
         """
         ...
 
+    async def prune_events(self, before: datetime, limit: int) -> int:
+        """Delete at most ``limit`` published events (the engine's event log) whose
+        ``created_at`` is before ``before``, lowest seq first, in one transaction; return how
+        many were deleted (0 when nothing is due).
+
+        Kept whatever their age: the newest event, so :meth:`latest_event_seq` keeps its value
+        and seqs are never reused; and every event a pending event wait may still read (a step
+        record of kind ``event``, ``pending``, reads the events after its ``input["after"]``).
+        Once an event is gone, its ``event_id`` no longer deduplicates (a publish with it
+        records a new event).
+        """
+        ...
+
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -564,6 +577,14 @@ class Store(Protocol):
     async def lane_runs(self) -> list[Run]:
         """The active runs that hold or wait for a singleton slot, or count against a quota
         (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""
+        ...
+
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        """The runs that make up the run-level rate limits and debounces at ``now``, whatever
+        their status, oldest first (``created_at``, then id): each start still inside its rate
+        key's window (``rate_until > now``, a throttled start counted ahead of time included),
+        and each debounced run that has not begun (``debounce_key`` set, ``blocked``,
+        ``begin_at > now``). One indexed read for operators; it locks nothing."""
         ...
 
     async def queue_views(self) -> list[QueueView]:

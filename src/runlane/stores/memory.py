@@ -5,6 +5,7 @@ Every method runs without awaiting in between, so each is atomic on the event lo
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections import Counter
@@ -68,6 +69,7 @@ class MemoryStore:
         self._signals: dict[str, list[Signal]] = {}
         self._events: list[Event] = []
         self._event_ids: dict[str, Event] = {}
+        self._last_event_seq = 0
         self._ids = itertools.count(1)
         self._schedules: dict[str, StoredSchedule] = {}
         self._queues = _MemoryQueues(self)
@@ -254,12 +256,14 @@ class MemoryStore:
                 return ClaimOutcome(settled=self._finish(run, dead, now))
             if run.queued:  # the slots its lost turn held go (its replay asks again)
                 queues.release(self._queues, run_id, None, now, admitted_only=True)
+        released = None
         if run.singleton_key is not None and not run.holds_slot:
             if not self._admit(run, now):
                 self._runs[run_id] = blocked_run(run, singleton_retry, now)
                 return ClaimOutcome(parked=True)
-            run = replace(run, holds_slot=True, admission_retries=0)
-        return ClaimOutcome(claim=self._lease(run, lease, now))
+            released = run.handoff_at
+            run = replace(run, holds_slot=True, admission_retries=0, handoff_at=None)
+        return ClaimOutcome(claim=self._lease(run, lease, now), handed_off_at=released)
 
     def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         leased = replace(
@@ -475,7 +479,7 @@ class MemoryStore:
         waiter = next((self._runs[w] for w in woken if self._runs[w].singleton_key == key), None)
         if waiter is None or waiter.status not in (RunStatus.PENDING, *_WAITING):
             return None
-        return self._lease(replace(waiter, holds_slot=True), successor, now)
+        return self._lease(replace(waiter, holds_slot=True, handoff_at=None), successor, now)
 
     def _finish(
         self, run: Run, settlement: Settlement, now: datetime, woken: list[str] | None = None
@@ -497,6 +501,7 @@ class MemoryStore:
         chosen = waiters[: admission.free_slots(limit, holders)]
         for waiter in chosen:
             self._wake(waiter.id, now)
+            self._runs[waiter.id] = replace(self._runs[waiter.id], handoff_at=now)
         return [w.id for w in chosen]
 
     def _wake(self, run_id: str, now: datetime) -> bool:
@@ -624,7 +629,8 @@ class MemoryStore:
     ) -> tuple[Event, bool, list[str]]:
         if event_id is not None and event_id in self._event_ids:
             return self._event_ids[event_id], False, []
-        event = Event(len(self._events) + 1, name, payload, now, event_id)
+        event = Event(self._last_event_seq + 1, name, payload, now, event_id)
+        self._last_event_seq = event.seq
         self._events.append(event)
         if event_id is not None:
             self._event_ids[event_id] = event
@@ -636,10 +642,11 @@ class MemoryStore:
         return event, True, woken
 
     async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
-        return [e for e in self._events[after_seq:] if e.name == name][:limit]
+        start = bisect.bisect_right(self._events, after_seq, key=lambda e: e.seq)
+        return [e for e in self._events[start:] if e.name == name][:limit]
 
     async def latest_event_seq(self) -> int:
-        return len(self._events)
+        return self._last_event_seq
 
     # ---------------------------------------------------------------- schedules
 
@@ -717,6 +724,29 @@ class MemoryStore:
             self._queues.drop_entries(run_id, None, admitted_only=False)
         return doomed
 
+    async def prune_events(self, before: datetime, limit: int) -> int:
+        # The newest event stays, and so does every event a pending wait may still read.
+        floor = min(self._event_waits_after(), default=self._last_event_seq)
+        doomed = [e for e in self._events[:-1] if e.created_at < before and e.seq <= floor]
+        doomed = doomed[: max(limit, 0)]
+        gone = {e.seq for e in doomed}
+        self._events = [e for e in self._events if e.seq not in gone]
+        for event in doomed:
+            if event.id is not None:
+                self._event_ids.pop(event.id, None)
+        return len(doomed)
+
+    def _event_waits_after(self) -> Iterable[int]:
+        """The seq after which each pending event wait of an active run reads."""
+        for run_id, steps in self._steps.items():
+            if self._runs[run_id].is_terminal:
+                continue
+            for record in steps.values():
+                waits = record.kind == StepKind.EVENT and record.status == StepStatus.PENDING
+                after = record.input.get("after") if isinstance(record.input, dict) else None
+                if waits and isinstance(after, int):
+                    yield after
+
     # ---------------------------------------------------------------- reads
 
     async def get_run(self, run_id: str) -> Run | None:
@@ -766,6 +796,15 @@ class MemoryStore:
             and (r.singleton_key is not None or r.concurrency_key is not None)
         ]
         return sorted(gated, key=lambda r: (r.created_at, r.id))
+
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        found = [
+            r
+            for r in self._runs.values()
+            if (r.rate_until is not None and r.rate_until > now)
+            or (r.debounce_key is not None and r.status == RunStatus.BLOCKED and r.held(now))
+        ]
+        return sorted(found, key=lambda r: (r.created_at, r.id))
 
     async def queue_views(self) -> list[QueueView]:
         return self._queues.views()

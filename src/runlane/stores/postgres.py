@@ -283,7 +283,7 @@ class PostgresStore:
         if row is not None and row["id"] is not None:
             return _claimed(row, steps, signals)
         if waiter is not None and waiter["id"] is not None:
-            return _claimed(waiter, steps, signals)
+            return replace(_claimed(waiter, steps, signals), handed_off_at=waiter["released_at"])
         if waiter is not None and waiter["parked"]:
             return ClaimOutcome(parked=True)
         if row is None or not _recoverable(_peeked(row), now):
@@ -878,6 +878,12 @@ class PostgresStore:
         )
         return [row["id"] for row in rows]
 
+    async def prune_events(self, before: datetime, limit: int) -> int:
+        if limit < 1:
+            return 0
+        rows = await self._db.rows("prune_events", before=before, limit=limit)
+        return len(rows)
+
     async def queue_views(self) -> list[QueueView]:
         rows, entries, keys = await self._db.batch(
             ("queue_rows", {}), ("queue_live_entries", {}), ("queue_keys", {})
@@ -894,6 +900,9 @@ class PostgresStore:
 
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]
+
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        return [run_from_row(row) for row in await self._db.rows("limited_runs", now=now)]
 
     async def _filtered(self, name: str, given: Row, **params: object) -> list[Row]:
         """Statement ``name`` with the WHERE clause of the filters in ``given``."""

@@ -376,6 +376,9 @@ class SqliteStore:
     async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
         return await self._write(retention.prune_runs, dict(cutoffs), limit)
 
+    async def prune_events(self, before: datetime, limit: int) -> int:
+        return await self._write(retention.prune_events, before, limit)
+
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
         return await self._read(reads.count_runs, query)
 
@@ -384,6 +387,9 @@ class SqliteStore:
 
     async def lane_runs(self) -> list[Run]:
         return await self._read(reads.lane_runs)
+
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        return await self._read(reads.limited_runs, now)
 
     async def queue_views(self) -> list[QueueView]:
         return await self._read(sqlite_queues.queue_views)

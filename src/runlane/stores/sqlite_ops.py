@@ -262,12 +262,14 @@ def claim_run(
             return ClaimOutcome(settled=finish(conn, run, dead, now))
         if run.queued:  # the slots its lost turn held go (its replay asks again)
             queues.release(_book(conn), run_id, None, now, admitted_only=True)
+    released = None
     if run.singleton_key is not None and not run.holds_slot:
         if not _admit(conn, run, now):
             _save_run(conn, blocked_run(run, singleton_retry, now))
             return ClaimOutcome(parked=True)
-        run = replace(run, holds_slot=True, admission_retries=0)
-    return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now))
+        released = run.handoff_at
+        run = replace(run, holds_slot=True, admission_retries=0, handoff_at=None)
+    return ClaimOutcome(claim=_lease(conn, run, owner, lease_until, now), handed_off_at=released)
 
 
 def _admit(conn: Conn, run: Run, now: datetime) -> bool:
@@ -504,7 +506,8 @@ def _hand_over(
             continue
         if waiter.status not in (RunStatus.PENDING, RunStatus.SUSPENDED, RunStatus.BLOCKED):
             return None
-        return _lease(conn, replace(waiter, holds_slot=True), successor.owner, successor.until, now)
+        heir = replace(waiter, holds_slot=True, handoff_at=None)
+        return _lease(conn, heir, successor.owner, successor.until, now)
     return None
 
 
@@ -539,6 +542,10 @@ def _wake_waiters(conn: Conn, key: str, limit: int, now: datetime) -> list[str]:
     chosen = [row["id"] for row in rows]
     for waiter_id in chosen:
         _wake(conn, waiter_id, now)
+    conn.execute(
+        "UPDATE runs SET handoff_at = ? WHERE id IN (SELECT value FROM json_each(?))",
+        (ts(now), dumps(chosen)),
+    )
     return chosen
 
 

@@ -176,6 +176,17 @@ def lane_runs(conn: Conn) -> list[Run]:
     return [run_from_row(row) for row in rows]
 
 
+def limited_runs(conn: Conn, now: datetime) -> list[Run]:
+    # Two index ranges (runs_rate_window, runs_debounce), not a scan of the rate-limited runs.
+    rows = conn.execute(
+        "SELECT * FROM runs WHERE rate_until IS NOT NULL AND rate_until > ?"
+        " UNION ALL SELECT * FROM runs WHERE debounce_key IS NOT NULL AND status = 'blocked'"
+        " AND begin_at > ? AND (rate_until IS NULL OR rate_until <= ?) ORDER BY created_at, id",
+        (ts(now), ts(now), ts(now)),
+    )
+    return [run_from_row(row) for row in rows]
+
+
 # ---------------------------------------------------------------- events
 
 
@@ -207,6 +218,7 @@ __all__ = [
     "get_step",
     "lane_runs",
     "latest_event_seq",
+    "limited_runs",
     "list_runs",
     "list_steps",
     "page_runs",

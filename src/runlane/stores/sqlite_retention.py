@@ -1,4 +1,5 @@
-"""The SQLite store's retention: deleting settled runs, in batches, with everything they own."""
+"""The SQLite store's retention: deleting settled runs, in batches, with everything they own,
+and old events of the event log."""
 
 from __future__ import annotations
 
@@ -46,3 +47,20 @@ def prune_runs(conn: Conn, cutoffs: Mapping[RunStatus, datetime], limit: int) ->
                 f"DELETE FROM {table} WHERE {column} IN (SELECT value FROM json_each(?))", (ids,)
             )
     return doomed
+
+
+def prune_events(conn: Conn, before: datetime, limit: int) -> int:
+    if limit < 1:
+        return 0
+    # A walk of the primary key from the oldest seq; the newest event stays (it carries
+    # latest_event_seq), and so does every event a pending wait may still read (steps_waiting).
+    cursor = conn.execute(
+        "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE created_at < ?"
+        " AND seq < (SELECT MAX(seq) FROM events)"
+        " AND seq <= coalesce((SELECT MIN(json_extract(s.input, '$.after')) FROM steps AS s"
+        f"  JOIN runs AS r ON r.id = s.run_id AND r.status IN {ACTIVE}"
+        "  WHERE s.kind = 'event' AND s.status = 'pending'), seq)"
+        " ORDER BY seq LIMIT ?)",
+        (ts(before), limit),
+    )
+    return cursor.rowcount

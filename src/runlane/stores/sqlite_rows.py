@@ -63,6 +63,9 @@ def run_from_row(row: sqlite3.Row) -> Run:
         failures=row["failures"],
         rate_key=row["rate_key"],
         rate_at=from_opt_ts(row["rate_at"]),
+        rate_limit=row["rate_limit"],
+        rate_until=from_opt_ts(row["rate_until"]),
+        handoff_at=from_opt_ts(row["handoff_at"]),
         begin_at=from_opt_ts(row["begin_at"]),
         debounce_key=row["debounce_key"],
         awaiting_decision_task_id=row["awaiting_decision_task_id"],
@@ -78,7 +81,8 @@ RUN_COLUMNS = (
     " parent_id, namespace, priority, singleton_key, singleton_limit, holds_slot,"
     " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at,"
     " concurrency_limit, concurrency_statuses, admission_retries, queued, failures, rate_key,"
-    " rate_at, begin_at, debounce_key, awaiting_decision_task_id"
+    " rate_at, begin_at, debounce_key, awaiting_decision_task_id, rate_limit, rate_until,"
+    " handoff_at"
 )
 
 
@@ -118,6 +122,9 @@ def run_values(run: Run) -> tuple[Any, ...]:
         ts(run.begin_at),
         run.debounce_key,
         run.awaiting_decision_task_id,
+        run.rate_limit,
+        ts(run.rate_until),
+        ts(run.handoff_at),
     )
 
 

@@ -37,7 +37,7 @@ SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
 -- (A fragment.) What ``insert_given`` reads of a start under no rate limit or debounce (a
 -- continuation of a run that had one included: it skips the gates).
 NULL::text AS rate_key, NULL::timestamptz AS rate_at, NULL::timestamptz AS begin_at,
-NULL::text AS debounce_key
+NULL::text AS debounce_key, NULL::integer AS rate_limit, NULL::timestamptz AS rate_until
 
 -- name: insert_given
 -- (A fragment.) Insert the rows of ``given`` as pending runs, or as running ones leased to
@@ -48,7 +48,7 @@ INSERT INTO runlane_runs (
     id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
     priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
     concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot, rate_key,
-    rate_at, begin_at, wake_at, debounce_key)
+    rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until)
 SELECT id, workflow, version,
        CASE WHEN claimed THEN 'running' WHEN begin_at IS NOT NULL THEN 'blocked' ELSE 'pending' END,
        input::json, ARRAY(SELECT json_array_elements_text(tags::json)), created_at, created_at,
@@ -56,7 +56,8 @@ SELECT id, workflow, version,
        concurrency_limit, concurrency_statuses,
        coalesce(deadline_at + (begin_at - created_at), deadline_at),
        CASE WHEN claimed THEN lease_owner END, CASE WHEN claimed THEN lease_until END,
-       claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at, begin_at, debounce_key
+       claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at, begin_at, debounce_key,
+       rate_limit, rate_until
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -123,6 +124,7 @@ WITH existing AS (
     FROM counts AS c
 ), given AS (
     SELECT g.*, %(rate_key)s::text AS rate_key, t.rate_at, %(debounce_key)s::text AS debounce_key,
+           %(rate_limit)s::integer AS rate_limit, t.rate_at + %(rate_period)s::interval AS rate_until,
            nullif(GREATEST(%(wanted)s, t.rate_at), %(now)s) AS begin_at,
            g.lease_owner IS NOT NULL AND GREATEST(%(wanted)s, t.rate_at) = %(now)s
            AND (g.singleton_key IS NULL OR t.key_ahead < g.singleton_limit) AS claimed
@@ -243,7 +245,8 @@ SET status = 'blocked', wake_requested_at = NULL, lease_owner = NULL, lease_expi
 -- it takes the slot), else parked (``blocked_set``). No row when the run is not claimable this
 -- way; always one row: the claimed run's columns (NULL when none) and whether it was parked.
 WITH target AS (
-    SELECT id, singleton_key, created_at, coalesce(nullif(singleton_limit, 0), 1) AS lim
+    SELECT id, singleton_key, created_at, coalesce(nullif(singleton_limit, 0), 1) AS lim,
+           handoff_at
     FROM runlane_runs
     WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot
       AND (status = 'pending'
@@ -272,7 +275,7 @@ WITH target AS (
     UPDATE runlane_runs AS r
     SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
         wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s, holds_slot = true,
-        admission_retries = 0
+        admission_retries = 0, handoff_at = NULL
     FROM decision AS d WHERE r.id = d.id AND d.admit
     RETURNING r.*
 ), parked AS (
@@ -280,7 +283,9 @@ WITH target AS (
     FROM decision AS d WHERE r.id = d.id AND NOT d.admit
     RETURNING r.id
 )
-SELECT c.*, EXISTS (SELECT 1 FROM parked) AS parked FROM (SELECT 1) AS one
+SELECT c.*, EXISTS (SELECT 1 FROM parked) AS parked,
+       (SELECT t.handoff_at FROM target AS t) AS released_at
+FROM (SELECT 1) AS one
 LEFT JOIN claimed AS c ON true;
 
 -- name: quiet_commit_if_parked
@@ -517,7 +522,10 @@ FROM fence;
         EXISTS (SELECT FROM runlane_steps WHERE run_id = r.id)
             OR EXISTS (SELECT FROM runlane_signals WHERE run_id = r.id) AS has_history
 ), woken AS (
-    UPDATE runlane_runs {wake_set}
+    -- The waiters are stamped with the release (the hand-off metric's start; the claim that
+    -- admits one reads and clears it, on whichever engine).
+    UPDATE runlane_runs {wake_set},
+        handoff_at = CASE WHEN id IN (SELECT id FROM waiters) THEN %(now)s ELSE handoff_at END
     WHERE id IN (SELECT id FROM waiters UNION ALL SELECT parent_id FROM ok)
       AND id NOT IN (SELECT id FROM handed)
       AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
@@ -675,6 +683,16 @@ WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
   AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
 ORDER BY created_at, id;
 
+-- name: limited_runs
+-- The starts still inside their rate windows and the debounced runs not begun yet: two ranges
+-- of runlane_runs_rate_window and runlane_runs_debounce.
+SELECT * FROM runlane_runs WHERE rate_until > %(now)s
+UNION ALL
+SELECT * FROM runlane_runs
+WHERE debounce_key IS NOT NULL AND status = 'blocked' AND begin_at > %(now)s
+  AND (rate_until IS NULL OR rate_until <= %(now)s)
+ORDER BY created_at, id;
+
 -- name: prune_runs
 -- Retention: at most %(limit)s settled runs, least recently updated first, among those of each
 -- given status updated before its cutoff (one walk of runlane_runs_terminal per status) whose
@@ -704,6 +722,25 @@ WITH due AS (
 )
 DELETE FROM runlane_runs AS r USING doomed WHERE r.id = doomed.id
 RETURNING r.id;
+
+-- name: prune_events
+-- Retention of the event log: at most %(limit)s events published before %(before)s, lowest seq
+-- first (a walk of the primary key), the newest event kept (it carries latest_event_seq), and
+-- every event a pending wait may still read kept too (runlane_steps_waiting).
+DELETE FROM runlane_events AS e
+USING (
+    SELECT seq FROM runlane_events
+    WHERE created_at < %(before)s AND seq < (SELECT max(seq) FROM runlane_events)
+      AND seq <= coalesce((
+          SELECT min((s.input->>'after')::bigint) FROM runlane_steps AS s
+          JOIN runlane_runs AS r ON r.id = s.run_id
+            AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+          WHERE s.kind = 'event' AND s.status = 'pending'), seq)
+    ORDER BY seq
+    LIMIT %(limit)s
+) AS doomed
+WHERE e.seq = doomed.seq
+RETURNING e.seq;
 
 -- name: queue_rows
 SELECT * FROM runlane_queues;

@@ -1,13 +1,34 @@
-"""The Store contract (``runlane.stores.base``), clause by clause, for every store kind."""
+"""The Store contract (``runlane.stores.base``), clause by clause, as pytest tests.
+
+Every store runlane ships passes it (``tests/contract/``), and so can yours: import the tests
+into a test module and give them a ``make_store`` fixture that builds a new, unopened store
+object on your backend (each call the same backend, as a second engine would open it)::
+
+    import pytest
+    from runlane.testing.store_contract import *  # noqa: F403  the contract's tests and fixtures
+
+    @pytest.fixture
+    def make_store():
+        return lambda: MyStore("mystore://test")
+
+Each test gets ``store``: one of them, opened, emptied by its ``reset_for_tests()`` if it has one,
+and closed afterwards; a test that needs a second object on the same backend calls
+``make_store()``. Those two are the only fixtures a test here may ask for (besides pytest's own):
+a user's test module has no other (``tests/unit/test_contract_suites.py`` keeps it so). The suite
+needs pytest and pytest-asyncio (strict or auto mode); importing this module, unlike
+``import runlane``, imports them.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from runlane.errors import (
     ConcurrencyLimitError,
@@ -42,11 +63,26 @@ from runlane.models import (
 )
 from runlane.queues import QueueRequest
 from runlane.stores.base import Store
+from runlane.testing._suite import export_tests
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
 RETRY = timedelta(seconds=5)
 DONE = Settlement(RunStatus.COMPLETED, {"ok": True})
+
+
+@pytest_asyncio.fixture
+async def store(make_store: Callable[[], Store]) -> AsyncIterator[Store]:
+    """An opened, empty store built by ``make_store``, closed after the test."""
+    opened = make_store()
+    await opened.open()
+    reset = getattr(opened, "reset_for_tests", None)
+    if reset is not None:
+        await reset()
+    try:
+        yield opened
+    finally:
+        await opened.close()
 
 
 def at(seconds: float) -> datetime:
@@ -464,6 +500,69 @@ async def test_a_held_run_is_never_ahead_of_a_waiter_at_its_claim(store: Store) 
     await create(store, spec("holder", singleton=gate))
     assert await settle(store, "holder", now=at(10)) == ["waiter"]
     assert (await claim(store, "waiter", now=at(10))).claim is not None
+
+
+async def test_limited_runs_are_the_starts_inside_their_windows_and_the_unbegun_debounces(
+    store: Store,
+) -> None:
+    rate = RateGate("r", 2, 10.0, delay=True)
+    await create(store, limited("a", 0, rate=rate))
+    await settle(store, "a", now=at(1))  # a settled start still counts in its window
+    await create(store, limited("b", 2, rate=rate), now=at(2))
+    await create(store, limited("c", 3, rate=rate), now=at(3))  # throttled: counted at 10
+    debounce = DebounceGate("d", 5.0)
+    await create(store, limited("deb", 4, debounce=debounce), now=at(4))
+    await create(store, limited("both", 4, debounce=DebounceGate("e", 5.0), rate=rate), now=at(4))
+    await create(store, spec("plain", created=4), now=at(4))
+    found = await store.limited_runs(at(5))
+    assert [r.id for r in found] == ["a", "b", "c", "both", "deb"]
+    by_id = {r.id: r for r in found}
+    assert (by_id["a"].rate_limit, by_id["a"].rate_at, by_id["a"].rate_until) == (2, T0, at(10))
+    assert (by_id["c"].rate_at, by_id["c"].rate_until, by_id["c"].begin_at) == (
+        at(10),
+        at(20),
+        at(10),
+    )
+    assert (by_id["deb"].debounce_key, by_id["deb"].begin_at) == ("d", at(9))
+    # "a" left its window at 10; "deb" began at 9 (still blocked, but no longer held).
+    assert [r.id for r in await store.limited_runs(at(10))] == ["b", "c", "both"]
+    # "both" (counted at 12, when the window had room, until 22) stays for its window.
+    assert [r.id for r in await store.limited_runs(at(20))] == ["both"]
+    assert await store.limited_runs(at(22)) == []
+
+
+async def holder_and_waiter(store: Store, waiter: str) -> None:
+    """``holder`` leased with the one slot of its key, ``waiter`` created behind it."""
+    gate = key(limit=1)
+    await create(store, spec("holder", singleton=gate), spec(waiter, created=1, singleton=gate))
+    await lease(store, "holder")
+
+
+async def test_a_release_stamps_the_waiters_it_wakes_and_the_claim_admitting_one_reads_it(
+    store: Store,
+) -> None:
+    await holder_and_waiter(store, "waiter")
+    assert (await claim(store, "waiter", now=at(1))).parked
+    assert (await run_of(store, "waiter")).handoff_at is None  # a denial stamps nothing
+    result = await store.settle_run("holder", "owner-1", Writes(), DONE, at(10))
+    assert result.woken == ["waiter"]
+    assert (await run_of(store, "waiter")).handoff_at == at(10)
+    outcome = await claim(store, "waiter", owner="elsewhere", now=at(12))
+    assert outcome.claim is not None and outcome.handed_off_at == at(10)
+    assert outcome.claim.run.handoff_at is None
+    assert (await run_of(store, "waiter")).handoff_at is None  # read once: the claim cleared it
+
+
+async def test_a_successor_leased_by_the_release_and_a_plain_claim_carry_no_hand_off_stamp(
+    store: Store,
+) -> None:
+    await holder_and_waiter(store, "heir")
+    result = await store.settle_run(
+        "holder", "owner-1", Writes(), DONE, at(10), successor=Lease("heir-owner", at(40))
+    )
+    assert result.successor is not None and result.successor.run.handoff_at is None
+    await create(store, spec("free"))
+    assert (await claim(store, "free")).handed_off_at is None
 
 
 # ---------------------------------------------------------------- claim queues
@@ -2076,6 +2175,41 @@ async def test_a_parent_is_kept_until_its_children_settle_and_they_are_not_delet
     assert await store.prune_runs(cutoffs, 10) == ["parent", "kid"]
 
 
+async def test_prune_events_deletes_old_events_oldest_first_in_batches_and_keeps_the_newest(
+    store: Store,
+) -> None:
+    for n in range(5):
+        await store.publish_event("paid" if n % 2 else "shipped", n, f"evt-{n}", at(n))
+    assert await store.prune_events(at(3), 2) == 2  # seqs 1 and 2
+    assert await store.prune_events(at(3), 2) == 1  # seq 3; the one of at(3) is not before it
+    assert await store.prune_events(at(3), 2) == 0
+    assert [e.payload for e in await store.events_after("paid", 0, 10)] == [3]
+    assert [e.payload for e in await store.events_after("shipped", 0, 10)] == [4]
+    # Everything is old now: all but the newest go, and the latest seq stays.
+    assert await store.prune_events(at(99), 10) == 1
+    assert await store.latest_event_seq() == 5
+    assert [e.seq for e in await store.events_after("shipped", 0, 10)] == [5]
+    # A deleted event's id no longer deduplicates; a new event never reuses a seq.
+    event, created, _ = await store.publish_event("paid", "again", "evt-1", at(100))
+    assert created and event.seq == 6
+    assert await store.prune_events(at(0), 10) == 0
+
+
+async def test_prune_events_keeps_what_a_pending_event_wait_may_still_read(store: Store) -> None:
+    for n in range(4):
+        await store.publish_event("paid", n, None, at(n))  # seqs 1 to 4
+    await create(store, spec("waiter"))
+    waits = step(
+        "waiter", 1, StepStatus.PENDING, name="paid", kind=StepKind.EVENT, input={"after": 2}
+    )
+    await suspend(store, "waiter", writes=Writes(steps=[waits]))
+    assert await store.prune_events(at(99), 10) == 2  # seqs 1 and 2: the wait reads after 2
+    assert [e.seq for e in await store.events_after("paid", 2, 10)] == [3, 4]
+    await store.cancel_run("waiter", at(99), None)  # a settled run's wait keeps nothing
+    assert await store.prune_events(at(99), 10) == 1
+    assert [e.seq for e in await store.events_after("paid", 0, 10)] == [4]
+
+
 async def test_queue_views_show_holders_and_waiters_in_admission_order(store: Store) -> None:
     rate = QueueSettings("r", rate_limit=5, rate_period=60.0)
     await store.register_queues([QueueSettings("q", concurrency=1), rate], T0)
@@ -2104,3 +2238,6 @@ async def test_active_run_counts_are_by_workflow_and_status_without_settled_runs
         ("wf", RunStatus.RUNNING): 1,
         ("other", RunStatus.PENDING): 1,
     }
+
+
+__all__ = export_tests(globals(), "store")

@@ -1,10 +1,15 @@
-"""Test kit: a manual clock, and helpers that drive an engine without sleeping."""
+"""Test kit: a manual clock, and the contract suites a store or a transport passes.
+
+``ManualClock`` is here; the suites are modules of their own, ``runlane.testing.store_contract``
+and ``runlane.testing.transport_contract``, since they import pytest (``import runlane.testing``
+does not).
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from .clock import utc
+from runlane.clock import utc
 
 
 class ManualClock:
@@ -14,9 +19,11 @@ class ManualClock:
         self._now = utc(start) if start is not None else datetime(2026, 1, 1, tzinfo=UTC)
 
     def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
         return self._now
 
     def advance(self, seconds: float | timedelta) -> datetime:
+        """Move forward by ``seconds`` (or a ``timedelta``); return the new time."""
         delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
         if delta < timedelta(0):
             raise ValueError("a ManualClock only moves forward")
@@ -24,5 +31,6 @@ class ManualClock:
         return self._now
 
     def set(self, when: datetime) -> datetime:
+        """Jump to ``when`` (timezone-aware; a naive datetime is refused); return it in UTC."""
         self._now = utc(when)
         return self._now
