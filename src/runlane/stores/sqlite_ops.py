@@ -12,7 +12,13 @@ from dataclasses import replace
 from datetime import datetime
 
 from .. import admission, queues
-from ..errors import LeaseLostError, RunCancelling, RunFinishedError, RunlaneError, RunNotFoundError
+from ..errors import (
+    LeaseLostError,
+    RunCancelling,
+    RunFinishedError,
+    RunNotFoundError,
+    not_requeueable,
+)
 from ..models import (
     Admission,
     Claim,
@@ -668,9 +674,7 @@ def requeue_run(
 ) -> Run:
     run = _existing(conn, run_id)
     if run.status not in _REQUEUEABLE:
-        raise RunlaneError(
-            f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
-        )
+        raise not_requeueable(run_id, run.status)
     refusal = _refusal(conn, requeue_spec(run, quota, singleton), now)
     if refusal is not None:
         raise refusal
