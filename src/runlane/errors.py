@@ -62,19 +62,28 @@ class ScheduleNotFoundError(RunlaneError, LookupError):
 class RunFinishedError(RunlaneError):
     """The run is already terminal and cannot take this operation."""
 
-    def __init__(self, run_id: str, status: str) -> None:
+    def __init__(self, run_id: str, status: str, message: str | None = None) -> None:
         self.run_id = run_id
         self.status = status
-        super().__init__(f"run {run_id!r} is already {status}")
+        super().__init__(message or f"run {run_id!r} is already {status}")
 
 
 class RunExistsError(RunlaneError):
     """A run with this id already exists."""
 
-    def __init__(self, run_id: str, status: str) -> None:
+    def __init__(self, run_id: str, status: str, message: str | None = None) -> None:
         self.run_id = run_id
         self.status = status
-        super().__init__(f"run {run_id!r} already exists (status {status})")
+        super().__init__(message or f"run {run_id!r} already exists (status {status})")
+
+
+def not_requeueable(run_id: str, status: str) -> RunlaneError:
+    """Why ``requeue`` refuses a run that is neither failed, dead nor cancelled: a completed run
+    is finished for good (``RunFinishedError``); any other is still live (``RunExistsError``)."""
+    message = f"run {run_id!r} is {status}; only failed, dead or cancelled runs can be requeued"
+    if status == "completed":
+        return RunFinishedError(run_id, status, message)
+    return RunExistsError(run_id, status, message)
 
 
 class DefinitionError(RunlaneError, TypeError):

@@ -16,23 +16,25 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import StepTimeoutError, error_dict, is_fatal, raise_stored
-from .faults import is_infrastructure
+from .faults import OutageLog, is_infrastructure
 from .models import JSON, Settled, StepKind, StepRecord, StepStatus
+from .routing import Reason
 from .runqueue import RateLimitedLog
+from .stores.base import Store
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, WORKER_KIND, Malformed, check
 from .workflow_tasks import DECISION_KIND, WORKFLOW_KIND
 
 if TYPE_CHECKING:
     from .context import StepOp
-    from .engine import Engine
     from .options import EngineOptions
+    from .remote_turns import RemoteTurns
     from .turn import Turn
 
 log = logging.getLogger("runlane.remote")
@@ -48,11 +50,46 @@ def step_id(run_id: str, seq: int) -> str:
     return f"{run_id}:{seq}"
 
 
+class RemoteHost(Protocol):
+    """What remote steps need of the instance that consumes their results and beats."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def options(self) -> EngineOptions: ...
+
+    @property
+    def outage(self) -> OutageLog:
+        """Where a result or a beat the store could not take is reported."""
+        ...
+
+    @property
+    def remote_turns(self) -> RemoteTurns | None:
+        """Where a remote workflow's decisions and beats go (they share the results feed)."""
+        ...
+
+    @property
+    def has_queues(self) -> bool:
+        """Whether step queues are registered (a recorded result may free a slot)."""
+        ...
+
+    def now(self) -> datetime: ...
+
+    def send(self, run_ids: Iterable[str], reason: Reason) -> None:
+        """Runs made due in the store: have them executed (see ``routing``)."""
+        ...
+
+    def poll_soon(self) -> None:
+        """Look for due work now rather than at the next poll interval."""
+        ...
+
+
 class RemoteSteps:
     """One engine's side of remote steps: dispatches, in-memory waiters, results and beats."""
 
-    def __init__(self, engine: Engine, transport: Transport) -> None:
-        self.engine = engine
+    def __init__(self, host: RemoteHost, transport: Transport) -> None:
+        self.host = host
         self.transport = transport
         self._waiters: dict[Key, asyncio.Future[Message]] = {}
         self._heard: dict[Key, float] = {}  # monotonic time of the last beat heard, per waiter
@@ -168,7 +205,7 @@ class RemoteSteps:
                 await self._land(result)
             except Exception as exc:
                 if is_infrastructure(exc):
-                    self.engine.outage.failed(exc, "recording a remote step's result")
+                    self.host.outage.failed(exc, "recording a remote step's result")
                     held.append(result)
                 else:
                     self._failures.warning(
@@ -178,7 +215,7 @@ class RemoteSteps:
 
     async def _land_decision(self, decision: Message) -> bool:
         """Apply a remote workflow turn's decision; False when the store is unreachable."""
-        turns = self.engine.remote_turns
+        turns = self.host.remote_turns
         try:
             if turns is not None:
                 await turns.land(decision)
@@ -186,7 +223,7 @@ class RemoteSteps:
             if not is_infrastructure(exc):
                 self._failures.warning("applying decision %s failed (%s)", decision, exc)
                 return True
-            self.engine.outage.failed(exc, "applying a remote workflow's decision")
+            self.host.outage.failed(exc, "applying a remote workflow's decision")
             return False
         return True
 
@@ -201,23 +238,22 @@ class RemoteSteps:
             waiter.set_result(result)
             return
         run_id, seq = str(result.get("run_id")), int(result.get("seq") or 0)
-        outcome = await self.engine.store.record_step_result(
+        outcome = await self.host.store.record_step_result(
             run_id,
             seq,
             key[1],
             bool(result.get("ok")),
             result.get("output"),
             result.get("error"),
-            self.engine.now(),
+            self.host.now(),
         )
         if outcome != "dropped":
-            # The run resumes where its result landed: a wake through the run queue would cost
-            # every remote step of a sequential workflow one more hop.
-            self.engine.resume_here([run_id])
-        if outcome == "recorded" and self.engine.queues:
+            # The run resumes where its result landed, when this instance has room for it.
+            self.host.send([run_id], Reason.LANDED)
+        if outcome == "recorded" and self.host.has_queues:
             # A queued step's slot was freed in that write, and its next waiters made due: the
             # loop's next pass (now, not a poll interval later) hands them out.
-            self.engine.poll_soon()
+            self.host.poll_soon()
 
     async def _hear_beats(self) -> None:
         while not self._stopping:
@@ -225,8 +261,8 @@ class RemoteSteps:
                 async with self.transport.heartbeats() as feed:
                     async for raw in feed:
                         if isinstance(raw, dict) and raw.get("kind") == WORKFLOW_KIND:
-                            if self.engine.remote_turns is not None:
-                                await self.engine.remote_turns.heard_beat(raw)
+                            if self.host.remote_turns is not None:
+                                await self.host.remote_turns.heard_beat(raw)
                             continue
                         if isinstance(raw, dict) and raw.get("kind") == WORKER_KIND:
                             self._met(raw)
@@ -266,15 +302,15 @@ class RemoteSteps:
             self._heard[key] = time.monotonic()
             self._taken.add(key)
             return
-        throttle = self.engine.options.heartbeat_persist_throttle
+        throttle = self.host.options.heartbeat_persist_throttle
         if time.monotonic() - self._persisted.get(key, -throttle) < throttle:
             return
         self._persisted[key] = time.monotonic()
         if len(self._persisted) > 10_000:
             self._persisted.clear()
         try:
-            await self.engine.store.record_heartbeat(
-                str(beat.get("run_id")), int(beat.get("seq") or 0), key[1], self.engine.now()
+            await self.host.store.record_heartbeat(
+                str(beat.get("run_id")), int(beat.get("seq") or 0), key[1], self.host.now()
             )
         except Exception as exc:
             # The worker's next beat is persisted instead; if the store stays away longer than
@@ -282,7 +318,7 @@ class RemoteSteps:
             del self._persisted[key]
             if not is_infrastructure(exc):
                 raise
-            self.engine.outage.failed(exc, "recording a heartbeat")
+            self.host.outage.failed(exc, "recording a heartbeat")
 
 
 def _key(message: Message) -> Key:
@@ -304,7 +340,7 @@ async def settle_remote_step(turn: Turn, op: StepOp, remote: RemoteSteps) -> Set
     if record is not None and record.error is not None and record.wake_at is None:
         return _attempt_failed(turn, op, record, record.error)
     if record is not None and record.wake_at is not None and record.wake_at > turn.now():
-        turn.wakes.append(record.wake_at)
+        turn.wake_by(record.wake_at)
         return None
     if op.definition.queue is not None and not await turn.admit(op):
         return None  # its queue admits it later; the slot is held until its result is recorded
@@ -393,7 +429,7 @@ async def _send_and_wait(
     timeout = op.definition.timeout
     if timeout is None:
         await remote.dispatch(str(op.definition.group), _task(turn, op, record))
-        turn.wakes.append(record.wake_at or turn.now())
+        turn.wake_by(record.wake_at or turn.now())
         return None
     first = min(timeout, _redispatch_window(turn.host.options))
     return await _watched(turn, op, remote, record, timeout, first=first, send=True)
@@ -549,10 +585,10 @@ def _attempt_failed(
     if retry_in is not None:
         wake = turn.now() + timedelta(seconds=retry_in)
         turn.stage(_pending_retry(record, error, wake, turn.now()))
-        turn.wakes.append(wake)
+        turn.wake_by(wake)
         return None
     turn.stage(_failed(record, error, turn.now()))
-    turn.live_errors[op.seq] = raise_stored(error)
+    turn.keep_error(op.seq, raise_stored(error))
     return Settled(False, None, error)
 
 
@@ -583,7 +619,7 @@ async def _in_flight(
         wake = _next_check(turn, op, turn.now())
         if window is not None:
             wake = min(wake, last + timedelta(seconds=window))
-        turn.wakes.append(wake)
+        turn.wake_by(wake)
         return None
     if _out_of_dispatches(options, record):
         return _attempt_failed(turn, op, record, _timed_out(op, silent))

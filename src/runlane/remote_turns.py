@@ -20,56 +20,66 @@ import time
 import uuid
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .context import ChildOp, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
 from .errors import Cancelled, LeaseLostError, NonDeterminismError, RunCancelling, error_dict
-from .faults import is_infrastructure
+from .faults import OutageLog, is_infrastructure
 from .models import Claim, RunStatus, Settlement, StepKind
 from .retry import NO_RETRY, Retry
 from .transports.base import Message, Transport
 from .transports.messages import Malformed
-from .turn import Turn, TurnOutcome
+from .turn import Turn, TurnHost, TurnOutcome
 from .workflow_tasks import Decision, awaited_children, parse_decision, workflow_task
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 log = logging.getLogger("runlane.remote")
 
 PERSISTED_KEEP = 10_000  # task ids whose last persisted beat is remembered
 
 
+class TurnsHost(TurnHost, Protocol):
+    """What remote workflow turns need of their instance: a turn's host, and more."""
+
+    @property
+    def outage(self) -> OutageLog:
+        """Where a workflow beat the store could not take is reported."""
+        ...
+
+    async def apply_decision(self, decision: Decision) -> None:
+        """Lease the run for a worker's decision, if it still awaits that turn, and apply it."""
+        ...
+
+
 class RemoteTurns:
     """One engine's side of remote workflow turns."""
 
-    def __init__(self, engine: Engine, transport: Transport) -> None:
-        self.engine = engine
+    def __init__(self, host: TurnsHost, transport: Transport) -> None:
+        self.host = host
         self.transport = transport
         self._persisted: dict[str, float] = {}  # task id -> monotonic time of the last write
 
     def silence(self) -> float:
-        options = self.engine.options
+        options = self.host.options
         return options.remote_advance_silence or options.lease
 
     # ---------------------------------------------------------------- sending a turn
 
     async def send(self, claim: Claim, owner: str, definition: WorkflowDefinition) -> TurnOutcome:
         """Mark the leased run as awaiting a fresh task, release it, then send the task."""
-        run, store, now = claim.run, self.engine.store, self.engine.now()
+        run, store, now = claim.run, self.host.store, self.host.now()
         task_id = uuid.uuid4().hex
         group = str(definition.group)
         try:
             children = await store.get_runs(awaited_children(claim.steps))
             deadline = now + timedelta(seconds=self.silence())
-            trace = self.engine.tracing.carrier()  # the sending turn's span, when tracing
+            trace = self.host.tracing.carrier()  # the sending turn's span, when tracing
             task = workflow_task(
                 task_id, run, group, claim.steps, claim.signals, children, now, deadline, trace
             )
             await store.await_decision(run.id, owner, task_id, deadline, now)
         except RunCancelling:
-            turn = Turn(self.engine, claim, owner, definition)
+            turn = Turn(self.host, claim, owner, definition)
             return await turn.execute(Settlement(RunStatus.CANCELLED))
         except LeaseLostError:
             return TurnOutcome("abandoned")
@@ -95,7 +105,7 @@ class RemoteTurns:
             log.warning("dropping a malformed decision: %s", exc)
             return
         self._persisted.pop(decision.task_id, None)
-        await self.engine.apply_decision(decision)
+        await self.host.apply_decision(decision)
 
     async def heard_beat(self, beat: Message) -> None:
         """A worker replays a turn: push the turn's deadline, written at most once per half
@@ -110,14 +120,14 @@ class RemoteTurns:
         if len(self._persisted) > PERSISTED_KEEP:
             self._persisted.clear()
         self._persisted[task_id] = time.monotonic()
-        deadline = self.engine.now() + timedelta(seconds=window)
+        deadline = self.host.now() + timedelta(seconds=window)
         try:
-            await self.engine.store.extend_decision(run_id, task_id, deadline)
+            await self.host.store.extend_decision(run_id, task_id, deadline)
         except Exception as exc:
             del self._persisted[task_id]
             if not is_infrastructure(exc):
                 raise
-            self.engine.outage.failed(exc, "recording a workflow heartbeat")
+            self.host.outage.failed(exc, "recording a workflow heartbeat")
 
 
 async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bool] | None:
@@ -141,9 +151,9 @@ async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bo
         return await turn.continued(outcome.get("input")), False
     wake = decision.wake_at()
     if wake is not None:
-        turn.wakes.append(wake)
+        turn.wake_by(wake)
     if again:
-        turn.wakes.append(turn.now())  # something settled while applying: the next turn sees it
+        turn.wake_by(turn.now())  # something settled while applying: the next turn sees it
     return None
 
 
@@ -155,7 +165,7 @@ async def _apply_commands(turn: Turn, decision: Decision) -> bool:
         if known is not None and known.done:
             continue  # history is not rewritten
         turn.stage(replace(record, run_id=turn.run.id))
-    turn.consumed.extend(decision.consumed_signals)
+    turn.consume(decision.consumed_signals)
     again = await _children(turn, decision)
     for command in decision.steps:
         op = StepOp(

@@ -12,14 +12,14 @@ import asyncio
 import logging
 import time
 from collections.abc import Collection, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .models import Run
+from .options import EngineOptions
+from .routing import Reason
+from .stores.base import Store
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, Malformed, check
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 log = logging.getLogger("runlane.runqueue")
 
@@ -51,11 +51,42 @@ def message(run: Run, reason: str) -> Message:
     }
 
 
+class RunSink(Protocol):
+    """What the run queue needs of the instance it serves: where taken runs go, and its room."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def options(self) -> EngineOptions: ...
+
+    @property
+    def namespace(self) -> str | None:
+        """The namespace whose runs are consumed (None: every namespace)."""
+        ...
+
+    def room(self) -> int:
+        """How many more turns can start here now."""
+        ...
+
+    async def room_freed(self) -> None:
+        """Return once a turn here has ended."""
+        ...
+
+    def take(self, run_id: str, *, handoff: bool) -> None:
+        """Execute a run taken off the queue (``handoff``: a handed-off timer's message)."""
+        ...
+
+    def send(self, run_ids: Iterable[str], reason: Reason) -> None:
+        """Runs made due in the store: have them executed (see ``routing``)."""
+        ...
+
+
 class RunQueue:
     """Publishes an engine's starts and wakes in batches, and consumes its namespace's queue."""
 
-    def __init__(self, engine: Engine, transport: Transport) -> None:
-        self.engine = engine
+    def __init__(self, sink: RunSink, transport: Transport) -> None:
+        self.sink = sink
         self.transport = transport
         self._starts: dict[str, Message] = {}
         self._wakes: set[str] = set()
@@ -109,7 +140,7 @@ class RunQueue:
         for delay in (*SEND_RETRY_DELAYS, None):
             try:
                 if wakes:
-                    runs = await self.engine.store.get_runs(sorted(wakes))
+                    runs = await self.sink.store.get_runs(sorted(wakes))
                     batch.extend(message(r, "wake") for r in runs.values() if not r.is_terminal)
                     wakes = set()
                 await self.transport.enqueue_runs(batch)
@@ -121,9 +152,8 @@ class RunQueue:
                 # A start stays pending for the pending-run poll, a timer is due again after
                 # its hold; a wake resumes here instead.
                 self._failures.warning("run queue enqueue failed (%s); running wakes locally", exc)
-                self.engine.run_locally(
-                    [*wakes, *(m["run_id"] for m in batch if m["reason"] == "wake")]
-                )
+                unsent = [*wakes, *(str(m["run_id"]) for m in batch if m["reason"] == "wake")]
+                self.sink.send(unsent, Reason.UNSENT)
 
     async def flushed(self) -> None:
         """Return once everything published so far has been sent (or given up on)."""
@@ -163,10 +193,10 @@ class RunQueue:
         return len(taken)
 
     async def _consume(self) -> None:
-        engine = self.engine
-        namespaces = None if engine.namespace is None else [engine.namespace]
+        sink = self.sink
+        namespaces = None if sink.namespace is None else [sink.namespace]
         while not self._stopping:
-            room = min(engine.options.max_prefetch - len(self.taken), engine.local_room())
+            room = min(sink.options.max_prefetch - len(self.taken), sink.room())
             if room <= 0:
                 await self._room_freed()
                 continue
@@ -188,13 +218,13 @@ class RunQueue:
                 self.taken[run_id] = msg
                 # Only a handed-off timer overrides the stored wake time: every other wake was
                 # made due in the store first, so a late duplicate finds nothing to claim.
-                engine.run_from_queue(run_id, handoff=msg.get("reason") == "timer")
+                sink.take(run_id, handoff=msg.get("reason") == "timer")
 
     async def _room_freed(self) -> None:
         """Wait until a turn here ends or a taken id is claimed: either makes room to take."""
         self._claimed.clear()
         waits = {
-            asyncio.ensure_future(self.engine.room_freed()),
+            asyncio.ensure_future(self.sink.room_freed()),
             asyncio.ensure_future(self._claimed.wait()),
         }
         try:

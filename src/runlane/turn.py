@@ -190,6 +190,20 @@ class Turn:
     def stage(self, record: StepRecord) -> None:
         self.staged[record.seq] = record
 
+    def wake_by(self, when: datetime) -> None:
+        """The run is due again by ``when`` (a retry's backoff, a check of a dispatched step):
+        its suspension keeps the earliest of these."""
+        self.wakes.append(when)
+
+    def keep_error(self, seq: int, exc: BaseException) -> None:
+        """The exception the body gets for op ``seq``'s failure in this turn (the live one,
+        with its traceback and cause, rather than one rebuilt from the record)."""
+        self.live_errors[seq] = exc
+
+    def consume(self, seqs: Iterable[int]) -> None:
+        """Buffered signals taken by this turn: their consumption goes with the next write."""
+        self.consumed.extend(seqs)
+
     def _record(
         self,
         seq: int,
@@ -259,7 +273,7 @@ class Turn:
         if prior is None or prior.status != StepStatus.PENDING:
             self._record(seq, kind, name, StepStatus.PENDING, prior, wake_at=wake, **fields)
         if wake is not None:
-            self.wakes.append(wake)
+            self.wake_by(wake)
         raise Suspend()
 
     def deadline(
@@ -367,7 +381,7 @@ class Turn:
         if admission.woken:
             self.host.wake(admission.woken)
         if not admission.admitted and admission.retry_at is not None:
-            self.wakes.append(admission.retry_at)
+            self.wake_by(admission.retry_at)
         return admission.admitted
 
     async def release(self) -> None:
@@ -415,7 +429,7 @@ class Turn:
         if record is not None and record.status == StepStatus.FAILED:
             return Settled(False, None, record.error)
         if record is not None and record.wake_at is not None and record.wake_at > self.now():
-            self.wakes.append(record.wake_at)
+            self.wake_by(record.wake_at)
             return None
         attempt = (record.attempts if record else 0) + 1
         if queued:
@@ -495,7 +509,7 @@ class Turn:
                 error=error_dict(exc),
                 wake_at=wake,
             )
-            self.wakes.append(wake)
+            self.wake_by(wake)
             return None
         error = self.fail(
             op.seq,
@@ -507,7 +521,7 @@ class Turn:
             attempts=attempt,
             started_at=started,
         )
-        self.live_errors[op.seq] = exc
+        self.keep_error(op.seq, exc)
         return Settled(False, None, error)
 
     # ---------------------------------------------------------------- children
@@ -559,7 +573,7 @@ class Turn:
         failure = ChildFailedError(op.child_id, error_dict(rejection, with_traceback=False))
         failure.__cause__ = rejection
         error = self.fail(op.seq, op.kind, op.name, failure, None, input={"child_id": op.child_id})
-        self.live_errors[op.seq] = failure
+        self.keep_error(op.seq, failure)
         return Settled(False, None, error)
 
     async def _check_children(self, ops: Sequence[ChildOp]) -> dict[int, Settled | None]:
@@ -585,7 +599,7 @@ class Turn:
         failure = ChildFailedError(op.child_id, child_error)
         failure.__cause__ = raise_stored(child_error)
         error = self.fail(op.seq, op.kind, op.name, failure, prior)
-        self.live_errors[op.seq] = failure
+        self.keep_error(op.seq, failure)
         return Settled(False, None, error)
 
     async def start_child(self, op: ChildOp) -> str:

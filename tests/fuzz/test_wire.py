@@ -184,7 +184,9 @@ async def test_malformed_heartbeats_are_dropped_and_beats_are_still_heard(
     for message in mangled("heartbeat"):
         await transport.publish_heartbeat(message)
     await _completes(engine, 4, "beat-after")
-    assert engine.remote is not None and not any(t.done() for t in engine.remote._tasks)
+    assert engine._execution.remote is not None and not any(
+        t.done() for t in engine._execution.remote._tasks
+    )
 
 
 @pytest.mark.parametrize("transport_kind", contract.QUEUE_KINDS)  # the in-process one has none
@@ -198,7 +200,7 @@ async def test_malformed_run_messages_are_dropped_and_the_run_queue_goes_on(
     for payload in RAW:
         await _raw(transport, run_queue(None), payload)
     await _completes(engine, 5, "queue-after")
-    assert engine.runqueue is not None and engine.runqueue.consuming
+    assert engine._execution.runqueue is not None and engine._execution.runqueue.consuming
 
 
 async def test_a_replayed_result_is_applied_once(

@@ -165,8 +165,8 @@ async def test_a_remote_step_runs_on_a_worker_and_its_result_lands_on_another_in
     dispatcher = await fleet("dispatcher")
     other = await fleet("other")
     await fleet.worker()
-    assert dispatcher.remote is not None
-    await dispatcher.remote.stop()  # only the other instance consumes results now
+    assert dispatcher._execution.remote is not None
+    await dispatcher._execution.remote.stop()  # only the other instance consumes results now
     await dispatcher.start(checkout, {"amount": 5}, run_id="remote-1")
     done = await other.wait_for_run("remote-1", timeout=20)
     assert done.status == RunStatus.COMPLETED and done.output["charged"] == 5
@@ -181,8 +181,8 @@ async def test_the_instance_that_takes_a_result_resumes_the_run_itself(fleet: An
     # The dispatcher's own passes come too seldom to race "other" for a run made due.
     dispatcher = await fleet("dispatcher", poll_interval=30)
     other = await fleet("other")
-    assert dispatcher.remote is not None
-    await dispatcher.remote.stop()
+    assert dispatcher._execution.remote is not None
+    await dispatcher._execution.remote.stop()
     for n in range(8):
         order = {"amount": n, "seconds": 0.01}
         await dispatcher.start(checkout_then_where, order, run_id=f"landed-{n}")
@@ -291,7 +291,7 @@ def deafen_dispatchers(*engines: Engine) -> None:
     """Whichever engine dispatches a step (any may take the run from the queue) hears none of
     its beats, as when its subscription is down; the others hear them and persist them."""
     for engine in engines:
-        remote = engine.remote
+        remote = engine._execution.remote
         assert remote is not None
         hear = remote._heard_beat
 

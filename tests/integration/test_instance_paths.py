@@ -175,10 +175,10 @@ async def until_status(engine: Engine, run_id: str, status: RunStatus) -> None:
 
 async def start_all(producer: Engine, workflow: Any, ids: list[str]) -> None:
     """Start runs on a producer and wait until their messages are in the run queue."""
-    assert producer.runqueue is not None
+    assert producer._execution.runqueue is not None
     for run_id in ids:
         await producer.start(workflow, None, run_id=run_id)
-    await producer.runqueue.flushed()
+    await producer._execution.runqueue.flushed()
 
 
 async def all_completed(engine: Engine, ids: list[str]) -> list[Any]:
@@ -194,9 +194,11 @@ async def test_start_consumers_makes_a_producer_execute_queued_runs_and_take_ste
     web = await instance("web", consume=False)
     await instance.worker()
     await web.start(checkout, 5, run_id="early")
-    assert web.runqueue is not None
-    await web.runqueue.flushed()  # its message waits in the run queue: nobody consumes yet
-    assert consumer.runqueue is not None and not consumer.runqueue.consuming
+    assert web._execution.runqueue is not None
+    await (
+        web._execution.runqueue.flushed()
+    )  # its message waits in the run queue: nobody consumes yet
+    assert consumer._execution.runqueue is not None and not consumer._execution.runqueue.consuming
     assert (await web.get_run("early")).status == RunStatus.PENDING
     await consumer.start_consumers()
     # Only the consumer takes results: without it the remote steps would never be recorded.
@@ -208,7 +210,7 @@ async def test_start_consumers_makes_a_producer_execute_queued_runs_and_take_ste
 
 def record_takes(engine: Engine) -> list[tuple[int, int, int]]:
     """Each take from the run queue as (ids taken and not yet claimed, asked for, got)."""
-    queue, transport = engine.runqueue, engine.transport
+    queue, transport = engine._execution.runqueue, engine.transport
     assert queue is not None and transport is not None
     takes: list[tuple[int, int, int]] = []
     take_runs = transport.take_runs
@@ -258,23 +260,23 @@ async def test_drain_hands_back_a_wake_taken_for_a_turn_in_flight_and_another_in
 ) -> None:
     web = await instance("web", consume=False)
     leaving = await instance("leaving")
-    assert web.runqueue is not None and leaving.runqueue is not None
+    assert web._execution.runqueue is not None and leaving._execution.runqueue is not None
     ids = ["p0", "p1"]
-    taken = leaving.runqueue.taken
+    taken = leaving._execution.runqueue.taken
     # One parent at a time, each in its step before the next one starts.
     done: list[str] = []
     for run_id in ids:
         await start_all(web, parent, [run_id])
         await until_status(web, f"{run_id}.kid", RunStatus.SUSPENDED)
         await web.signal(run_id, "parent-go")
-        await web.runqueue.flushed()
+        await web._execution.runqueue.flushed()
         done.append(run_id)
         await until("in its step", lambda: occupancy["leaving"] == len(done), lambda: occupancy)
     done.clear()
     for run_id in ids:
         await web.signal(run_id, "go", f"go {run_id}")  # buffered: the parent is mid-turn
         await web.signal(f"{run_id}.kid", "kid-go")
-        await web.runqueue.flushed()
+        await web._execution.runqueue.flushed()
         done.append(run_id)
         # The kid completes on the leaving instance and wakes its parent, whose turn is still
         # in flight there: the instance takes that wake from the queue and holds it as an id.
@@ -294,7 +296,7 @@ async def test_starts_published_while_a_send_is_in_flight_still_reach_the_run_qu
     instance: Any,
 ) -> None:
     web = await instance("web", consume=False)
-    assert web.transport is not None and web.runqueue is not None
+    assert web.transport is not None and web._execution.runqueue is not None
     on_the_wire = asyncio.Event()
     enqueue_runs = web.transport.enqueue_runs
 
@@ -307,7 +309,7 @@ async def test_starts_published_while_a_send_is_in_flight_still_reach_the_run_qu
     for run_id in ids:
         await web.start(visit, None, run_id=run_id)
     on_the_wire.set()
-    await web.runqueue.flushed()
+    await web._execution.runqueue.flushed()
     queue: Any = instance.transport()
     await queue.open()
     got: list[Any] = []
@@ -330,13 +332,13 @@ async def test_a_failing_enqueue_leaves_starts_pending_for_the_poll_and_logs_onc
         failures["enqueue"] += 1
         raise ConnectionError("run queue unreachable")
 
-    assert engine.transport is not None and engine.runqueue is not None
+    assert engine.transport is not None and engine._execution.runqueue is not None
     engine.transport.enqueue_runs = unreachable
     ids = [f"e{n}" for n in range(5)]
     with caplog.at_level(logging.WARNING, logger="runlane.runqueue"):
         for run_id in ids:
             await engine.start(visit, None, run_id=run_id)
-            await engine.runqueue.flushed()  # each start's batch failed on its own
+            await engine._execution.runqueue.flushed()  # each start's batch failed on its own
     assert failures["enqueue"] == 5 * 4  # every batch: the send and its three retries
     lines = [r.getMessage() for r in caplog.records if r.name == "runlane.runqueue"]
     assert len(lines) == 1 and "enqueue failed" in lines[0], lines

@@ -92,12 +92,14 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
             await engine.signal("js-1", "ship", "by sea")
             done = await engine.wait_for_run("js-1", timeout=30)
             steps = await engine.list_steps("js-1")
-            assert engine.remote is not None
+            assert engine._execution.remote is not None
             for _ in range(100):  # announced every 10 heartbeat intervals (0.2 s here)
-                if any(w["group"] == "node-wf" for w in engine.remote.workers.values()):
+                if any(w["group"] == "node-wf" for w in engine._execution.remote.workers.values()):
                     break
                 await asyncio.sleep(0.05)
-            announced = [w for w in engine.remote.workers.values() if w["group"] == "node-wf"]
+            announced = [
+                w for w in engine._execution.remote.workers.values() if w["group"] == "node-wf"
+            ]
     finally:
         await transport.purge()
         await transport.close()

@@ -75,7 +75,7 @@ async def flaky(make_engine: Callable[..., Any]) -> tuple[Engine, FlakyStore]:
     store = FlakyStore(plain.store)
     engine = await make_engine(*WORKFLOWS, share_store=False)
     engine.store = store  # the same backend, reached through the fault injector
-    engine.leases._store = store
+    engine._execution.leases._store = store
     return engine, store
 
 
@@ -328,7 +328,7 @@ async def test_a_remote_result_taken_while_the_store_is_down_is_recorded_when_it
     store = FlakyStore(plain.store)
     engine = await make_engine(remote_flow, share_store=False, transport=transport)
     engine.store = store
-    engine.leases._store = store
+    engine._execution.leases._store = store
     await engine.start_consumers()
     worker = Worker("outage", transport, steps=[remote_step], poll_timeout=0.1)
     working = asyncio.create_task(worker.run())

@@ -533,7 +533,7 @@ async def test_a_decision_applied_by_another_instance_than_the_sender(
     worker = Worker("wf", transport, workflows=WORKFLOWS, steps=[inc], **FAST)
     async with sender:
         await _truncated(sender.store, store_kind)
-        await sender.remote.stop()  # type: ignore[union-attr]  # decisions go to the applier
+        await sender._execution.remote.stop()  # type: ignore[union-attr]  # decisions go to the applier
         async with applier:
             runner = asyncio.create_task(worker.run())
             await sender.start("child-wf", 1, run_id="x1")

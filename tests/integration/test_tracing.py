@@ -122,7 +122,7 @@ async def test_without_a_provider_nothing_is_traced_and_runs_go_on() -> None:
     async with engine:
         await engine.start("traced", 1, "quiet")
         assert (await engine.wait_for_run("quiet", timeout=5)).output == 3
-    assert engine.tracing.carrier() is None
+    assert engine._execution.tracing.carrier() is None
 
 
 def test_tracing_is_off_until_the_application_has_imported_opentelemetry(

@@ -446,7 +446,7 @@ class Cluster(RuleBasedStateMachine):
         passing.cancel()
         with contextlib.suppress(BaseException):
             self.run(passing)
-        self.run(doomed.leases.stop())  # a dead process renews nothing
+        self.run(doomed._execution.leases.stop())  # a dead process renews nothing
         self.model.crashes += 1
         self.engines[engine] = self._engine()
 

@@ -201,15 +201,15 @@ async def test_an_engine_hears_who_joined_and_says_when_a_worker_speaks_another_
     engine = Engine(MemoryStore(), transport=transport, poll_interval=0.05)
     worker = Worker("proto-steps", transport, steps=[remote_step], poll_timeout=0.05)
     async with engine:
-        assert engine.remote is not None
+        assert engine._execution.remote is not None
         runner = asyncio.create_task(worker.run())
         for _ in range(200):
-            if worker.name in engine.remote.workers:
+            if worker.name in engine._execution.remote.workers:
                 break
             await asyncio.sleep(0.01)
         await worker.stop()
         await runner
-        heard = engine.remote.workers[worker.name]
+        heard = engine._execution.remote.workers[worker.name]
         assert heard["group"] == "proto-steps" and heard["steps"] == ["proto.remote"]
         assert heard["protocol"] == 1 and heard["language"] == "python"
         with caplog.at_level(logging.WARNING, logger="runlane.remote"):
@@ -221,4 +221,4 @@ async def test_an_engine_hears_who_joined_and_says_when_a_worker_speaks_another_
                     break
                 await asyncio.sleep(0.01)
     assert "'w2' cannot work with this engine: protocol version 2" in caplog.text
-    assert "w2" not in engine.remote.workers
+    assert "w2" not in engine._execution.remote.workers

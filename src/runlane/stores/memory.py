@@ -14,7 +14,13 @@ from dataclasses import replace
 from datetime import datetime
 
 from .. import admission, queues
-from ..errors import LeaseLostError, RunCancelling, RunFinishedError, RunlaneError, RunNotFoundError
+from ..errors import (
+    LeaseLostError,
+    RunCancelling,
+    RunFinishedError,
+    RunNotFoundError,
+    not_requeueable,
+)
 from ..models import (
     ACTIVE_STATUSES,
     Admission,
@@ -448,9 +454,7 @@ class MemoryStore:
         if run is None:
             raise RunNotFoundError(run_id)
         if run.status not in (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED):
-            raise RunlaneError(
-                f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
-            )
+            raise not_requeueable(run_id, run.status)
         refusal = runbook.refusal(_Rows(self), requeue_spec(run, quota, singleton), now)
         if refusal is not None:
             raise refusal

@@ -36,8 +36,8 @@ from runlane.errors import (
     LeaseLostError,
     RateLimitError,
     RunCancelling,
+    RunExistsError,
     RunFinishedError,
-    RunlaneError,
     RunNotFoundError,
     SingletonQueueFullError,
 )
@@ -1620,10 +1620,13 @@ async def test_requeue_refuses_unknown_and_active_or_completed_runs(store: Store
         await store.requeue_run("unknown", T0, None)
     await create(store, spec("active"), spec("done"))
     await settle(store, "done")
-    for run_id in ("active", "done"):
-        with pytest.raises(RunlaneError):
-            await store.requeue_run(run_id, T0, None)
+    with pytest.raises(RunExistsError, match="only failed, dead or cancelled"):
+        await store.requeue_run("active", T0, None)
+    with pytest.raises(RunFinishedError, match="only failed, dead or cancelled") as finished:
+        await store.requeue_run("done", T0, None)
+    assert (finished.value.run_id, finished.value.status) == ("done", "completed")
     assert await status_of(store, "done") == RunStatus.COMPLETED
+    assert await status_of(store, "active") == RunStatus.PENDING
 
 
 async def test_requeue_over_its_quota_raises_and_writes_nothing(store: Store) -> None:

@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 # psycopg's notifies() holds the connection, so LISTEN requests wait for the next slice.
 LISTEN_SLICE = 0.1
 MAX_CHANNEL = 63  # NAMEDATALEN - 1: PostgreSQL refuses longer channel names
+POOL_MAX = 4  # connections per transport, beside the LISTEN connection
 
 
 def pg_channel(name: str) -> str:
@@ -49,8 +50,11 @@ class PostgresMessages:
 
     async def open(self, on_notify: OnNotify) -> None:
         self._on_notify = on_notify
+        # Every message operation is one short statement, so a few connections serve a
+        # process (beside the LISTEN one): a fleet of engines and workers must fit PostgreSQL's
+        # default 100 connections with the stores' pools.
         pool = AsyncConnectionPool(
-            self.url, min_size=1, max_size=10, kwargs={"autocommit": True}, open=False
+            self.url, min_size=1, max_size=POOL_MAX, kwargs={"autocommit": True}, open=False
         )
         await pool.open(wait=True)
         self._pool = pool

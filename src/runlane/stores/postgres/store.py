@@ -22,9 +22,9 @@ from ...errors import (
     LeaseLostError,
     RunCancelling,
     RunFinishedError,
-    RunlaneError,
     RunNotFoundError,
     StoreUnavailableError,
+    not_requeueable,
 )
 from ...faults import unavailable
 from ...models import (
@@ -787,10 +787,7 @@ class PostgresStore:
             if row is None:
                 raise RunNotFoundError(run_id)
             if row["status"] not in _REQUEUEABLE:
-                raise RunlaneError(
-                    f"run {run_id!r} is {row['status']}; only failed, dead or cancelled runs"
-                    " can be requeued"
-                )
+                raise not_requeueable(run_id, row["status"])
             if counts is not None:
                 refusal = gate_refusal(spec_of(run_id, row), counts)
                 if refusal is not None:

@@ -16,8 +16,8 @@ from ...errors import (
     LeaseLostError,
     RunCancelling,
     RunFinishedError,
-    RunlaneError,
     RunNotFoundError,
+    not_requeueable,
 )
 from ...models import (
     Admission,
@@ -511,9 +511,7 @@ def requeue_run(
 ) -> Run:
     run = _existing(conn, run_id)
     if run.status not in _REQUEUEABLE:
-        raise RunlaneError(
-            f"run {run_id!r} is {run.status}; only failed, dead or cancelled runs can be requeued"
-        )
+        raise not_requeueable(run_id, run.status)
     refusal = runbook.refusal(_Rows(conn), requeue_spec(run, quota, singleton), now)
     if refusal is not None:
         raise refusal

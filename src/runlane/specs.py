@@ -1,0 +1,128 @@
+"""The specs of new runs: a start's, a child's, a continuation's, a failure handler's.
+
+Every new run is described by a :class:`~runlane.models.RunSpec` with its gates (singleton,
+quota, rate limit, debounce) evaluated on its input, before anything is written: the store
+admits or refuses it atomically when it creates the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from . import admission
+from .definitions import Concurrency, WorkflowDefinition
+from .errors import UnsupportedStoreError
+from .models import JSON, Run, RunSpec, Settlement, SingletonGate
+from .registry import Registry
+from .serialization import normalise
+from .stores.base import Store
+
+
+class RunSpecs:
+    """Builds the specs of one engine's new runs (its registry, its store, its clock)."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        store: Store,
+        now: Callable[[], datetime],
+        namespace: str | None,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.now = now
+        self.namespace = namespace
+
+    async def build(
+        self,
+        definition: WorkflowDefinition,
+        input: JSON,
+        run_id: str,
+        *,
+        parent: Run | None = None,
+        concurrency: Concurrency | None = None,
+        priority: int = 0,
+        tags: Sequence[str] = (),
+        lane: SingletonGate | Literal["workflow"] | None = "workflow",
+        debounce: bool = False,
+    ) -> RunSpec:
+        """The spec of a new run, with its gates (singleton, quota, rate limit, and with
+        ``debounce`` its debounce) evaluated on ``input``.
+
+        ``lane`` replaces the workflow's singleton gate (a schedule's overlap lane). Only starts
+        from outside a run are debounced (``start``, event subscribers): a child's or a
+        schedule window's run id must name a run of its own."""
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError("run_id must be a non-empty string")
+        singleton = admission.singleton_gate(definition, input) if lane == "workflow" else lane
+        quota = await admission.quota_gate(concurrency or definition.concurrency, input)
+        rate = admission.rate_gate(definition, input)
+        folded = admission.debounce_gate(definition, input) if debounce else None
+        if (singleton or quota or rate or folded) and not self.store.atomic_admission:
+            raise UnsupportedStoreError(
+                f"{type(self.store).__name__} cannot admit gated or limited runs atomically"
+            )
+        now = self.now()
+        timeout = definition.execution_timeout
+        return RunSpec(
+            id=run_id,
+            workflow=definition.name,
+            version=definition.version,
+            input=input,
+            created_at=now,
+            tags=tuple(
+                dict.fromkeys((*definition.tags, *tags, *admission.lane_tags(singleton, quota)))
+            ),
+            parent_id=parent.id if parent else None,
+            namespace=parent.namespace if parent else self.namespace,
+            priority=parent.priority if parent and not priority else priority,
+            deadline_at=now + timedelta(seconds=timeout) if timeout is not None else None,
+            singleton=singleton,
+            quota=quota,
+            rate=rate,
+            debounce=folded,
+        )
+
+    async def child(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
+        return await self.build(self.registry.workflow(workflow), input, run_id, parent=parent)
+
+    async def continuation(self, run: Run, input: JSON) -> RunSpec:
+        next_id = continuation_id(run.id)
+        definition = self.registry.workflow(run.workflow)
+        # The new input may name other lanes: the run's own lane tags do not carry over.
+        inherited = (*definition.tags, *admission.run_lane_tags(run))
+        user_tags = tuple(t for t in run.tags if t not in inherited)
+        return await self.build(definition, input, next_id, priority=run.priority, tags=user_tags)
+
+    async def handler(self, workflow: str, run: Run, settlement: Settlement) -> RunSpec:
+        """The start of ``workflow`` as the failure handler of ``run`` settling so: its input
+        says which run ended how, its id counts the run's failures (``failure_id``), and its
+        gates are evaluated as any start's."""
+        value = {
+            "run_id": run.id,
+            "workflow": run.workflow,
+            "input": run.input,
+            "error": settlement.error,
+            "status": str(settlement.status),
+        }
+        definition = self.registry.workflow(workflow)
+        value = normalise(value, f"input of failure handler {workflow!r}")
+        spec = await self.build(definition, value, failure_id(run), priority=run.priority)
+        return replace(spec, namespace=run.namespace)
+
+
+def failure_id(run: Run) -> str:
+    """``<id>.failure.<n>``: the failure handler run of the run's n-th failure (from 1)."""
+    return f"{run.id}.failure.{run.failures + 1}"
+
+
+def continuation_id(run_id: str) -> str:
+    """``<id>~1`` for a first continuation, then ``~2``, ``~3``, ..."""
+    base, _, n = run_id.rpartition("~")
+    return f"{base}~{int(n) + 1}" if base and n.isdigit() else f"{run_id}~1"
+
+
+__all__ = ["RunSpecs", "continuation_id", "failure_id"]
