@@ -21,6 +21,19 @@ async def settle(engine: Engine, run_id: str, *, ticks: int = 20) -> Run:
     raise AssertionError(f"run {run_id} not terminal after {ticks} ticks; statuses seen: {seen}")
 
 
+async def settled(engine: Engine, run_id: str, timeout: float = 30.0) -> Run:
+    """``wait_for_run``, and on a timeout the run's stored state and steps in the failure, so a
+    run that stays suspended says what it waits for."""
+    try:
+        return await engine.wait_for_run(run_id, timeout=timeout)
+    except TimeoutError:
+        run = await engine.get_run(run_id)
+        steps = await engine.list_steps(run_id)
+        raise AssertionError(
+            f"{run_id} did not settle in {timeout}s: {run!r}; steps {steps!r}"
+        ) from None
+
+
 class Calls:
     """Counts how many times each named thing ran (steps must not re-execute on replay)."""
 

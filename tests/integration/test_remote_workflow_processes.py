@@ -18,6 +18,7 @@ import pytest
 from runlane import Engine, RemoteWorkflow, Run, RunStatus
 from runlane.stores.base import Store
 from runlane.transports import RedisTransport
+from tests.helpers import settled
 
 from . import remote_workflow_app as app
 
@@ -103,7 +104,7 @@ async def test_a_worker_process_decides_every_turn_of_a_run(
         await engine.start("order", {"prepare": 0.0, "amount": 7}, run_id="o1")
         await until_marked(marks, "charge")
         await engine.signal("o1", "ship", "now")
-        return await engine.wait_for_run("o1", timeout=30)
+        return await settled(engine, "o1")
 
     done = await drive(store, prefix, body)
     assert done.status == RunStatus.COMPLETED, done.error
@@ -124,7 +125,7 @@ async def test_a_worker_killed_mid_turn_leaves_the_turn_to_another_worker(
         # The silent turn is sent again under a fresh task id; the new worker decides it.
         await until_marked(marks, "charge", timeout=30)
         await engine.signal("o2", "ship", "later")
-        return await engine.wait_for_run("o2", timeout=30)
+        return await settled(engine, "o2")
 
     done = await drive(store, prefix, body, remote_advance_silence=1.0)
     assert done.status == RunStatus.COMPLETED, done.error

@@ -22,7 +22,7 @@ from runlane import Engine, RemoteWorkflow, RunStatus, Worker
 from runlane.stores.base import Store
 from runlane.transports import InProcessTransport
 from runlane.transports.base import Message, Transport
-from tests.helpers import Calls
+from tests.helpers import Calls, settled
 
 calls = Calls()
 FAST: dict[str, Any] = {"poll_timeout": 0.05, "heartbeat_interval": 0.05}
@@ -562,7 +562,7 @@ async def test_a_remote_workflow_over_the_db_transport(
     try:
         async with fleet(store, transport) as (engine, _, _):
             await engine.start("fan", 3, run_id="d1")
-            done = await engine.wait_for_run("d1", timeout=20)
+            done = await settled(engine, "d1", timeout=20)
     finally:
         await transport.close()
     assert done.status == RunStatus.COMPLETED and done.output == 2 * sum(range(6))
