@@ -234,9 +234,10 @@ async def test_cancel_then_retry_puts_the_run_back_to_pending(
     retried = await client.post("/runs/a1/retry")
     assert retried.status_code == 200
     assert retried.json()["status"] == "pending"
-    again = await client.post("/runs/a1/retry")
+    again = await client.post("/runs/a1/retry")  # it is live again: nothing to retry
     assert again.status_code == 409
-    assert again.json()["type"] == "conflict"
+    assert again.json()["type"] == "run_exists"
+    assert "only failed, dead or cancelled" in again.json()["message"]
 
 
 async def test_publishing_an_event_starts_its_subscribers(
