@@ -6,6 +6,7 @@ middle of a run.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 from collections.abc import Awaitable, Callable, Iterable
@@ -13,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypeVar, overload
 
-from .errors import DefinitionError
+from .concurrency import call_step_body
+from .errors import DefinitionError, StepTimeoutError, UnknownStepError
 from .models import ACTIVE_STATUSES, RunStatus
 from .retry import NO_RETRY, Retry
 
@@ -201,6 +203,20 @@ class StepDefinition:
     @property
     def remote(self) -> bool:
         return self.group is not None
+
+    async def call(self, input: Any) -> Any:
+        """Run the body here (a sync one in a thread), within the step's ``timeout``."""
+        if self.fn is None:
+            raise UnknownStepError(self.name)
+        call = call_step_body(self.fn, input)
+        if self.timeout is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, self.timeout)
+        except TimeoutError:
+            raise StepTimeoutError(
+                f"step {self.name!r} did not finish within {self.timeout}s"
+            ) from None
 
 
 @dataclass(frozen=True)

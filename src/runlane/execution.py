@@ -20,9 +20,8 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from .clock import Clock
-from .concurrency import call_step_body
 from .definitions import Concurrency, StepDefinition, WorkflowDefinition
-from .errors import ExecutionTimeoutError, StepTimeoutError, UnknownStepError, error_dict
+from .errors import ExecutionTimeoutError, error_dict
 from .faults import OutageLog, is_infrastructure
 from .leases import LeaseKeeper
 from .local import LocalRuns
@@ -439,18 +438,8 @@ class Execution:
         return self.registry.step(fn_or_name, group)
 
     async def call_step(self, definition: StepDefinition, input: JSON) -> JSON:
-        fn = definition.fn
-        if fn is None:
-            raise UnknownStepError(definition.name)
-        call = call_step_body(fn, input)
-        if definition.timeout is None:
-            return await call
-        try:
-            return await asyncio.wait_for(call, definition.timeout)
-        except TimeoutError:
-            raise StepTimeoutError(
-                f"step {definition.name!r} did not finish within {definition.timeout}s"
-            ) from None
+        result: JSON = await definition.call(input)
+        return result
 
     # ---------------------------------------------------------------- the loop
 

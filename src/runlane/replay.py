@@ -21,14 +21,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from .concurrency import call_step_body, run_on_loop
+from .concurrency import run_on_loop
 from .context import ChildOp, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
 from .errors import (
     RunlaneError,
-    StepTimeoutError,
     Suspend,
-    UnknownStepError,
     UnknownWorkflowError,
 )
 from .errors import error_dict as _error_dict
@@ -162,17 +160,8 @@ class WorkerHost:
         return await run_on_loop(call, self.step_loop)
 
     async def _call_step(self, definition: StepDefinition, input: JSON) -> JSON:
-        if definition.fn is None:
-            raise UnknownStepError(definition.name)
-        call = call_step_body(definition.fn, input)
-        if definition.timeout is None:
-            return await call
-        try:
-            return await asyncio.wait_for(call, definition.timeout)
-        except TimeoutError:
-            raise StepTimeoutError(
-                f"step {definition.name!r} timed out after {definition.timeout}s"
-            ) from None
+        result: JSON = await definition.call(input)
+        return result
 
     async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
         raise AssertionError("children start on the engine")  # pragma: no cover
