@@ -19,15 +19,26 @@ from runlane.stores import MemoryStore
 from runlane.stores.base import Store
 
 # ``make test`` runs the suite on two xdist workers. The tests that start processes or servers,
-# or that lean on timing (marked slow), all go to one of them, one at a time: two at once would
-# overrun PostgreSQL's 100 connections and the machine's two cores. Each worker has its own
-# session, so its own database.
+# or that lean on timing (heartbeats, leases and step timeouts of a fraction of a second), all
+# go to one of them, one at a time: two at once would overrun PostgreSQL's 100 connections and
+# the machine's two cores, and a beat late by a busy neighbour fails a run for the wrong reason.
+# The other worker runs the rest. Each worker has its own session, so its own database.
 HEAVY_MODULES = {
+    # processes and servers
     "test_cli",
     "test_crash_recovery",
     "test_worker_cli",
     "test_node_worker",
     "test_remote_workflow_processes",
+    # timing
+    "test_delivery",
+    "test_remote_workflows",
+    "test_engine_core",
+    "test_lease_fence",
+    "test_outages",
+    "test_pg_connection_loss",
+    "test_worker",
+    "test_instance_paths",
 }
 
 

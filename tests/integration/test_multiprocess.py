@@ -22,10 +22,6 @@ APP = Path(__file__).with_name("mp_app.py")
 def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'shared.db'}"
-    try:
-        import runlane.stores.postgres  # noqa: F401
-    except ImportError:
-        pytest.skip("PostgresStore is not built yet")
     url = str(request.getfixturevalue("pg_url"))
     asyncio.run(_reset(url))
     return url

@@ -67,7 +67,9 @@ def workers(prefix: str, marks: Path) -> Iterator[list[subprocess.Popen[str]]]:
     for proc in started:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate(timeout=10)  # reaps it and closes its stderr pipe
+        _, errors = proc.communicate(timeout=10)  # reaps it and closes its stderr pipe
+        if errors:
+            print(f"worker {proc.pid} said:\n{errors}")  # shown when the test fails
 
 
 def count(marks: Path, name: str) -> int:
