@@ -745,3 +745,31 @@ async def test_the_lanes_migration_moves_existing_singleton_runs_into_their_work
     assert holder.tags == ("mine", "singleton:store:A")
     assert q.tags == ("mine", "concurrency:tenant:acme")
     assert (q.concurrency_limit, holder.admission_retries) == (None, 0)
+
+
+async def test_a_handed_off_timer_waits_out_a_row_lock_instead_of_leaving_the_run_a_lease(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    # hand_off_due_runs holds a due run a lease ahead while its message travels; the claim that
+    # message brings must not skip the run because a signal or a result held its row that
+    # instant (SKIP LOCKED), or the run would wait out the whole hold.
+    await pg_store.create_runs([RunSpec("h", "wf", "1", None, T0)], T0)
+    outcome = await pg_store.claim_run(
+        "h", "o1", T0, T0 + timedelta(seconds=30), singleton_retry=NO_WAIT
+    )
+    assert outcome.claim is not None
+    await pg_store.suspend_run("h", "o1", Writes(), T0, T0)
+    now = T0 + timedelta(seconds=1)
+    [held] = await pg_store.hand_off_due_runs(now, 10, None, now + timedelta(seconds=30))
+    assert held.id == "h"
+    with psycopg.connect(pg_url) as locker:
+        locker.execute("SELECT 1 FROM runlane_runs WHERE id = 'h' FOR NO KEY UPDATE")
+        claiming = asyncio.create_task(
+            pg_store.claim_run(
+                "h", "o2", now, now + timedelta(seconds=30), handoff=True, singleton_retry=NO_WAIT
+            )
+        )
+        await asyncio.sleep(0.3)  # the claim meets the lock
+        locker.commit()
+    claimed = await asyncio.wait_for(claiming, 10)
+    assert claimed.claim is not None and claimed.claim.run.lease_owner == "o2"

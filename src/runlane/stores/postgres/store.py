@@ -289,7 +289,10 @@ class PostgresStore:
             return replace(_claimed(waiter, steps, signals), handed_off_at=waiter["released_at"])
         if waiter is not None and waiter["parked"]:
             return ClaimOutcome(parked=True)
-        if row is None or not _recoverable(_peeked(row), now):
+        if row is None:
+            return ClaimOutcome()
+        peek = _peeked(row)
+        if not _recoverable(peek, now) and not (handoff and _held(peek)):
             return ClaimOutcome()
 
         async def work(conn: Conn) -> ClaimOutcome:
@@ -323,7 +326,8 @@ class PostgresStore:
             _lock_call((), run_id),
             # A recovery releases the slots the run holds: their queues are locked first.
             _queue_locks(run_id, None),
-            ("lock_run", {"id": run_id}),
+            # A handed-off timer waits for the row (see ``_held``); other claimers skip it.
+            ("lock_run_wait" if handoff else "lock_run", {"id": run_id}),
         )
         return rows[0] if rows and claimable(rows[0], now, handoff) else None
 
@@ -1186,6 +1190,13 @@ def _peeked(row: Row) -> Row:
 def _recoverable(peek: Row, now: datetime) -> bool:
     """Whether a run the one-round-trip claim left alone has an expired lease to recover."""
     return peek["status"] in _LEASED and claimable(peek, now)
+
+
+def _held(peek: Row) -> bool:
+    """Whether a handed-off timer's run was left alone only because its row was locked at that
+    instant (``SKIP LOCKED``: a signal or a result being recorded): its wake time stands a lease
+    ahead, so the claim must wait for the lock rather than leave the run until then."""
+    return peek["status"] in (RunStatus.SUSPENDED, RunStatus.BLOCKED)
 
 
 def _first(rows: list[Row]) -> Row | None:
