@@ -18,11 +18,12 @@ import pytest
 from runlane.stores import MemoryStore
 from runlane.stores.base import Store
 
-# ``make test`` runs the suite on two xdist workers. The tests that start processes or servers,
-# or that lean on timing (heartbeats, leases and step timeouts of a fraction of a second), all
-# go to one of them, one at a time: two at once would overrun PostgreSQL's 100 connections and
-# the machine's two cores, and a beat late by a busy neighbour fails a run for the wrong reason.
-# The other worker runs the rest. Each worker has its own session, so its own database.
+# ``make test`` runs in two phases: the tests below marked ``heavy`` (they start processes or
+# servers, or lean on timing: heartbeats, leases and step timeouts of a fraction of a second)
+# run one at a time with the machine to themselves; everything else runs first, on two xdist
+# workers (each with its own session, so its own database). Run beside other tests, a heavy one
+# overran PostgreSQL's 100 connections or saw a beat late enough to fail a run for the wrong
+# reason.
 HEAVY_MODULES = {
     # processes and servers
     "test_cli",
@@ -46,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
         if item.get_closest_marker("slow") is not None or module in HEAVY_MODULES:
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+            item.add_marker(pytest.mark.heavy)
 
 
 STORE_KINDS = ["memory", "sqlite", "postgres"]

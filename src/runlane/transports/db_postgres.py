@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 # psycopg's notifies() holds the connection, so LISTEN requests wait for the next slice.
 LISTEN_SLICE = 0.1
 MAX_CHANNEL = 63  # NAMEDATALEN - 1: PostgreSQL refuses longer channel names
-POOL_MAX = 4  # connections per transport, beside the LISTEN connection
+POOL_MAX = 10  # connections per transport, beside the LISTEN connection
 
 
 def pg_channel(name: str) -> str:
@@ -50,9 +50,8 @@ class PostgresMessages:
 
     async def open(self, on_notify: OnNotify) -> None:
         self._on_notify = on_notify
-        # Every message operation is one short statement, so a few connections serve a
-        # process (beside the LISTEN one): a fleet of engines and workers must fit PostgreSQL's
-        # default 100 connections with the stores' pools.
+        # At most POOL_MAX connections beside the LISTEN one: 4 starved a worker's takes for
+        # 30 s in the killed-engine fleet test, so a fleet's count is sized on the server side.
         pool = AsyncConnectionPool(
             self.url, min_size=1, max_size=POOL_MAX, kwargs={"autocommit": True}, open=False
         )
