@@ -773,3 +773,30 @@ async def test_a_handed_off_timer_waits_out_a_row_lock_instead_of_leaving_the_ru
         locker.commit()
     claimed = await asyncio.wait_for(claiming, 10)
     assert claimed.claim is not None and claimed.claim.run.lease_owner == "o2"
+
+
+async def test_a_signal_that_waited_for_the_suspending_turn_sees_its_wait_and_wakes_the_run(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    # The turn's suspension (the run suspended, its signal wait recorded) commits while the
+    # signal waits for the run's row: the signal must see that wait and wake the run.
+    await pg_store.create_runs([RunSpec("s", "wf", "1", None, T0)], T0)
+    outcome = await pg_store.claim_run(
+        "s", "o1", T0, T0 + timedelta(seconds=30), singleton_retry=NO_WAIT
+    )
+    assert outcome.claim is not None
+    with psycopg.connect(pg_url) as turn:
+        turn.execute(
+            "UPDATE runlane_runs SET status = 'suspended', lease_owner = NULL,"
+            " lease_expires_at = NULL WHERE id = 's'"
+        )
+        turn.execute(
+            "INSERT INTO runlane_steps (run_id, seq, name, kind, status, attempts)"
+            " VALUES ('s', 1, 'go', 'signal', 'pending', 0)"
+        )
+        signalled = asyncio.create_task(pg_store.deliver_signal("s", "go", "now", T0))
+        await asyncio.sleep(0.3)  # the signal waits for the row
+        turn.commit()
+    assert await asyncio.wait_for(signalled, 10) is True
+    run = await pg_store.get_run("s")
+    assert run is not None and run.wake_at is not None

@@ -707,6 +707,11 @@ class PostgresStore:
 
     async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
         async def work(conn: Conn) -> bool:
+            # The row lock first, in a statement of its own: had the run's turn just suspended
+            # it on this signal, a statement that waited for its lock would still read the steps
+            # from before that commit (READ COMMITTED's snapshot is the statement's) and miss the
+            # wait, leaving the run asleep with its signal delivered.
+            await fetch_one(conn, "lock_run_wait", id=run_id)
             target = await fetch_one(conn, "signal_target", id=run_id, name=name)
             if target is None:
                 raise RunNotFoundError(run_id)
