@@ -438,8 +438,7 @@ class Execution:
         return self.registry.step(fn_or_name, group)
 
     async def call_step(self, definition: StepDefinition, input: JSON) -> JSON:
-        result: JSON = await definition.call(input)
-        return result
+        return await definition.call(input)
 
     # ---------------------------------------------------------------- the loop
 

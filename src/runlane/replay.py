@@ -154,14 +154,10 @@ class WorkerHost:
         return Registry().step(fn_or_name, group)
 
     async def call_step(self, definition: StepDefinition, input: JSON) -> JSON:
-        call = self._call_step(definition, input)
+        call = definition.call(input)
         if self.step_loop is None:
             return await call
         return await run_on_loop(call, self.step_loop)
-
-    async def _call_step(self, definition: StepDefinition, input: JSON) -> JSON:
-        result: JSON = await definition.call(input)
-        return result
 
     async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
         raise AssertionError("children start on the engine")  # pragma: no cover

@@ -707,12 +707,16 @@ class PostgresStore:
 
     async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
         async def work(conn: Conn) -> bool:
-            # The row lock first, in a statement of its own: had the run's turn just suspended
-            # it on this signal, a statement that waited for its lock would still read the steps
-            # from before that commit (READ COMMITTED's snapshot is the statement's) and miss the
-            # wait, leaving the run asleep with its signal delivered.
-            await fetch_one(conn, "lock_run_wait", id=run_id)
-            target = await fetch_one(conn, "signal_target", id=run_id, name=name)
+            # The row lock first, in a statement of its own (the same round trip): had the run's
+            # turn just suspended it on this signal, a statement that waited for its lock would
+            # still read the steps from before that commit (READ COMMITTED's snapshot is the
+            # statement's) and miss the wait, leaving the run asleep with its signal delivered.
+            _, targets = await pipeline(
+                conn,
+                ("lock_runs", {"ids": pg_array([run_id])}),
+                ("signal_target", {"id": run_id, "name": name}),
+            )
+            target = _first(targets)
             if target is None:
                 raise RunNotFoundError(run_id)
             status = RunStatus(target["status"])

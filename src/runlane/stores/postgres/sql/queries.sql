@@ -623,12 +623,12 @@ WHERE id = %(id)s
 RETURNING *;
 
 -- name: signal_target
--- Locks the run and says whether it waits for a signal of this name.
+-- Whether the run (locked by the statement before) waits for a signal of this name.
 SELECT status, EXISTS (
     SELECT 1 FROM runlane_steps
     WHERE run_id = %(id)s AND kind = 'signal' AND name = %(name)s AND status = 'pending'
 ) AS waits, awaits_decision
-FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE;
+FROM runlane_runs WHERE id = %(id)s;
 
 -- name: insert_signal
 INSERT INTO runlane_signals (run_id, name, payload, created_at)
