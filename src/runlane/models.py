@@ -669,3 +669,7 @@ class Writes:
     steps: Sequence[StepRecord] = ()
     consumed_signals: Sequence[int] = ()
     children: Sequence[RunSpec] = field(default_factory=tuple)
+    events: Sequence[tuple[str, int]] = ()
+    """A suspension's event waits, each (name, the last seq its turn read): an event published
+    since, while the turn ran, makes the suspended run due at once (its publish could not see
+    the wait, which this write creates)."""

@@ -153,6 +153,7 @@ class Turn:
         # is staged but whose slot is not released yet (it goes with the turn's next write).
         self.queued = claim.run.queued
         self.unreleased: list[int] = []
+        self.awaited: list[tuple[str, int]] = []  # event waits left pending (see ``find_event``)
         self._seq = 0
         self._lock = asyncio.Lock()
 
@@ -310,9 +311,13 @@ class Turn:
             for event in events:
                 if match is None or match(event.payload):
                     return event
+            if events:
+                after = events[-1].seq
             if len(events) < BATCH:
+                # None yet: the suspension checks, under the publishers' lock, that none came
+                # after ``after`` while this turn went on.
+                self.awaited.append((name, after))
                 return None
-            after = events[-1].seq
 
     # ---------------------------------------------------------------- writes
 
@@ -767,7 +772,7 @@ class Turn:
             except LeaseLostError:
                 return TurnOutcome("abandoned")
             self.host.wake(woken)
-        writes = self._take_writes()
+        writes = replace(self._take_writes(), events=tuple(self.awaited))
         suspend = self.host.store.suspend_run(self.run.id, self.owner, writes, wake, self.now())
         try:
             rewake = await self._write(writes, suspend)

@@ -316,8 +316,17 @@ class MemoryStore:
         self._fenced(run_id, owner)
         self._apply(run_id, writes, now)
         run = self._runs[run_id]
+        if run.wake_requested_at is None and self._published_since(writes.events):
+            run = replace(run, wake_requested_at=now)
         self._runs[run_id] = suspended_run(run, wake_at, now)
         return run.wake_requested_at is not None
+
+    def _published_since(self, waits: Sequence[tuple[str, int]]) -> bool:
+        for name, after in waits:
+            start = bisect.bisect_right(self._events, after, key=lambda e: e.seq)
+            if any(e.name == name for e in self._events[start:]):
+                return True
+        return False
 
     async def settle_run(
         self,

@@ -1690,6 +1690,24 @@ async def test_publish_event_is_idempotent_by_id(store: Store) -> None:
     assert await store.latest_event_seq() == 1
 
 
+async def test_a_suspension_is_due_at_once_when_an_event_its_waits_have_not_read_exists(
+    store: Store,
+) -> None:
+    """An event published while the turn ran saw no wait to wake: the suspension checks."""
+    await create(store, spec("a"), spec("b"), spec("c"))
+    await store.publish_event("paid", 1, None, T0)
+    await store.publish_event("shipped", 2, None, T0)
+    unread = replace(waits_for_event("a", "paid"), events=[("paid", 0)])
+    assert await suspend(store, "a", at(60), writes=unread, now=at(1)) is True
+    assert (await run_of(store, "a")).wake_at == at(1)
+    read = replace(waits_for_event("b", "paid"), events=[("paid", 1)])
+    assert await suspend(store, "b", at(60), writes=read, now=at(1)) is False
+    assert (await run_of(store, "b")).wake_at == at(60)
+    other = replace(waits_for_event("c", "paid"), events=[("paid", 1), ("refunded", 0)])
+    assert await suspend(store, "c", None, writes=other, now=at(1)) is False
+    assert (await run_of(store, "c")).wake_at is None
+
+
 async def test_events_after_are_the_named_events_after_a_seq_oldest_first(
     store: Store,
 ) -> None:

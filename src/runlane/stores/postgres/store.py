@@ -506,16 +506,23 @@ class PostgresStore:
         def suspend(flushed: Writes) -> Row:
             return {**fenced_params(run_id, owner, flushed), "wake_at": wake_at, "now": now}
 
-        if not writes.children:
+        if not writes.children and not writes.events:
             row = _first(await self._db.rows("suspend", **suspend(writes)))
             return bool(_check_fence(row, run_id, owner)["rewake"])
+        # Event waits: the publishers' lock, taken in a statement before the suspension, orders
+        # this write with every publish; an event published while the turn ran rewakes the run.
+        lock_events, rewake = _event_calls(run_id, writes.events, now)
+        if not writes.children:
+            rows = await self._db.batch(lock_events, ("suspend", suspend(writes)), rewake)
+            return _rewoken(rows, rewake is not None, run_id, owner)
 
         async def work(conn: Conn) -> bool:
             # Children first: a replacing child start may wake this run (a rewake).
             lock = _lock_call(gate_keys(writes.children))
             await self._checkpoint_in(conn, run_id, owner, writes, now, lock)
-            row = await fetch_one(conn, "suspend", **suspend(Writes()))
-            return bool(_check_fence(row, run_id, owner)["rewake"])
+            suspended = ("suspend", suspend(Writes()))
+            rows = await pipeline(conn, lock_events, suspended, rewake)
+            return _rewoken(rows, rewake is not None, run_id, owner)
 
         return await self._db.tx(work)
 
@@ -1040,6 +1047,25 @@ class PostgresStore:
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         rows = await self._db.rows("steps_of", id=run_id)
         return [step_from_row(row) for row in rows]
+
+
+def _event_calls(
+    run_id: str, waits: Sequence[tuple[str, int]], now: datetime
+) -> tuple[Call | None, Call | None]:
+    """A suspension's event waits: the publishers' lock, and the rewake if an event a wait has
+    not read exists (``rewake_for_events``); neither without waits."""
+    if not waits:
+        return None, None
+    names, afters = zip(*waits, strict=True)
+    params = {"id": run_id, "now": now, "names": pg_array(names), "afters": pg_array(afters)}
+    return ("lock_events", {}), ("rewake_for_events", params)
+
+
+def _rewoken(results: list[list[Row]], checked: bool, run_id: str, owner: str) -> bool:
+    """Whether a suspension (``suspend``, after the lock when ``checked``) left the run due."""
+    rows = results[1] if checked else results[0]
+    rewake = bool(_check_fence(_first(rows), run_id, owner)["rewake"])
+    return rewake or (checked and bool(results[2]))
 
 
 def _lock_call(keys: Sequence[str], run_id: str | None = None) -> Call | None:

@@ -477,6 +477,16 @@ FROM given AS g LEFT JOIN fence AS f ON f.id = g.id LEFT JOIN ok ON ok.id = g.id
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written, (SELECT rewake FROM suspended) AS rewake
 FROM fence;
 
+-- name: rewake_for_events
+-- After ``suspend``, under ``lock_events``: the run is due at once when an event one of its new
+-- waits has not read was published while its turn ran (that publish saw no wait to wake).
+UPDATE runlane_runs SET wake_at = %(now)s
+WHERE id = %(id)s AND status = 'suspended' AND lease_owner IS NULL
+  AND EXISTS (
+    SELECT 1 FROM unnest(%(names)s::text[], %(afters)s::bigint[]) AS w (name, after)
+    WHERE EXISTS (SELECT 1 FROM runlane_events e WHERE e.name = w.name AND e.seq > w.after))
+RETURNING id;
+
 -- name: settle
 -- The writes and a terminal settlement in one statement: the run's signals go, a failure is
 -- counted, its singleton slot is released and the oldest waiters for the freed slots are woken,

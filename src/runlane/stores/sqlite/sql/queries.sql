@@ -65,6 +65,9 @@ ORDER BY created_at, id
 -- name: events_after
 SELECT * FROM events WHERE name = ? AND seq > ? ORDER BY seq LIMIT ?
 
+-- name: event_since
+SELECT 1 FROM events WHERE name = ? AND seq > ? LIMIT 1
+
 -- name: latest_event_seq
 SELECT COALESCE(MAX(seq), 0) FROM events
 
