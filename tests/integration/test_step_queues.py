@@ -14,6 +14,8 @@ import pytest
 
 import runlane
 from runlane import DefinitionError, Engine, RateLimit, RunStatus, StepQueue
+from runlane.models import RetryTimer, Writes
+from runlane.queues import QueueRequest
 from runlane.testing import ManualClock
 
 from ..helpers import settle
@@ -344,6 +346,32 @@ async def test_cancelling_a_waiter_or_a_holder_frees_its_place(make_engine: Any)
     assert (await engine.wait_for_run(after.id, timeout=10)).status == RunStatus.COMPLETED
     assert (await engine.get_run(doomed.id)).status == RunStatus.CANCELLED  # type: ignore[union-attr]
     assert "doomed" not in slots.order
+
+
+async def test_a_recovered_run_gives_back_the_slot_its_lost_turn_held(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    """A turn that dies holding a slot leaks nothing: recovering its run frees the slot for the
+    waiter in line, and the recovered run's replay asks again behind that waiter."""
+    engine = await make_engine(*WORKFLOWS, lease=5, queues=[StepQueue("slots", concurrency=1)])
+    holder = await engine.start(one, {"name": "holder"})
+    # Another instance's turn claims the holder, is admitted to the only slot, and dies.
+    now, store = clock.now(), engine.store
+    no_wait = RetryTimer(0.0, 0.0)
+    lease_end = now + timedelta(seconds=5)
+    await store.claim_run(holder.id, "dead:1", now, lease_end, singleton_retry=no_wait)
+    request = QueueRequest("slots", 1, 0, holder.id)
+    assert (await store.admit_step(holder.id, "dead:1", Writes(), request, now, no_wait)).admitted
+    waiter = await engine.start(one, {"name": "waiter"})
+    await engine.tick()
+    assert (await engine.get_run(waiter.id)).status == RunStatus.SUSPENDED  # type: ignore[union-attr]
+    assert slots.order == []
+    clock.advance(6)  # the dead turn's lease has expired
+    assert await engine.recover_incomplete() == 1
+    for run in (waiter, holder):
+        assert (await settle(engine, run.id)).status == RunStatus.COMPLETED
+    assert slots.order == ["waiter", "holder"]
+    assert [s.seq for s in await engine.list_steps(holder.id)] == [1]  # the seq it held
 
 
 async def test_a_failed_attempt_frees_its_slot(make_engine: Any) -> None:
