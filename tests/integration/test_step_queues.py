@@ -232,9 +232,13 @@ def _inside_run(runs: list[runlane.Run]) -> str:
 # ---------------------------------------------------------------- order among waiters
 
 
-async def _line_up(engine: Engine, inputs: list[dict[str, Any]]) -> list[str]:
-    """Hold the only slot, line the inputs up behind it (in this order), then let go."""
-    holder = await engine.start(one, {"name": "holder", "hold": True, "priority": 100})
+async def _line_up(
+    engine: Engine, inputs: list[dict[str, Any]], holder_key: str | None = None
+) -> list[str]:
+    """Hold the only slot (served as ``holder_key``), line the inputs up behind it (in this
+    order), then let go."""
+    first = {"name": "holder", "hold": True, "priority": 100, "key": holder_key}
+    holder = await engine.start(one, first)
     await until(lambda: _true("holder" in slots.inside), "the holder inside")
     ids = []
     for i in inputs:
@@ -266,6 +270,13 @@ async def test_fairness_serves_the_key_served_least_recently(make_engine: Any) -
     inputs += [{"name": f"b{n}", "key": "tenant-b"} for n in range(2)]
     order = await _line_up(engine, inputs)
     assert order == ["a0", "b0", "a1", "b1", "a2"]
+
+
+async def test_priority_outranks_fairness(make_engine: Any) -> None:
+    engine = await driving(make_engine, StepQueue("slots", concurrency=1, fairness="key"))
+    # tenant-a was served last (the holder), tenant-b never: only the priority puts a0 first.
+    inputs = [{"name": "b0", "key": "tenant-b"}, {"name": "a0", "key": "tenant-a", "priority": 1}]
+    assert await _line_up(engine, inputs, holder_key="tenant-a") == ["a0", "b0"]
 
 
 async def test_without_fairness_arrival_decides(make_engine: Any) -> None:
