@@ -420,12 +420,21 @@ async def test_an_unregistered_queue_fails_the_run(make_engine: Any) -> None:
 
 
 async def test_a_queue_registered_by_another_engine_is_enforced(make_engine: Any) -> None:
-    await make_engine(*WORKFLOWS, queues=[StepQueue("slots", concurrency=1)])
     registrar = await make_engine(*WORKFLOWS, queues=[StepQueue("slots", concurrency=1)])
     await registrar.tick()  # opens the store: the queue is registered
-    bare = await make_engine(*WORKFLOWS)
-    run = await bare.start(one, {"name": "x"})
-    assert (await settle(bare, run.id)).output == "x"
+    bare = await driving(make_engine)  # registers no queue of its own
+    runs = [await bare.start(one, {"name": f"r{n}", "hold": True}) for n in range(2)]
+    await until(lambda: _true(len(slots.inside) == 1), "one step inside")
+    await waiting(bare, [_waiting_run(runs)])
+    assert len(slots.inside) == 1
+    for n in range(2):
+        slots.gate(f"r{n}").set()
+    assert [r.output for r in await settled(bare, [r.id for r in runs])] == ["r0", "r1"]
+    assert slots.peak == 1
+
+
+def _waiting_run(runs: list[runlane.Run]) -> str:
+    return next(r.id for r in runs if r.id != _inside_run(runs))
 
 
 async def test_unqueued_steps_never_touch_queues(make_engine: Any) -> None:
