@@ -366,7 +366,7 @@ async def test_a_start_refused_by_a_full_singleton_backlog_uses_no_room_in_the_r
             await engine.start(deploy, None, run_id=f"full-{n}")
     await engine.signal("a", "done")
     await settle(engine, "a")
-    assert (await engine.get_run("b")).holds_slot  # type: ignore[union-attr]
+    assert (await engine.get_run("b")).holds_slot
     await engine.start(deploy, None, run_id="c")  # the window's third start
     # The backlog is full again ("c" waits) and so is the window: the rate limit, checked
     # first, is the refusal (and the backlog's refusals above used none of its room).

@@ -275,7 +275,10 @@ async def test_fairness_serves_the_key_served_least_recently(make_engine: Any) -
 async def test_priority_outranks_fairness(make_engine: Any) -> None:
     engine = await driving(make_engine, StepQueue("slots", concurrency=1, fairness="key"))
     # tenant-a was served last (the holder), tenant-b never: only the priority puts a0 first.
-    inputs = [{"name": "b0", "key": "tenant-b"}, {"name": "a0", "key": "tenant-a", "priority": 1}]
+    inputs: list[dict[str, Any]] = [
+        {"name": "b0", "key": "tenant-b"},
+        {"name": "a0", "key": "tenant-a", "priority": 1},
+    ]
     assert await _line_up(engine, inputs, holder_key="tenant-a") == ["a0", "b0"]
 
 
@@ -375,7 +378,7 @@ async def test_a_recovered_run_gives_back_the_slot_its_lost_turn_held(
     assert (await store.admit_step(holder.id, "dead:1", Writes(), request, now, no_wait)).admitted
     waiter = await engine.start(one, {"name": "waiter"})
     await engine.tick()
-    assert (await engine.get_run(waiter.id)).status == RunStatus.SUSPENDED  # type: ignore[union-attr]
+    assert (await engine.get_run(waiter.id)).status == RunStatus.SUSPENDED
     assert slots.order == []
     clock.advance(6)  # the dead turn's lease has expired
     assert await engine.recover_incomplete() == 1
