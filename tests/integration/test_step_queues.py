@@ -388,11 +388,15 @@ async def test_a_recovered_run_gives_back_the_slot_its_lost_turn_held(
     assert [s.seq for s in await engine.list_steps(holder.id)] == [1]  # the seq it held
 
 
-async def test_a_failed_attempt_frees_its_slot(make_engine: Any) -> None:
+async def test_a_failed_attempt_frees_its_slot_while_its_retry_waits(
+    make_engine: Any, clock: ManualClock
+) -> None:
     calls = {"n": 0}
 
     @runlane.step(
-        name="queues.flaky", queue="slots", retry=runlane.Retry(max_attempts=2, backoff=0)
+        name="queues.flaky",
+        queue="slots",
+        retry=runlane.Retry(max_attempts=2, backoff=60, jitter=0),
     )
     async def flaky(i: Any) -> str:
         calls["n"] += 1
@@ -406,10 +410,16 @@ async def test_a_failed_attempt_frees_its_slot(make_engine: Any) -> None:
         *WORKFLOWS, flaky_run, steps=[flaky], queues=[StepQueue("slots", concurrency=1)]
     )
     failed = await engine.start(flaky_run, None)
-    done = await settle(engine, failed.id, ticks=40)
-    assert done.status == RunStatus.FAILED and calls["n"] == 2
+    await engine.tick()
+    backing_off = await engine.get_run(failed.id)
+    assert backing_off is not None and backing_off.status == RunStatus.SUSPENDED
+    assert calls["n"] == 1
+    # The recorded attempt gave the slot back: another step is admitted during the backoff.
     then = await engine.start(one, {"name": "then"})
     assert (await settle(engine, then.id)).output == "then"
+    clock.advance(60)
+    done = await settle(engine, failed.id)
+    assert done.status == RunStatus.FAILED and calls["n"] == 2
 
 
 async def test_an_unregistered_queue_fails_the_run(make_engine: Any) -> None:
