@@ -204,6 +204,10 @@ class DecisionTurn(Turn):
             return Settled(True, record.output)
         if record is not None and record.status == StepStatus.FAILED:
             return Settled(False, None, record.error)
+        if op.definition.queue is not None:
+            # The engine dispatches a decision's steps without asking a queue: refuse rather
+            # than let the step past its queue's limits.
+            raise _no_step_queues(op)
         self._commanded.add(op.seq)
         retry = op.retry
         self.decision.steps.append(
@@ -233,7 +237,7 @@ class DecisionTurn(Turn):
         raise Suspend()
 
     async def admit(self, op: StepOp) -> bool:
-        raise RunlaneError(f"step {op.name!r}: step queues are not available to remote workflows")
+        raise _no_step_queues(op)
 
     async def _start_children(self, ops: Sequence[ChildOp]) -> list[tuple[ChildOp, Started]]:
         for op in ops:
@@ -285,6 +289,10 @@ class DecisionTurn(Turn):
         else:
             self.decision.outcome = {"type": "fail", "error": settlement.error}
         return TurnOutcome("settled", status=settlement.status)
+
+
+def _no_step_queues(op: StepOp) -> RunlaneError:
+    return RunlaneError(f"step {op.name!r}: step queues are not available to remote workflows")
 
 
 def _child_run(

@@ -4,6 +4,7 @@ python mp_app.py hammer URL TOTAL             -> drives the hot-key runs (create
                                                  the test) until TOTAL of them completed
 python mp_app.py quota URL N_STARTS PROC     -> fires N_STARTS starts at a full-able quota and
                                                  prints "admitted=<n> refused=<m>"
+python mp_app.py rate URL N_STARTS PROC      -> the same against RateLimit(limit=10, period=3600)
 python mp_app.py queue URL TOTAL             -> drives the queued runs (created beforehand by the
                                                  test) until TOTAL of them completed
 """
@@ -17,7 +18,15 @@ import time
 from typing import Any
 
 import runlane
-from runlane import Concurrency, ConcurrencyLimitError, Engine, Singleton, StepQueue
+from runlane import (
+    Concurrency,
+    ConcurrencyLimitError,
+    Engine,
+    RateLimit,
+    RateLimitError,
+    Singleton,
+    StepQueue,
+)
 from runlane.stores import open_store
 
 LOG = os.environ.get("RUNLANE_MP_LOG", "")
@@ -45,6 +54,11 @@ async def hot(ctx: runlane.Context, i: Any) -> None:
 
 @runlane.workflow(name="quota", concurrency=Concurrency(key=lambda i: "tenant:race", limit=8))
 async def quota(ctx: runlane.Context, i: Any) -> None:
+    await ctx.wait_for_signal("never")
+
+
+@runlane.workflow(name="rate", rate_limit=RateLimit(limit=10, period=3600))
+async def rate(ctx: runlane.Context, i: Any) -> None:
     await ctx.wait_for_signal("never")
 
 
@@ -80,16 +94,17 @@ async def hammer(url: str, total: int, queue: bool = False) -> None:
             await asyncio.sleep(0.1)
 
 
-async def race(url: str, starts: int, proc: str) -> None:
-    engine = Engine(open_store(url), workflows=[quota], drive=False)
+async def race(url: str, starts: int, proc: str, limited: bool) -> None:
+    workflow, refusal = (rate, RateLimitError) if limited else (quota, ConcurrencyLimitError)
+    engine = Engine(open_store(url), workflows=[workflow], drive=False)
     admitted = refused = 0
     async with engine:
         results = await asyncio.gather(
-            *(engine.start(quota, None, run_id=f"q{proc}-{n}") for n in range(starts)),
+            *(engine.start(workflow, None, run_id=f"q{proc}-{n}") for n in range(starts)),
             return_exceptions=True,
         )
     for result in results:
-        if isinstance(result, ConcurrencyLimitError):
+        if isinstance(result, refusal):
             refused += 1
         elif isinstance(result, BaseException):
             raise result
@@ -103,4 +118,4 @@ if __name__ == "__main__":
     if mode in ("hammer", "queue"):
         asyncio.run(hammer(url, int(sys.argv[3]), queue=mode == "queue"))
     else:
-        asyncio.run(race(url, int(sys.argv[3]), sys.argv[4]))
+        asyncio.run(race(url, int(sys.argv[3]), sys.argv[4], limited=mode == "rate"))

@@ -93,8 +93,15 @@ def _first_entries(entered: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_200_racing_starts_from_4_processes_admit_exactly_the_limit(backend_url: str) -> None:
-    children = [_spawn("quota", backend_url, "50", str(p)) for p in range(4)]
+@pytest.mark.parametrize(
+    ("workflow", "limit"),
+    [("quota", 8), ("rate", 10)],
+    ids=["Concurrency-limit-8", "RateLimit-10-per-3600s"],
+)
+def test_200_racing_starts_from_4_processes_admit_exactly_the_limit(
+    backend_url: str, workflow: str, limit: int
+) -> None:
+    children = [_spawn(workflow, backend_url, "50", str(p)) for p in range(4)]
     admitted = refused = 0
     for child in children:
         out, _ = child.communicate(timeout=120)
@@ -102,16 +109,16 @@ def test_200_racing_starts_from_4_processes_admit_exactly_the_limit(backend_url:
         line = [x for x in out.splitlines() if x.startswith("admitted=")][-1]
         a, r = (int(part.split("=")[1]) for part in line.split())
         admitted, refused = admitted + a, refused + r
-    assert (admitted, refused) == (8, 192)
+    assert (admitted, refused) == (limit, 200 - limit)
 
     async def rows() -> int:
         store = open_store(backend_url)
         await store.open()
-        runs = await store.list_runs(workflow="quota", limit=1000)
+        runs = await store.list_runs(workflow=workflow, limit=1000)
         await store.close()
         return len(runs)
 
-    assert asyncio.run(rows()) == 8
+    assert asyncio.run(rows()) == limit
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import runlane
-from runlane import Engine, RemoteWorkflow, RunStatus, Worker
+from runlane import Engine, RemoteWorkflow, RunStatus, StepQueue, Worker
 from runlane.stores.base import Store
 from runlane.transports import InProcessTransport
 from runlane.transports.base import Message, Transport
@@ -151,8 +151,24 @@ async def marks(ctx: runlane.Context, _: Any) -> list[str]:
     return [str(await ctx.step(mark, label)) for label in "abc"]
 
 
-WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks]
-NAMES = ("tour", "child-wf", "fan", "patient", "fails", "counter", "heavy", "where", "marks")
+@runlane.workflow(name="queued", group="wf")
+async def queued(ctx: runlane.Context, local: bool) -> int:
+    return int(await ctx.step(inc if local else double, 1, queue="slots"))
+
+
+WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks, queued]
+NAMES = (
+    "tour",
+    "child-wf",
+    "fan",
+    "patient",
+    "fails",
+    "counter",
+    "heavy",
+    "where",
+    "marks",
+    "queued",
+)
 LOCAL_STEPS = [inc, slow, where_async, where_sync, mark]
 DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
 
@@ -566,6 +582,20 @@ async def test_a_remote_workflow_over_the_db_transport(
     finally:
         await transport.close()
     assert done.status == RunStatus.COMPLETED and done.output == 2 * sum(range(6))
+
+
+async def test_a_step_naming_a_queue_fails_its_remote_run_rather_than_pass_the_queue(
+    store: Store,
+) -> None:
+    """Step queues are not available to remote workflows yet: the engine dispatches a
+    decision's steps without asking a queue, so a remote step naming one must not be sent."""
+    async with fleet(store, queues=[StepQueue("slots", concurrency=1)]) as (engine, _, _):
+        for local in (False, True):
+            run = await engine.start("queued", local)
+            done = await engine.wait_for_run(run.id, timeout=10)
+            assert done.status == RunStatus.FAILED and done.error is not None, local
+            assert "step queues are not available to remote workflows" in done.error["message"]
+    assert calls["double"] == 0 and calls["inc"] == 0
 
 
 def test_a_remote_workflow_needs_a_transport() -> None:

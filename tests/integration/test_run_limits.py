@@ -17,6 +17,7 @@ from runlane import (
     RateLimitError,
     RunStatus,
     Singleton,
+    SingletonQueueFullError,
 )
 
 from ..helpers import settle
@@ -342,6 +343,36 @@ async def test_a_start_refused_by_the_quota_uses_no_room_in_the_rate_window(
     await settle(engine, "c")
     with pytest.raises(RateLimitError):  # three starts in the window: the rate limit's turn
         await engine.start(export, {"tenant": "t"}, run_id="d")
+
+
+@runlane.workflow(
+    name="deploy",
+    rate_limit=RateLimit(limit=3, period=60),
+    singleton=Singleton(key=lambda i: "prod", max_queue_depth=1),
+)
+async def deploy(ctx: runlane.Context, i: Any) -> Any:
+    return await ctx.wait_for_signal("done")
+
+
+async def test_a_start_refused_by_a_full_singleton_backlog_uses_no_room_in_the_rate_window(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(deploy)
+    await engine.start(deploy, None, run_id="a")
+    await engine.tick()  # "a" holds the lane
+    await engine.start(deploy, None, run_id="b")  # waits behind it: the backlog is full
+    for n in range(3):
+        with pytest.raises(SingletonQueueFullError):
+            await engine.start(deploy, None, run_id=f"full-{n}")
+    await engine.signal("a", "done")
+    await settle(engine, "a")
+    assert (await engine.get_run("b")).holds_slot
+    await engine.start(deploy, None, run_id="c")  # the window's third start
+    # The backlog is full again ("c" waits) and so is the window: the rate limit, checked
+    # first, is the refusal (and the backlog's refusals above used none of its room).
+    with pytest.raises(RateLimitError):
+        await engine.start(deploy, None, run_id="d")
+    assert {r.id for r in await engine.list_runs()} == {"a", "b", "c"}
 
 
 @runlane.workflow(

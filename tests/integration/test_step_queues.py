@@ -14,6 +14,8 @@ import pytest
 
 import runlane
 from runlane import DefinitionError, Engine, RateLimit, RunStatus, StepQueue
+from runlane.models import RetryTimer, Writes
+from runlane.queues import QueueRequest
 from runlane.testing import ManualClock
 
 from ..helpers import settle
@@ -230,9 +232,13 @@ def _inside_run(runs: list[runlane.Run]) -> str:
 # ---------------------------------------------------------------- order among waiters
 
 
-async def _line_up(engine: Engine, inputs: list[dict[str, Any]]) -> list[str]:
-    """Hold the only slot, line the inputs up behind it (in this order), then let go."""
-    holder = await engine.start(one, {"name": "holder", "hold": True, "priority": 100})
+async def _line_up(
+    engine: Engine, inputs: list[dict[str, Any]], holder_key: str | None = None
+) -> list[str]:
+    """Hold the only slot (served as ``holder_key``), line the inputs up behind it (in this
+    order), then let go."""
+    first = {"name": "holder", "hold": True, "priority": 100, "key": holder_key}
+    holder = await engine.start(one, first)
     await until(lambda: _true("holder" in slots.inside), "the holder inside")
     ids = []
     for i in inputs:
@@ -264,6 +270,16 @@ async def test_fairness_serves_the_key_served_least_recently(make_engine: Any) -
     inputs += [{"name": f"b{n}", "key": "tenant-b"} for n in range(2)]
     order = await _line_up(engine, inputs)
     assert order == ["a0", "b0", "a1", "b1", "a2"]
+
+
+async def test_priority_outranks_fairness(make_engine: Any) -> None:
+    engine = await driving(make_engine, StepQueue("slots", concurrency=1, fairness="key"))
+    # tenant-a was served last (the holder), tenant-b never: only the priority puts a0 first.
+    inputs: list[dict[str, Any]] = [
+        {"name": "b0", "key": "tenant-b"},
+        {"name": "a0", "key": "tenant-a", "priority": 1},
+    ]
+    assert await _line_up(engine, inputs, holder_key="tenant-a") == ["a0", "b0"]
 
 
 async def test_without_fairness_arrival_decides(make_engine: Any) -> None:
@@ -346,11 +362,41 @@ async def test_cancelling_a_waiter_or_a_holder_frees_its_place(make_engine: Any)
     assert "doomed" not in slots.order
 
 
-async def test_a_failed_attempt_frees_its_slot(make_engine: Any) -> None:
+async def test_a_recovered_run_gives_back_the_slot_its_lost_turn_held(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    """A turn that dies holding a slot leaks nothing: recovering its run frees the slot for the
+    waiter in line, and the recovered run's replay asks again behind that waiter."""
+    engine = await make_engine(*WORKFLOWS, lease=5, queues=[StepQueue("slots", concurrency=1)])
+    holder = await engine.start(one, {"name": "holder"})
+    # Another instance's turn claims the holder, is admitted to the only slot, and dies.
+    now, store = clock.now(), engine.store
+    no_wait = RetryTimer(0.0, 0.0)
+    lease_end = now + timedelta(seconds=5)
+    await store.claim_run(holder.id, "dead:1", now, lease_end, singleton_retry=no_wait)
+    request = QueueRequest("slots", 1, 0, holder.id)
+    assert (await store.admit_step(holder.id, "dead:1", Writes(), request, now, no_wait)).admitted
+    waiter = await engine.start(one, {"name": "waiter"})
+    await engine.tick()
+    assert (await engine.get_run(waiter.id)).status == RunStatus.SUSPENDED
+    assert slots.order == []
+    clock.advance(6)  # the dead turn's lease has expired
+    assert await engine.recover_incomplete() == 1
+    for run in (waiter, holder):
+        assert (await settle(engine, run.id)).status == RunStatus.COMPLETED
+    assert slots.order == ["waiter", "holder"]
+    assert [s.seq for s in await engine.list_steps(holder.id)] == [1]  # the seq it held
+
+
+async def test_a_failed_attempt_frees_its_slot_while_its_retry_waits(
+    make_engine: Any, clock: ManualClock
+) -> None:
     calls = {"n": 0}
 
     @runlane.step(
-        name="queues.flaky", queue="slots", retry=runlane.Retry(max_attempts=2, backoff=0)
+        name="queues.flaky",
+        queue="slots",
+        retry=runlane.Retry(max_attempts=2, backoff=60, jitter=0),
     )
     async def flaky(i: Any) -> str:
         calls["n"] += 1
@@ -364,10 +410,16 @@ async def test_a_failed_attempt_frees_its_slot(make_engine: Any) -> None:
         *WORKFLOWS, flaky_run, steps=[flaky], queues=[StepQueue("slots", concurrency=1)]
     )
     failed = await engine.start(flaky_run, None)
-    done = await settle(engine, failed.id, ticks=40)
-    assert done.status == RunStatus.FAILED and calls["n"] == 2
+    await engine.tick()
+    backing_off = await engine.get_run(failed.id)
+    assert backing_off is not None and backing_off.status == RunStatus.SUSPENDED
+    assert calls["n"] == 1
+    # The recorded attempt gave the slot back: another step is admitted during the backoff.
     then = await engine.start(one, {"name": "then"})
     assert (await settle(engine, then.id)).output == "then"
+    clock.advance(60)
+    done = await settle(engine, failed.id)
+    assert done.status == RunStatus.FAILED and calls["n"] == 2
 
 
 async def test_an_unregistered_queue_fails_the_run(make_engine: Any) -> None:
@@ -381,12 +433,21 @@ async def test_an_unregistered_queue_fails_the_run(make_engine: Any) -> None:
 
 
 async def test_a_queue_registered_by_another_engine_is_enforced(make_engine: Any) -> None:
-    await make_engine(*WORKFLOWS, queues=[StepQueue("slots", concurrency=1)])
     registrar = await make_engine(*WORKFLOWS, queues=[StepQueue("slots", concurrency=1)])
     await registrar.tick()  # opens the store: the queue is registered
-    bare = await make_engine(*WORKFLOWS)
-    run = await bare.start(one, {"name": "x"})
-    assert (await settle(bare, run.id)).output == "x"
+    bare = await driving(make_engine)  # registers no queue of its own
+    runs = [await bare.start(one, {"name": f"r{n}", "hold": True}) for n in range(2)]
+    await until(lambda: _true(len(slots.inside) == 1), "one step inside")
+    await waiting(bare, [_waiting_run(runs)])
+    assert len(slots.inside) == 1
+    for n in range(2):
+        slots.gate(f"r{n}").set()
+    assert [r.output for r in await settled(bare, [r.id for r in runs])] == ["r0", "r1"]
+    assert slots.peak == 1
+
+
+def _waiting_run(runs: list[runlane.Run]) -> str:
+    return next(r.id for r in runs if r.id != _inside_run(runs))
 
 
 async def test_unqueued_steps_never_touch_queues(make_engine: Any) -> None:

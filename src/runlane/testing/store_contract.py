@@ -2140,6 +2140,21 @@ async def test_admission_holds_concurrency_and_wakes_the_next_on_release(store: 
     assert await store.get_step("a", 1) is not None
 
 
+async def test_a_slot_freed_before_the_denied_waiter_suspends_leaves_it_due(
+    store: Store,
+) -> None:
+    """The release comes between the waiter's denial and its suspension (its turn is still
+    out): the wake is kept, so the waiter does not sleep on its fallback timer."""
+    await store.register_queues([QueueSettings("q", concurrency=1)], T0)
+    await queued(store, "a", "b")
+    assert (await ask(store, "a")).admitted
+    denied = await ask(store, "b")
+    assert not denied.admitted and denied.retry_at is not None and denied.retry_at > at(1)
+    assert await done(store, "a", now=at(1)) == ["b"]
+    assert await store.suspend_run("b", "owner-b", Writes(), denied.retry_at, at(1))
+    assert (await run_of(store, "b")).wake_at == at(1)
+
+
 async def test_order_is_priority_then_arrival_and_lifo_reverses_arrival(store: Store) -> None:
     await store.register_queues(
         [QueueSettings("q", concurrency=1), QueueSettings("l", concurrency=1, order="lifo")], T0
