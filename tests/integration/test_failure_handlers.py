@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 import runlane
-from runlane import Concurrency, RunStatus, Singleton
+from runlane import Concurrency, RemoteWorkflow, RunStatus, Singleton
 from runlane.models import RetryTimer
+from runlane.transports import InProcessTransport
 
 from ..helpers import settle
 
@@ -113,11 +114,18 @@ async def failed(engine: Any, clock: Any, run_id: str) -> Any:
 
 
 async def keep_dying(
-    make_engine: Any, clock: Any, workflow: Any, run_id: str, *, limit: int, turns: int
+    make_engine: Any,
+    clock: Any,
+    workflow: Any,
+    run_id: str,
+    *,
+    limit: int,
+    turns: int,
+    **options: Any,
 ) -> Any:
     """An engine (``max_recovery_attempts=limit``) and a run of ``workflow`` claimed ``turns``
     times for turns that die: each lease expires unreleased."""
-    engine = await make_engine(*ALL, max_recovery_attempts=limit, lease=LEASE)
+    engine = await make_engine(*ALL, max_recovery_attempts=limit, lease=LEASE, **options)
     await engine.start(workflow, {"id": run_id}, run_id=run_id)
     for n in range(turns):
         now = clock.now()
@@ -168,6 +176,30 @@ async def test_a_dead_run_without_a_dead_letter_starts_its_on_failure_handler(
     assert (await engine.get_run("f")).status == RunStatus.DEAD
     handler = await settle(engine, "f.failure.1")
     assert (handler.workflow, handler.input["status"]) == ("alert", "dead")
+
+
+async def test_a_dead_remote_run_starts_the_dead_letter_its_declaration_names(
+    make_engine: Any, clock: Any
+) -> None:
+    """The engine lacks the remote workflow's code: it settles the dead run itself, with the
+    handler its declaration names (no worker is involved)."""
+    declared = RemoteWorkflow("remote-order", group="wf", on_failure="alert", dead_letter="bury")
+    engine = await keep_dying(
+        make_engine,
+        clock,
+        "remote-order",
+        "r1",
+        limit=0,
+        turns=1,
+        remote_workflows=[declared],
+        transport=InProcessTransport(),
+    )
+    await engine.recover_incomplete()
+    run = await engine.get_run("r1")
+    assert (run.status, run.failures) == (RunStatus.DEAD, 1)
+    handler = await settle(engine, "r1.failure.1")
+    assert (handler.workflow, handler.status) == ("bury", RunStatus.COMPLETED)
+    assert handler.input["workflow"] == "remote-order" and handler.input["status"] == "dead"
 
 
 async def test_a_dying_run_whose_engine_died_before_settling_it_is_declared_dead_once(
