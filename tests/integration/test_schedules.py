@@ -3,6 +3,7 @@ catch-up, pause, trigger, delete, quotas, DST."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,6 +86,13 @@ def test_a_bad_definition_is_a_definition_error(options: dict[str, Any], problem
         Schedule("s", "report", **options)
 
 
+def test_every_takes_seconds_or_a_timedelta_and_its_windows_are_multiples_since_the_epoch() -> None:
+    schedule = Schedule("s", report, every=timedelta(minutes=5))
+    assert (schedule.workflow, schedule.every) == ("report", 300.0)
+    assert schedule == Schedule("s", "report", every=300)
+    assert schedule.next_window(START) == datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+
+
 async def test_an_unknown_workflow_is_refused_before_anything_is_written(
     make_engine: Any,
 ) -> None:
@@ -110,6 +118,9 @@ async def test_each_window_starts_one_run_across_three_engines(
     assert state.next_fire_at == datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
     for _ in range(3):
         clock.advance(60)
+        # All three read the window as due, then race to fire it: one compare-and-set wins.
+        fired = await asyncio.gather(*(engine.fire_schedules() for engine in cluster))
+        assert sorted(fired) == [0, 0, 1]
         await tick_all(*cluster, *cluster)
     runs = await runs_of(cluster[1], "minutely")
     assert [r.id for r in runs] == [
