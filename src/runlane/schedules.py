@@ -28,7 +28,16 @@ from cronsim import CronSim, CronSimError
 from .admission import lane
 from .definitions import Concurrency, WorkflowDefinition, check_tags, workflow_definition
 from .errors import DefinitionError, ScheduleNotFoundError, StoreUnavailableError
-from .models import JSON, Run, RunSpec, SingletonGate, Started, StoredSchedule, WindowFire
+from .models import (
+    JSON,
+    Run,
+    RunSpec,
+    RunStatus,
+    SingletonGate,
+    Started,
+    StoredSchedule,
+    WindowFire,
+)
 from .serialization import normalise
 from .stores.base import Store
 
@@ -138,11 +147,7 @@ class Schedule:
         record.pop("paused")
         record["tags"] = list(self.tags)
         quota = self.concurrency
-        record["concurrency"] = (
-            None
-            if quota is None
-            else {"key": quota.key, "limit": quota.limit, "statuses": sorted(quota.statuses)}
-        )
+        record["concurrency"] = None if quota is None else _quota_record(quota)
         return record
 
     @classmethod
@@ -156,6 +161,14 @@ class Schedule:
         )
         values["tags"] = tuple(values.get("tags") or ())
         return cls(**values, paused=paused)
+
+
+def _quota_record(quota: Concurrency) -> dict[str, Any]:
+    # Default statuses stay unnamed (None), so the stored schedule reads back equal to the
+    # declared one and follows the engine's active statuses rather than a copy of them.
+    counted = quota.count_statuses
+    statuses = None if counted is None else sorted(RunStatus(s) for s in counted)
+    return {"key": quota.key, "limit": quota.limit, "statuses": statuses}
 
 
 def _whole_seconds(schedule_id: str, every: float | timedelta) -> float:

@@ -4,6 +4,7 @@ catch-up, pause, trigger, delete, quotas, DST."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -102,6 +103,36 @@ async def test_an_unknown_workflow_is_refused_before_anything_is_written(
     with pytest.raises(UnknownWorkflowError):
         await engine.schedules.upsert(Schedule("s", "nope", every=60))
     assert await engine.schedules.list() == []
+
+
+@pytest.mark.parametrize("counted", [None, ["running"]])
+async def test_a_stored_schedule_reads_back_with_every_field_and_its_timing(
+    make_engine: Any, clock: ManualClock, counted: list[str] | None
+) -> None:
+    [engine] = await engines(make_engine)
+    schedule = Schedule(
+        "full",
+        "tenant-job",
+        cron="*/5 * * * *",
+        timezone="Europe/Berlin",
+        input={"kind": ["a", 1]},
+        overlap="buffer_one",
+        catchup="all",
+        max_catchup=3,
+        jitter=2.5,
+        concurrency=Concurrency(key="own", limit=2, count_statuses=counted),
+        priority=4,
+        tags=("nightly",),
+    )
+    await engine.schedules.upsert(schedule)
+    state = await engine.schedules.get("full")
+    assert state is not None
+    for field in dataclasses.fields(Schedule):
+        assert getattr(state, field.name) == getattr(schedule, field.name), field.name
+    assert (state.created_at, state.updated_at, state.last_fire_at) == (START, START, None)
+    assert await engine.schedules.list() == [state]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.last_error = None  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------- windows
