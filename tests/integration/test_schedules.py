@@ -259,6 +259,22 @@ async def test_one_pass_fires_plain_and_gated_schedules_and_one_it_cannot_fire_h
     assert await engine.fire_schedules() == await owner.fire_schedules() == 0
 
 
+async def test_a_new_definition_keeps_a_due_window_unless_its_timing_changed(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    [engine] = await engines(make_engine)
+    await engine.schedules.upsert(Schedule("edit", "report", every=3600, input=1))
+    clock.set(datetime(2026, 1, 1, 1, 0, 5, tzinfo=UTC))  # its window is due, not yet fired
+    edited = await engine.schedules.upsert(Schedule("edit", "report", every=3600, input=2))
+    assert edited.next_fire_at == datetime(2026, 1, 1, 1, tzinfo=UTC)
+    await engine.tick()
+    [run] = await runs_of(engine, "edit")
+    assert (run.id, run.input) == ("sched:edit:20260101T010000Z", 2)
+    retimed = await engine.schedules.upsert(Schedule("edit", "report", every=1800, input=2))
+    assert retimed.next_fire_at == datetime(2026, 1, 1, 1, 30, tzinfo=UTC)
+    assert retimed.last_run_id == run.id and retimed.created_at == START
+
+
 # ---------------------------------------------------------------- overlap
 
 
