@@ -312,8 +312,15 @@ async def test_overlap_buffer_one_keeps_one_run_waiting(
     make_engine: Any, clock: ManualClock
 ) -> None:
     engine = await _two_windows(make_engine, clock, "buffer_one")
-    statuses = [r.status for r in await runs_of(engine, "busy")]
-    assert statuses == [RunStatus.SUSPENDED, RunStatus.BLOCKED]  # the third window was skipped
+    first, buffered = await runs_of(engine, "busy")
+    assert [first.status, buffered.status] == [RunStatus.SUSPENDED, RunStatus.BLOCKED]
+    state = await engine.schedules.get("busy")  # the third window was skipped, and recorded
+    assert state is not None and state.last_error is not None
+    assert state.last_error["window"] == "2026-01-01T00:03:00+00:00"
+    await engine.signal(first.id, "done", 1)
+    await engine.tick()
+    promoted = await engine.get_run(buffered.id)
+    assert promoted is not None and promoted.status == RunStatus.SUSPENDED  # its turn came
 
 
 async def test_overlap_cancel_other_cancels_the_active_run(
