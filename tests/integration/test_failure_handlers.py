@@ -83,6 +83,17 @@ async def triaged_order(ctx: runlane.Context, input: Any) -> None:
     raise ValueError("broken")
 
 
+@runlane.workflow(name="sole", singleton=Singleton(key=lambda info: "sole", on_busy="reject"))
+async def sole(ctx: runlane.Context, info: dict[str, Any]) -> str:
+    await ctx.wait_for_signal("done")
+    return str(info["run_id"])
+
+
+@runlane.workflow(name="sole-order", on_failure=sole)
+async def sole_order(ctx: runlane.Context, input: Any) -> None:
+    raise ValueError("broken")
+
+
 @runlane.workflow(name="picky", singleton=Singleton(key=lambda info: info["input"]["lane"]))
 async def picky(ctx: runlane.Context, info: Any) -> None:
     return None
@@ -278,6 +289,23 @@ async def test_a_handler_refused_by_its_quota_is_recorded_on_the_failed_run(
     await engine.requeue("p")
     assert (await settle(engine, "p")).failures == 2
     assert (await engine.get_run("p.failure.2")).status == RunStatus.SUSPENDED
+
+
+async def test_a_handler_refused_by_its_singleton_backlog_is_recorded_on_the_failed_run(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(sole_order, sole)
+    await engine.start(sole_order, None, run_id="s1")
+    await settle(engine, "s1")
+    await engine.tick()
+    holder = await engine.get_run("s1.failure.1")
+    assert holder is not None and holder.status == RunStatus.SUSPENDED
+    await engine.start(sole_order, None, run_id="s2")
+    run = await settle(engine, "s2")
+    assert (run.status, run.failures) == (RunStatus.FAILED, 1)
+    assert run.error is not None and run.error["type"] == "ValueError"
+    assert run.error["handler_error"]["type"] == "SingletonQueueFullError"
+    assert await engine.get_run("s2.failure.1") is None
 
 
 async def test_a_handler_that_cannot_be_started_is_recorded_and_the_run_still_fails(
