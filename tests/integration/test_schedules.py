@@ -447,3 +447,26 @@ async def test_declared_schedules_are_stored_when_the_engine_opens_and_a_pause_s
     await second.tick()
     state = await second.schedules.get("declared")
     assert state is not None and state.paused
+
+
+async def test_a_pause_the_code_declares_takes_effect_and_an_operators_resume_then_stands(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    running = Schedule("declared", "report", every=60)
+    paused = Schedule("declared", "report", every=60, paused=True)
+
+    async def restart(schedule: Schedule) -> Any:
+        engine = await make_engine(*WORKFLOWS, schedules=[schedule])
+        await engine.tick()
+        return engine, await engine.schedules.get("declared")
+
+    await restart(running)
+    engine, state = await restart(paused)  # the code now pauses it
+    assert state.paused and state.next_fire_at is None
+    await engine.schedules.resume("declared")  # an operator resumes it
+    engine, state = await restart(paused)  # a restart, same code
+    assert not state.paused
+    engine, state = await restart(running)  # the code agrees
+    assert not state.paused
+    engine, state = await restart(paused)  # the code pauses it again
+    assert state.paused
