@@ -363,16 +363,21 @@ def RemoteWorkflow(
     singleton: Singleton | None = None,
     concurrency: Concurrency | None = None,
     on_failure: str | None = None,
+    dead_letter: str | None = None,
 ) -> WorkflowDefinition:
     """A remote workflow declared by an engine that does not have its code: its turns go to
-    the Workers of ``group``, which register the decorated body under the same name."""
+    the Workers of ``group``, which register the decorated body under the same name.
+    ``on_failure`` and ``dead_letter`` name handler workflows, as on ``@workflow``."""
     if not isinstance(name, str) or not name:
         raise DefinitionError(f"a RemoteWorkflow needs a name, got {name!r}")
     if group is None:
         raise DefinitionError(f"RemoteWorkflow {name!r} needs a group")
     _check_group(group)
-    if on_failure is not None and (not isinstance(on_failure, str) or not on_failure):
-        raise DefinitionError("on_failure= takes a workflow name")
+    for option, handler in (("on_failure", on_failure), ("dead_letter", dead_letter)):
+        if handler is not None and (not isinstance(handler, str) or not handler):
+            raise DefinitionError(f"{option}= takes a workflow name")
+        if handler == name:
+            raise DefinitionError(f"workflow {name!r} cannot be its own failure handler")
     return WorkflowDefinition(
         name=name,
         version=str(version),
@@ -380,6 +385,7 @@ def RemoteWorkflow(
         singleton=singleton,
         concurrency=concurrency,
         on_failure=on_failure,
+        dead_letter=dead_letter,
         group=group,
     )
 

@@ -28,7 +28,16 @@ from cronsim import CronSim, CronSimError
 from .admission import lane
 from .definitions import Concurrency, WorkflowDefinition, check_tags, workflow_definition
 from .errors import DefinitionError, ScheduleNotFoundError, StoreUnavailableError
-from .models import JSON, Run, RunSpec, SingletonGate, Started, StoredSchedule, WindowFire
+from .models import (
+    JSON,
+    Run,
+    RunSpec,
+    RunStatus,
+    SingletonGate,
+    Started,
+    StoredSchedule,
+    WindowFire,
+)
 from .serialization import normalise
 from .stores.base import Store
 
@@ -41,6 +50,9 @@ FIRE_BATCH = 5000  # due schedules taken per pass of the loop (one indexed query
 FIRE_CHUNK = 500  # fires per store operation
 FIRE_PARALLEL = 2  # store operations in flight: the next chunk is built while one is written
 KNOWN_MOST = 100_000  # parsed schedules kept between passes, at most
+# The ``paused`` its code last declared, kept in a declared schedule's stored definition: a
+# pause or resume made since stands until the code changes it.
+DECLARED_PAUSED = "declared_paused"
 Failures = list[Exception]  # (``Scheduler.list`` would shadow ``list`` in its annotations)
 Fired = list[Started] | None
 
@@ -138,11 +150,7 @@ class Schedule:
         record.pop("paused")
         record["tags"] = list(self.tags)
         quota = self.concurrency
-        record["concurrency"] = (
-            None
-            if quota is None
-            else {"key": quota.key, "limit": quota.limit, "statuses": sorted(quota.statuses)}
-        )
+        record["concurrency"] = None if quota is None else _quota_record(quota)
         return record
 
     @classmethod
@@ -155,7 +163,16 @@ class Schedule:
             else Concurrency(quota["key"], quota["limit"], quota.get("statuses"))
         )
         values["tags"] = tuple(values.get("tags") or ())
+        values.pop(DECLARED_PAUSED, None)
         return cls(**values, paused=paused)
+
+
+def _quota_record(quota: Concurrency) -> dict[str, Any]:
+    # Default statuses stay unnamed (None), so the stored schedule reads back equal to the
+    # declared one and follows the engine's active statuses rather than a copy of them.
+    counted = quota.count_statuses
+    statuses = None if counted is None else sorted(RunStatus(s) for s in counted)
+    return {"key": quota.key, "limit": quota.limit, "statuses": statuses}
 
 
 def _whole_seconds(schedule_id: str, every: float | timedelta) -> float:
@@ -310,21 +327,24 @@ class Scheduler:
         self._host.workflow_definition(schedule.workflow)  # UnknownWorkflowError first
         return await self._save(schedule)
 
-    async def _save(self, schedule: Schedule) -> ScheduleState:
+    async def _save(self, schedule: Schedule, declared: bool | None = None) -> ScheduleState:
         await self._host.ready()
         existing = await self._host.store.get_schedule(schedule.id)
         row = _row_for(schedule, existing, self._host.now())
+        if declared is not None:
+            row = replace(row, definition={**row.definition, DECLARED_PAUSED: declared})
         saved = await self._host.store.save_schedule(row)
         self._known[saved.id] = (saved.definition, schedule)
         return state_of(saved)
 
     async def declare(self, schedule: Schedule) -> ScheduleState:
         """A schedule declared in code, when its engine opens: stored as declared, but a pause
-        or resume made since (an operator's) stands."""
+        or resume made since (an operator's) stands until the code changes its own ``paused``."""
+        self._host.workflow_definition(schedule.workflow)  # UnknownWorkflowError first
+        await self._host.ready()
         existing = await self._host.store.get_schedule(schedule.id)
-        if existing is not None and existing.paused != schedule.paused:
-            schedule = replace(schedule, paused=existing.paused)
-        return await self.upsert(schedule)
+        paused = _declared_pause(schedule.paused, existing)
+        return await self._save(replace(schedule, paused=paused), declared=schedule.paused)
 
     async def get(self, schedule_id: str) -> ScheduleState | None:
         await self._host.ready()
@@ -535,6 +555,15 @@ class _Plan:
     expected: datetime  # the window the schedule's row awaits (its compare-and-set)
     chosen: list[datetime]
     future: datetime
+
+
+def _declared_pause(declared: bool, existing: StoredSchedule | None) -> bool:
+    """Whether a schedule declared ``paused=declared`` is paused: as declared when it is new or
+    its code changed ``paused`` since its last declaration; else as it stands in the store."""
+    if existing is None:
+        return declared
+    before = existing.definition.get(DECLARED_PAUSED)
+    return declared if before is not None and before != declared else existing.paused
 
 
 def _row_for(schedule: Schedule, existing: StoredSchedule | None, now: datetime) -> StoredSchedule:

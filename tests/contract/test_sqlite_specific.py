@@ -24,6 +24,7 @@ from runlane.errors import (
 from runlane.models import QuotaGate, RateGate, RetryTimer, RunSpec, Writes
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
+from runlane.stores.sqlite.statements import SQL
 from runlane.stores.sqlite.store import SqliteStore, _configure
 from runlane.stores.sqlite.worker import SqliteWorker
 
@@ -66,6 +67,16 @@ async def test_applying_the_migrations_by_hand_reproduces_the_schema_a_store_cre
     await open_and_close(tmp_path / "opened.db")
     assert schema(by_hand) == schema(tmp_path / "opened.db")
     assert any(name == "runs" for _, name, _, _ in schema(by_hand))
+
+
+async def test_the_due_schedules_query_searches_the_due_index(tmp_path: Path) -> None:
+    # The firing pass asks for the due schedules on every tick of every engine: never a scan.
+    path = tmp_path / "plan.db"
+    await open_and_close(path)
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {SQL['due_schedules']}", (T0.isoformat(), 500))
+        plan = " | ".join(str(row[-1]) for row in rows)
+    assert "USING INDEX schedules_due" in plan, plan
 
 
 async def test_opening_records_the_latest_schema_version(tmp_path: Path) -> None:

@@ -466,9 +466,18 @@ def test_schedules_are_listed_paused_resumed_and_triggered_from_the_shell(
     assert resumed.exit_code == 0 and "resumed hourly" in resumed.output
     needs_app = cli("schedules", "trigger", "hourly", "--db", db)
     assert needs_app.exit_code == 2 and "--app" in needs_app.output
+    assert json.loads(cli("schedules", "list", "--db", db, "--json").output)[0]["paused"] is False
     triggered = cli("schedules", "trigger", "hourly", "--app", f"{app}:engine", "--json")
     assert triggered.exit_code == 0, triggered.output
-    assert json.loads(triggered.output)["id"].startswith("sched:hourly:manual:")
+    run_id = json.loads(triggered.output)["id"]
+    assert run_id.startswith("sched:hourly:manual:")
+
+    async def stored() -> Any:
+        async with engine_for(app) as engine:
+            return await engine.get_run(run_id)
+
+    run = asyncio.run(stored())
+    assert run is not None and run.input == {"name": "s"} and "schedule:hourly" in run.tags
     missing = cli("schedules", "pause", "nope", "--db", db)
     assert missing.exit_code == 1 and "no schedule with id 'nope'" in missing.output
 

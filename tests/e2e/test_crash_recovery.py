@@ -63,3 +63,40 @@ def test_sigkill_mid_run_then_restart_completes_every_run_with_no_lost_step(tmp_
                 assert [s.seq for s in steps] == [1, 2, 3, 4, 5]
 
     asyncio.run(verify())
+
+
+POISON_APP = Path(__file__).with_name("poison_app.py")
+
+
+def test_a_run_that_kills_its_process_in_every_turn_is_declared_dead_and_its_dead_letter_runs(
+    tmp_path: Path,
+) -> None:
+    db, log = tmp_path / "poison.db", tmp_path / "deaths.log"
+    outputs = []
+    for _ in range(6):  # the first turn and its two recoveries die; the next process buries it
+        proc = subprocess.Popen(
+            [sys.executable, str(POISON_APP), str(db), str(log)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        out, _ = proc.communicate(timeout=90)
+        outputs.append(out)
+        if proc.returncode != -signal.SIGKILL:
+            break
+    assert proc.returncode == 0, outputs
+    deaths = _lines(log)
+    assert len(deaths) == 3 and len({line.split()[1] for line in deaths}) == 3, deaths
+    assert "SETTLED dead | completed buried poison (dead, RecoveryLimitExceeded)" in out, outputs
+
+    async def verify() -> None:
+        engine = Engine(SqliteStore(db), drive=False)
+        async with engine:
+            run = await engine.get_run("poison")
+            assert run is not None and (run.status, run.failures) == (RunStatus.DEAD, 1)
+            assert run.recoveries == 3 and run.error is not None
+            handler = await engine.get_run("poison.failure.1")
+            assert handler is not None and handler.workflow == "poison.bury"
+            assert handler.input["status"] == "dead" and handler.input["run_id"] == "poison"
+
+    asyncio.run(verify())

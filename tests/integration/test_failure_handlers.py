@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 import runlane
-from runlane import Concurrency, RunStatus, Singleton
+from runlane import Concurrency, RemoteWorkflow, RunStatus, Singleton
 from runlane.models import RetryTimer
+from runlane.transports import InProcessTransport
 
 from ..helpers import settle
 
@@ -82,6 +83,17 @@ async def triaged_order(ctx: runlane.Context, input: Any) -> None:
     raise ValueError("broken")
 
 
+@runlane.workflow(name="sole", singleton=Singleton(key=lambda info: "sole", on_busy="reject"))
+async def sole(ctx: runlane.Context, info: dict[str, Any]) -> str:
+    await ctx.wait_for_signal("done")
+    return str(info["run_id"])
+
+
+@runlane.workflow(name="sole-order", on_failure=sole)
+async def sole_order(ctx: runlane.Context, input: Any) -> None:
+    raise ValueError("broken")
+
+
 @runlane.workflow(name="picky", singleton=Singleton(key=lambda info: info["input"]["lane"]))
 async def picky(ctx: runlane.Context, info: Any) -> None:
     return None
@@ -113,11 +125,18 @@ async def failed(engine: Any, clock: Any, run_id: str) -> Any:
 
 
 async def keep_dying(
-    make_engine: Any, clock: Any, workflow: Any, run_id: str, *, limit: int, turns: int
+    make_engine: Any,
+    clock: Any,
+    workflow: Any,
+    run_id: str,
+    *,
+    limit: int,
+    turns: int,
+    **options: Any,
 ) -> Any:
     """An engine (``max_recovery_attempts=limit``) and a run of ``workflow`` claimed ``turns``
     times for turns that die: each lease expires unreleased."""
-    engine = await make_engine(*ALL, max_recovery_attempts=limit, lease=LEASE)
+    engine = await make_engine(*ALL, max_recovery_attempts=limit, lease=LEASE, **options)
     await engine.start(workflow, {"id": run_id}, run_id=run_id)
     for n in range(turns):
         now = clock.now()
@@ -168,6 +187,30 @@ async def test_a_dead_run_without_a_dead_letter_starts_its_on_failure_handler(
     assert (await engine.get_run("f")).status == RunStatus.DEAD
     handler = await settle(engine, "f.failure.1")
     assert (handler.workflow, handler.input["status"]) == ("alert", "dead")
+
+
+async def test_a_dead_remote_run_starts_the_dead_letter_its_declaration_names(
+    make_engine: Any, clock: Any
+) -> None:
+    """The engine lacks the remote workflow's code: it settles the dead run itself, with the
+    handler its declaration names (no worker is involved)."""
+    declared = RemoteWorkflow("remote-order", group="wf", on_failure="alert", dead_letter="bury")
+    engine = await keep_dying(
+        make_engine,
+        clock,
+        "remote-order",
+        "r1",
+        limit=0,
+        turns=1,
+        remote_workflows=[declared],
+        transport=InProcessTransport(),
+    )
+    await engine.recover_incomplete()
+    run = await engine.get_run("r1")
+    assert (run.status, run.failures) == (RunStatus.DEAD, 1)
+    handler = await settle(engine, "r1.failure.1")
+    assert (handler.workflow, handler.status) == ("bury", RunStatus.COMPLETED)
+    assert handler.input["workflow"] == "remote-order" and handler.input["status"] == "dead"
 
 
 async def test_a_dying_run_whose_engine_died_before_settling_it_is_declared_dead_once(
@@ -246,6 +289,23 @@ async def test_a_handler_refused_by_its_quota_is_recorded_on_the_failed_run(
     await engine.requeue("p")
     assert (await settle(engine, "p")).failures == 2
     assert (await engine.get_run("p.failure.2")).status == RunStatus.SUSPENDED
+
+
+async def test_a_handler_refused_by_its_singleton_backlog_is_recorded_on_the_failed_run(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(sole_order, sole)
+    await engine.start(sole_order, None, run_id="s1")
+    await settle(engine, "s1")
+    await engine.tick()
+    holder = await engine.get_run("s1.failure.1")
+    assert holder is not None and holder.status == RunStatus.SUSPENDED
+    await engine.start(sole_order, None, run_id="s2")
+    run = await settle(engine, "s2")
+    assert (run.status, run.failures) == (RunStatus.FAILED, 1)
+    assert run.error is not None and run.error["type"] == "ValueError"
+    assert run.error["handler_error"]["type"] == "SingletonQueueFullError"
+    assert await engine.get_run("s2.failure.1") is None
 
 
 async def test_a_handler_that_cannot_be_started_is_recorded_and_the_run_still_fails(

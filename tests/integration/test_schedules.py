@@ -3,6 +3,8 @@ catch-up, pause, trigger, delete, quotas, DST."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,6 +87,13 @@ def test_a_bad_definition_is_a_definition_error(options: dict[str, Any], problem
         Schedule("s", "report", **options)
 
 
+def test_every_takes_seconds_or_a_timedelta_and_its_windows_are_multiples_since_the_epoch() -> None:
+    schedule = Schedule("s", report, every=timedelta(minutes=5))
+    assert (schedule.workflow, schedule.every) == ("report", 300.0)
+    assert schedule == Schedule("s", "report", every=300)
+    assert schedule.next_window(START) == datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+
+
 async def test_an_unknown_workflow_is_refused_before_anything_is_written(
     make_engine: Any,
 ) -> None:
@@ -94,6 +103,36 @@ async def test_an_unknown_workflow_is_refused_before_anything_is_written(
     with pytest.raises(UnknownWorkflowError):
         await engine.schedules.upsert(Schedule("s", "nope", every=60))
     assert await engine.schedules.list() == []
+
+
+@pytest.mark.parametrize("counted", [None, ["running"]])
+async def test_a_stored_schedule_reads_back_with_every_field_and_its_timing(
+    make_engine: Any, clock: ManualClock, counted: list[str] | None
+) -> None:
+    [engine] = await engines(make_engine)
+    schedule = Schedule(
+        "full",
+        "tenant-job",
+        cron="*/5 * * * *",
+        timezone="Europe/Berlin",
+        input={"kind": ["a", 1]},
+        overlap="buffer_one",
+        catchup="all",
+        max_catchup=3,
+        jitter=2.5,
+        concurrency=Concurrency(key="own", limit=2, count_statuses=counted),
+        priority=4,
+        tags=("nightly",),
+    )
+    await engine.schedules.upsert(schedule)
+    state = await engine.schedules.get("full")
+    assert state is not None
+    for field in dataclasses.fields(Schedule):
+        assert getattr(state, field.name) == getattr(schedule, field.name), field.name
+    assert (state.created_at, state.updated_at, state.last_fire_at) == (START, START, None)
+    assert await engine.schedules.list() == [state]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.last_error = None  # type: ignore[misc]
 
 
 # ---------------------------------------------------------------- windows
@@ -110,6 +149,9 @@ async def test_each_window_starts_one_run_across_three_engines(
     assert state.next_fire_at == datetime(2026, 1, 1, 0, 1, tzinfo=UTC)
     for _ in range(3):
         clock.advance(60)
+        # All three read the window as due, then race to fire it: one compare-and-set wins.
+        fired = await asyncio.gather(*(engine.fire_schedules() for engine in cluster))
+        assert sorted(fired) == [0, 0, 1]
         await tick_all(*cluster, *cluster)
     runs = await runs_of(cluster[1], "minutely")
     assert [r.id for r in runs] == [
@@ -217,6 +259,22 @@ async def test_one_pass_fires_plain_and_gated_schedules_and_one_it_cannot_fire_h
     assert await engine.fire_schedules() == await owner.fire_schedules() == 0
 
 
+async def test_a_new_definition_keeps_a_due_window_unless_its_timing_changed(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    [engine] = await engines(make_engine)
+    await engine.schedules.upsert(Schedule("edit", "report", every=3600, input=1))
+    clock.set(datetime(2026, 1, 1, 1, 0, 5, tzinfo=UTC))  # its window is due, not yet fired
+    edited = await engine.schedules.upsert(Schedule("edit", "report", every=3600, input=2))
+    assert edited.next_fire_at == datetime(2026, 1, 1, 1, tzinfo=UTC)
+    await engine.tick()
+    [run] = await runs_of(engine, "edit")
+    assert (run.id, run.input) == ("sched:edit:20260101T010000Z", 2)
+    retimed = await engine.schedules.upsert(Schedule("edit", "report", every=1800, input=2))
+    assert retimed.next_fire_at == datetime(2026, 1, 1, 1, 30, tzinfo=UTC)
+    assert retimed.last_run_id == run.id and retimed.created_at == START
+
+
 # ---------------------------------------------------------------- overlap
 
 
@@ -254,8 +312,15 @@ async def test_overlap_buffer_one_keeps_one_run_waiting(
     make_engine: Any, clock: ManualClock
 ) -> None:
     engine = await _two_windows(make_engine, clock, "buffer_one")
-    statuses = [r.status for r in await runs_of(engine, "busy")]
-    assert statuses == [RunStatus.SUSPENDED, RunStatus.BLOCKED]  # the third window was skipped
+    first, buffered = await runs_of(engine, "busy")
+    assert [first.status, buffered.status] == [RunStatus.SUSPENDED, RunStatus.BLOCKED]
+    state = await engine.schedules.get("busy")  # the third window was skipped, and recorded
+    assert state is not None and state.last_error is not None
+    assert state.last_error["window"] == "2026-01-01T00:03:00+00:00"
+    await engine.signal(first.id, "done", 1)
+    await engine.tick()
+    promoted = await engine.get_run(buffered.id)
+    assert promoted is not None and promoted.status == RunStatus.SUSPENDED  # its turn came
 
 
 async def test_overlap_cancel_other_cancels_the_active_run(
@@ -382,3 +447,26 @@ async def test_declared_schedules_are_stored_when_the_engine_opens_and_a_pause_s
     await second.tick()
     state = await second.schedules.get("declared")
     assert state is not None and state.paused
+
+
+async def test_a_pause_the_code_declares_takes_effect_and_an_operators_resume_then_stands(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    running = Schedule("declared", "report", every=60)
+    paused = Schedule("declared", "report", every=60, paused=True)
+
+    async def restart(schedule: Schedule) -> Any:
+        engine = await make_engine(*WORKFLOWS, schedules=[schedule])
+        await engine.tick()
+        return engine, await engine.schedules.get("declared")
+
+    await restart(running)
+    engine, state = await restart(paused)  # the code now pauses it
+    assert state.paused and state.next_fire_at is None
+    await engine.schedules.resume("declared")  # an operator resumes it
+    engine, state = await restart(paused)  # a restart, same code
+    assert not state.paused
+    engine, state = await restart(running)  # the code agrees
+    assert not state.paused
+    engine, state = await restart(paused)  # the code pauses it again
+    assert state.paused

@@ -209,6 +209,16 @@ def test_failure_handlers_are_workflow_names_or_decorated_workflows() -> None:
             return None
 
 
+def test_a_remote_workflow_declaration_names_its_handlers_like_a_decorated_one() -> None:
+    declared = runlane.RemoteWorkflow("ingest", "wf", on_failure="alert", dead_letter="bury")
+    assert (declared.on_failure, declared.dead_letter) == ("alert", "bury")
+    assert declared.handler(runlane.RunStatus.DEAD) == "bury"
+    with pytest.raises(DefinitionError, match="dead_letter= takes a workflow name"):
+        runlane.RemoteWorkflow("ingest", "wf", dead_letter="")
+    with pytest.raises(DefinitionError, match="its own failure handler"):
+        runlane.RemoteWorkflow("ingest", "wf", dead_letter="ingest")
+
+
 def _bury() -> Any:
     @runlane.workflow(name="bury")
     async def bury(ctx: Any, info: Any) -> None:
