@@ -462,3 +462,58 @@ async def test_a_run_taken_over_before_it_could_be_given_back_is_left_to_its_new
     assert len(engine._execution.releases) == 0
     run = await engine.get_run("r")
     assert run is not None and (run.status, run.output) == (RunStatus.COMPLETED, 20)
+
+
+@runlane.step(name="outage.beating", group="outage")
+async def beating_step(x: int) -> int:
+    await asyncio.sleep(1.0)
+    return x
+
+
+@runlane.workflow(name="outage.beating-flow")
+async def beating_flow(ctx: runlane.Context, x: int) -> Any:
+    return await ctx.step(beating_step, x)
+
+
+async def test_a_heartbeat_that_meets_an_outage_is_persisted_with_the_next_beat(
+    make_engine: Callable[..., Any],
+) -> None:
+    from runlane.transports import InProcessTransport
+    from runlane.worker import Worker
+
+    transport = InProcessTransport()
+    plain = await make_engine(beating_flow, transport=transport)
+    store = FlakyStore(plain.store)
+    # Beats are persisted at most every 5 s: a lost one must not hold the next one back.
+    engine = await make_engine(
+        beating_flow, share_store=False, transport=transport, heartbeat_persist_throttle=5.0
+    )
+    engine.store = store
+    engine._execution.leases._store = store
+    await engine.start_consumers()
+    worker = Worker(
+        "outage", transport, steps=[beating_step], poll_timeout=0.1, heartbeat_interval=0.1
+    )
+    working = asyncio.create_task(worker.run())
+    try:
+        await engine.start(beating_flow, 7, run_id="hb")
+        store.fail("record_heartbeat")
+        await engine.run_pending()  # dispatched; the run suspends durably while it runs
+        beat_at = None
+        for _ in range(8):
+            await asyncio.sleep(0.1)
+            [record] = await engine.list_steps("hb")
+            beat_at = record.last_heartbeat_at
+            if beat_at is not None:
+                break
+        assert store.pending("record_heartbeat") == 0, "no beat met the outage"
+        assert beat_at is not None, store.calls
+        for _ in range(30):
+            if store.calls["record_step_result"]:
+                break
+            await asyncio.sleep(0.1)
+        done = await settle(engine, "hb")
+        assert (done.status, done.output) == (RunStatus.COMPLETED, 7)
+    finally:
+        await worker.stop()
+        await working
