@@ -41,6 +41,7 @@ from .models import (
 )
 from .options import EngineOptions
 from .registry import Registry
+from .releases import Releases
 from .remote import RemoteSteps
 from .remote_turns import RemoteTurns, apply_decision
 from .retention import CATCH_UP_PAUSE, Pruner
@@ -117,6 +118,7 @@ class Execution:
         self.settlements = Settlements()
         self.outage = OutageLog(log, on_recovered=self.poll_soon)
         self.leases = LeaseKeeper(store, self.now, lambda: self.options.lease, self.outage)
+        self.releases = Releases(lambda: self.store, self.now, self.outage)
         self.runqueue = (
             RunQueue(self, transport) if transport is not None and transport.has_run_queue else None
         )
@@ -209,6 +211,7 @@ class Execution:
             await self.runqueue.flushed()
         if self.remote is not None:
             await self.remote.stop()
+        await self.releases.retry()  # what an outage kept back, if the store answers now
         await self.leases.stop()
 
     # ---------------------------------------------------------------- where due runs go
@@ -334,6 +337,8 @@ class Execution:
         """Act on a turn's outcome; returns the runs it woke (its own id: another turn now)."""
         if result.outage is not None:
             self.outage.failed(result.outage, f"executing run {run.id}")
+        if result.unreleased is not None:
+            self.releases.defer(result.unreleased)
         elif self.outage.down:
             self.outage.succeeded()
         if result.state == "settled":
@@ -460,6 +465,9 @@ class Execution:
 
     async def tick(self) -> int:
         """One pass of every phase, executing what is due by the engine clock; returns turns run."""
+        # Runs an outage kept this engine from giving back go back before any recovery pass
+        # (which would count them recovered); due now, the timer phase picks them up.
+        await self.releases.retry()
         total = await self.sweep_timeouts()
         total += await self.recover_incomplete()
         total += await self.resume_due_timers()

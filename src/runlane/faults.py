@@ -69,7 +69,10 @@ def unavailable(exc: BaseException) -> StoreUnavailableError:
 
 class OutageLog:
     """What an engine says while its store is unreachable: one warning a minute, however many
-    calls fail (each line counts the failures it stands for), and one line when it is back."""
+    calls fail (each line counts the failures it stands for), and one line when an outage it
+    reported is over. A store that flaps (a connection-killing proxy, a failover in progress)
+    is reported the same way: an outage that begins within the minute of the last report is
+    only counted, in the next one."""
 
     def __init__(
         self,
@@ -83,6 +86,7 @@ class OutageLog:
         self.since: float | None = None  # monotonic time of the first failure of this outage
         self._last = -interval
         self._unsaid = 0
+        self._reported = False  # whether this outage was reported (so its end is, too)
 
     @property
     def down(self) -> bool:
@@ -101,16 +105,18 @@ class OutageLog:
                 doing,
                 self._unsaid,
             )
-            self._last, self._unsaid = now, 0
+            self._last, self._unsaid, self._reported = now, 0, True
 
     def succeeded(self) -> None:
-        if self.since is not None:
+        if self.since is None:
+            return
+        if self._reported:
             self._log.warning(
                 "the store is available again after %.1fs", time.monotonic() - self.since
             )
-            self.since, self._unsaid, self._last = None, 0, -self.interval
-            if self._on_recovered is not None:
-                self._on_recovered()
+        self.since, self._reported = None, False
+        if self._on_recovered is not None:
+            self._on_recovered()
 
 
 def _describe(exc: BaseException) -> str:

@@ -57,6 +57,7 @@ from .models import (
 )
 from .options import EngineOptions
 from .queues import QueueRequest
+from .releases import Unreleased, give_back
 from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
 from .stats import EngineStats
@@ -131,6 +132,7 @@ class TurnOutcome:
     settled: Run | None = None  # the run as this turn settled it
     successor: Claim | None = None  # the singleton waiter the settlement leased to this engine
     outage: BaseException | None = None  # abandoned because the store could not be reached
+    unreleased: Unreleased | None = None  # ... and the run could not be given back yet
 
 
 class Turn:
@@ -838,32 +840,33 @@ class Turn:
     async def _release(self, outage: BaseException) -> TurnOutcome:
         """Give the run back after a store outage: suspended and due now, with the records this
         turn made that may not have been written (a remote step's dispatch mark aside: its task
-        was never sent). If the store cannot take this either, the lease is left to expire.
+        was never sent). If the store cannot take this either, the outcome carries what to
+        give back once it answers again (see ``releases``).
 
         The write is fenced like any other: when an earlier write whose outcome was unknown did
         commit a settlement, this one finds the lease gone and changes nothing.
         """
         writes = self._take_writes()
         steps = tuple(r for r in writes.steps if r.status != StepStatus.RUNNING)
-        kept, seqs, now = (
+        run = Unreleased(
+            self.run.id,
+            self.owner,
             Writes(steps, writes.consumed_signals),
-            self._take_unreleased(),
-            self.now(),
+            tuple(self._take_unreleased()),
         )
+        unreleased = None
         try:
-            if seqs:
-                # Queued attempts go with their slots or not at all: if not, the replay runs
-                # them again in the slots they still hold.
-                await self.host.store.release_steps(self.run.id, self.owner, kept, seqs, now)
-                kept = Writes()
-            await self.host.store.suspend_run(self.run.id, self.owner, kept, now, now)
+            await give_back(self.host.store, run, self.now())
         except RunCancelling:
             try:
                 return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
             except Abandon:
                 pass
+        except LeaseLostError:
+            pass
         except Exception as exc:
-            if not is_infrastructure(exc) and not isinstance(exc, LeaseLostError):
+            if not is_infrastructure(exc):
                 raise
+            unreleased = run  # the engine gives it back once the store answers
         log.debug("run %s: turn abandoned, the store is unavailable (%s)", self.run.id, outage)
-        return TurnOutcome("abandoned", outage=outage)
+        return TurnOutcome("abandoned", outage=outage, unreleased=unreleased)

@@ -104,16 +104,34 @@ def _wait_all_completed(db_url: str, timeout: float) -> list[Any]:
     return runs
 
 
-def _inject(faults: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=faults, daemon=True)
-    thread.start()
-    return thread
+class _Injector(threading.Thread):
+    """Runs the faults beside the burst; what they did (or the error that stopped them) is
+    checked afterwards, so a fault that never happened cannot pass for one survived."""
+
+    def __init__(self, faults: Callable[[], str]) -> None:
+        super().__init__(daemon=True)
+        self._faults = faults
+        self.done: str | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.done = self._faults()
+        except BaseException as exc:
+            self.error = exc
+
+    def check(self) -> str:
+        assert not self.is_alive(), "the faults were still being injected"
+        if self.error is not None:
+            raise AssertionError(f"injecting the faults failed: {self.error!r}") from self.error
+        assert self.done, "no fault was injected"
+        return self.done
 
 
 def _fleet_under(
     servers: tuple[PrivatePostgres, PrivateRedis],
     tmp_path: Path,
-    faults: Callable[[PrivatePostgres, PrivateRedis, str], None],
+    faults: Callable[[PrivatePostgres, PrivateRedis, str], str],
 ) -> None:
     pg, redis = servers
     db_url = pg.create_database("outage")
@@ -125,9 +143,11 @@ def _fleet_under(
     procs = [_spawn("engine", db_url, redis.url, prefix, log) for _ in range(3)]
     procs += [_spawn("worker", db_url, redis.url, prefix, log) for _ in range(2)]
     try:
-        injector = _inject(lambda: faults(pg, redis, database))
+        injector = _Injector(lambda: faults(pg, redis, database))
+        injector.start()
         asyncio.run(_start_all(db_url, redis.url, prefix))
         injector.join(60)
+        injected = injector.check()
         runs = _wait_all_completed(db_url, 150)
         alive = [p.pid for p in procs if p.poll() is None]
     finally:
@@ -138,6 +158,15 @@ def _fleet_under(
             proc.wait(timeout=60)
     assert len(alive) == len(procs), f"processes died: {[p.pid for p in procs]} alive {alive}"
     _check(db_url, runs, log)
+    outage_lines = sum(
+        out.read_text(errors="replace").count("the store is unavailable")
+        for out in tmp_path.glob("engine-*.out")
+    )
+    executions = len(log.read_text().splitlines())
+    print(
+        f"\n{len(runs)} runs completed under: {injected}; {executions} step executions for"
+        f" {len(runs) * 3} steps; {outage_lines} outage warning(s) from the engines"
+    )
 
 
 def _check(db_url: str, runs: list[Any], log: Path) -> None:
@@ -158,12 +187,17 @@ def _check(db_url: str, runs: list[Any], log: Path) -> None:
     executions = Counter((run, seq) for run, seq, *_ in lines)
     assert len(executions) == len(runs) * 3, "a step never ran"
     assert max(executions.values()) <= 2, [k for k, v in executions.items() if v > 2]
-    critical = sorted(
-        (float(a), float(b), run) for run, _, _, kind, a, b in lines if kind == "critical"
-    )
+    # A keyed run holds its slot from its first step to its settlement: the spans of the
+    # key's runs, from the first step's start to the last step's end, never overlap.
+    spans: dict[str, tuple[float, float]] = {}
+    for run, _, _, _, a, b in lines:
+        if run.startswith("o.keyed-"):
+            begin, finish = spans.get(run, (float(a), float(b)))
+            spans[run] = (min(begin, float(a)), max(finish, float(b)))
+    assert len(spans) == KINDS["o.keyed"], sorted(spans)
     overlaps, latest = [], (0.0, "")
-    for begin, finish, run in critical:
-        if begin < latest[0] and run != latest[1]:
+    for run, (begin, finish) in sorted(spans.items(), key=lambda item: item[1]):
+        if begin < latest[0]:
             overlaps.append((latest[1], run))
         latest = max(latest, (finish, run))
     assert not overlaps, f"the key's bodies overlapped: {overlaps}"
@@ -174,12 +208,13 @@ def _check(db_url: str, runs: list[Any], log: Path) -> None:
 def test_backends_terminated_every_1_5_s_for_12_s_decide_no_run(
     servers: tuple[PrivatePostgres, PrivateRedis], tmp_path: Path
 ) -> None:
-    def terminate(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> None:
-        killed = 0
+    def terminate(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> str:
+        killed = []
         for _ in range(8):
             time.sleep(1.5)
-            killed += pg.terminate_backends(database)
-        assert killed > 0
+            killed.append(pg.terminate_backends(database))
+        assert sum(killed) > 0, killed
+        return f"backends terminated every 1.5 s for 12 s ({sum(killed)} in all: {killed})"
 
     _fleet_under(servers, tmp_path, terminate)
 
@@ -189,11 +224,12 @@ def test_backends_terminated_every_1_5_s_for_12_s_decide_no_run(
 def test_postgres_restarted_as_after_a_crash_mid_burst_decides_no_run(
     servers: tuple[PrivatePostgres, PrivateRedis], tmp_path: Path
 ) -> None:
-    def crash_restart(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> None:
+    def crash_restart(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> str:
         time.sleep(3.0)
         pg.stop("immediate")
         time.sleep(1.0)
         pg.start()
+        return "PostgreSQL stopped as by a crash at 3 s and started again 1 s later"
 
     _fleet_under(servers, tmp_path, crash_restart)
 
@@ -203,8 +239,9 @@ def test_postgres_restarted_as_after_a_crash_mid_burst_decides_no_run(
 def test_redis_restarted_mid_burst_decides_no_run(
     servers: tuple[PrivatePostgres, PrivateRedis], tmp_path: Path
 ) -> None:
-    def restart_redis(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> None:
+    def restart_redis(pg: PrivatePostgres, redis: PrivateRedis, database: str) -> str:
         time.sleep(3.0)
         redis.restart(down_for=1.0)
+        return "Redis killed at 3 s (every message lost) and started again 1 s later"
 
     _fleet_under(servers, tmp_path, restart_redis)

@@ -124,8 +124,8 @@ async def test_a_settlement_cut_by_an_outage_still_completes_the_run_once(
     assert (calls["a"], calls["b"]) == (1, 1)
 
 
-async def test_when_the_release_fails_too_the_lease_expires_and_the_run_is_recovered(
-    flaky: tuple[Engine, FlakyStore], clock: ManualClock
+async def test_when_the_release_fails_too_the_run_is_given_back_once_the_store_answers(
+    flaky: tuple[Engine, FlakyStore],
 ) -> None:
     engine, store = flaky
     await engine.start(two, 1, run_id="r")
@@ -134,9 +134,26 @@ async def test_when_the_release_fails_too_the_lease_expires_and_the_run_is_recov
     await engine.run_pending()
     run = await engine.get_run("r")
     assert run is not None and run.status == RunStatus.RUNNING, run
-    assert await engine.tick() == 0  # leased: nothing to do until the lease expires
-    clock.advance(engine.options.lease + 1)
+    # The next pass gives it back with step a's record, before its lease ran out.
     done = await settle(engine, "r")
+    assert (done.status, done.output, done.recoveries) == (RunStatus.COMPLETED, 20, 0)
+    assert (calls["a"], calls["b"]) == (1, 1)
+
+
+async def test_a_run_its_engine_could_not_give_back_is_recovered_when_the_lease_expires(
+    flaky: tuple[Engine, FlakyStore], make_engine: Callable[..., Any], clock: ManualClock
+) -> None:
+    engine, store = flaky
+    other = await make_engine(*WORKFLOWS)
+    await engine.start(two, 1, run_id="r")
+    store.fail("checkpoint")
+    store.fail("suspend_run")  # the release
+    await engine.run_pending()
+    store.down = True
+    await engine.drain(timeout=1)  # it stops while the store is still away from it
+    assert await other.tick() == 0  # leased: nothing to do until the lease expires
+    clock.advance(engine.options.lease + 1)
+    done = await settle(other, "r")
     assert (done.status, done.output) == (RunStatus.COMPLETED, 20)
     # The step in flight ran again (its record was never written); nothing else did.
     assert (calls["a"], calls["b"]) == (2, 1)
@@ -405,3 +422,98 @@ async def test_a_sqlite_file_locked_past_the_busy_timeout_fails_no_run(
     # Only a step in flight when its write met the lock ran again, and at most once more.
     assert all(count <= 2 for count in calls.counts.values()), calls.counts
     assert any("unavailable" in r.getMessage() for r in caplog.records)
+
+
+async def test_leases_left_to_expire_by_outages_never_make_a_run_dead(
+    make_engine: Callable[..., Any], clock: ManualClock
+) -> None:
+    # Poison-pill protection counts lease expiries: a turn that could not give its run back
+    # during an outage must do so once the store answers again, or each outage counts as one.
+    calls.counts.clear()
+    plain = await make_engine(*WORKFLOWS)
+    store = FlakyStore(plain.store)
+    engine = await make_engine(*WORKFLOWS, share_store=False, max_recovery_attempts=1)
+    engine.store = store
+    engine._execution.leases._store = store
+    await engine.start(two, 1, run_id="r")
+    for _ in range(3):
+        store.fail("checkpoint")
+        store.fail("suspend_run")  # the release, too: the lease is left as it is
+        await engine.tick()
+        clock.advance(engine.options.lease + 1)
+    done = await settle(engine, "r")
+    assert (done.status, done.output) == (RunStatus.COMPLETED, 20)
+
+
+async def test_a_run_taken_over_before_it_could_be_given_back_is_left_to_its_new_owner(
+    flaky: tuple[Engine, FlakyStore], make_engine: Callable[..., Any], clock: ManualClock
+) -> None:
+    engine, store = flaky
+    other = await make_engine(*WORKFLOWS)
+    await engine.start(two, 1, run_id="r")
+    store.fail("checkpoint")
+    store.fail("suspend_run")
+    await engine.run_pending()
+    assert len(engine._execution.releases) == 1
+    clock.advance(engine.options.lease + 1)
+    done = await settle(other, "r")  # the outage outlasted the lease: another recovers it
+    assert (done.status, done.output) == (RunStatus.COMPLETED, 20)
+    await engine.tick()  # its give-back finds the lease gone and changes nothing
+    assert len(engine._execution.releases) == 0
+    run = await engine.get_run("r")
+    assert run is not None and (run.status, run.output) == (RunStatus.COMPLETED, 20)
+
+
+@runlane.step(name="outage.beating", group="outage")
+async def beating_step(x: int) -> int:
+    await asyncio.sleep(1.0)
+    return x
+
+
+@runlane.workflow(name="outage.beating-flow")
+async def beating_flow(ctx: runlane.Context, x: int) -> Any:
+    return await ctx.step(beating_step, x)
+
+
+async def test_a_heartbeat_that_meets_an_outage_is_persisted_with_the_next_beat(
+    make_engine: Callable[..., Any],
+) -> None:
+    from runlane.transports import InProcessTransport
+    from runlane.worker import Worker
+
+    transport = InProcessTransport()
+    plain = await make_engine(beating_flow, transport=transport)
+    store = FlakyStore(plain.store)
+    # Beats are persisted at most every 5 s: a lost one must not hold the next one back.
+    engine = await make_engine(
+        beating_flow, share_store=False, transport=transport, heartbeat_persist_throttle=5.0
+    )
+    engine.store = store
+    engine._execution.leases._store = store
+    await engine.start_consumers()
+    worker = Worker(
+        "outage", transport, steps=[beating_step], poll_timeout=0.1, heartbeat_interval=0.1
+    )
+    working = asyncio.create_task(worker.run())
+    try:
+        await engine.start(beating_flow, 7, run_id="hb")
+        store.fail("record_heartbeat")
+        await engine.run_pending()  # dispatched; the run suspends durably while it runs
+        beat_at = None
+        for _ in range(8):
+            await asyncio.sleep(0.1)
+            [record] = await engine.list_steps("hb")
+            beat_at = record.last_heartbeat_at
+            if beat_at is not None:
+                break
+        assert store.pending("record_heartbeat") == 0, "no beat met the outage"
+        assert beat_at is not None, store.calls
+        for _ in range(30):
+            if store.calls["record_step_result"]:
+                break
+            await asyncio.sleep(0.1)
+        done = await settle(engine, "hb")
+        assert (done.status, done.output) == (RunStatus.COMPLETED, 7)
+    finally:
+        await worker.stop()
+        await working

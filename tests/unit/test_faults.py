@@ -129,3 +129,23 @@ def test_the_outage_log_says_one_line_a_minute_and_one_when_the_store_is_back(
     assert "unavailable" in lines[0] and "OperationalError" in lines[0]
     assert "available again" in lines[1]
     assert not outage.down
+
+
+def test_a_flapping_store_is_reported_once_a_minute_not_once_an_outage(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("runlane.test-flapping")
+    recovered: list[None] = []
+    outage = OutageLog(logger, on_recovered=lambda: recovered.append(None))
+    with caplog.at_level(logging.WARNING, logger="runlane.test-flapping"):
+        for _ in range(10):  # backends killed every few seconds: ten short outages
+            outage.failed(psycopg.errors.AdminShutdown("terminating connection"), "a call")
+            outage.failed(psycopg.OperationalError("server closed the connection"), "a call")
+            outage.succeeded()
+        outage.interval = 0.0  # a minute later
+        outage.failed(psycopg.OperationalError("server closed the connection"), "a call")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 3, lines
+    assert "unavailable" in lines[0] and "available again" in lines[1]
+    assert "20 failed call(s) since the last report" in lines[2], lines[2]
+    assert len(recovered) == 10  # the loop hears of every recovery, said or not
