@@ -1,10 +1,12 @@
-"""An app module for `runlane worker`: a remote step worker on Redis (prefix from the env)."""
+"""An app module for `runlane worker`: a remote step worker on Redis (prefix from the env), and
+an engine built as a producer beside it."""
 
 from __future__ import annotations
 
 import os
 
 import runlane
+from runlane import Engine
 from runlane.transports import RedisTransport
 from runlane.worker import Worker
 
@@ -28,3 +30,16 @@ def transport() -> RedisTransport:
 
 
 billing = Worker(group="billing", transport=transport(), steps=[charge], heartbeat_interval=0.2)
+
+
+def both() -> list[Engine | Worker]:
+    """An engine built as a web process builds it (``drive=False, consumers="never"``; the store
+    from ``RUNLANE_TEST_DB``) and the billing worker, for one process."""
+    engine = Engine(
+        os.environ["RUNLANE_TEST_DB"],
+        transport=transport(),
+        workflows=[pay],
+        drive=False,
+        consumers="never",
+    )
+    return [engine, billing]

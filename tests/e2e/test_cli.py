@@ -308,6 +308,23 @@ def test_lanes_lists_holders_and_waiters_in_order(
     assert "store:A" in table.output and "s1, s2" in table.output
     assert "no busy lanes" in cli("lanes", "--db", db, "--key", "store:B").output
 
+    # The lane tag lists holder and waiters (not another key's run); the waiters read blocked,
+    # the holder suspended.
+    async def another_key() -> None:
+        async with engine_for_module("gated_app") as engine:
+            await engine.start("sync", {"store": "B"}, "b0")
+            await engine.run_pending()
+
+    asyncio.run(another_key())
+    tagged = cli("runs", "list", "--db", db, "--tag", "singleton:store:A", "--json")
+    assert tagged.exit_code == 0, tagged.output
+    assert sorted((r["id"], r["status"]) for r in json.loads(tagged.output)) == [
+        ("s0", "suspended"),
+        ("s1", "blocked"),
+        ("s2", "blocked"),
+    ]
+    assert "blocked" in cli("runs", "list", "--db", db, "--tag", "singleton:store:A").output
+
 
 LIMITED_SOURCE = textwrap.dedent(
     """

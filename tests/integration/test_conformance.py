@@ -339,6 +339,35 @@ async def test_waiters_are_blocked_and_back_off_while_the_holder_waits(
     assert first.holds_slot and first.status != RunStatus.BLOCKED
 
 
+async def test_a_waiters_fallback_timer_is_jittered_and_never_waits_longer_than_a_lease(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(sync_inventory, singleton_retry=1.0, lease=20.0)
+    await engine.start(sync_inventory, {"store": "A"}, run_id="holder")
+    ids = [f"w{n}" for n in range(8)]
+    for run_id in ids:
+        clock.advance(0.001)
+        await engine.start(sync_inventory, {"store": "A"}, run_id=run_id)
+    # The delay each denial set, per waiter: read right after the tick that re-parked it.
+    delays: dict[str, list[float]] = {run_id: [] for run_id in ids}
+    denials = dict.fromkeys(ids, 0)
+    for _ in range(400):
+        await engine.tick()
+        for run_id in ids:
+            run = await engine.get_run(run_id)
+            assert run.status == RunStatus.BLOCKED and run.wake_at is not None
+            if run.admission_retries != denials[run_id]:
+                denials[run_id] = run.admission_retries
+                delays[run_id].append((run.wake_at - clock.now()).total_seconds())
+        clock.advance(1.0)
+    firsts = [d[0] for d in delays.values()]
+    # Waiters parked together do not all come back together.
+    assert all(0.75 <= d <= 1.25 for d in firsts) and len(set(firsts)) > 1, firsts
+    # The backoff doubles up to the lease and stays there.
+    for run_id, seen in delays.items():
+        assert max(seen) <= 20.0 and seen[-1] == 20.0, (run_id, seen)
+
+
 # ---------------------------------------------------------------- 3. a requeue is a start for the quota
 
 
