@@ -156,6 +156,7 @@ class Turn:
         self.queued = claim.run.queued
         self.unreleased: list[int] = []
         self.awaited: list[tuple[str, int]] = []  # event waits left pending (see ``find_event``)
+        self.denied = False  # a step queue did not admit a step: the run suspends ``blocked``
         self._seq = 0
         self._lock = asyncio.Lock()
 
@@ -387,8 +388,10 @@ class Turn:
             self.queued = True
         if admission.woken:
             self.host.wake(admission.woken)
-        if not admission.admitted and admission.retry_at is not None:
-            self.wake_by(admission.retry_at)
+        if not admission.admitted:
+            self.denied = True
+            if admission.retry_at is not None:
+                self.wake_by(admission.retry_at)
         return admission.admitted
 
     async def release(self) -> None:
@@ -775,7 +778,9 @@ class Turn:
                 return TurnOutcome("abandoned")
             self.host.wake(woken)
         writes = replace(self._take_writes(), events=tuple(self.awaited))
-        suspend = self.host.store.suspend_run(self.run.id, self.owner, writes, wake, self.now())
+        suspend = self.host.store.suspend_run(
+            self.run.id, self.owner, writes, wake, self.now(), blocked=self.denied
+        )
         try:
             rewake = await self._write(writes, suspend)
         except RunCancelling:

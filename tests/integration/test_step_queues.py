@@ -97,7 +97,8 @@ async def waiting(engine: Engine, run_ids: list[str]) -> None:
     """Until every one of these runs asked its queue and was told to wait."""
 
     async def parked() -> bool:
-        return all(s == RunStatus.SUSPENDED for s in await statuses(engine, run_ids))
+        # A run waiting for admission is ``blocked``, not ``suspended`` like one waiting for time.
+        return all(s == RunStatus.BLOCKED for s in await statuses(engine, run_ids))
 
     await until(parked, f"{run_ids} to wait for the queue")
 
@@ -306,7 +307,7 @@ async def test_rate_limit_admits_per_fixed_window(make_engine: Any, clock: Manua
     ids = [r.id for r in runs]
     await engine.tick()
     now = await statuses(engine, ids)
-    assert sorted(now) == [RunStatus.COMPLETED] * 2 + [RunStatus.SUSPENDED] * 3
+    assert sorted(now) == [RunStatus.BLOCKED] * 3 + [RunStatus.COMPLETED] * 2
     waiters = [await engine.get_run(i) for i, s in zip(ids, now, strict=True) if s != "completed"]
     window_end = clock.now().replace(second=0) + timedelta(seconds=60)
     assert {w.wake_at for w in waiters if w is not None} == {window_end}
@@ -378,7 +379,7 @@ async def test_a_recovered_run_gives_back_the_slot_its_lost_turn_held(
     assert (await store.admit_step(holder.id, "dead:1", Writes(), request, now, no_wait)).admitted
     waiter = await engine.start(one, {"name": "waiter"})
     await engine.tick()
-    assert (await engine.get_run(waiter.id)).status == RunStatus.SUSPENDED
+    assert (await engine.get_run(waiter.id)).status == RunStatus.BLOCKED
     assert slots.order == []
     clock.advance(6)  # the dead turn's lease has expired
     assert await engine.recover_incomplete() == 1

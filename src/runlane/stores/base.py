@@ -305,9 +305,17 @@ class Store(Protocol):
         ...
 
     async def suspend_run(
-        self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        wake_at: datetime | None,
+        now: datetime,
+        *,
+        blocked: bool = False,
     ) -> bool:
         """Flush ``writes`` and park the run ``suspended`` with ``wake_at``; release the lease.
+        ``blocked``: it waits for admission (a step-queue slot), and is parked ``blocked``.
 
         Fenced. Returns True when a wake arrived during the turn (``wake_requested_at`` set):
         the run is then left due now (``wake_at = now``) so it is not lost.

@@ -311,14 +311,21 @@ class MemoryStore:
         return started
 
     async def suspend_run(
-        self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        wake_at: datetime | None,
+        now: datetime,
+        *,
+        blocked: bool = False,
     ) -> bool:
         self._fenced(run_id, owner)
         self._apply(run_id, writes, now)
         run = self._runs[run_id]
         if run.wake_requested_at is None and self._published_since(writes.events):
             run = replace(run, wake_requested_at=now)
-        self._runs[run_id] = suspended_run(run, wake_at, now)
+        self._runs[run_id] = suspended_run(run, wake_at, now, blocked)
         return run.wake_requested_at is not None
 
     def _published_since(self, waits: Sequence[tuple[str, int]]) -> bool:

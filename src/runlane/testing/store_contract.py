@@ -1271,6 +1271,20 @@ async def test_suspend_returns_true_and_stays_due_when_a_wake_arrived_in_the_tur
     assert await store.due_run_ids(at(2), 10, None) == ["a"]
 
 
+async def test_a_run_denied_admission_is_parked_blocked_and_claimed_when_due(
+    store: Store,
+) -> None:
+    """``blocked`` tells a run waiting for a step-queue slot from one waiting for time; it is
+    found due and claimed like a suspended one."""
+    await create(store, spec("a"))
+    await lease(store, "a")
+    assert await store.suspend_run("a", "owner-1", Writes(), at(60), T0, blocked=True) is False
+    run = await run_of(store, "a")
+    assert (run.status, run.wake_at, run.lease_owner) == (RunStatus.BLOCKED, at(60), None)
+    assert await store.due_run_ids(at(60), 10, None) == ["a"]
+    assert (await lease(store, "a", now=at(60))).status == RunStatus.RUNNING
+
+
 # ---------------------------------------------------------------- settle_run
 
 

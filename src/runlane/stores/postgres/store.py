@@ -501,10 +501,20 @@ class PostgresStore:
         return _fence_error(row, run_id, owner)
 
     async def suspend_run(
-        self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        wake_at: datetime | None,
+        now: datetime,
+        *,
+        blocked: bool = False,
     ) -> bool:
+        status = RunStatus.BLOCKED if blocked else RunStatus.SUSPENDED
+
         def suspend(flushed: Writes) -> Row:
-            return {**fenced_params(run_id, owner, flushed), "wake_at": wake_at, "now": now}
+            params = fenced_params(run_id, owner, flushed)
+            return {**params, "wake_at": wake_at, "now": now, "status": status.value}
 
         if not writes.children and not writes.events:
             row = _first(await self._db.rows("suspend", **suspend(writes)))

@@ -368,14 +368,20 @@ def checkpoint(conn: Conn, run_id: str, owner: str, writes: Writes, now: datetim
 
 
 def suspend_run(
-    conn: Conn, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+    conn: Conn,
+    run_id: str,
+    owner: str,
+    writes: Writes,
+    wake_at: datetime | None,
+    now: datetime,
+    blocked: bool = False,
 ) -> bool:
     _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
     run = _existing(conn, run_id)
     if run.wake_requested_at is None and _published_since(conn, writes.events):
         run = replace(run, wake_requested_at=now)
-    _save_run(conn, suspended_run(run, wake_at, now))
+    _save_run(conn, suspended_run(run, wake_at, now, blocked))
     return run.wake_requested_at is not None
 
 

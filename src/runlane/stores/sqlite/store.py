@@ -266,9 +266,16 @@ class SqliteStore:
         return await self._write(ops.checkpoint, run_id, owner, writes, now)
 
     async def suspend_run(
-        self, run_id: str, owner: str, writes: Writes, wake_at: datetime | None, now: datetime
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        wake_at: datetime | None,
+        now: datetime,
+        *,
+        blocked: bool = False,
     ) -> bool:
-        return await self._write(ops.suspend_run, run_id, owner, writes, wake_at, now)
+        return await self._write(ops.suspend_run, run_id, owner, writes, wake_at, now, blocked)
 
     async def settle_run(
         self,

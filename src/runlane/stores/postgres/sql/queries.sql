@@ -467,7 +467,7 @@ FROM given AS g LEFT JOIN fence AS f ON f.id = g.id LEFT JOIN ok ON ok.id = g.id
 -- run due now (``rewake``).
 {fenced_writes}, suspended AS (
     UPDATE runlane_runs AS r
-    SET status = 'suspended',
+    SET status = %(status)s,
         wake_at = CASE WHEN ok.wake_requested_at IS NULL THEN %(wake_at)s ELSE %(now)s END,
         wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
         updated_at = %(now)s
@@ -481,7 +481,7 @@ FROM fence;
 -- After ``suspend``, under ``lock_events``: the run is due at once when an event one of its new
 -- waits has not read was published while its turn ran (that publish saw no wait to wake).
 UPDATE runlane_runs SET wake_at = %(now)s
-WHERE id = %(id)s AND status = 'suspended' AND lease_owner IS NULL
+WHERE id = %(id)s AND status IN ('suspended', 'blocked') AND lease_owner IS NULL
   AND EXISTS (
     SELECT 1 FROM unnest(%(names)s::text[], %(afters)s::bigint[]) AS w (name, after)
     WHERE EXISTS (SELECT 1 FROM runlane_events e WHERE e.name = w.name AND e.seq > w.after))
