@@ -808,6 +808,7 @@ class Turn:
             now,
             successor=successor,
             queued=self.queued,
+            keyed=self.run.singleton_key is not None,
         )
         try:
             result = await self._write(writes, settle)

@@ -800,3 +800,16 @@ async def test_a_signal_that_waited_for_the_suspending_turn_sees_its_wait_and_wa
     assert await asyncio.wait_for(signalled, 10) is True
     run = await pg_store.get_run("s")
     assert run is not None and run.wake_at is not None
+
+
+async def test_a_run_known_to_have_no_singleton_key_settles_in_one_statement(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _leased(pg_store, "plain")
+    sent = _statements(pg_store, monkeypatch)
+    done = Settlement(RunStatus.COMPLETED, "ok")
+    await pg_store.settle_run("plain", "owner", _record("plain"), done, T0, keyed=False)
+    assert sent == ["settle"]  # no key lock: the run has no key to lock
+    settled = await pg_store.get_run("plain")
+    assert settled is not None and settled.status == RunStatus.COMPLETED
+    assert [s.output for s in await pg_store.list_steps("plain")] == ["plain"]

@@ -332,6 +332,7 @@ class Store(Protocol):
         *,
         successor: Lease | None = None,
         queued: bool = False,
+        keyed: bool = True,
     ) -> SettleResult:
         """Flush ``writes`` and finish the run with a terminal status; release the lease.
 
@@ -362,6 +363,9 @@ class Store(Protocol):
         woken (in ``woken``): in this transaction when the caller says ``queued`` (the turn
         knows), else in this one or one of the store's own after it (the entries of a settled
         run count for nothing either way).
+
+        ``keyed=False``: the caller knows the run has no singleton key (a store that locks the
+        key may skip looking for one).
         """
         ...
 

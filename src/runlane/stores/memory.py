@@ -345,6 +345,7 @@ class MemoryStore:
         *,
         successor: Lease | None = None,
         queued: bool = False,
+        keyed: bool = True,
     ) -> SettleResult:
         self._fenced(run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
         self._apply(run_id, writes, now)

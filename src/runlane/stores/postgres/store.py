@@ -546,20 +546,27 @@ class PostgresStore:
         *,
         successor: Lease | None = None,
         queued: bool = False,
+        keyed: bool = True,
     ) -> SettleResult:
         follow = [settlement.continue_as] if settlement.continue_as is not None else []
         handler = [settlement.handler] if settlement.handler is not None else []
-        lock = _lock_call(gate_keys([*writes.children, *follow, *handler]), run_id)
+        # The run's singleton key is locked (with the keys its new runs go through); a run the
+        # caller knows to have none needs no lock statement.
+        lock = _lock_call(
+            gate_keys([*writes.children, *follow, *handler]), run_id if keyed else None
+        )
         if not writes.children and not follow and not handler:
             # The common case: the key lock, the writes, settlement and wakes, and the hand-over
             # of the freed slot: one round trip.
             # A queued run's slots go in the same transaction (see ``release_steps``).
             params = _settle_params(run_id, owner, settlement, now, writes, successor)
             released = _release_call(run_id, None, None, now, settled=True) if queued else None
-            if released is None:
-                _, settled = await self._db.batch(lock, ("settle", params))
+            if lock is None and released is None:
+                settled = await self._db.rows("settle", **params)  # once prepared, sent plainly
+            elif released is None:
+                *_, settled = await self._db.batch(lock, ("settle", params))
             else:
-                _, settled, freed = await self._db.batch(lock, ("settle", params), released)
+                *_, settled, freed = await self._db.batch(lock, ("settle", params), released)
             row = _check_fence(_first(settled), run_id, owner)
             woken = _woken(row)
             if released is not None:

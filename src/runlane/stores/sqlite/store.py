@@ -287,6 +287,7 @@ class SqliteStore:
         *,
         successor: Lease | None = None,
         queued: bool = False,
+        keyed: bool = True,
     ) -> SettleResult:
         return await self._write(ops.settle_run, run_id, owner, writes, settlement, now, successor)
 
