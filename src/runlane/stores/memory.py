@@ -784,7 +784,9 @@ def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     if run.status == RunStatus.PENDING:
         return True
     if run.status in _WAITING:
-        return handoff or (run.wake_at is not None and run.wake_at <= now)
+        # A handed-off timer claims whatever the wake time (the hand-off pushed it a lease
+        # ahead), but never before a held run's begin_at (a stale or replayed copy).
+        return (handoff and not run.held(now)) or (run.wake_at is not None and run.wake_at <= now)
     if run.status in _LEASED:
         return run.lease_expires_at is not None and run.lease_expires_at <= now
     return False

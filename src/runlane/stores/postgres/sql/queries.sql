@@ -215,7 +215,9 @@ WITH peek AS (
     SELECT id FROM runlane_runs
     WHERE id = %(id)s AND (singleton_key IS NULL OR holds_slot)
       AND (status = 'pending'
-           OR (status IN ('suspended', 'blocked') AND (%(handoff)s OR wake_at <= %(now)s)))
+           OR (status IN ('suspended', 'blocked')
+               AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
+                    OR wake_at <= %(now)s)))
     FOR NO KEY UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE runlane_runs AS r
@@ -250,7 +252,9 @@ WITH target AS (
     FROM runlane_runs
     WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot
       AND (status = 'pending'
-           OR (status IN ('suspended', 'blocked') AND (%(handoff)s OR wake_at <= %(now)s)))
+           OR (status IN ('suspended', 'blocked')
+               AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
+                    OR wake_at <= %(now)s)))
     FOR NO KEY UPDATE SKIP LOCKED
 ), decision AS (
     -- A waiter is admitted when fewer of the key's waiters are ahead of it than there are free
