@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 
 import runlane
 from runlane import Engine, RunStatus, SerializationError
-from runlane.serialization import MAX_PAYLOAD_BYTES, normalise
+from runlane.serialization import MAX_DEPTH, MAX_PAYLOAD_BYTES, normalise
 from runlane.stores.base import Store
 from runlane.testing import ManualClock
 
@@ -44,6 +44,9 @@ def test_anything_else_raises_serialization_error_and_nothing_else(value: Any) -
 
 
 def test_the_limits_are_documented_and_enforced_at_the_edge() -> None:
+    documented = SerializationError.__doc__ or ""  # the reference page's text
+    assert f"{MAX_DEPTH} levels" in documented
+    assert f"{MAX_PAYLOAD_BYTES:,} bytes" in documented and "4 MiB" in documented
     almost = "x" * (MAX_PAYLOAD_BYTES - 2)  # with its quotes, exactly at the limit
     assert normalise(almost) == almost
     with pytest.raises(SerializationError, match="over the 4,194,304-byte limit"):
