@@ -11,6 +11,7 @@ import asyncio
 import copy
 import json
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -378,3 +379,56 @@ async def test_malformed_turn_messages_are_dropped_and_remote_workflows_go_on(
     assert any("dropping a malformed workflow task" in m for m in logged)
     assert any("dropping a malformed workflow heartbeat" in m for m in logged)
     assert sum("cannot work with this engine" in m for m in logged) == 2  # the descriptors
+
+
+def _twice(target: Any, method: str) -> None:
+    """Make ``target.method`` deliver everything it sends twice, as a transport may."""
+    send = getattr(target, method)
+
+    async def twice(*args: Any) -> None:
+        await send(*args)
+        await send(*args)
+
+    setattr(target, method, twice)
+
+
+@pytest.mark.parametrize("replayed", ["decision", "tasks", "run message"], ids=str)
+async def test_every_replayed_message_kind_changes_nothing_the_first_did_not(
+    fleet: Callable[..., Any], caplog: pytest.LogCaptureFixture, replayed: str
+) -> None:
+    engine, worker, transport = await fleet(
+        remote_workflows=[runlane.RemoteWorkflow("wire.turned", group="wire")]
+    )
+    if replayed == "run message" and not engine._execution.runqueue:
+        pytest.skip("the in-process transport has no run queue")
+    if replayed == "decision":
+        _twice(worker.transport, "send_result")
+    elif replayed == "run message":
+        _twice(transport, "enqueue_runs")
+    else:
+        _twice(transport, "send_tasks")
+    await engine.start(turned, 7, run_id="turned")
+    await engine.start(flow, 3, run_id="flowed")
+    turned_run = await engine.wait_for_run("turned", timeout=20)
+    flowed_run = await engine.wait_for_run("flowed", timeout=20)
+    await asyncio.sleep(0.5)  # the copies land meanwhile
+    assert (turned_run.status, turned_run.output) == (RunStatus.COMPLETED, 8), turned_run.error
+    assert (flowed_run.status, flowed_run.output) == (RunStatus.COMPLETED, 6), flowed_run.error
+    assert await engine.get_run("turned") == turned_run
+    assert await engine.get_run("flowed") == flowed_run
+    [local] = await engine.list_steps("turned")
+    [remote] = await engine.list_steps("flowed")
+    assert (local.status, local.output, remote.status, remote.output) == (
+        "completed",
+        8,
+        "completed",
+        6,
+    )
+    assert remote.attempts == 1
+    # A replayed task (a step's, or a turn's with its local step) may run its step again, as
+    # at-least-once delivery allows; no other copy runs anything twice.
+    most = 2 if replayed == "tasks" else 1
+    assert set(EXECUTED) == {3, 7} and max(Counter(EXECUTED).values()) <= most, EXECUTED
+    assert not [
+        r for r in caplog.records if r.name.startswith("runlane") and r.levelno >= logging.ERROR
+    ]
