@@ -209,12 +209,19 @@ async def test_malformed_heartbeats_are_dropped_and_beats_are_still_heard(
     fleet: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     engine, _, transport = await fleet()
+    await _completes(engine, 3, "beat-before")  # the engine listens to beats by now
     for message in mangled("heartbeat"):
         await transport.publish_heartbeat(message)
     await _completes(engine, 4, "beat-after")
     assert engine._execution.remote is not None and not any(
         t.done() for t in engine._execution.remote._tasks
     )
+    for _ in range(50):  # a beat is a broadcast: it may be read after the run completed
+        if any("malformed heartbeat" in r.getMessage() for r in caplog.records):
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("no malformed heartbeat was logged")
 
 
 @pytest.mark.parametrize("transport_kind", contract.QUEUE_KINDS)  # the in-process one has none
@@ -229,6 +236,12 @@ async def test_malformed_run_messages_are_dropped_and_the_run_queue_goes_on(
         await _raw(transport, run_queue(None), payload)
     await _completes(engine, 5, "queue-after")
     assert engine._execution.runqueue is not None and engine._execution.runqueue.consuming
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("malformed run message" in m for m in logged)
+    # The payloads that are not JSON: _raw writes them on Redis and SQLite (PostgreSQL's
+    # JSON column cannot hold one).
+    if isinstance(transport, RedisTransport) or "sqlite" in getattr(transport, "url", ""):
+        assert any("that is not JSON" in m for m in logged)
 
 
 async def test_a_replayed_result_is_applied_once(
