@@ -87,6 +87,11 @@ async def returns(ctx: runlane.Context, which: int) -> Any:
     return PRODUCED[which]  # the workflow's own output, no step in between
 
 
+@runlane.workflow(name="fuzz.passes")
+async def passes(ctx: runlane.Context, which: int) -> Any:
+    return await ctx.step(echo, PRODUCED[which])  # a step input the body computed
+
+
 @runlane.workflow(name="fuzz.plain")
 async def plain(ctx: runlane.Context, _: Any) -> str:
     return "still running"
@@ -102,7 +107,10 @@ def fuzz_engine(make_store: Callable[[], Store], store_kind: str) -> Iterator[tu
         loop.run_until_complete(store.reset_for_tests())  # type: ignore[attr-defined]
         loop.run_until_complete(store.close())
     engine = Engine(
-        store, workflows=[flow, result_flow, returns, plain], clock=ManualClock(), drive=False
+        store,
+        workflows=[flow, result_flow, returns, passes, plain],
+        clock=ManualClock(),
+        drive=False,
     )
     try:
         yield engine, loop.run_until_complete
@@ -222,4 +230,30 @@ def test_a_workflow_output_is_recorded_exactly_or_fails_the_run_with_serializati
         assert done.error is not None and done.error["type"] == "SerializationError"
     else:
         assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
+    run(_still_running(engine))
+
+
+@given(any_values)
+@FUZZ
+def test_a_step_input_is_recorded_exactly_or_fails_the_run_before_the_step_is(
+    fuzz_engine: tuple[Engine, Any], value: Any
+) -> None:
+    engine, run = fuzz_engine
+    which = len(PRODUCED)
+    PRODUCED[which] = value
+    started = run(engine.start(passes, which))
+    for _ in range(5):
+        run(engine.tick())
+    done = run(engine.get_run(started.id))
+    assert done is not None
+    steps = run(engine.list_steps(started.id))
+    try:
+        expected = normalise(value)
+    except SerializationError:
+        assert done.status == RunStatus.FAILED
+        assert done.error is not None and done.error["type"] == "SerializationError"
+        assert steps == []  # the step was never recorded, let alone executed
+    else:
+        assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
+        assert [s.input for s in steps] == [expected]
     run(_still_running(engine))
