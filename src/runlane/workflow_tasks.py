@@ -215,6 +215,15 @@ def check_workflow_task(message: Any) -> Message:
     for name, kind in (("history", list), ("signals", list), ("children", dict)):
         if not isinstance(message.get(name, kind()), kind):
             raise Malformed(f"workflow task field {name!r} must be a JSON {kind.__name__}")
+    # Every record, signal and child outcome too: a task refused here is dropped (the engine
+    # sends the turn again after its silence), never answered with a failure of its run.
+    run_id = str(message["run_id"])
+    for doc in message.get("history") or []:
+        record_from_doc(run_id, doc)
+    for doc in message.get("signals") or []:
+        signal_from_doc(run_id, doc)
+    for doc in (message.get("children") or {}).values():
+        child_outcome(doc)
     checked: Message = message
     return checked
 
