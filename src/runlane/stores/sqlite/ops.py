@@ -134,7 +134,9 @@ def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
 
 
 def _claimable(conn: Conn, run_id: str, now: datetime, handoff: bool) -> Run | None:
-    row = conn.execute(SQL["claimable"], (run_id, int(handoff), ts(now), ts(now), ts(now))).fetchone()
+    row = conn.execute(
+        SQL["claimable"], (run_id, int(handoff), ts(now), ts(now), ts(now))
+    ).fetchone()
     return None if row is None else run_from_row(row)
 
 
