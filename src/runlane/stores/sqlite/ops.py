@@ -153,6 +153,8 @@ def claim_run(
 ) -> ClaimOutcome:
     run = _claimable(conn, run_id, now, handoff)
     if run is None:
+        if handoff:
+            conn.execute(SQL["rearm_held"], (run_id, ts(now)))
         return ClaimOutcome()
     rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
     return runbook.claim(_Rows(conn), run, Lease(owner, lease_until), now, rules)

@@ -612,6 +612,13 @@ SELECT id, status FROM runlane_runs WHERE id = ANY(%(ids)s::text[]) ORDER BY id 
 UPDATE runlane_runs SET status = 'cancelling', updated_at = %(now)s, error = %(error)s::json
 WHERE id = %(id)s;
 
+-- name: rearm_held
+-- A held run a hand-off came too early for (by the claimer's clock): the hand-off pushed its
+-- wake time a lease ahead, so it is made due at its begin_at again, not a lease late.
+UPDATE runlane_runs SET wake_at = begin_at
+WHERE id = %(id)s AND status IN ('suspended', 'blocked') AND begin_at > %(now)s
+  AND wake_at > begin_at;
+
 -- name: lock_run_wait
 SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE;
 

@@ -136,6 +136,13 @@ SELECT * FROM runs WHERE id = ? AND (status = 'pending'
   OR (status IN {waiting} AND ((? AND (begin_at IS NULL OR begin_at <= ?)) OR wake_at <= ?))
   OR (status IN {leased} AND lease_expires_at <= ?))
 
+-- name: rearm_held
+-- A held run a hand-off came too early for (by the claimer's clock): the hand-off pushed its
+-- wake time a lease ahead, so it is made due at its begin_at again, not a lease late.
+-- Parameters: id, now.
+UPDATE runs SET wake_at = begin_at
+WHERE id = ? AND status IN {waiting} AND begin_at > ? AND wake_at > begin_at
+
 -- name: slot_holders
 -- A key's slot holders, counted by their own index.
 SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND holds_slot
