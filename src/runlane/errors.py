@@ -24,7 +24,12 @@ class RunlaneError(Exception):
 
 
 class SerializationError(RunlaneError, TypeError):
-    """A value is not JSON-serialisable (dict, list, str, int, float, bool, None)."""
+    """A value runlane would store (a run's input or output, a signal or event payload, a
+    step's input or result) is refused, before anything is written: it is not JSON (a dict with
+    string keys, list, str, int, float, bool or None; no NaN or infinity), it nests more than
+    100 levels deep (a cycle is refused the same way), it holds a lone surrogate, or its JSON
+    text takes more than 4 MiB (4,194,304 bytes of UTF-8). The message names where the
+    offending value is."""
 
 
 class UnknownWorkflowError(RunlaneError, LookupError):

@@ -35,7 +35,14 @@ def _ts(value: datetime | None) -> str | None:
 
 
 def _from_ts(value: Any) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, str):
+            return datetime.fromisoformat(value)
+    except ValueError:
+        pass
+    raise Malformed(f"a time must be an ISO 8601 string or null, got {value!r}")
 
 
 def record_doc(record: StepRecord) -> Message:
@@ -60,10 +67,20 @@ def record_from_doc(run_id: str, doc: Any) -> StepRecord:
     seq, kind, status = doc.get("seq"), doc.get("kind"), doc.get("status")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise Malformed(f"a history record's seq must be a positive integer, got {seq!r}")
-    if kind not in set(StepKind) or status not in set(StepStatus):
+    if (
+        not isinstance(kind, str)
+        or kind not in set(StepKind)
+        or not isinstance(status, str)
+        or (status not in set(StepStatus))
+    ):
         raise Malformed(f"history record #{seq} has kind {kind!r}, status {status!r}")
     if not isinstance(doc.get("name"), str):
         raise Malformed(f"history record #{seq} needs a name")
+    attempts = doc.get("attempts")
+    if attempts is not None and (
+        not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0
+    ):
+        raise Malformed(f"history record #{seq}'s attempts must be a count, got {attempts!r}")
     error = doc.get("error")
     return StepRecord(
         run_id=run_id,
@@ -74,7 +91,7 @@ def record_from_doc(run_id: str, doc: Any) -> StepRecord:
         input=doc.get("input"),
         output=doc.get("output"),
         error=error if isinstance(error, dict) else None,
-        attempts=int(doc.get("attempts") or 0),
+        attempts=attempts or 0,
         started_at=_from_ts(doc.get("started_at")),
         finished_at=_from_ts(doc.get("finished_at")),
         wake_at=_from_ts(doc.get("wake_at")),
@@ -198,6 +215,15 @@ def check_workflow_task(message: Any) -> Message:
     for name, kind in (("history", list), ("signals", list), ("children", dict)):
         if not isinstance(message.get(name, kind()), kind):
             raise Malformed(f"workflow task field {name!r} must be a JSON {kind.__name__}")
+    # Every record, signal and child outcome too: a task refused here is dropped (the engine
+    # sends the turn again after its silence), never answered with a failure of its run.
+    run_id = str(message["run_id"])
+    for doc in message.get("history") or []:
+        record_from_doc(run_id, doc)
+    for doc in message.get("signals") or []:
+        signal_from_doc(run_id, doc)
+    for doc in (message.get("children") or {}).values():
+        child_outcome(doc)
     checked: Message = message
     return checked
 
@@ -207,8 +233,11 @@ def parse_decision(message: Any) -> Decision:
     _check_common(message, "decision")
     run_id = str(message["run_id"])
     outcome = message.get("outcome")
-    if not isinstance(outcome, dict) or outcome.get("type") not in OUTCOMES:
+    kind = outcome.get("type") if isinstance(outcome, dict) else None
+    if not isinstance(kind, str) or kind not in OUTCOMES:
         raise Malformed(f"decision outcome must be one of {sorted(OUTCOMES)}, got {outcome!r}")
+    if kind == "suspend":
+        _from_ts(outcome.get("wake_at"))  # checked now, not once the decision is being applied
     records = [record_from_doc(run_id, doc) for doc in _list(message, "checkpoints")]
     for record in records:
         if record.kind == StepKind.CHILD and record.done:
@@ -216,7 +245,10 @@ def parse_decision(message: Any) -> Decision:
         if record.kind not in RECORD_KINDS:
             raise Malformed(f"a decision cannot write a {record.kind} record (#{record.seq})")
     decision = Decision(str(message["task_id"]), run_id, records, outcome=dict(outcome))
-    decision.consumed_signals = [int(i) for i in _list(message, "consumed_signals")]
+    consumed = _list(message, "consumed_signals")
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in consumed):
+        raise Malformed(f"decision field 'consumed_signals' must list signal ids: {consumed!r}")
+    decision.consumed_signals = list(consumed)
     for command in _list(message, "commands"):
         _add_command(decision, command)
     return decision

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 
 import runlane
 from runlane import Engine, RunStatus, SerializationError
-from runlane.serialization import MAX_PAYLOAD_BYTES, normalise
+from runlane.serialization import MAX_DEPTH, MAX_PAYLOAD_BYTES, normalise
 from runlane.stores.base import Store
 from runlane.testing import ManualClock
 
@@ -44,6 +44,9 @@ def test_anything_else_raises_serialization_error_and_nothing_else(value: Any) -
 
 
 def test_the_limits_are_documented_and_enforced_at_the_edge() -> None:
+    documented = SerializationError.__doc__ or ""  # the reference page's text
+    assert f"{MAX_DEPTH} levels" in documented
+    assert f"{MAX_PAYLOAD_BYTES:,} bytes" in documented and "4 MiB" in documented
     almost = "x" * (MAX_PAYLOAD_BYTES - 2)  # with its quotes, exactly at the limit
     assert normalise(almost) == almost
     with pytest.raises(SerializationError, match="over the 4,194,304-byte limit"):
@@ -79,6 +82,16 @@ async def result_flow(ctx: runlane.Context, which: int) -> Any:
     return await ctx.step(produce, which)
 
 
+@runlane.workflow(name="fuzz.returns")
+async def returns(ctx: runlane.Context, which: int) -> Any:
+    return PRODUCED[which]  # the workflow's own output, no step in between
+
+
+@runlane.workflow(name="fuzz.passes")
+async def passes(ctx: runlane.Context, which: int) -> Any:
+    return await ctx.step(echo, PRODUCED[which])  # a step input the body computed
+
+
 @runlane.workflow(name="fuzz.plain")
 async def plain(ctx: runlane.Context, _: Any) -> str:
     return "still running"
@@ -93,7 +106,12 @@ def fuzz_engine(make_store: Callable[[], Store], store_kind: str) -> Iterator[tu
         loop.run_until_complete(store.open())
         loop.run_until_complete(store.reset_for_tests())  # type: ignore[attr-defined]
         loop.run_until_complete(store.close())
-    engine = Engine(store, workflows=[flow, result_flow, plain], clock=ManualClock(), drive=False)
+    engine = Engine(
+        store,
+        workflows=[flow, result_flow, returns, passes, plain],
+        clock=ManualClock(),
+        drive=False,
+    )
     try:
         yield engine, loop.run_until_complete
     finally:
@@ -145,13 +163,21 @@ def test_signal_and_event_payloads_are_stored_exactly_or_refused(
     try:
         expected = normalise(value)
     except SerializationError:
+        events = run(engine.store.latest_event_seq())
         with pytest.raises(SerializationError):
             run(engine.signal(target.id, "in", value))
         with pytest.raises(SerializationError):
             run(engine.publish_event("fuzz.event", value))
-        assert run(engine.list_runs(limit=1)) and run(engine.get_run(target.id)).status == (
-            RunStatus.SUSPENDED
-        )
+        assert run(engine.store.latest_event_seq()) == events  # no event recorded
+        for _ in range(3):
+            run(engine.tick())
+        assert run(engine.get_run(target.id)).status == RunStatus.SUSPENDED  # nothing woke it
+        # No signal was recorded either: the next one sent is the one the run receives.
+        run(engine.signal(target.id, "in", "sent after"))
+        for _ in range(5):
+            run(engine.tick())
+        done = run(engine.get_run(target.id))
+        assert done is not None and done.output == {"input": 1, "signal": "sent after"}
         return
     run(engine.signal(target.id, "in", value))
     for _ in range(5):
@@ -181,4 +207,53 @@ def test_a_step_result_is_recorded_exactly_or_fails_the_step_with_serialization_
         assert done.error is not None and done.error["type"] == "SerializationError"
     else:
         assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
+    run(_still_running(engine))
+
+
+@given(any_values)
+@FUZZ
+def test_a_workflow_output_is_recorded_exactly_or_fails_the_run_with_serialization_error(
+    fuzz_engine: tuple[Engine, Any], value: Any
+) -> None:
+    engine, run = fuzz_engine
+    which = len(PRODUCED)
+    PRODUCED[which] = value
+    started = run(engine.start(returns, which))
+    for _ in range(5):
+        run(engine.tick())
+    done = run(engine.get_run(started.id))
+    assert done is not None
+    try:
+        expected = normalise(value)
+    except SerializationError:
+        assert (done.status, done.output) == (RunStatus.FAILED, None)
+        assert done.error is not None and done.error["type"] == "SerializationError"
+    else:
+        assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
+    run(_still_running(engine))
+
+
+@given(any_values)
+@FUZZ
+def test_a_step_input_is_recorded_exactly_or_fails_the_run_before_the_step_is(
+    fuzz_engine: tuple[Engine, Any], value: Any
+) -> None:
+    engine, run = fuzz_engine
+    which = len(PRODUCED)
+    PRODUCED[which] = value
+    started = run(engine.start(passes, which))
+    for _ in range(5):
+        run(engine.tick())
+    done = run(engine.get_run(started.id))
+    assert done is not None
+    steps = run(engine.list_steps(started.id))
+    try:
+        expected = normalise(value)
+    except SerializationError:
+        assert done.status == RunStatus.FAILED
+        assert done.error is not None and done.error["type"] == "SerializationError"
+        assert steps == []  # the step was never recorded, let alone executed
+    else:
+        assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
+        assert [s.input for s in steps] == [expected]
     run(_still_running(engine))

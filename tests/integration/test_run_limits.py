@@ -275,6 +275,48 @@ async def test_a_debounced_start_replaces_the_input_and_moves_the_start(
     assert later.id != "first" and later.status == RunStatus.BLOCKED
 
 
+async def test_a_stale_or_replayed_timer_hand_off_begins_no_held_run_early(
+    make_engine: Any, clock: Any
+) -> None:
+    # A hand-off claims a waiting run whatever its wake time; a copy of one delivered while a
+    # run is still held by its debounce or throttle (a duplicate, a replay) must not begin it.
+    engine = await make_engine(reindex, crawl)
+    t0 = clock.now()
+    await engine.start(reindex, {"doc": "a", "v": 1}, run_id="debounced")
+    for n in range(3):
+        await engine.start(crawl, {"site": "x"}, run_id=f"x{n}")
+    await engine.tick()  # x0 and x1 begin; x2 is held until t0 + 10
+    for run_id in ("debounced", "x2"):
+        await engine._execution._spawn(run_id, handoff=True)
+        held = await engine.get_run(run_id)
+        assert held.status == RunStatus.BLOCKED and held.begin_at > clock.now(), held
+    clock.advance(10)
+    assert (await settle(engine, "debounced")).output == {"doc": "a", "v": 1}
+    x2 = await settle(engine, "x2")
+    assert datetime.fromisoformat(x2.output) == t0 + timedelta(seconds=10)
+
+
+async def test_a_hand_off_a_clock_behind_refuses_leaves_the_run_due_at_its_begin_at(
+    make_engine: Any, clock: Any
+) -> None:
+    # The engine that hands a due timer off pushes its wake time a lease ahead; a claimer whose
+    # clock is behind the begin_at refuses it, and must leave it due at the begin_at, not late.
+    engine = await make_engine(reindex)
+    t0 = clock.now()
+    await engine.start(reindex, {"doc": "a", "v": 1}, run_id="held")
+    begin = t0 + timedelta(seconds=5)
+    ahead = begin + timedelta(milliseconds=2)  # the handing engine's clock
+    [handed] = await engine.store.hand_off_due_runs(ahead, 10, None, ahead + timedelta(seconds=30))
+    assert handed.id == "held" and handed.wake_at > begin
+    clock.advance(5 - 0.001)  # this engine's clock: 1 ms before the begin_at
+    await engine._execution._spawn("held", handoff=True)
+    held = await engine.get_run("held")
+    assert (held.status, held.wake_at) == (RunStatus.BLOCKED, begin)
+    clock.advance(0.001)
+    done = await settle(engine, "held")  # due now, by this clock: no lease to wait out
+    assert done.output == {"doc": "a", "v": 1}
+
+
 async def test_max_wait_caps_how_far_a_debounced_start_moves(make_engine: Any, clock: Any) -> None:
     engine = await make_engine(digest)
     t0 = clock.now()

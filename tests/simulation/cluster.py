@@ -4,7 +4,8 @@ Three engines share one store (one MemoryStore object, or one SQLite file or Pos
 reached through a store object per engine, as separate processes would), one ``ManualClock``,
 and no background loops: nothing happens unless a rule makes it happen. Hypothesis' stateful
 testing chooses the operations (start with or without a run id, signal, cancel, requeue, tick
-an engine, advance the clock, jump past the lease, crash an engine mid-turn) and their order;
+an engine, advance the clock, jump past the lease, crash an engine mid-turn, deliver a run
+message) and their order;
 the workload includes steps through step queues (one with two slots, one with a rate limit),
 and starts of workflows with a rate limit, a throttle and a debounce, whose outcome the model
 computes from the clock;
@@ -15,6 +16,15 @@ model of what it must have become. A failure prints the shrunk list of operation
 An engine crash cancels its pass mid-turn after a chosen number of event-loop steps and drops
 the engine without draining it (its leases are left to expire, as a killed process leaves
 them); a fresh engine takes its place on the same store.
+
+The engines have no transport: every run message is lost, and their ticks' polls of the store
+must find all the work anyway. A delivery hands an engine a run message as its run-queue
+consumer would (a start, a wake or a handed-off timer), to one engine or to several, or the same
+one twice (a duplicate), at any time (a replay of a message long since handled); the engines'
+turns then run concurrently, interleaved by a chosen number of event-loop steps between
+deliveries. A duplicate or stale message must change nothing: no step runs twice, and no step
+after a durable sleep runs before the sleep's wake time (a timer hand-off claims a sleeping run
+whatever its wake time, and its replay must suspend it again).
 """
 
 from __future__ import annotations
@@ -83,6 +93,7 @@ class QueuedExecution:
 queue_log: list[QueuedExecution] = []
 moments = itertools.count()
 began: dict[str, datetime] = {}  # the clock when a run executed its first step
+worked: dict[tuple[str, int], datetime] = {}  # the clock when a sim.work step first executed
 clocks: list[ManualClock] = []  # the running example's clock, for the steps
 
 
@@ -108,6 +119,7 @@ async def stamp(run_id: str) -> None:
 @runlane.step(name="sim.work")
 async def work(args: list[Any]) -> int:
     executions[(str(args[0]), int(args[1]))] += 1
+    worked.setdefault((str(args[0]), int(args[1])), clocks[-1].now())
     return int(args[1])
 
 
@@ -261,6 +273,7 @@ class Cluster(RuleBasedStateMachine):
         executions.clear()
         queue_log.clear()
         began.clear()
+        worked.clear()
         self.loop = asyncio.new_event_loop()
         self.clock = ManualClock()
         clocks.append(self.clock)
@@ -450,6 +463,35 @@ class Cluster(RuleBasedStateMachine):
         self.model.crashes += 1
         self.engines[engine] = self._engine()
 
+    @precondition(lambda self: self.model.runs)
+    @rule(
+        run_id=runs,
+        to=st.lists(st.integers(0, ENGINES - 1), min_size=1, max_size=3),
+        reason=st.sampled_from(["start", "wake", "timer"]),
+        gaps=st.lists(st.integers(0, 6), min_size=3, max_size=3),
+    )
+    def deliver(self, run_id: str, to: list[int], reason: str, gaps: list[int]) -> None:
+        """A run message taken off the run queue by each engine of ``to`` in turn (an engine
+        twice, or several engines: a duplicate), ``gaps`` event-loop steps apart, whatever the
+        run's state (a replay of a message already handled); then their turns run out."""
+        if run_id not in self.model.runs:
+            return
+        engines = [self.engines[i] for i in to]
+
+        async def deliveries() -> None:
+            for engine, gap in zip(engines, gaps, strict=False):
+                await engine._ready()
+                engine._execution.take(run_id, handoff=reason == "timer")
+                for _ in range(gap):
+                    await asyncio.sleep(0)
+            for engine in engines:
+                local = engine._execution._local
+                assert local is not None
+                await local.wait(30.0)
+                assert not local.inflight, f"a turn of {run_id} outlived its delivery"
+
+        self.run(deliveries())
+
     # ---------------------------------------------------------------- at every instant
 
     @invariant()
@@ -508,6 +550,7 @@ class Cluster(RuleBasedStateMachine):
             assert got == final, f"{run_id} ({expected}) ended {run.status} {run.output!r}"
         self._check_queues()
         self._check_flow()
+        self._check_sleeps()
         # A step runs again only when a crash cut its turn, or a requeue replays a step that did
         # not complete (a failed one): once per crash or requeue at most.
         for (run_id, seq), n in executions.items():
@@ -549,6 +592,18 @@ class Cluster(RuleBasedStateMachine):
             assert expected.begin_at is not None and began[run_id] >= expected.begin_at, (
                 f"{run_id} began at {began[run_id]}, before {expected.begin_at}"
             )
+
+    def _check_sleeps(self) -> None:
+        """No step after a durable sleep executed before the sleep's wake time (a stale timer
+        hand-off claims a sleeping run early; its turn must suspend the run again)."""
+        for run_id, expected in self.model.runs.items():
+            if expected.kind not in ("sleeper", "keyed") or self.model.requeues[run_id]:
+                continue
+            records = {r.seq: r for r in self.run(self.observer.list_steps(run_id))}
+            nap, after = records.get(2), worked.get((run_id, 3))
+            if nap is None or nap.wake_at is None or after is None:
+                continue
+            assert after >= nap.wake_at, f"{run_id} woke at {after}, before {nap.wake_at}"
 
     # ---------------------------------------------------------------- reads
 

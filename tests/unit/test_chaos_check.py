@@ -12,6 +12,7 @@ from typing import Any
 
 from chaos.app import DOOMED
 from chaos.check import Evidence, Execution, Freeze, QueueAdmission, check
+from chaos.report import offenders
 from runlane import Run, RunStatus, StepRecord
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -343,3 +344,13 @@ def test_a_remote_workflow_run_is_held_to_its_checkpoints_and_its_signal() -> No
         "checkpoints": 1,
         "result_twice": 1,
     }
+
+
+def test_a_member_that_died_or_hung_fails_the_run_and_is_named() -> None:
+    run, records, log = _plain("p1")
+    evidence = _evidence([run], {"p1": records}, log)
+    evidence.died.extend([("engine-1", 4242, -11), ("producer", 4243, 1)])
+    findings = check(evidence)
+    assert findings.failed and _counts(evidence) == {"members_died": 2}
+    shown = offenders(findings)
+    assert "members_died: 2" in shown and "engine-1 (pid 4242) exit code -11" in shown

@@ -179,7 +179,9 @@ class Store(Protocol):
         """Lease a run for one turn, atomically.
 
         Claimable: ``pending``; ``suspended``/``blocked`` with ``wake_at <= now`` (with
-        ``handoff=True``, a wake delivered through the run queue, whatever its ``wake_at``); a
+        ``handoff=True``, a wake delivered through the run queue, whatever its ``wake_at``, but
+        never before a held run's ``begin_at``: a stale or replayed hand-off begins no debounced
+        or throttled run early); a
         ``running``/``cancelling`` run whose lease expired (a recovery: ``recoveries += 1``).
         Anything else returns an empty outcome and writes nothing.
 

@@ -170,6 +170,8 @@ class MemoryStore:
     ) -> ClaimOutcome:
         run = self._runs.get(run_id)
         if run is None or not _claimable(run, now, handoff):
+            if run is not None and handoff and _rearmable(run, now):
+                self._runs[run_id] = replace(run, wake_at=run.begin_at)
             return ClaimOutcome()
         rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
         return runbook.claim(_Rows(self), run, Lease(owner, lease_until), now, rules)
@@ -801,10 +803,24 @@ def _claimable(run: Run, now: datetime, handoff: bool = False) -> bool:
     if run.status == RunStatus.PENDING:
         return True
     if run.status in _WAITING:
-        return handoff or (run.wake_at is not None and run.wake_at <= now)
+        # A handed-off timer claims whatever the wake time (the hand-off pushed it a lease
+        # ahead), but never before a held run's begin_at (a stale or replayed copy).
+        return (handoff and not run.held(now)) or (run.wake_at is not None and run.wake_at <= now)
     if run.status in _LEASED:
         return run.lease_expires_at is not None and run.lease_expires_at <= now
     return False
+
+
+def _rearmable(run: Run, now: datetime) -> bool:
+    """A held run a hand-off came too early for (by this clock): the hand-off pushed its wake
+    time a lease ahead, so it is made due at its ``begin_at`` again, not a lease late."""
+    return (
+        run.status in _WAITING
+        and run.held(now)
+        and run.wake_at is not None
+        and run.begin_at is not None
+        and run.wake_at > run.begin_at
+    )
 
 
 class _Rows:

@@ -188,7 +188,8 @@ def claimable(row: Row, now: datetime, handoff: bool = False) -> bool:
     if status == RunStatus.PENDING:
         return True
     if status in (RunStatus.SUSPENDED, RunStatus.BLOCKED):
-        return handoff or (row["wake_at"] is not None and row["wake_at"] <= now)
+        begun = row["begin_at"] is None or row["begin_at"] <= now  # a hand-off never begins
+        return (handoff and begun) or (row["wake_at"] is not None and row["wake_at"] <= now)
     if status in (RunStatus.RUNNING, RunStatus.CANCELLING):
         return row["lease_expires_at"] is not None and row["lease_expires_at"] <= now
     return False

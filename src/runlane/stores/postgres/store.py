@@ -298,6 +298,8 @@ class PostgresStore:
         async def work(conn: Conn) -> ClaimOutcome:
             row = await self._lock_claimable(conn, run_id, now, handoff)
             if row is None:
+                if handoff:
+                    await execute(conn, "rearm_held", id=run_id, now=now)
                 return ClaimOutcome()
             if row["status"] in _LEASED:
                 recovered = await self._recover(conn, row, lease, max_recoveries, dead_letters)

@@ -134,7 +134,9 @@ def _active_ids_of_key(conn: Conn, key: str) -> list[str]:
 
 
 def _claimable(conn: Conn, run_id: str, now: datetime, handoff: bool) -> Run | None:
-    row = conn.execute(SQL["claimable"], (run_id, int(handoff), ts(now), ts(now))).fetchone()
+    row = conn.execute(
+        SQL["claimable"], (run_id, int(handoff), ts(now), ts(now), ts(now))
+    ).fetchone()
     return None if row is None else run_from_row(row)
 
 
@@ -151,6 +153,8 @@ def claim_run(
 ) -> ClaimOutcome:
     run = _claimable(conn, run_id, now, handoff)
     if run is None:
+        if handoff:
+            conn.execute(SQL["rearm_held"], (run_id, ts(now)))
         return ClaimOutcome()
     rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
     return runbook.claim(_Rows(conn), run, Lease(owner, lease_until), now, rules)

@@ -215,7 +215,9 @@ WITH peek AS (
     SELECT id FROM runlane_runs
     WHERE id = %(id)s AND (singleton_key IS NULL OR holds_slot)
       AND (status = 'pending'
-           OR (status IN ('suspended', 'blocked') AND (%(handoff)s OR wake_at <= %(now)s)))
+           OR (status IN ('suspended', 'blocked')
+               AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
+                    OR wake_at <= %(now)s)))
     FOR NO KEY UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE runlane_runs AS r
@@ -250,7 +252,9 @@ WITH target AS (
     FROM runlane_runs
     WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot
       AND (status = 'pending'
-           OR (status IN ('suspended', 'blocked') AND (%(handoff)s OR wake_at <= %(now)s)))
+           OR (status IN ('suspended', 'blocked')
+               AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
+                    OR wake_at <= %(now)s)))
     FOR NO KEY UPDATE SKIP LOCKED
 ), decision AS (
     -- A waiter is admitted when fewer of the key's waiters are ahead of it than there are free
@@ -617,6 +621,13 @@ SELECT id, status FROM runlane_runs WHERE id = ANY(%(ids)s::text[]) ORDER BY id 
 -- name: mark_cancelling
 UPDATE runlane_runs SET status = 'cancelling', updated_at = %(now)s, error = %(error)s::json
 WHERE id = %(id)s;
+
+-- name: rearm_held
+-- A held run a hand-off came too early for (by the claimer's clock): the hand-off pushed its
+-- wake time a lease ahead, so it is made due at its begin_at again, not a lease late.
+UPDATE runlane_runs SET wake_at = begin_at
+WHERE id = %(id)s AND status IN ('suspended', 'blocked') AND begin_at > %(now)s
+  AND wake_at > begin_at;
 
 -- name: lock_run_wait
 SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE;

@@ -131,10 +131,20 @@ SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {active}
 SELECT id FROM runs WHERE singleton_key = ? AND status IN {active} ORDER BY created_at, id
 
 -- name: claimable
--- Parameters: id, handoff (0 or 1), now, now.
+-- A handed-off timer claims a waiting run whatever its wake time (the hand-off pushed it a lease
+-- ahead), but never before a held run's begin_at: a stale or replayed copy must not begin a
+-- debounced or throttled run early.
+-- Parameters: id, handoff (0 or 1), now, now, now.
 SELECT * FROM runs WHERE id = ? AND (status = 'pending'
-  OR (status IN {waiting} AND (? OR wake_at <= ?))
+  OR (status IN {waiting} AND ((? AND (begin_at IS NULL OR begin_at <= ?)) OR wake_at <= ?))
   OR (status IN {leased} AND lease_expires_at <= ?))
+
+-- name: rearm_held
+-- A held run a hand-off came too early for (by the claimer's clock): the hand-off pushed its
+-- wake time a lease ahead, so it is made due at its begin_at again, not a lease late.
+-- Parameters: id, now.
+UPDATE runs SET wake_at = begin_at
+WHERE id = ? AND status IN {waiting} AND begin_at > ? AND wake_at > begin_at
 
 -- name: slot_holders
 -- A key's slot holders, counted by their own index.
