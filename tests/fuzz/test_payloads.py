@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import runlane
-from runlane import Engine, RunStatus, SerializationError
+from runlane import Engine, Run, RunStatus, SerializationError
 from runlane.serialization import MAX_DEPTH, MAX_PAYLOAD_BYTES, normalise
 from runlane.stores.base import Store
 from runlane.testing import ManualClock
@@ -187,19 +187,26 @@ def test_signal_and_event_payloads_are_stored_exactly_or_refused(
     run(engine.publish_event("fuzz.event", value))
 
 
+def _produced(fuzz_engine: tuple[Engine, Any], workflow: Any, value: Any) -> Run:
+    """Start ``workflow`` on ``value`` (handed over by ``PRODUCED``) and tick it to its end."""
+    engine, run = fuzz_engine
+    which = len(PRODUCED)
+    PRODUCED[which] = value
+    started = run(engine.start(workflow, which))
+    for _ in range(5):
+        run(engine.tick())
+    done: Run | None = run(engine.get_run(started.id))
+    assert done is not None
+    return done
+
+
 @given(any_values)
 @FUZZ
 def test_a_step_result_is_recorded_exactly_or_fails_the_step_with_serialization_error(
     fuzz_engine: tuple[Engine, Any], value: Any
 ) -> None:
     engine, run = fuzz_engine
-    which = len(PRODUCED)
-    PRODUCED[which] = value
-    started = run(engine.start(result_flow, which))
-    for _ in range(5):
-        run(engine.tick())
-    done = run(engine.get_run(started.id))
-    assert done is not None
+    done = _produced(fuzz_engine, result_flow, value)
     try:
         expected = normalise(value)
     except SerializationError:
@@ -216,13 +223,7 @@ def test_a_workflow_output_is_recorded_exactly_or_fails_the_run_with_serializati
     fuzz_engine: tuple[Engine, Any], value: Any
 ) -> None:
     engine, run = fuzz_engine
-    which = len(PRODUCED)
-    PRODUCED[which] = value
-    started = run(engine.start(returns, which))
-    for _ in range(5):
-        run(engine.tick())
-    done = run(engine.get_run(started.id))
-    assert done is not None
+    done = _produced(fuzz_engine, returns, value)
     try:
         expected = normalise(value)
     except SerializationError:
@@ -239,14 +240,8 @@ def test_a_step_input_is_recorded_exactly_or_fails_the_run_before_the_step_is(
     fuzz_engine: tuple[Engine, Any], value: Any
 ) -> None:
     engine, run = fuzz_engine
-    which = len(PRODUCED)
-    PRODUCED[which] = value
-    started = run(engine.start(passes, which))
-    for _ in range(5):
-        run(engine.tick())
-    done = run(engine.get_run(started.id))
-    assert done is not None
-    steps = run(engine.list_steps(started.id))
+    done = _produced(fuzz_engine, passes, value)
+    steps = run(engine.list_steps(done.id))
     try:
         expected = normalise(value)
     except SerializationError:

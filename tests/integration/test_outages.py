@@ -333,21 +333,30 @@ async def remote_flow(ctx: runlane.Context, x: int) -> Any:
     return await ctx.step(remote_step, x)
 
 
-async def test_a_remote_result_taken_while_the_store_is_down_is_recorded_when_it_is_back(
-    make_engine: Callable[..., Any],
-) -> None:
+async def _flaky_engine_and_worker(
+    make_engine: Callable[..., Any], workflow: Any, step: Any, **options: Any
+) -> tuple[Any, FlakyStore, Any]:
+    """An engine consuming over an in-process transport through a ``FlakyStore``, and a worker
+    (not yet running) for ``step`` beating every 0.1 s."""
     from runlane.transports import InProcessTransport
     from runlane.worker import Worker
 
-    calls.counts.clear()
     transport = InProcessTransport()
-    plain = await make_engine(remote_flow, transport=transport)
+    plain = await make_engine(workflow, transport=transport)
     store = FlakyStore(plain.store)
-    engine = await make_engine(remote_flow, share_store=False, transport=transport)
+    engine = await make_engine(workflow, share_store=False, transport=transport, **options)
     engine.store = store
     engine._execution.leases._store = store
     await engine.start_consumers()
-    worker = Worker("outage", transport, steps=[remote_step], poll_timeout=0.1)
+    worker = Worker("outage", transport, steps=[step], poll_timeout=0.1, heartbeat_interval=0.1)
+    return engine, store, worker
+
+
+async def test_a_remote_result_taken_while_the_store_is_down_is_recorded_when_it_is_back(
+    make_engine: Callable[..., Any],
+) -> None:
+    calls.counts.clear()
+    engine, store, worker = await _flaky_engine_and_worker(make_engine, remote_flow, remote_step)
     working = asyncio.create_task(worker.run())
     try:
         await engine.start(remote_flow, 1, run_id="rr")
@@ -478,21 +487,9 @@ async def beating_flow(ctx: runlane.Context, x: int) -> Any:
 async def test_a_heartbeat_that_meets_an_outage_is_persisted_with_the_next_beat(
     make_engine: Callable[..., Any],
 ) -> None:
-    from runlane.transports import InProcessTransport
-    from runlane.worker import Worker
-
-    transport = InProcessTransport()
-    plain = await make_engine(beating_flow, transport=transport)
-    store = FlakyStore(plain.store)
     # Beats are persisted at most every 5 s: a lost one must not hold the next one back.
-    engine = await make_engine(
-        beating_flow, share_store=False, transport=transport, heartbeat_persist_throttle=5.0
-    )
-    engine.store = store
-    engine._execution.leases._store = store
-    await engine.start_consumers()
-    worker = Worker(
-        "outage", transport, steps=[beating_step], poll_timeout=0.1, heartbeat_interval=0.1
+    engine, store, worker = await _flaky_engine_and_worker(
+        make_engine, beating_flow, beating_step, heartbeat_persist_throttle=5.0
     )
     working = asyncio.create_task(worker.run())
     try:
