@@ -9,6 +9,7 @@ the outcome (suspend until a time, complete, fail, continue as new).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,11 +38,9 @@ def _ts(value: datetime | None) -> str | None:
 def _from_ts(value: Any) -> datetime | None:
     if value is None or value == "":
         return None
-    try:
-        if isinstance(value, str):
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
             return datetime.fromisoformat(value)
-    except ValueError:
-        pass
     raise Malformed(f"a time must be an ISO 8601 string or null, got {value!r}")
 
 
