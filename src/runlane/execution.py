@@ -48,6 +48,7 @@ from .retention import CATCH_UP_PAUSE, Pruner
 from .routing import Mode, Reason, Where, where
 from .runqueue import RunQueue
 from .schedules import Scheduler
+from .settlements import Settlements
 from .specs import RunSpecs
 from .stats import REFUSAL_REASONS, EngineStats
 from .stores.base import Store
@@ -60,29 +61,6 @@ log = logging.getLogger("runlane.engine")
 
 MISSED_AFTER = 10.0
 """Seconds after which a schedule's window not fired yet counts as missed (see ``catchup``)."""
-
-
-class Settlements:
-    """The ``wait_for_run`` callers of one engine: a future per run, resolved with the run as
-    a turn here settled it, or with None when it settled elsewhere (read it then)."""
-
-    def __init__(self) -> None:
-        self._futures: dict[str, asyncio.Future[Run | None]] = {}
-
-    def listen(self, run_id: str) -> asyncio.Future[Run | None]:
-        waiter = self._futures.get(run_id)
-        if waiter is None or waiter.done():
-            waiter = self._futures[run_id] = asyncio.get_running_loop().create_future()
-        return waiter
-
-    def forget(self, run_id: str) -> None:
-        self._futures.pop(run_id, None)
-
-    def notify(self, run_ids: Iterable[str], settled: Run | None = None) -> None:
-        for run_id in run_ids:
-            waiter = self._futures.pop(run_id, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(settled)
 
 
 class Execution:
@@ -629,4 +607,4 @@ class _SchedulerHost:
         return max(MISSED_AFTER, 2 * self._execution.options.poll_interval)
 
 
-__all__ = ["Execution", "Settlements"]
+__all__ = ["Execution"]
