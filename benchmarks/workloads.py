@@ -534,10 +534,13 @@ def settled_rss() -> float:
     return common.rss_mb()
 
 
-async def until_suspended(engine: Engine, n: int, timeout: float = 600) -> None:
+async def until_suspended(
+    engine: Engine, n: int, timeout: float = 600, status: str = "suspended"
+) -> None:
+    """Until ``n`` runs wait (``suspended``; ``blocked`` for those a step queue holds back)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        page = await engine.list_runs(status="suspended", limit=1, offset=n - 1)
+        page = await engine.list_runs(status=status, limit=1, offset=n - 1)
         if page:
             return
         await asyncio.sleep(0.2)
@@ -733,7 +736,7 @@ async def step_queue(
         while SLOTS.inside == 0:  # the first holds the slot while the others line up behind
             await asyncio.sleep(0.001)
         ids = await start_all(engine, queued_wf, [{"queued": True, "ms": 1.0}] * chain)
-        await until_suspended(engine, chain)
+        await until_suspended(engine, chain, status="blocked")
         await wait_all(engine, [holder.id, *ids])
     spans = sorted(SLOTS.spans)
     gaps = [(b[0] - a[1]) * 1000 for a, b in itertools.pairwise(spans)]
