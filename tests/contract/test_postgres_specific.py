@@ -813,3 +813,74 @@ async def test_a_run_known_to_have_no_singleton_key_settles_in_one_statement(
     settled = await pg_store.get_run("plain")
     assert settled is not None and settled.status == RunStatus.COMPLETED
     assert [s.output for s in await pg_store.list_steps("plain")] == ["plain"]
+
+
+# ---------------------------------------------------------------- group commit of settlements
+
+DONE = Settlement(RunStatus.COMPLETED, "ok")
+
+
+async def test_settlements_made_while_one_is_in_flight_are_written_by_one_statement(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = [f"run-{i:02}" for i in range(30)]
+    await _leased(pg_store, *runs)
+    sent = _statements(pg_store, monkeypatch)
+    await asyncio.gather(
+        *(pg_store.settle_run(r, "owner", _record(r), DONE, T0, keyed=False) for r in runs)
+    )
+    assert sent == ["settle", "settle_many"]  # the first alone at once, the 29 others together
+    for r in runs:
+        run = await pg_store.get_run(r)
+        assert run is not None and (run.status, run.output, run.lease_owner) == (
+            RunStatus.COMPLETED,
+            "ok",
+            None,
+        )
+        assert [s.output for s in await pg_store.list_steps(r)] == [r]
+
+
+async def test_each_settlement_of_a_group_is_fenced_on_its_own(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.errors import LeaseLostError, RunCancelling
+
+    runs = ["lead", "lost", "cancelling", "cancelled", "child"]
+    await _leased(pg_store, *runs)
+    parent = RunSpec("parent", "wf", "1", None, T0)
+    await pg_store.create_runs([parent], T0)
+    await pg_store.claim_run("parent", "p", T0, T0 + timedelta(minutes=5), singleton_retry=NO_WAIT)
+    await pg_store.suspend_run("parent", "p", Writes(), None, T0)
+    async with await psycopg.AsyncConnection.connect(pg_store.url, autocommit=True) as conn:
+        await conn.execute("UPDATE runlane_runs SET parent_id = 'parent' WHERE id = 'child'")
+        await conn.execute("UPDATE runlane_runs SET lease_owner = 'other' WHERE id = 'lost'")
+        await conn.execute(
+            "UPDATE runlane_runs SET status = 'cancelling' WHERE id IN ('cancelling', 'cancelled')"
+        )
+    sent = _statements(pg_store, monkeypatch)
+    cancelled = Settlement(RunStatus.CANCELLED)
+    outcomes = await asyncio.gather(
+        *(
+            pg_store.settle_run(
+                r, "owner", Writes(), cancelled if r == "cancelled" else DONE, T0, keyed=False
+            )
+            for r in runs
+        ),
+        return_exceptions=True,
+    )
+    assert sent == ["settle", "settle_many"]
+    lead, lost, cancelling, was_cancelled, child = outcomes
+    assert isinstance(lost, LeaseLostError) and isinstance(cancelling, RunCancelling)
+    assert lead.woken == [] and was_cancelled.woken == []  # type: ignore[union-attr]
+    assert child.woken == ["parent"]  # type: ignore[union-attr]
+    statuses = {r: (await pg_store.get_run(r)).status for r in [*runs, "parent"]}  # type: ignore[union-attr]
+    assert statuses == {
+        "lead": RunStatus.COMPLETED,
+        "lost": RunStatus.RUNNING,
+        "cancelling": RunStatus.CANCELLING,
+        "cancelled": RunStatus.CANCELLED,
+        "child": RunStatus.COMPLETED,
+        "parent": RunStatus.SUSPENDED,
+    }
+    parent_run = await pg_store.get_run("parent")
+    assert parent_run is not None and parent_run.wake_at == T0  # woken by its child

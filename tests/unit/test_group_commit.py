@@ -76,3 +76,12 @@ async def test_a_write_whose_caller_gave_up_while_waiting_is_not_sent() -> None:
     await asyncio.gather(first, kept)
     assert flush.batches == [["first"], ["kept"]]
     assert abandoned.cancelled()
+
+
+async def test_each_write_gets_its_own_result() -> None:
+    async def flush(batch: list[str]) -> list[str | Exception]:
+        await asyncio.sleep(0)
+        return [item.upper() for item in batch]
+
+    group: GroupCommit[str, str] = GroupCommit(flush, most=10)
+    assert await asyncio.gather(*(group(x) for x in ["a", "b", "c"])) == ["A", "B", "C"]

@@ -30,6 +30,7 @@ Conn = psycopg.AsyncConnection[DictRow]
 Call = tuple[str, Row]  # a statement's name in SQL and its parameters
 T = TypeVar("T")
 W = TypeVar("W")
+R = TypeVar("R")
 
 SQL = load_queries()
 TUPLES_OK = ExecStatus.TUPLES_OK
@@ -187,39 +188,39 @@ def _closed_while_idle(conn: Conn) -> bool:
     return bool(readable)
 
 
-class GroupCommit(Generic[W]):
+class GroupCommit(Generic[W, R]):
     """Writes made while one is in flight go together in the next one: group commit.
 
     Idle, a write goes at once, alone, in its caller's task. Writes that arrive while one is in
     flight wait for it, then go together (up to ``most`` of them) in one call of ``flush``: one
-    statement and one commit for all. ``flush`` returns each write's outcome, None or the
+    statement and one commit for all. ``flush`` returns each write's outcome, its result or the
     exception its caller raises; when ``flush`` itself raises, every write of the call does.
     """
 
-    def __init__(self, flush: Callable[[list[W]], Awaitable[list[Exception | None]]], most: int):
+    def __init__(self, flush: Callable[[list[W]], Awaitable[list[R | Exception]]], most: int):
         self._flush = flush
         self._most = most
         self._busy = False
-        self._waiting: list[tuple[W, asyncio.Future[None]]] = []
+        self._waiting: list[tuple[W, asyncio.Future[R]]] = []
         self._drainer: asyncio.Task[None] | None = None  # held: the loop keeps weak references
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def __call__(self, item: W) -> None:
+    async def __call__(self, item: W) -> R:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a store reopened under a new event loop: start afresh
             self._loop, self._busy, self._waiting, self._drainer = loop, False, [], None
         if self._busy:
-            done = loop.create_future()
+            done: asyncio.Future[R] = loop.create_future()
             self._waiting.append((item, done))
-            await done
-            return
+            return await done
         self._busy = True
         try:
             [outcome] = await self._flush([item])
         finally:
             self._hand_on()
-        if outcome is not None:
+        if isinstance(outcome, Exception):
             raise outcome
+        return outcome
 
     def _hand_on(self) -> None:
         if self._waiting:
@@ -240,8 +241,8 @@ class GroupCommit(Generic[W]):
                 done.cancel()
             self._waiting, self._busy, self._drainer = [], False, None
 
-    async def _deliver(self, batch: list[tuple[W, asyncio.Future[None]]]) -> None:
-        outcomes: list[Exception | None]
+    async def _deliver(self, batch: list[tuple[W, asyncio.Future[R]]]) -> None:
+        outcomes: list[R | Exception]
         try:
             outcomes = await self._flush([item for item, _ in batch])
         except Exception as error:
@@ -253,10 +254,10 @@ class GroupCommit(Generic[W]):
         for (_, done), outcome in zip(batch, outcomes, strict=True):
             if done.done():
                 continue
-            if outcome is None:
-                done.set_result(None)
-            else:
+            if isinstance(outcome, Exception):
                 done.set_exception(outcome)
+            else:
+                done.set_result(outcome)
 
 
 async def _pipelined(conn: Conn, calls: Sequence[Call | None]) -> list[list[Row]]:

@@ -16,6 +16,7 @@ from ...models import (
     RunQuery,
     RunSpec,
     RunStatus,
+    Settlement,
     Signal,
     StepRecord,
     StoredSchedule,
@@ -126,6 +127,27 @@ def checkpoints_params(batch: Sequence[Checkpoint]) -> Row:
         for run_id, owner, writes, now in batch
     ]
     return {"batch": dumps(given)}
+
+
+Settling = tuple[str, str, Writes, Settlement, datetime]  # id, lease owner, records, outcome, now
+
+
+def settlements_params(batch: Sequence[Settling]) -> Row:
+    """The parameters of ``settle_many``: each run's fence, records and outcome, one document;
+    its parents are woken at the latest ``now`` of the batch."""
+    given = [
+        {
+            "id": run_id,
+            "owner": owner,
+            "now": _iso(now),
+            "steps": step_documents(writes),
+            "status": str(settlement.status),
+            "output": json_param(settlement.output),
+            "error": json_param(settlement.error),
+        }
+        for run_id, owner, writes, settlement, now in batch
+    ]
+    return {"batch": dumps(given), "now": max(now for *_, now in batch)}
 
 
 def step_documents(writes: Writes) -> list[dict[str, Any]]:

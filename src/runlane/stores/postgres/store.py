@@ -12,7 +12,7 @@ another instance is claiming is simply "not claimable now". The statements live 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import psycopg
@@ -72,6 +72,7 @@ from .db import (
 from .rows import (
     Checkpoint,
     Row,
+    Settling,
     checkpoints_params,
     claimable,
     depth_first,
@@ -89,6 +90,7 @@ from .rows import (
     query_where,
     run_from_row,
     schedule_from_row,
+    settlements_params,
     signal_from_row,
     specs_params,
     start_refusal,
@@ -104,6 +106,15 @@ _GROUP_MOST = 100  # checkpoints of different runs written by one statement, at 
 _RACES = 5  # a start that lost a race (its id, its held run) to a concurrent one: tries, at most
 
 
+@dataclass
+class Settled:
+    """A grouped settlement's outcome: the runs it woke, and whether the run had entered a
+    step queue (its entries then go after it: ``_release_settled``)."""
+
+    woken: list[str]
+    queued: bool
+
+
 class PostgresStore:
     """A store on PostgreSQL (psycopg 3, async, pooled). Share one object between engines freely."""
 
@@ -113,6 +124,7 @@ class PostgresStore:
         self.url = url
         self._db = Database(url, min_size, max_size)
         self._checkpoints = GroupCommit(self._write_checkpoints, _GROUP_MOST)
+        self._settlements = GroupCommit(self._write_settlements, _GROUP_MOST)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -490,6 +502,42 @@ class PostgresStore:
                 ]
         return [await self._write_checkpoint(*checkpoint) for checkpoint in batch]
 
+    async def _write_settlements(self, batch: list[Settling]) -> list[Settled | Exception]:
+        """Settlements of different runs (plain ones: see ``settle_many``): one statement for
+        all of them, each fenced on its own; alone, the ``settle`` statement."""
+        if len(batch) == 1:
+            [(run_id, owner, writes, settlement, now)] = batch
+            params = _settle_params(run_id, owner, settlement, now, writes)
+            try:
+                found = _first(await self._db.rows("settle", **params))
+            except StoreUnavailableError:
+                raise
+            except psycopg.Error as failed:
+                return [failed]  # this run's own failure: the others of its group still go
+            refused = _fence_error(found, run_id, owner)
+            if refused is not None or found is None:
+                return [refused or LeaseLostError(run_id)]
+            return [Settled(_woken(found), bool(found["fence_queued"]))]
+        try:
+            rows = await self._db.rows("settle_many", **settlements_params(batch))
+        except StoreUnavailableError:
+            raise
+        except psycopg.Error:
+            # One run's data failed the statement: each goes alone, and fails alone.
+            return [(await self._write_settlements([one]))[0] for one in batch]
+        # A run whose lease was not held has no fence row: status NULL.
+        fenced = {row["id"]: row for row in rows if row["status"] is not None}
+        outcomes: list[Settled | Exception] = []
+        for run_id, owner, *_ in batch:
+            settled = fenced.get(run_id)
+            refused = _fence_error(settled, run_id, owner)
+            if refused is not None or settled is None:
+                outcomes.append(refused or LeaseLostError(run_id))
+                continue
+            parent = [settled["parent_id"]] if settled["parent_woken"] else []
+            outcomes.append(Settled(parent, bool(settled["queued"])))
+        return outcomes
+
     async def _write_checkpoint(
         self, run_id: str, owner: str, writes: Writes, now: datetime
     ) -> Exception | None:
@@ -563,9 +611,14 @@ class PostgresStore:
             # A queued run's slots go in the same transaction (see ``release_steps``).
             params = _settle_params(run_id, owner, settlement, now, writes, successor)
             released = _release_call(run_id, None, None, now, settled=True) if queued else None
-            if lock is None and released is None:
-                settled = await self._db.rows("settle", **params)  # once prepared, sent plainly
-            elif released is None:
+            if lock is None and released is None and successor is None:
+                # No key, no queue, nothing created: settlements of different runs made while
+                # one is in flight go together (see ``GroupCommit``).
+                grouped = await self._settlements((run_id, owner, writes, settlement, now))
+                if grouped.queued:
+                    grouped.woken.extend(await self._release_settled(run_id, now))
+                return SettleResult(grouped.woken)
+            if released is None:
                 *_, settled = await self._db.batch(lock, ("settle", params))
             else:
                 *_, settled, freed = await self._db.batch(lock, ("settle", params), released)

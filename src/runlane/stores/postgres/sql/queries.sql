@@ -552,6 +552,46 @@ SELECT h.*, fence.status AS fence_status, fence.parent_id AS fence_parent_id,
        fence.parent_id IN (SELECT id FROM woken) AS parent_woken
 FROM fence LEFT JOIN finished AS f ON true LEFT JOIN handed AS h ON true;
 
+-- name: settle_many
+-- Group commit of settlements: runs without a singleton key, a step queue, children, a
+-- continuation or a handler (the caller knows), each fenced on its own as ``settle`` fences one;
+-- a run that is being cancelled settles only cancelled. Each written run's signals go, a failure
+-- is counted, and its parent is woken if it waits. Rows locked in id order (``lock_runs``);
+-- one row per given run, ``status`` NULL where the lease was not held.
+WITH given AS (
+    SELECT * FROM json_to_recordset(%(batch)s::json) AS g (
+        id text, owner text, now timestamptz, steps json, status text, output text, error text)
+), fence AS (
+    SELECT r.id, r.status, r.parent_id, r.queued
+    FROM runlane_runs AS r JOIN given AS g ON g.id = r.id
+    WHERE r.lease_owner = g.owner AND r.status IN ('running', 'cancelling')
+    ORDER BY r.id
+    FOR NO KEY UPDATE OF r
+), ok AS (
+    SELECT g.* FROM given AS g JOIN fence AS f ON f.id = g.id
+    WHERE f.status <> 'cancelling' OR g.status = 'cancelled'
+), step_rows AS (
+    SELECT ok.id AS run_id, s.* FROM ok, json_to_recordset(ok.steps) AS s ({step_columns})
+), upserted AS ({upsert_steps}), dropped AS (
+    DELETE FROM runlane_signals AS s USING ok WHERE s.run_id = ok.id
+), finished AS (
+    UPDATE runlane_runs AS r
+    SET status = ok.status, output = ok.output::json, error = ok.error::json,
+        holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
+        wake_requested_at = NULL, updated_at = ok.now,
+        failures = r.failures + CASE WHEN ok.status IN ('failed', 'dead') THEN 1 ELSE 0 END
+    FROM ok WHERE r.id = ok.id
+    RETURNING r.id
+), woken AS (
+    UPDATE runlane_runs {wake_set}
+    WHERE id IN (SELECT f.parent_id FROM fence AS f JOIN ok ON ok.id = f.id)
+      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    RETURNING id
+)
+SELECT g.id, f.status, ok.id IS NOT NULL AS written, f.queued,
+       f.parent_id, f.parent_id IN (SELECT id FROM woken) AS parent_woken
+FROM given AS g LEFT JOIN fence AS f ON f.id = g.id LEFT JOIN ok ON ok.id = g.id;
+
 -- name: record_error
 -- A settled run's error, rewritten in its settling transaction (a failure handler's refusal).
 UPDATE runlane_runs SET error = %(error)s::json WHERE id = %(id)s;
