@@ -63,6 +63,10 @@ def per_rep(lines: Sequence[Line], key: str) -> str:
 
 
 PEERS = (("dbos", "DBOS"), ("absurd", "Absurd"))
+# The targets of the performance issue (#18): ratios against DBOS on the same machine and server.
+PER_KEY_GOAL = 30  # per-key total time, DBOS / runlane
+IDLE_HANDOFF_MS = 2  # one-key hand-off p50 on an otherwise idle engine
+CPU_GOAL = 8  # Python CPU per workflow on the throughput workload, DBOS / runlane
 
 
 def peers_in(results: Sequence[Line]) -> list[tuple[str, str]]:
@@ -115,6 +119,43 @@ def throughput(results: Sequence[Line]) -> list[str]:
             " runs in the server's stored procedures). See the notes below for how it was driven.",
         ]
     return out
+
+
+def cpu(results: Sequence[Line]) -> list[str]:
+    """CPU per workflow on the throughput workload: the figures that do not swing with load."""
+    peers = peers_in(results)
+    head = ["store", "runlane Python / server ms"]
+    for _, label in peers:
+        head += [f"{label} Python / server ms", f"{label} / runlane (Python; server)"]
+    head += ["target (Python, vs DBOS)", "verdict"]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for db, label in DBS:
+        ours = pick(results, "runlane", "throughput", db)
+        py, server = med(ours, "py_cpu_ms_per_wf"), med(ours, "server_cpu_ms_per_wf")
+        cells = [label, f"{fmt(py)} / {fmt(server)}"]
+        dbos_ratio = None
+        for side, _ in peers:
+            theirs = pick(results, side, "throughput", db)
+            their_py, their_server = (
+                med(theirs, "py_cpu_ms_per_wf"),
+                med(theirs, "server_cpu_ms_per_wf"),
+            )
+            r = ratio(their_py, py)
+            dbos_ratio = r if side == "dbos" else dbos_ratio
+            cells += [
+                f"{fmt(their_py)} / {fmt(their_server)}",
+                f"{fmt(r, 'x')}; {fmt(ratio(their_server, server), 'x')}",
+            ]
+        ok = None if dbos_ratio is None else dbos_ratio >= CPU_GOAL
+        cells += [f">= {CPU_GOAL}x", verdict(ok)]
+        rows.append("| " + " | ".join(cells) + " |")
+    note = (
+        "Python CPU = the driver process's user + system time over the timed batch (the engine"
+        " and its store client; DBOS and Absurd likewise); server = the CPU of the PostgreSQL"
+        " backends serving the bench database over the same span, read from `/proc` (backends"
+        " are matched by the database in their process title). Medians of the repetitions."
+    )
+    return ["## 1b. CPU per workflow (the throughput workload)", "", *rows, "", note]
 
 
 def latency(results: Sequence[Line]) -> list[str]:
@@ -174,8 +215,8 @@ def queue(results: Sequence[Line]) -> list[str]:
             for line in ours
         )
         verdicts += [
-            f"- {label}: total time DBOS / runlane = {fmt(r, 'x')} (target >= 10x):"
-            f" {verdict(None if r is None else r >= 10)}; hand-off p50 {fmt(p50, ' ms')}"
+            f"- {label}: total time DBOS / runlane = {fmt(r, 'x')} (target >= {PER_KEY_GOAL}x):"
+            f" {verdict(None if r is None else r >= PER_KEY_GOAL)}; hand-off p50 {fmt(p50, ' ms')}"
             f" (target < 5 ms): {verdict(None if p50 is None else p50 < 5)};"
             f" zero overlap and zero FIFO violations in every runlane run: {verdict(clean if ours else None)}",
         ]
@@ -204,7 +245,8 @@ def handoff_line(results: Sequence[Line], db: str, label: str) -> str:
     return (
         f"- {label}, one key x {idle[0]['per_key']} runs on an otherwise idle engine: hand-off"
         f" p50 / p99 {fmt(p50)} / {fmt(med(idle, 'handoff_p99_ms'))} ms (p50 per run:"
-        f" {per_rep(idle, 'handoff_p50_ms')}; target < 5 ms: {verdict(None if p50 is None else p50 < 5)}),"
+        f" {per_rep(idle, 'handoff_p50_ms')}; target < {IDLE_HANDOFF_MS} ms:"
+        f" {verdict(None if p50 is None else p50 < IDLE_HANDOFF_MS)}),"
         f" overlaps {per_rep(idle, 'overlapping_pairs')},"
         f" FIFO violations {per_rep(idle, 'fifo_violations_within_key')}"
     )
@@ -220,7 +262,7 @@ def store_cost(results: Sequence[Line], facts: Line) -> list[str]:
         return [*out, "Not measured in this run."]
     line = lines[-1]
     out += [
-        f"| N steps | target commits (N + 2) | engine commits: sequential / {line['runs']} concurrent"
+        f"| N steps | target commits (N + 1) | engine commits: sequential / {line['runs']} concurrent"
         " | all commits (+ the benchmark's wait reads) | client statements | statements +"
         " BEGIN/COMMIT | the same per step | verdict (engine commits) |",
         "|---|---|---|---|---|---|---|---|",
@@ -247,10 +289,11 @@ def store_cost_row(line: Line, k: int) -> str:
     )
     per_step = [None if x is None else round(x / k, 1) for x in trips]
     # 0.1 of slack: a lease renewal or poll of the engine's life lands in the figure now and then.
-    ok = None if None in engine else max(engine) <= k + 2.1
+    # The target is for one instance starting and running the run (the sequential column).
+    ok = None if engine[0] is None else engine[0] <= k + 1.1
     columns = (engine, commits, stmts, trips, per_step)
     cells = [" / ".join(fmt(x) for x in col) for col in columns]
-    return f"| {k} | {k + 2} | {' | '.join(cells)} | {verdict(ok)} |"
+    return f"| {k} | {k + 1} | {' | '.join(cells)} | {verdict(ok)} |"
 
 
 def store_cost_method(line: Line, facts: Line) -> str:
@@ -564,6 +607,7 @@ def render(
 ) -> str:
     sections: list[Callable[[], list[str]]] = [
         lambda: throughput(results),
+        lambda: cpu(results),
         lambda: latency(results),
         lambda: queue(results),
         lambda: store_cost(results, facts),

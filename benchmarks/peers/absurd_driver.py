@@ -199,12 +199,12 @@ def throughput(main: Absurd) -> dict[str, Any]:
         pool.wait_for(len(warm), 60)
         base = pool.done
         STATEMENTS.take()
-        cpu0, t0 = peerkit.CpuMark(), time.perf_counter()
+        cpu0, t0 = peerkit.CpuMark(DB), time.perf_counter()
         ids = [spawn(main, steps) for _ in range(n)]
         started = time.perf_counter()
         pool.wait_for(base + n, max(30.0, ARGS.watchdog - 30))
         elapsed = time.perf_counter() - t0
-        cpu = peerkit.CpuMark().since(cpu0, n)
+        cpu = peerkit.CpuMark(DB).since(cpu0, n)
         counts = STATEMENTS.take()
     finally:
         pool.stop()

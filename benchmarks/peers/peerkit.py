@@ -60,26 +60,54 @@ def start_watchdog(seconds: float) -> None:
     threading.Thread(target=guard, daemon=True, name="watchdog").start()
 
 
-class CpuMark:
-    """This process's CPU seconds and the machine's busy/total jiffies at one instant."""
+def backend_jiffies(database: str) -> dict[int, int]:
+    """CPU jiffies (user + system) of each PostgreSQL backend serving ``database`` on this
+    machine, by pid: read from ``/proc``, where a backend's title names its database."""
+    found: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().decode(errors="replace").split()
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        # "postgres: 15/main: <user> <database> <client> <state>"
+        if len(title) >= 4 and title[0] == "postgres:" and title[3] == database:
+            found[int(entry)] = int(fields[11]) + int(fields[12])
+    return found
 
-    def __init__(self) -> None:
+
+class CpuMark:
+    """This process's CPU seconds, the machine's busy/total jiffies and (given the database)
+    the CPU jiffies of the PostgreSQL backends serving it, at one instant."""
+
+    def __init__(self, database: str | None = None) -> None:
         t = os.times()
         self.process = t.user + t.system
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
         self.total = sum(fields)
         self.busy = self.total - fields[3] - fields[4]  # minus idle and iowait
+        self.database = database
+        self.backends = backend_jiffies(database) if database else {}
 
     def since(self, start: CpuMark, per: int) -> dict[str, float]:
         """CPU figures from ``start`` to this mark, per unit of work (``per`` workflows)."""
         hz = os.sysconf("SC_CLK_TCK")
         busy = self.busy - start.busy
-        return {
+        figures = {
             "py_cpu_ms_per_wf": round((self.process - start.process) * 1000 / per, 3),
             "machine_busy_pct": round(100.0 * busy / max(1, self.total - start.total), 1),
             "machine_cpu_ms_per_wf": round(busy * 1000 / hz / per, 3),
         }
+        if self.database:
+            # A backend that started since counts from zero; one that ended is not seen.
+            server = sum(j - start.backends.get(pid, 0) for pid, j in self.backends.items())
+            figures["server_cpu_ms_per_wf"] = round(server * 1000 / hz / per, 3)
+        return figures
 
 
 def nearest_rank(values: Sequence[float], q: float) -> float:
