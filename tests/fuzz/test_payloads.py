@@ -206,14 +206,7 @@ def test_a_step_result_is_recorded_exactly_or_fails_the_step_with_serialization_
     fuzz_engine: tuple[Engine, Any], value: Any
 ) -> None:
     engine, run = fuzz_engine
-    done = _produced(fuzz_engine, result_flow, value)
-    try:
-        expected = normalise(value)
-    except SerializationError:
-        assert done.status == RunStatus.FAILED
-        assert done.error is not None and done.error["type"] == "SerializationError"
-    else:
-        assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
+    _recorded_or_refused(_produced(fuzz_engine, result_flow, value), value)
     run(_still_running(engine))
 
 
@@ -223,14 +216,7 @@ def test_a_workflow_output_is_recorded_exactly_or_fails_the_run_with_serializati
     fuzz_engine: tuple[Engine, Any], value: Any
 ) -> None:
     engine, run = fuzz_engine
-    done = _produced(fuzz_engine, returns, value)
-    try:
-        expected = normalise(value)
-    except SerializationError:
-        assert (done.status, done.output) == (RunStatus.FAILED, None)
-        assert done.error is not None and done.error["type"] == "SerializationError"
-    else:
-        assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
+    _recorded_or_refused(_produced(fuzz_engine, returns, value), value)
     run(_still_running(engine))
 
 
@@ -242,13 +228,21 @@ def test_a_step_input_is_recorded_exactly_or_fails_the_run_before_the_step_is(
     engine, run = fuzz_engine
     done = _produced(fuzz_engine, passes, value)
     steps = run(engine.list_steps(done.id))
+    if _recorded_or_refused(done, value):
+        assert [s.input for s in steps] == [normalise(value)]
+    else:
+        assert steps == []  # the step was never recorded, let alone executed
+    run(_still_running(engine))
+
+
+def _recorded_or_refused(done: Run, value: Any) -> bool:
+    """Whether ``value`` is JSON: then the run completed with it exactly; else it failed with a
+    ``SerializationError`` and no output."""
     try:
         expected = normalise(value)
     except SerializationError:
-        assert done.status == RunStatus.FAILED
+        assert (done.status, done.output) == (RunStatus.FAILED, None)
         assert done.error is not None and done.error["type"] == "SerializationError"
-        assert steps == []  # the step was never recorded, let alone executed
-    else:
-        assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
-        assert [s.input for s in steps] == [expected]
-    run(_still_running(engine))
+        return False
+    assert (done.status, done.output) == (RunStatus.COMPLETED, expected)
+    return True

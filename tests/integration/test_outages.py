@@ -208,10 +208,12 @@ async def test_reads_are_tried_once_more_then_raise_store_unavailable(
     assert isinstance(raised.value.cause, psycopg.OperationalError)
 
 
-async def test_wait_for_run_waits_through_an_outage(flaky: tuple[Engine, FlakyStore]) -> None:
+async def test_wait_for_run_waits_through_an_outage(
+    flaky: tuple[Engine, FlakyStore], make_engine: Callable[..., Any]
+) -> None:
     engine, store = flaky
     await engine.start(two, 1, run_id="r")
-    await settle(engine, "r")
+    await settle(await make_engine(*WORKFLOWS), "r")  # elsewhere: the wait here must read it
     store.fail("get_run", times=3)
     done = await engine.wait_for_run("r", timeout=10)
     assert done.status == RunStatus.COMPLETED
