@@ -170,6 +170,11 @@ class Engine:
             if self._queues:
                 settings = [queue.settings() for queue in self._queues]
                 await self._api(functools.partial(self.store.register_queues, settings, self.now()))
+            elif self.drive:
+                # Queues other engines registered: a remote result this one records may free a
+                # slot, and the waiters it wakes should not wait for the next poll here.
+                registered = await self._api(self.store.queue_views)
+                self._execution.has_queues = bool(registered)
             for schedule in self._declared:
                 await self._api(functools.partial(self.schedules.declare, schedule))
 

@@ -103,8 +103,8 @@ async def waiting(engine: Engine, run_ids: list[str]) -> None:
     await until(parked, f"{run_ids} to wait for the queue")
 
 
-async def settled(engine: Engine, run_ids: list[str]) -> list[runlane.Run]:
-    runs = [await engine.wait_for_run(run_id, timeout=10) for run_id in run_ids]
+async def settled(engine: Engine, run_ids: list[str], timeout: float = 10) -> list[runlane.Run]:
+    runs = [await engine.wait_for_run(run_id, timeout=timeout) for run_id in run_ids]
     return runs
 
 
@@ -501,6 +501,30 @@ async def test_remote_steps_hold_their_slot_until_the_result_is_recorded(
         assert [r.status for r in finished] == [RunStatus.COMPLETED] * 5
         assert sorted(slots.order) == [f"r{n}" for n in range(5)]
         assert slots.peak == 1  # the worker could take 4 at once; the queue allowed one
+    finally:
+        await worker.stop()
+        await working
+
+
+async def test_an_engine_without_queues_hands_a_slot_its_remote_result_frees_on_at_once(
+    make_engine: Any,
+) -> None:
+    """The queue is registered by another engine; the one that records the result still hands
+    the freed slot on at once (its poll is 30 s away, the waiter's fallback timer further)."""
+    from runlane.transports import InProcessTransport
+
+    registrar = await make_engine(remote_run, queues=[StepQueue("slots", concurrency=1)])
+    await registrar.tick()  # opens the store: the queue is registered
+    transport = InProcessTransport()
+    engine = await make_engine(remote_run, drive=True, transport=transport, poll_interval=30)
+    await engine.__aenter__()
+    worker = runlane.Worker("qworkers", transport, steps=[remote_work], poll_timeout=0.05)
+    working = asyncio.create_task(worker.run())
+    try:
+        runs = [await engine.start(remote_run, {"name": f"r{n}"}) for n in range(3)]
+        finished = await settled(engine, [r.id for r in runs], timeout=5)
+        assert [r.status for r in finished] == [RunStatus.COMPLETED] * 3
+        assert slots.peak == 1
     finally:
         await worker.stop()
         await working
