@@ -427,12 +427,11 @@ class Engine:
         settlements = self._execution.settlements
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            # Listen before reading, so a settle landing between the two is not missed.
-            waiter = settlements.listen(run_id)
             completed = settlements.completed(run_id)
             if completed is not None:  # completed here a moment ago: no read
-                settlements.forget(run_id)
                 return completed
+            # Listen before reading, so a settle landing between the two is not missed.
+            waiter = settlements.listen(run_id)
             if self._execution.executing(run_id):
                 # A turn of it runs here: its settlement will come to the waiter without a read.
                 settled = await self._wait_settled(waiter, deadline)

@@ -533,14 +533,16 @@ def admitted_run(run: Run) -> Run:
     return replace(run, holds_slot=True, admission_retries=0, handoff_at=None)
 
 
-def suspended_run(run: Run, wake_at: datetime | None, now: datetime, blocked: bool = False) -> Run:
+def suspended_run(
+    run: Run, wake_at: datetime | None, now: datetime, blocked: bool = False, due: bool = False
+) -> Run:
     """The run as a suspension leaves it: lease gone, due at ``wake_at``, or at once when a wake
-    was requested during the turn (the request is consumed); ``blocked`` when it waits for
-    admission (a step-queue slot)."""
+    was requested during the turn (the request is consumed) or the caller says it is ``due``;
+    ``blocked`` when it waits for admission (a step-queue slot)."""
     return replace(
         run,
         status=RunStatus.BLOCKED if blocked else RunStatus.SUSPENDED,
-        wake_at=now if run.wake_requested_at is not None else wake_at,
+        wake_at=now if due or run.wake_requested_at is not None else wake_at,
         wake_requested_at=None,
         lease_owner=None,
         lease_expires_at=None,

@@ -9,7 +9,7 @@ import bisect
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -325,17 +325,10 @@ class MemoryStore:
         self._fenced(run_id, owner)
         self._apply(run_id, writes, now)
         run = self._runs[run_id]
-        if run.wake_requested_at is None and self._published_since(writes.events):
-            run = replace(run, wake_requested_at=now)
-        self._runs[run_id] = suspended_run(run, wake_at, now, blocked)
-        return run.wake_requested_at is not None
-
-    def _published_since(self, waits: Sequence[tuple[str, int]]) -> bool:
-        for name, after in waits:
-            start = bisect.bisect_right(self._events, after, key=lambda e: e.seq)
-            if any(e.name == name for e in self._events[start:]):
-                return True
-        return False
+        # An event a wait has not read was published while the turn ran: due at once.
+        missed = any(next(self._named_after(name, after), None) for name, after in writes.events)
+        self._runs[run_id] = suspended_run(run, wake_at, now, blocked, due=missed)
+        return missed or run.wake_requested_at is not None
 
     async def settle_run(
         self,
@@ -502,8 +495,11 @@ class MemoryStore:
         return event, True, woken
 
     async def events_after(self, name: str, after_seq: int, limit: int) -> list[Event]:
+        return list(itertools.islice(self._named_after(name, after_seq), limit))
+
+    def _named_after(self, name: str, after_seq: int) -> Iterator[Event]:
         start = bisect.bisect_right(self._events, after_seq, key=lambda e: e.seq)
-        return [e for e in self._events[start:] if e.name == name][:limit]
+        return (e for e in self._events[start:] if e.name == name)
 
     async def latest_event_seq(self) -> int:
         return self._last_event_seq

@@ -107,7 +107,7 @@ _RACES = 5  # a start that lost a race (its id, its held run) to a concurrent on
 
 
 @dataclass
-class Settled:
+class GroupedSettlement:
     """A grouped settlement's outcome: the runs it woke, and whether the run had entered a
     step queue (its entries then go after it: ``_release_settled``)."""
 
@@ -502,22 +502,21 @@ class PostgresStore:
                 ]
         return [await self._write_checkpoint(*checkpoint) for checkpoint in batch]
 
-    async def _write_settlements(self, batch: list[Settling]) -> list[Settled | Exception]:
+    async def _write_settlements(
+        self, batch: list[Settling]
+    ) -> list[GroupedSettlement | Exception]:
         """Settlements of different runs (plain ones: see ``settle_many``): one statement for
         all of them, each fenced on its own; alone, the ``settle`` statement."""
         if len(batch) == 1:
             [(run_id, owner, writes, settlement, now)] = batch
             params = _settle_params(run_id, owner, settlement, now, writes)
             try:
-                found = _first(await self._db.rows("settle", **params))
+                row = _first(await self._db.rows("settle", **params))
             except StoreUnavailableError:
                 raise
             except psycopg.Error as failed:
                 return [failed]  # this run's own failure: the others of its group still go
-            refused = _fence_error(found, run_id, owner)
-            if refused is not None or found is None:
-                return [refused or LeaseLostError(run_id)]
-            return [Settled(_woken(found), bool(found["fence_queued"]))]
+            return [_fence_error(row, run_id, owner) or _grouped(row)]
         try:
             rows = await self._db.rows("settle_many", **settlements_params(batch))
         except StoreUnavailableError:
@@ -527,16 +526,10 @@ class PostgresStore:
             return [(await self._write_settlements([one]))[0] for one in batch]
         # A run whose lease was not held has no fence row: status NULL.
         fenced = {row["id"]: row for row in rows if row["status"] is not None}
-        outcomes: list[Settled | Exception] = []
-        for run_id, owner, *_ in batch:
-            settled = fenced.get(run_id)
-            refused = _fence_error(settled, run_id, owner)
-            if refused is not None or settled is None:
-                outcomes.append(refused or LeaseLostError(run_id))
-                continue
-            parent = [settled["parent_id"]] if settled["parent_woken"] else []
-            outcomes.append(Settled(parent, bool(settled["queued"])))
-        return outcomes
+        return [
+            _fence_error(fenced.get(run_id), run_id, owner) or _grouped(fenced[run_id])
+            for run_id, owner, *_ in batch
+        ]
 
     async def _write_checkpoint(
         self, run_id: str, owner: str, writes: Writes, now: datetime
@@ -1297,6 +1290,13 @@ def _peeked(row: Row) -> Row:
 def _recoverable(peek: Row, now: datetime) -> bool:
     """Whether a run the one-round-trip claim left alone has an expired lease to recover."""
     return peek["status"] in _LEASED and claimable(peek, now)
+
+
+def _grouped(row: Row | None) -> GroupedSettlement:
+    """A plain settlement's outcome from its ``settle`` or ``settle_many`` row, once
+    ``_fence_error`` found it written."""
+    assert row is not None
+    return GroupedSettlement(_woken(row), bool(row["fence_queued"]))
 
 
 def _held(peek: Row) -> bool:

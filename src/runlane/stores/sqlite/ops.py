@@ -383,15 +383,10 @@ def suspend_run(
     _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
     run = _existing(conn, run_id)
-    if run.wake_requested_at is None and _published_since(conn, writes.events):
-        run = replace(run, wake_requested_at=now)
-    _save_run(conn, suspended_run(run, wake_at, now, blocked))
-    return run.wake_requested_at is not None
-
-
-def _published_since(conn: Conn, waits: Sequence[tuple[str, int]]) -> bool:
-    """An event a wait of the suspending turn has not read (published while the turn ran)."""
-    return any(conn.execute(SQL["event_since"], wait).fetchone() for wait in waits)
+    # An event a wait has not read was published while the turn ran: due at once.
+    missed = any(conn.execute(SQL["event_since"], wait).fetchone() for wait in writes.events)
+    _save_run(conn, suspended_run(run, wake_at, now, blocked, due=missed))
+    return missed or run.wake_requested_at is not None
 
 
 def settle_run(

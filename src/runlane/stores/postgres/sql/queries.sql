@@ -557,7 +557,8 @@ FROM fence LEFT JOIN finished AS f ON true LEFT JOIN handed AS h ON true;
 -- continuation or a handler (the caller knows), each fenced on its own as ``settle`` fences one;
 -- a run that is being cancelled settles only cancelled. Each written run's signals go, a failure
 -- is counted, and its parent is woken if it waits. Rows locked in id order (``lock_runs``);
--- one row per given run, ``status`` NULL where the lease was not held.
+-- one row per given run, ``status`` NULL where the lease was not held; the columns ``settle``
+-- returns for a settlement that hands no slot on.
 WITH given AS (
     SELECT * FROM json_to_recordset(%(batch)s::json) AS g (
         id text, owner text, now timestamptz, steps json, status text, output text, error text)
@@ -588,8 +589,9 @@ WITH given AS (
       AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
     RETURNING id
 )
-SELECT g.id, f.status, ok.id IS NOT NULL AS written, f.queued,
-       f.parent_id, f.parent_id IN (SELECT id FROM woken) AS parent_woken
+SELECT g.id, f.status, ok.id IS NOT NULL AS written, f.queued AS fence_queued,
+       f.parent_id AS fence_parent_id, ARRAY[]::text[] AS waiters,
+       f.parent_id IN (SELECT id FROM woken) AS parent_woken
 FROM given AS g LEFT JOIN fence AS f ON f.id = g.id LEFT JOIN ok ON ok.id = g.id;
 
 -- name: record_error
