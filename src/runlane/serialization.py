@@ -56,8 +56,13 @@ def _check(value: Any, path: str, depth: int) -> None:
     )
 
 
+# One encoder for every call: ``json.dumps`` with options builds a new one each time, which
+# cost as much as the encoding of a typical document.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def loads(text: str | bytes | None) -> Any:

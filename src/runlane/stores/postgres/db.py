@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -23,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ...errors import RunlaneError
 from ...faults import is_infrastructure, unavailable
+from .direct import Direct
 from .rows import Row, load_queries, utc_conninfo
 from .schema import upgrade
 
@@ -53,8 +53,7 @@ class Database:
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._opens = 0
         self._open_lock = asyncio.Lock()
-        # The statements each pooled connection has prepared (see ``rows``).
-        self._prepared: weakref.WeakKeyDictionary[Conn, set[str]] = weakref.WeakKeyDictionary()
+        self._direct = Direct(SQL)
 
     async def open(self) -> None:
         """Migrate (once per database, under an advisory lock) and open the pool; counted.
@@ -121,21 +120,10 @@ class Database:
     async def rows(self, name: str, /, **params: Any) -> list[Row]:
         """One statement, atomic by itself: one round trip and no BEGIN/COMMIT.
 
-        A statement is prepared on a connection's first use of it (``prepare_threshold=0``).
-        That first time it goes in pipeline mode, so the prepare travels with the execution
-        rather than as a round trip (and a transaction) of its own; later it goes plainly,
-        which costs about a third less client CPU.
+        Sent on the connection's libpq handle (see ``direct``), prepared in the round trip of
+        the connection's first use of it.
         """
-
-        async def one(conn: Conn) -> list[Row]:
-            seen = self._prepared.get(conn)
-            if seen is not None and name in seen:
-                return await _rows_of(await conn.execute(SQL[name], params))
-            [rows] = await _pipelined(conn, [(name, params)])
-            self._prepared.setdefault(conn, set()).add(name)
-            return rows
-
-        return await self.run(one)
+        return await self.run(lambda conn: self._direct.run(conn, name, params))
 
     async def run(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``work`` on one pooled connection in autocommit: each statement commits alone.
