@@ -198,3 +198,50 @@ async def test_a_refused_statement_is_the_callers_error_not_an_outage(pg_url: st
 async def _lost(conn: Conn, direct: Direct) -> list[dict[str, Any]]:
     await conn.close()  # a connection that broke under the call
     return await direct.run(conn, "divide", {"d": 1})
+
+
+async def test_a_pipeline_returns_each_statements_rows_and_prepares_each_once(conn: Conn) -> None:
+    direct = Direct(STATEMENTS)
+    calls = [("divide", {"d": 1}), ("none", {}), ("divide", {"d": 2}), ("small", {"n": 1})]
+    expected = [[{"q": 1}], [], [{"q": 0}], [{"type": "smallint", "next": 2}]]
+    assert await direct.pipeline(conn, calls) == expected  # prepared in it
+    assert await direct.pipeline(conn, calls) == expected  # prepared before
+    prepared = await conn.execute("SELECT count(*) AS n FROM pg_prepared_statements")
+    assert await prepared.fetchone() == {"n": 3}
+
+
+async def test_a_pipeline_that_fails_commits_nothing_and_raises_the_first_error(
+    conn: Conn,
+) -> None:
+    direct = Direct(STATEMENTS)
+    await direct.run(conn, "write", {})
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await direct.pipeline(conn, [("insert", {"id": 7}), ("divide", {"d": 0})])
+    assert await direct.pipeline(conn, [("insert", {"id": 7}), ("divide", {"d": 1})]) == [
+        [],
+        [{"q": 1}],
+    ]
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        await direct.pipeline(conn, [("divide", {"d": 1}), ("insert", {"id": 7})])
+
+
+async def test_a_statement_deallocated_inside_a_transaction_retries_the_transaction_whole(
+    pg_url: str,
+) -> None:
+    db = Database(pg_url, 1, 1)
+    await db.open()
+    direct, attempts = Direct(STATEMENTS), list[int]()
+    try:
+
+        async def work(conn: Conn) -> list[dict[str, Any]]:
+            attempts.append(len(attempts) + 1)
+            await direct.run(conn, "divide", {"d": 1})
+            if len(attempts) == 1:
+                await conn.execute("DEALLOCATE ALL")
+            async with conn.transaction():
+                return await direct.run(conn, "divide", {"d": 1})
+
+        assert await db.run(work) == [{"q": 1}]
+        assert attempts == [1, 2]
+    finally:
+        await db.close()

@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.pq import ExecStatus
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -33,7 +32,7 @@ W = TypeVar("W")
 R = TypeVar("R")
 
 SQL = load_queries()
-TUPLES_OK = ExecStatus.TUPLES_OK
+DIRECT = Direct(SQL)  # every named statement goes this way (see ``direct``)
 _ATTEMPTS = 5  # a transaction aborted by a deadlock (or a racing insert) is retried whole
 _CHECKOUT_TIMEOUT = 10.0
 _PURGE_TIMEOUT = 5.0
@@ -53,7 +52,6 @@ class Database:
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._opens = 0
         self._open_lock = asyncio.Lock()
-        self._direct = Direct(SQL)
 
     async def open(self) -> None:
         """Migrate (once per database, under an advisory lock) and open the pool; counted.
@@ -88,10 +86,11 @@ class Database:
         pool = AsyncConnectionPool(
             utc_conninfo(self.url),
             connection_class=psycopg.AsyncConnection[DictRow],
-            # Every statement is prepared on its first execution: the set is small and fixed,
-            # and planning the settle or claim CTEs anew cost more than executing them
-            # (psycopg's default waits for five runs per connection).
-            kwargs={"row_factory": dict_row, "autocommit": True, "prepare_threshold": 0},
+            # The named statements are prepared by ``direct`` on their first execution (the set
+            # is small and fixed, and planning the settle or claim CTEs anew cost more than
+            # executing them). psycopg prepares nothing: it would DEALLOCATE ALL, theirs too,
+            # after each rollback.
+            kwargs={"row_factory": dict_row, "autocommit": True, "prepare_threshold": None},
             min_size=self.min_size,
             max_size=self.max_size,
             timeout=_CHECKOUT_TIMEOUT,
@@ -111,11 +110,12 @@ class Database:
         return await self.run(in_transaction)
 
     async def batch(self, *calls: Call | None) -> list[list[Row]]:
-        """Statements in one transaction, sent in one round trip (see ``_pipelined``).
+        """Statements in one transaction, sent in one round trip (see ``pipeline``).
 
         None = skip. Each statement's rows, or []. Nothing may depend on an earlier result.
         """
-        return await self.run(lambda conn: _pipelined(conn, calls))
+        given = [call for call in calls if call is not None]
+        return await self.run(lambda conn: DIRECT.pipeline(conn, given))
 
     async def rows(self, name: str, /, **params: Any) -> list[Row]:
         """One statement, atomic by itself: one round trip and no BEGIN/COMMIT.
@@ -123,7 +123,7 @@ class Database:
         Sent on the connection's libpq handle (see ``direct``), prepared in the round trip of
         the connection's first use of it.
         """
-        return await self.run(lambda conn: self._direct.run(conn, name, params))
+        return await self.run(lambda conn: DIRECT.run(conn, name, params))
 
     async def run(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``work`` on one pooled connection in autocommit: each statement commits alone.
@@ -144,7 +144,12 @@ class Database:
                         await conn.close()
                         continue
                     return await work(conn)
-            except (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, Contended) as exc:
+            except (
+                pg_errors.DeadlockDetected,
+                pg_errors.SerializationFailure,
+                pg_errors.InvalidSqlStatementName,  # deallocated (see ``direct``): none ran
+                Contended,
+            ) as exc:
                 if attempt >= _ATTEMPTS:
                     raise unavailable(exc) from exc
                 attempt += 1
@@ -248,58 +253,28 @@ class GroupCommit(Generic[W, R]):
                 done.set_result(outcome)
 
 
-async def _pipelined(conn: Conn, calls: Sequence[Call | None]) -> list[list[Row]]:
-    """Send ``calls`` in one round trip, as one transaction; each one's rows.
-
-    No BEGIN or COMMIT: PostgreSQL runs the statements of a pipeline up to its Sync (sent when
-    the block exits) as one implicit transaction, committed at the Sync and rolled back whole
-    if a statement fails. Transaction-scoped advisory locks last until then, and each statement
-    still takes its own snapshot, so a statement after a lock sees what the last holder wrote.
-    """
-    try:
-        return await pipeline(conn, *calls)
-    except BaseException:
-        # A broken connection is dropped by the pool; a failed statement ended its transaction.
-        with contextlib.suppress(psycopg.Error):
-            await conn.rollback()
-        raise
-
-
-async def _rows_of(cur: psycopg.AsyncCursor[DictRow]) -> list[Row]:
-    """The statement's rows, or [] for one that returns none.
-
-    Checked on the raw result: ``cursor.description`` would build a ``Column`` object per
-    field of every statement, a measurable share of the CPU a turn costs.
-    """
-    res = cur.pgresult
-    if res is None or (res.nfields == 0 and res.status != TUPLES_OK):
-        return []
-    return await cur.fetchall()
-
-
-async def _send(conn: Conn, call: Call) -> psycopg.AsyncCursor[DictRow]:
-    return await conn.execute(SQL[call[0]], call[1])
-
-
 async def execute(conn: Conn, name: str, /, **params: Any) -> None:
-    await conn.execute(SQL[name], params)
+    await DIRECT.run(conn, name, params)
 
 
 async def fetch_all(conn: Conn, name: str, /, **params: Any) -> list[Row]:
-    cur = await conn.execute(SQL[name], params)
-    return await cur.fetchall()
+    return await DIRECT.run(conn, name, params)
 
 
 async def fetch_one(conn: Conn, name: str, /, **params: Any) -> Row | None:
-    cur = await conn.execute(SQL[name], params)
-    return await cur.fetchone()
+    rows = await DIRECT.run(conn, name, params)
+    return rows[0] if rows else None
 
 
 async def pipeline(conn: Conn, *calls: Call | None) -> list[list[Row]]:
-    """Several statements in one round trip (None = skip); each one's rows, or []."""
-    async with conn.pipeline():
-        cursors = [await _send(conn, call) for call in calls if call is not None]
-    return [await _rows_of(cur) for cur in cursors]
+    """Several statements in one round trip (None = skip); each one's rows, or [].
+
+    Outside a transaction block, one implicit transaction: PostgreSQL runs the statements of a
+    pipeline up to its Sync as one, committed at the Sync and rolled back whole if a statement
+    fails. Transaction-scoped advisory locks last until then, and each statement still takes
+    its own snapshot, so a statement after a lock sees what the last holder wrote.
+    """
+    return await DIRECT.pipeline(conn, [call for call in calls if call is not None])
 
 
 __all__ = [

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from psycopg import abc
+from psycopg import abc, pq
 from psycopg import errors as pg_errors
 from psycopg.abc import Buffer
 from psycopg.adapt import PyFormat, Transformer
@@ -76,8 +76,27 @@ class _Session:
         return b"runlane_%d" % self.made
 
 
+@dataclass(slots=True)
+class _Call:
+    """One statement of a pipeline, its parameters dumped; ``fresh`` when it is prepared in it."""
+
+    name: str
+    key: tuple[str, tuple[int, ...]]
+    sql: bytes
+    types: tuple[int, ...]
+    dumped: Sequence[Buffer | None]
+    pgname: bytes = b""
+    fresh: bool = False
+
+
 class Direct:
-    """Runs named statements on pooled connections' libpq handles (see the module)."""
+    """Runs named statements on pooled connections' libpq handles (see the module).
+
+    A call raises psycopg's error for a statement the server refused (the connection stays
+    usable), and psycopg's ``OperationalError`` for a lost connection. Interrupted in flight
+    (cancelled, or the connection failed), the connection is closed: the pool replaces it, and
+    the outcome is unknown, as it is for a cursor's.
+    """
 
     def __init__(self, statements: Mapping[str, str]) -> None:
         self._statements = statements
@@ -85,16 +104,49 @@ class Direct:
         self._sessions: weakref.WeakKeyDictionary[Conn, _Session] = weakref.WeakKeyDictionary()
 
     async def run(self, conn: Conn, name: str, params: Mapping[str, Any]) -> list[Row]:
-        """The statement's rows, or [] for one that returns none.
+        """One statement (atomic by itself in autocommit): its rows, or [] for none."""
+        session = self._session(conn)
+        call = self._call(session, name, params)
+        if call.pgname:
+            try:
+                pgname, dumped = call.pgname, call.dumped
+                [[result]] = await _exchange(
+                    conn, lambda pg: pg.send_query_prepared(pgname, dumped)
+                )
+                return self._rows(session, name, result)
+            except pg_errors.InvalidSqlStatementName:
+                if not _deallocated(conn, session):
+                    raise
+                call = self._call(session, name, params)
+        [rows] = await self._pipeline(conn, session, [call])
+        return rows
 
-        Raises psycopg's error for a statement the server refused (the connection stays
-        usable), and psycopg's ``OperationalError`` for a lost connection. Interrupted in
-        flight (cancelled, or the connection failed), the connection is closed: the pool
-        replaces it, and the statement's outcome is unknown, as it is for a cursor's.
+    async def pipeline(
+        self, conn: Conn, calls: Sequence[tuple[str, Mapping[str, Any]]]
+    ) -> list[list[Row]]:
+        """Statements in one round trip; each one's rows, or [].
+
+        Outside a transaction block they are one implicit transaction, committed at the
+        pipeline's end and rolled back whole if one fails (PostgreSQL's rule for the statements
+        up to a Sync); inside one, they are part of it.
         """
+        session = self._session(conn)
+        batch = [self._call(session, name, params) for name, params in calls]
+        try:
+            return await self._pipeline(conn, session, batch)
+        except pg_errors.InvalidSqlStatementName:
+            if not _deallocated(conn, session):
+                raise
+            batch = [self._call(session, name, params) for name, params in calls]
+            return await self._pipeline(conn, session, batch)
+
+    def _session(self, conn: Conn) -> _Session:
         session = self._sessions.get(conn)
         if session is None:
             session = self._sessions[conn] = _Session(Transformer(conn))
+        return session
+
+    def _call(self, session: _Session, name: str, params: Mapping[str, Any]) -> _Call:
         statement = self._numbered.get(name)
         if statement is None:
             statement = self._numbered[name] = numbered(name, self._statements[name])
@@ -102,24 +154,38 @@ class Direct:
         dumped = tx.dump_sequence([params[p] for p in statement.order], statement.formats)
         types = tx.types or ()
         key = (name, types)
-        pgname = session.prepared.get(key)
-        if pgname is None:
-            # Prepared with the types psycopg would send, in the round trip (and the implicit
-            # transaction) of its first execution.
-            pgname = session.next_name()
-            result = await _first_execution(conn, pgname, statement.sql, types, dumped)
-            session.prepared[key] = pgname
-        else:
-            known = pgname
-            try:
-                [result] = await _exchange(conn, lambda pg: pg.send_query_prepared(known, dumped))
-            except pg_errors.InvalidSqlStatementName:
-                # psycopg sends DEALLOCATE ALL after a rollback on this connection: every
-                # statement is gone. Refused before it ran, this one is prepared again.
-                session.prepared.clear()
-                pgname = session.next_name()
-                result = await _first_execution(conn, pgname, statement.sql, types, dumped)
-                session.prepared[key] = pgname
+        return _Call(name, key, statement.sql, types, dumped, session.prepared.get(key, b""))
+
+    async def _pipeline(self, conn: Conn, session: _Session, batch: list[_Call]) -> list[list[Row]]:
+        # A statement not yet prepared on this connection is prepared in the pipeline, with the
+        # types psycopg would send (once, however often the pipeline holds it).
+        fresh: dict[tuple[str, tuple[int, ...]], bytes] = {}
+        for call in batch:
+            if not call.pgname:
+                known = fresh.get(call.key)
+                call.fresh = known is None
+                call.pgname = known or session.next_name()
+                fresh[call.key] = call.pgname
+
+        def send(pg: PGconn) -> None:
+            pg.enter_pipeline_mode()
+            for call in batch:
+                if call.fresh:
+                    pg.send_prepare(call.pgname, call.sql, param_types=call.types)
+                pg.send_query_prepared(call.pgname, call.dumped)
+            pg.pipeline_sync()
+
+        groups = iter(await _exchange(conn, send, pipeline=True))
+        session.prepared.update(fresh)
+        rows = []
+        for call in batch:
+            if call.fresh:
+                next(groups)  # the prepare's
+            [result] = next(groups)
+            rows.append(self._rows(session, call.name, result))
+        return rows
+
+    def _rows(self, session: _Session, name: str, result: PGresult) -> list[Row]:
         if result.status != ExecStatus.TUPLES_OK:
             return []
         names = session.columns.get(name)
@@ -127,6 +193,7 @@ class Direct:
             names = session.columns[name] = [
                 (result.fname(i) or b"").decode() for i in range(result.nfields)
             ]
+        tx = session.transformer
         tx.set_pgresult(result)
         rows: list[Row] = tx.load_rows(
             0, result.ntuples, lambda record: dict(zip(names, record, strict=True))
@@ -134,46 +201,43 @@ class Direct:
         return rows
 
 
-async def _first_execution(
-    conn: Conn, pgname: bytes, sql: bytes, types: Sequence[int], dumped: Sequence[Buffer | None]
-) -> PGresult:
-    """Prepare and execute in one pipeline: one round trip."""
-
-    def send(pg: PGconn) -> None:
-        pg.enter_pipeline_mode()
-        pg.send_prepare(pgname, sql, param_types=types)
-        pg.send_query_prepared(pgname, dumped)
-        pg.pipeline_sync()
-
-    results = await _exchange(conn, send, pipeline=True)
-    return results[-1]
+def _deallocated(conn: Conn, session: _Session) -> bool:
+    """A statement this connection had prepared is gone (a ``DEALLOCATE ALL`` or ``DISCARD
+    ALL`` on it): every one is forgotten, to be prepared again. Whether the refused call may go
+    again at once: outside a transaction block (nothing ran); inside one the error stands, and
+    the caller retries its transaction whole (``Database.run`` does)."""
+    session.prepared.clear()
+    return conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
 
 
 async def _exchange(
     conn: Conn, send: Callable[[PGconn], None], *, pipeline: bool = False
-) -> list[PGresult]:
-    """Send one command (or one pipeline) and read its results; raise the first error."""
+) -> list[list[PGresult]]:
+    """Send one statement (or a pipeline) and read its results, each statement's apart; raise
+    the first error among them."""
     pg = conn.pgconn
     try:
         send(pg)
-        results = await _results(pg, pipeline)
+        groups = await _results(pg, pipeline)
         if pipeline:
             pg.exit_pipeline_mode()
     except BaseException:
         await conn.close()
         raise
-    for result in results:
-        if result.status in _FATAL:
-            raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
-    return results
+    for group in groups:
+        for result in group:
+            if result.status in _FATAL:
+                raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+    return groups
 
 
-async def _results(pg: PGconn, pipeline: bool) -> list[PGresult]:
-    """A command's results, up to its end; a pipeline's, up to its sync."""
+async def _results(pg: PGconn, pipeline: bool) -> list[list[PGresult]]:
+    """Each statement's results, up to the end of one statement, or of a pipeline's sync."""
     loop = asyncio.get_running_loop()
     fd = pg.socket
     while pg.flush():
         await _ready(loop, fd, write=True)
+    groups: list[list[PGresult]] = []
     results: list[PGresult] = []
     while True:
         if pg.is_busy():
@@ -181,13 +245,15 @@ async def _results(pg: PGconn, pipeline: bool) -> list[PGresult]:
             pg.consume_input()
             continue
         result = pg.get_result()
-        if result is None:
-            if pipeline:
-                continue  # the end of one statement's results
-            return results
-        if result.status == ExecStatus.PIPELINE_SYNC:
-            return results
-        results.append(result)
+        if result is None:  # the end of one statement's results
+            groups.append(results)
+            if not pipeline:
+                return groups
+            results = []
+        elif result.status == ExecStatus.PIPELINE_SYNC:
+            return groups
+        else:
+            results.append(result)
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:
