@@ -161,7 +161,7 @@ async def test_opens_are_counted_and_the_last_close_really_closes(pg_url: str) -
     await store.open()
     await store.open()
     await store.close()
-    assert await store.get_run("a") is None
+    assert await store.get_run("never-created") is None  # still open after one close
     await store.close()
     await store.close()
     with pytest.raises(RunlaneError, match="not open"):
@@ -884,3 +884,79 @@ async def test_each_settlement_of_a_group_is_fenced_on_its_own(
     }
     parent_run = await pg_store.get_run("parent")
     assert parent_run is not None and parent_run.wake_at == T0  # woken by its child
+
+
+# ---------------------------------------------------------------- group commit across kinds
+
+
+def _units(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The statements of each single-statement call and each pipeline ``store`` sends."""
+    sent: list[list[str]] = []
+    rows, batch = store._db.rows, store._db.batch
+
+    async def one(name: str, /, **params: Any) -> Any:
+        sent.append([name])
+        return await rows(name, **params)
+
+    async def several(*calls: Any) -> Any:
+        sent.append([call[0] for call in calls if call is not None])
+        return await batch(*calls)
+
+    monkeypatch.setattr(store._db, "rows", one)
+    monkeypatch.setattr(store._db, "batch", several)
+    return sent
+
+
+async def test_checkpoints_and_settlements_made_while_one_is_in_flight_go_together(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _leased(pg_store, "lead", "cp-1", "cp-2", "done")
+    sent = _units(pg_store, monkeypatch)
+    await asyncio.gather(
+        pg_store.checkpoint("lead", "owner", _record("lead"), T0),
+        pg_store.checkpoint("cp-1", "owner", _record("cp-1"), T0),
+        pg_store.settle_run("done", "owner", _record("done"), DONE, T0, keyed=False),
+        pg_store.checkpoint("cp-2", "owner", _record("cp-2"), T0),
+    )
+    # The first goes alone at once; the others wait for it, then go in one round trip.
+    assert sent == [["checkpoint"], ["checkpoint_many", "settle"]]
+    for r in ("lead", "cp-1", "cp-2", "done"):
+        assert [s.output for s in await pg_store.list_steps(r)] == [r]
+    settled = await pg_store.get_run("done")
+    assert settled is not None and settled.status == RunStatus.COMPLETED
+
+
+async def test_a_start_does_not_wait_for_the_writes_in_flight(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _leased(pg_store, "lead", "other")
+    sent = _units(pg_store, monkeypatch)
+    await asyncio.gather(
+        pg_store.checkpoint("lead", "owner", _record("lead"), T0),
+        pg_store.create_runs([RunSpec("new", "wf", "1", None, T0)], T0),
+        pg_store.checkpoint("other", "owner", _record("other"), T0),
+    )
+    assert sent == [["checkpoint"], ["insert_runs"], ["checkpoint"]]
+
+
+async def test_a_write_whose_value_fails_the_shared_pipeline_fails_alone(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _leased(pg_store, "lead", "bad", "done")
+    sent = _units(pg_store, monkeypatch)
+    outcomes = await asyncio.gather(
+        pg_store.checkpoint("lead", "owner", _record("lead"), T0),
+        pg_store.checkpoint("bad", "owner", _record("bad", attempts=2**40), T0),
+        pg_store.settle_run("done", "owner", _record("done"), DONE, T0, keyed=False),
+        return_exceptions=True,
+    )
+    assert sent == [
+        ["checkpoint"],
+        ["checkpoint", "settle"],  # refused whole: nothing of it committed
+        ["checkpoint"],
+        ["settle"],
+    ]
+    assert outcomes[0] == [] and isinstance(outcomes[1], psycopg.errors.NumericValueOutOfRange)
+    assert [len(await pg_store.list_steps(r)) for r in ("lead", "bad", "done")] == [1, 0, 1]
+    settled = await pg_store.get_run("done")
+    assert settled is not None and settled.status == RunStatus.COMPLETED

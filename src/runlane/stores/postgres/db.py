@@ -137,13 +137,19 @@ class Database:
         attempt, stale = 1, 0
         while True:
             try:
-                async with self._pool.connection() as conn:
+                # getconn/putconn, not ``connection()``: its context also commits, a no-op for
+                # an autocommit connection that still cost a trip through psycopg's wait loop.
+                # A connection returned inside a transaction is rolled back by the pool.
+                conn = await self._pool.getconn()
+                try:
                     if stale <= self.max_size and _closed_while_idle(conn):
                         # Closed, it goes back to the pool, which replaces it.
                         stale += 1
                         await conn.close()
                         continue
                     return await work(conn)
+                finally:
+                    await self._pool.putconn(conn)
             except (
                 pg_errors.DeadlockDetected,
                 pg_errors.SerializationFailure,

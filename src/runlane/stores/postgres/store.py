@@ -12,18 +12,14 @@ another instance is claiming is simply "not claimable now". The statements live 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
-
-import psycopg
 
 from ... import admission, queues
 from ...errors import (
     LeaseLostError,
-    RunCancelling,
     RunFinishedError,
     RunNotFoundError,
-    StoreUnavailableError,
     not_requeueable,
 )
 from ...faults import unavailable
@@ -63,17 +59,13 @@ from .db import (
     Conn,
     Contended,
     Database,
-    GroupCommit,
     execute,
     fetch_all,
     fetch_one,
     pipeline,
 )
 from .rows import (
-    Checkpoint,
     Row,
-    Settling,
-    checkpoints_params,
     claimable,
     depth_first,
     event_from_row,
@@ -90,13 +82,20 @@ from .rows import (
     query_where,
     run_from_row,
     schedule_from_row,
-    settlements_params,
     signal_from_row,
     specs_params,
     start_refusal,
     step_from_row,
 )
 from .schema import upgrade
+from .writes import (
+    PlainWrites,
+    fence_error,
+    new_or_found,
+    settle_params,
+    started_by_id,
+    woken_by,
+)
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
@@ -104,15 +103,6 @@ _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
 _NONE = Writes()
 _GROUP_MOST = 100  # checkpoints of different runs written by one statement, at most
 _RACES = 5  # a start that lost a race (its id, its held run) to a concurrent one: tries, at most
-
-
-@dataclass
-class GroupedSettlement:
-    """A grouped settlement's outcome: the runs it woke, and whether the run had entered a
-    step queue (its entries then go after it: ``_release_settled``)."""
-
-    woken: list[str]
-    queued: bool
 
 
 class PostgresStore:
@@ -123,8 +113,7 @@ class PostgresStore:
     def __init__(self, url: str, *, min_size: int = 1, max_size: int = 10) -> None:
         self.url = url
         self._db = Database(url, min_size, max_size)
-        self._checkpoints = GroupCommit(self._write_checkpoints, _GROUP_MOST)
-        self._settlements = GroupCommit(self._write_settlements, _GROUP_MOST)
+        self._writes = PlainWrites(self._db, _GROUP_MOST)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -161,7 +150,7 @@ class PostgresStore:
         if len({s.id for s in specs}) == len(specs) and not any(gated(s) for s in specs):
             # One statement, atomic by itself: no transaction, one round trip.
             params = specs_params(specs, lease)
-            found = _started_by_id(await self._db.rows("insert_runs", **params))
+            found = started_by_id(await self._db.rows("insert_runs", **params))
             missing = [s.id for s in specs if s.id not in found]
             found.update((run.id, Started(run, created=False)) for run in await self._runs(missing))
             return [found[spec.id] for spec in specs]
@@ -201,7 +190,7 @@ class PostgresStore:
         """Ungated specs (no key counts them) in one statement."""
         if not specs:
             return {}
-        found = _started_by_id(await fetch_all(conn, "insert_runs", **specs_params(specs)))
+        found = started_by_id(await fetch_all(conn, "insert_runs", **specs_params(specs)))
         missing = [s.id for s in specs if s.id not in found]
         for run in await self._fetch_runs(conn, missing):
             found[run.id] = Started(run, created=False)
@@ -481,67 +470,8 @@ class PostgresStore:
             return await self._db.tx(
                 lambda conn: self._checkpoint_in(conn, run_id, owner, writes, now, lock)
             )
-        await self._checkpoints((run_id, owner, writes, now))
+        await self._writes.checkpoint(run_id, owner, writes, now)
         return []
-
-    async def _write_checkpoints(self, batch: list[Checkpoint]) -> list[Exception | None]:
-        """Checkpoints of different runs (see ``GroupCommit``): one statement for all of them,
-        each fenced on its own; one run's failed fence does not stop the others."""
-        if len(batch) > 1:
-            try:
-                rows = await self._db.rows("checkpoint_many", **checkpoints_params(batch))
-            except StoreUnavailableError:
-                raise
-            except psycopg.Error:
-                pass  # one run's data failed the statement: each goes alone, and fails alone
-            else:
-                # A run whose lease was not held has no fence row: status NULL.
-                fenced = {row["id"]: row for row in rows if row["status"] is not None}
-                return [
-                    _fence_error(fenced.get(run_id), run_id, owner) for run_id, owner, *_ in batch
-                ]
-        return [await self._write_checkpoint(*checkpoint) for checkpoint in batch]
-
-    async def _write_settlements(
-        self, batch: list[Settling]
-    ) -> list[GroupedSettlement | Exception]:
-        """Settlements of different runs (plain ones: see ``settle_many``): one statement for
-        all of them, each fenced on its own; alone, the ``settle`` statement."""
-        if len(batch) == 1:
-            [(run_id, owner, writes, settlement, now)] = batch
-            params = _settle_params(run_id, owner, settlement, now, writes)
-            try:
-                row = _first(await self._db.rows("settle", **params))
-            except StoreUnavailableError:
-                raise
-            except psycopg.Error as failed:
-                return [failed]  # this run's own failure: the others of its group still go
-            return [_fence_error(row, run_id, owner) or _grouped(row)]
-        try:
-            rows = await self._db.rows("settle_many", **settlements_params(batch))
-        except StoreUnavailableError:
-            raise
-        except psycopg.Error:
-            # One run's data failed the statement: each goes alone, and fails alone.
-            return [(await self._write_settlements([one]))[0] for one in batch]
-        # A run whose lease was not held has no fence row: status NULL.
-        fenced = {row["id"]: row for row in rows if row["status"] is not None}
-        return [
-            _fence_error(fenced.get(run_id), run_id, owner) or _grouped(fenced[run_id])
-            for run_id, owner, *_ in batch
-        ]
-
-    async def _write_checkpoint(
-        self, run_id: str, owner: str, writes: Writes, now: datetime
-    ) -> Exception | None:
-        params = {**fenced_params(run_id, owner, writes), "now": now}
-        try:
-            row = _first(await self._db.rows("checkpoint", **params))
-        except StoreUnavailableError:
-            raise
-        except psycopg.Error as error:
-            return error  # this run's own failure: the others of its group still go
-        return _fence_error(row, run_id, owner)
 
     async def suspend_run(
         self,
@@ -602,12 +532,12 @@ class PostgresStore:
             # The common case: the key lock, the writes, settlement and wakes, and the hand-over
             # of the freed slot: one round trip.
             # A queued run's slots go in the same transaction (see ``release_steps``).
-            params = _settle_params(run_id, owner, settlement, now, writes, successor)
+            params = settle_params(run_id, owner, settlement, now, writes, successor)
             released = _release_call(run_id, None, None, now, settled=True) if queued else None
             if lock is None and released is None and successor is None:
                 # No key, no queue, nothing created: settlements of different runs made while
                 # one is in flight go together (see ``GroupCommit``).
-                grouped = await self._settlements((run_id, owner, writes, settlement, now))
+                grouped = await self._writes.settle(run_id, owner, writes, settlement, now)
                 if grouped.queued:
                     grouped.woken.extend(await self._release_settled(run_id, now))
                 return SettleResult(grouped.woken)
@@ -616,7 +546,7 @@ class PostgresStore:
             else:
                 *_, settled, freed = await self._db.batch(lock, ("settle", params), released)
             row = _check_fence(_first(settled), run_id, owner)
-            woken = _woken(row)
+            woken = woken_by(row)
             if released is not None:
                 woken += freed[0]["woken"]
             elif row["fence_queued"]:
@@ -631,10 +561,10 @@ class PostgresStore:
                 cancelled = settlement.status == RunStatus.CANCELLED
                 await self._checkpoint_in(conn, run_id, owner, writes, now, lock, cancelled)
                 flushed, settle_lock = Writes(), None
-            settle = ("settle", _settle_params(run_id, owner, settlement, now, flushed))
+            settle = ("settle", settle_params(run_id, owner, settlement, now, flushed))
             *_, rows = await pipeline(conn, settle_lock, settle)
             row = _check_fence(_first(rows), run_id, owner)
-            woken = _woken(row)
+            woken = woken_by(row)
             # The continuation skips the gates (its predecessor held the place), but its key
             # is locked above so concurrent counts see it or wait for it.
             started = await self._insert_plain(conn, follow)
@@ -693,7 +623,7 @@ class PostgresStore:
 
     async def _finish(self, conn: Conn, run_id: str, settlement: Settlement, now: datetime) -> Run:
         """Settle a run terminal outside a turn, as ``settle_run`` does (its key lock held)."""
-        row = await fetch_one(conn, "settle", **_settle_params(run_id, None, settlement, now))
+        row = await fetch_one(conn, "settle", **settle_params(run_id, None, settlement, now))
         assert row is not None and row["written"], f"finishing unknown run {run_id!r}"
         run = await fetch_one(conn, "get_run", id=run_id)
         assert run is not None
@@ -1145,32 +1075,6 @@ def _retry_params(retry: RetryTimer) -> Row:
     return {"retry_first": retry.first, "retry_most": retry.most, "retry_jitter": retry.jitter}
 
 
-def _settle_params(
-    run_id: str,
-    owner: str | None,
-    settlement: Settlement,
-    now: datetime,
-    writes: Writes = _NONE,
-    successor: Lease | None = None,
-) -> Row:
-    """``settle``'s parameters; ``owner=None`` settles outside a turn (no lease to check)."""
-    return {
-        # A cancelled run settles only as cancelled: its turn's other outcome is discarded.
-        **fenced_params(
-            run_id,
-            owner,
-            writes,
-            allow_cancelling=owner is None or settlement.status == RunStatus.CANCELLED,
-        ),
-        "status": str(settlement.status),
-        "output": json_param(settlement.output),
-        "error": json_param(settlement.error),
-        "now": now,
-        "successor": successor.owner if successor else None,
-        "successor_until": successor.until if successor else None,
-    }
-
-
 def _queue_params(settings: QueueSettings, now: datetime) -> Row:
     return {
         "name": settings.name,
@@ -1228,22 +1132,6 @@ def _fire_record(fire: WindowFire, started: Started) -> Row:
     return {"id": fire.schedule_id, "run_id": run_id, "error": error}
 
 
-def _started_by_id(rows: list[Row]) -> dict[str, Started]:
-    """An ``insert_runs`` result: the new runs and the existing ones, by id."""
-    return {row["id"]: _new_or_found(row) for row in rows}
-
-
-def _new_or_found(row: Row, waiting: bool = False) -> Started:
-    """A created or existing run; a run created already leased comes with its claim."""
-    run = run_from_row(row)
-    if not row["created"] or run.status != RunStatus.RUNNING:
-        return Started(run, created=row["created"], waiting=waiting)
-    as_created = replace(
-        run, status=RunStatus.PENDING, lease_owner=None, lease_expires_at=None, holds_slot=False
-    )
-    return Started(as_created, created=True, claim=Claim(run, [], []))
-
-
 def _replaces(spec: RunSpec) -> bool:
     return spec.singleton is not None and spec.singleton.replace
 
@@ -1265,7 +1153,7 @@ def _gated_outcome(spec: RunSpec, row: Row | None, now: datetime) -> Started | N
             return Started(run_from_row(row), created=False, debounced=True)
         held = row["begin_at"] is not None and row["begin_at"] > now
         ahead = admission.waits_at_start(spec.singleton, row["key_ahead"])
-        return _new_or_found(row, row["created"] and (held or ahead))
+        return new_or_found(row, row["created"] and (held or ahead))
     refusal = start_refusal(spec, row, now)
     return None if refusal is None else Started(None, created=False, rejected=refusal)
 
@@ -1292,13 +1180,6 @@ def _recoverable(peek: Row, now: datetime) -> bool:
     return peek["status"] in _LEASED and claimable(peek, now)
 
 
-def _grouped(row: Row | None) -> GroupedSettlement:
-    """A plain settlement's outcome from its ``settle`` or ``settle_many`` row, once
-    ``_fence_error`` found it written."""
-    assert row is not None
-    return GroupedSettlement(_woken(row), bool(row["fence_queued"]))
-
-
 def _held(peek: Row) -> bool:
     """Whether a handed-off timer's run was left alone only because its row was locked at that
     instant (``SKIP LOCKED``: a signal or a result being recorded): its wake time stands a lease
@@ -1312,27 +1193,11 @@ def _first(rows: list[Row]) -> Row | None:
 
 def _check_fence(row: Row | None, run_id: str, owner: str | None) -> Row:
     """A fenced statement's row, once it shows that the writes went ahead."""
-    error = _fence_error(row, run_id, owner)
+    error = fence_error(row, run_id, owner)
     if error is not None:
         raise error
     assert row is not None
     return row
-
-
-def _fence_error(row: Row | None, run_id: str, owner: str | None) -> Exception | None:
-    """Why a fenced statement wrote nothing (its row shows it), or None if it wrote."""
-    if row is None:
-        return LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
-    if not row["written"]:
-        # Only a cancellation stops a held lease from writing (see ``fenced_writes``).
-        return RunCancelling(f"run {run_id!r} was cancelled")
-    return None
-
-
-def _woken(settled: Row) -> list[str]:
-    """The runs a ``settle`` woke: the key's next waiters, then the parent if it was waiting."""
-    parent = [settled["fence_parent_id"]] if settled["parent_woken"] else []
-    return [*settled["waiters"], *parent]
 
 
 __all__ = ["PostgresStore", "upgrade"]

@@ -1,0 +1,258 @@
+"""Group commit of a PostgreSQL store's plain writes: checkpoints and settlements.
+
+Writes made while one is in flight wait for it, then go together (``GroupCommit``): the
+checkpoints in one ``checkpoint_many`` (``checkpoint`` when alone), the settlements in one
+``settle_many`` (``settle`` when alone), both in one pipeline when both are there: one round
+trip and one commit for all. Each run is still fenced on its own by its statement, and a fence
+that fails fails its own write only.
+
+Plain means nothing to lock or count: checkpoints without child runs, and settlements of runs
+without a singleton key, queue, continuation or handler (the store sends the others by
+themselves). Starts do not wait here: a start goes at once on a connection of its own, so an
+application's ``start`` costs one round trip whatever the engine is writing. A statement that
+fails on a value (never an outage) sends each write again alone, so the one at fault fails
+alone and the others go ahead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+import psycopg
+
+from ...errors import LeaseLostError, RunCancelling, StoreUnavailableError
+from ...models import Claim, Lease, Run, RunStatus, Settlement, Started, Writes
+from .db import Call, Database, GroupCommit
+from .rows import (
+    Checkpoint,
+    Row,
+    Settling,
+    checkpoints_params,
+    fenced_params,
+    json_param,
+    run_from_row,
+    settlements_params,
+)
+
+_NONE = Writes()
+W = TypeVar("W")
+
+
+@dataclass
+class GroupedSettlement:
+    """A grouped settlement's outcome: the runs it woke, and whether the run had entered a
+    step queue (its entries then go after it: ``_release_settled``)."""
+
+    woken: list[str]
+    queued: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointWrite:
+    checkpoint: Checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class SettleWrite:
+    settling: Settling
+
+
+Write = CheckpointWrite | SettleWrite
+Outcome = GroupedSettlement | None  # a settlement's, a checkpoint's
+
+
+class PlainWrites:
+    """The group commit of a store's plain writes (see the module)."""
+
+    def __init__(self, db: Database, most: int) -> None:
+        self._db = db
+        self._group: GroupCommit[Write, Outcome] = GroupCommit(self._flush, most)
+
+    async def checkpoint(self, run_id: str, owner: str, writes: Writes, now: datetime) -> None:
+        await self._group(CheckpointWrite((run_id, owner, writes, now)))
+
+    async def settle(
+        self, run_id: str, owner: str, writes: Writes, settlement: Settlement, now: datetime
+    ) -> GroupedSettlement:
+        grouped = await self._group(SettleWrite((run_id, owner, writes, settlement, now)))
+        assert isinstance(grouped, GroupedSettlement)
+        return grouped
+
+    async def _flush(self, batch: list[Write]) -> list[Outcome | Exception]:
+        checkpoints = [
+            (i, w.checkpoint) for i, w in enumerate(batch) if isinstance(w, CheckpointWrite)
+        ]
+        settlings = [(i, w.settling) for i, w in enumerate(batch) if isinstance(w, SettleWrite)]
+        kinds: list[tuple[_Kind[Any], Sequence[tuple[int, Any]]]] = [
+            (_CHECKPOINTS, checkpoints),
+            (_SETTLINGS, settlings),
+        ]
+        groups = [
+            (kind, [i for i, _ in items], [w for _, w in items]) for kind, items in kinds if items
+        ]
+        calls = [kind.make(writes) for kind, _, writes in groups]
+        outcomes: dict[int, Outcome | Exception] = {}
+        try:
+            if len(calls) == 1:
+                results = [await self._db.rows(calls[0][0], **calls[0][1])]
+            else:
+                results = await self._db.batch(*calls)
+        except StoreUnavailableError:
+            raise
+        except psycopg.Error as failed:
+            if len(batch) == 1:
+                return [failed]
+            # A value failed its statement (and the pipeline with it): each write alone, so
+            # only the one at fault fails.
+            for kind, indices, writes in groups:
+                for i, write in zip(indices, writes, strict=True):
+                    outcomes[i] = await self._alone(kind, write)
+        else:
+            for (kind, indices, writes), rows in zip(groups, results, strict=True):
+                outcomes.update(zip(indices, kind.read(writes, rows), strict=True))
+        return [outcomes[i] for i in range(len(batch))]
+
+    async def _alone(self, kind: _Kind[Any], write: Any) -> Outcome | Exception:
+        name, params = kind.make([write])
+        try:
+            [outcome] = kind.read([write], await self._db.rows(name, **params))
+        except StoreUnavailableError:
+            raise
+        except psycopg.Error as failed:
+            return failed  # this write's own failure: the others of its group still go
+        return outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind(Generic[W]):
+    """One kind of write: its statement for a group of them, and each one's outcome from the
+    statement's rows."""
+
+    make: Callable[[Sequence[W]], Call]
+    read: Callable[[Sequence[W], list[Row]], list[Outcome | Exception]]
+
+
+def _checkpoint_call(checkpoints: Sequence[Checkpoint]) -> Call:
+    if len(checkpoints) == 1:
+        [(run_id, owner, writes, now)] = checkpoints
+        return ("checkpoint", {**fenced_params(run_id, owner, writes), "now": now})
+    return ("checkpoint_many", checkpoints_params(checkpoints))
+
+
+def _checkpointed(checkpoints: Sequence[Checkpoint], rows: list[Row]) -> list[Outcome | Exception]:
+    if len(checkpoints) == 1:
+        [(run_id, owner, *_)] = checkpoints
+        return [fence_error(rows[0] if rows else None, run_id, owner)]
+    # A run whose lease was not held has no fence row (``checkpoint_many``: status NULL).
+    fenced = {row["id"]: row for row in rows if row["status"] is not None}
+    return [fence_error(fenced.get(run_id), run_id, owner) for run_id, owner, *_ in checkpoints]
+
+
+def _settle_call(settlings: Sequence[Settling]) -> Call:
+    if len(settlings) == 1:
+        [(run_id, owner, writes, settlement, now)] = settlings
+        return ("settle", settle_params(run_id, owner, settlement, now, writes))
+    return ("settle_many", settlements_params(settlings))
+
+
+def _settled(settlings: Sequence[Settling], rows: list[Row]) -> list[Outcome | Exception]:
+    if len(settlings) == 1:
+        [(run_id, owner, *_)] = settlings
+        row = rows[0] if rows else None
+        return [fence_error(row, run_id, owner) or grouped(row)]
+    # A run whose lease was not held has no fence row: status NULL.
+    fenced = {row["id"]: row for row in rows if row["status"] is not None}
+    return [
+        fence_error(fenced.get(run_id), run_id, owner) or grouped(fenced[run_id])
+        for run_id, owner, *_ in settlings
+    ]
+
+
+_CHECKPOINTS = _Kind(_checkpoint_call, _checkpointed)
+_SETTLINGS = _Kind(_settle_call, _settled)
+
+
+# ---------------------------------------------------------------- rows and parameters
+
+
+def settle_params(
+    run_id: str,
+    owner: str | None,
+    settlement: Settlement,
+    now: datetime,
+    writes: Writes = _NONE,
+    successor: Lease | None = None,
+) -> Row:
+    """``settle``'s parameters; ``owner=None`` settles outside a turn (no lease to check)."""
+    return {
+        # A cancelled run settles only as cancelled: its turn's other outcome is discarded.
+        **fenced_params(
+            run_id,
+            owner,
+            writes,
+            allow_cancelling=owner is None or settlement.status == RunStatus.CANCELLED,
+        ),
+        "status": str(settlement.status),
+        "output": json_param(settlement.output),
+        "error": json_param(settlement.error),
+        "now": now,
+        "successor": successor.owner if successor else None,
+        "successor_until": successor.until if successor else None,
+    }
+
+
+def started_by_id(rows: list[Row]) -> dict[str, Started]:
+    """An ``insert_runs`` result: the new runs and the existing ones, by id."""
+    return {row["id"]: new_or_found(row) for row in rows}
+
+
+def new_or_found(row: Row, waiting: bool = False) -> Started:
+    """A created or existing run; a run created already leased comes with its claim."""
+    run = run_from_row(row)
+    if not row["created"] or run.status != RunStatus.RUNNING:
+        return Started(run, created=row["created"], waiting=waiting)
+    return Started(_as_created(run), created=True, claim=Claim(run, [], []))
+
+
+def _as_created(run: Run) -> Run:
+    return replace(
+        run, status=RunStatus.PENDING, lease_owner=None, lease_expires_at=None, holds_slot=False
+    )
+
+
+def fence_error(row: Row | None, run_id: str, owner: str | None) -> Exception | None:
+    """Why a fenced statement wrote nothing (its row shows it), or None if it wrote."""
+    if row is None:
+        return LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
+    if not row["written"]:
+        # Only a cancellation stops a held lease from writing (see ``fenced_writes``).
+        return RunCancelling(f"run {run_id!r} was cancelled")
+    return None
+
+
+def grouped(row: Row | None) -> GroupedSettlement:
+    """A plain settlement's outcome from its ``settle`` or ``settle_many`` row, once
+    ``fence_error`` found it written."""
+    assert row is not None
+    return GroupedSettlement(woken_by(row), bool(row["fence_queued"]))
+
+
+def woken_by(settled: Row) -> list[str]:
+    """The runs a ``settle`` woke: the key's next waiters, then the parent if it was waiting."""
+    parent = [settled["fence_parent_id"]] if settled["parent_woken"] else []
+    return [*settled["waiters"], *parent]
+
+
+__all__ = [
+    "GroupedSettlement",
+    "PlainWrites",
+    "fence_error",
+    "grouped",
+    "new_or_found",
+    "settle_params",
+    "started_by_id",
+    "woken_by",
+]
