@@ -489,3 +489,89 @@ async def test_the_lanes_migration_moves_existing_singleton_runs_into_their_work
     assert holder.tags == ("mine", "singleton:store:A")
     assert q.tags == ("mine", "concurrency:tenant:acme")
     assert (q.concurrency_limit, holder.admission_retries) == (None, 0)
+
+
+# ---------------------------------------------------------------- WAL checkpoints
+
+
+class _Counting(sqlite3.Connection):
+    checkpoints: list[tuple[int, int, int]]
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        cursor = super().execute(sql, *args)
+        if "wal_checkpoint" in sql:
+            rows = cursor.fetchall()
+            self.checkpoints.append(rows[0])
+        return cursor
+
+
+def _counting(path: Path) -> tuple[list[tuple[int, int, int]], Any]:
+    done: list[tuple[int, int, int]] = []
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None, factory=_Counting)
+        conn.checkpoints = done
+        return conn
+
+    return done, connect
+
+
+async def test_commits_leave_the_wal_to_the_checkpoint_thread(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "r.db")
+    done, connect = _counting(tmp_path / "r.db")
+    store._checkpoint_connect = connect  # type: ignore[method-assign]
+    await store.open()
+    try:
+        assert store._checkpointer is not None
+        store._checkpointer._every = 20
+        [pages] = await store._running().run(
+            lambda c: c.execute("PRAGMA wal_autocheckpoint").fetchone(), write=False
+        )
+        assert pages == 20_000  # a commit checkpoints only past that: the thread does it
+        for i in range(100):
+            await store.create_runs([RunSpec(f"r{i}", "wf", "1", {"i": i}, T0)], T0)
+        for _ in range(100):
+            if len(done) >= 4:
+                break
+            await asyncio.sleep(0.02)
+        assert len(done) >= 4  # one per 20 write batches
+        assert all(busy == 0 and log >= copied >= 0 for busy, log, copied in done)
+        assert sum(copied for *_, copied in done) > 0
+    finally:
+        await store.close()
+    reopened = SqliteStore(tmp_path / "r.db")
+    await reopened.open()
+    try:
+        assert len(await reopened.get_runs([f"r{i}" for i in range(100)])) == 100
+    finally:
+        await reopened.close()
+
+
+async def test_a_lone_write_is_checkpointed_once_the_file_is_idle(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "r.db")
+    done, connect = _counting(tmp_path / "r.db")
+    store._checkpoint_connect = connect  # type: ignore[method-assign]
+    await store.open()
+    try:
+        assert store._checkpointer is not None
+        store._checkpointer._idle = 0.05
+        await store.create_runs([RunSpec("one", "wf", "1", None, T0)], T0)
+        for _ in range(100):
+            if done:
+                break
+            await asyncio.sleep(0.02)
+        assert len(done) == 1 and done[0][2] > 0
+        await asyncio.sleep(0.2)
+        assert len(done) == 1  # nothing written since: nothing to do
+    finally:
+        await store.close()
+
+
+async def test_a_store_in_memory_runs_no_checkpoint_thread() -> None:
+    store = SqliteStore(":memory:")
+    await store.open()
+    try:
+        assert store._checkpointer is None
+        await store.create_runs([RunSpec("one", "wf", "1", None, T0)], T0)
+    finally:
+        await store.close()

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs
 
+from ...concurrency import run_in_thread
 from ...errors import RunlaneError
 from ...faults import is_infrastructure, unavailable
 from ...models import (
@@ -47,6 +48,7 @@ from ...urls import SQLITE_URLS
 from ..migrations import pending_migrations
 from . import ops, reads, retention, schedules
 from . import queues as sqlite_queues
+from .checkpoints import SAFETY_PAGES, WalCheckpointer
 from .worker import SqliteWorker
 
 BUSY_TIMEOUT = 30.0  # seconds a connection waits for another's write lock, by default
@@ -71,6 +73,8 @@ class SqliteStore:
         self.busy_timeout = busy_timeout
         self._opens = 0
         self._worker: SqliteWorker | None = None
+        self._checkpointer: WalCheckpointer | None = None
+        self._wal = False  # whether the file is in WAL mode (not so in memory)
 
     @classmethod
     def from_url(cls, url: str) -> SqliteStore:
@@ -98,9 +102,15 @@ class SqliteStore:
         # Not concurrency.run_in_thread: a sqlite3 connection belongs to the thread that made
         # it, and one thread per store also queues this object's transactions one after another
         # (and commits them together) instead of making them wait on each other's file lock.
-        self._worker = SqliteWorker(self._connect, name="runlane-sqlite")
+        checkpointer = WalCheckpointer(self._checkpoint_connect)
+        self._worker = SqliteWorker(
+            self._connect, name="runlane-sqlite", on_commit=checkpointer.committed
+        )
         try:
             await self._worker.start()
+            if self._wal:
+                self._checkpointer = checkpointer
+                checkpointer.start()
         except BaseException as exc:
             await self._shut_down()
             if isinstance(exc, Exception) and is_infrastructure(exc):
@@ -117,6 +127,9 @@ class SqliteStore:
 
     async def _shut_down(self) -> None:
         self._opens = 0
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            await run_in_thread(checkpointer.stop)
         worker, self._worker = self._worker, None
         if worker is not None:
             await worker.stop()
@@ -129,12 +142,15 @@ class SqliteStore:
             where = os.path.abspath(self.path)
             raise sqlite3.OperationalError(f"{exc}: {where} ({SQLITE_URLS})") from exc
         try:
-            _configure(conn, self.busy_timeout)
+            self._wal = _configure(conn, self.busy_timeout)
             _transaction(conn, _migrate, conn)
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _checkpoint_connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, isolation_level=None)
 
     # ---------------------------------------------------------------- the worker thread
 
@@ -451,16 +467,21 @@ class SqliteStore:
         return await self._write(schedules.fire_windows, fires, now)
 
 
-def _configure(conn: sqlite3.Connection, busy_timeout: float) -> None:
+def _configure(conn: sqlite3.Connection, busy_timeout: float) -> bool:
+    """Set the store's connection up; whether the file is in WAL mode."""
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
     use_wal(conn, busy_timeout)
+    wal = bool(conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal")
+    if wal:  # the WalCheckpointer checkpoints, not the commits (see ``checkpoints``)
+        conn.execute(f"PRAGMA wal_autocheckpoint = {SAFETY_PAGES}")
     # NORMAL skips the fsync at each commit, not the write: in WAL mode a committed
     # transaction is in the OS page cache before COMMIT returns, so a crashed *process*
     # loses nothing. Only an OS crash or power cut can roll back the last commits, and even
     # then the file stays consistent (never half a transaction).
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("PRAGMA foreign_keys = ON")
+    return wal
 
 
 def _transaction(

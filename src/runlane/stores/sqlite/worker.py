@@ -46,8 +46,15 @@ class _Call:
 class SqliteWorker:
     """A thread that owns one connection and runs the queued calls in group-committed batches."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], name: str) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        name: str,
+        on_commit: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_commit`` is called on the thread after each batch that committed a write."""
         self._connect = connect
+        self._on_commit = on_commit
         self._queue: queue.SimpleQueue[_Call] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._closed = False
@@ -105,7 +112,11 @@ class SqliteWorker:
             if not calls:
                 continue
             stopping = calls[-1].fn is None
-            _run_batch(conn, [call for call in calls if call.fn is not None])
+            if (
+                _run_batch(conn, [call for call in calls if call.fn is not None])
+                and self._on_commit
+            ):
+                self._on_commit()
             if stopping:
                 conn.close()
                 self._close_queue(None, calls)
@@ -147,11 +158,12 @@ def _nothing(conn: sqlite3.Connection) -> None:
     return None
 
 
-def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> None:
+def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> bool:
+    """Run a batch; whether it committed a write."""
     if not any(call.write for call in calls):
         for call in calls:
             _run(conn, call)
-        return
+        return False
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
@@ -162,7 +174,7 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> None:
                 call.error = exc
             else:
                 _run(conn, call)
-        return
+        return False
     try:
         for call in calls:
             if call.write:
@@ -174,6 +186,7 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> None:
                 # the jobs before this one are lost, and later ones must not autocommit.
                 raise sqlite3.OperationalError("the batch's transaction was rolled back")
         conn.execute("COMMIT")
+        return True
     except BaseException as exc:
         # A failed ROLLBACK must not kill the thread: its callers would wait forever. The next
         # BEGIN then fails too, and its callers get that error.
@@ -182,6 +195,7 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> None:
                 conn.execute("ROLLBACK")
         for call in calls:
             call.error = exc
+        return False
 
 
 def _run(conn: sqlite3.Connection, call: _Call) -> None:
