@@ -43,6 +43,17 @@ async def conn(pg_url: str) -> AsyncIterator[Conn]:
         await connection.close()
 
 
+@pytest.fixture
+async def db(pg_url: str) -> AsyncIterator[Database]:
+    """A store's pool of one connection, open."""
+    database = Database(pg_url, 1, 1)
+    await database.open()
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
 async def through_cursor(conn: Conn, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     cur = await conn.execute(STATEMENTS[name], params)
     return await cur.fetchall() if cur.pgresult and cur.pgresult.nfields else []
@@ -145,54 +156,39 @@ async def test_a_connection_lost_in_flight_raises_an_operational_error(
     assert conn.closed
 
 
-async def test_the_store_reports_a_connection_lost_in_a_single_statement_as_unavailable(
-    pg_url: str,
+async def test_a_pooled_connection_terminated_while_idle_is_replaced_at_checkout(
+    db: Database, pg_url: str
 ) -> None:
-    db = Database(pg_url, 1, 1)
-    await db.open()
-    try:
-        [row] = await db.rows("latest_event_seq")
-        assert set(row) == {"seq"}
-        async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
-            await admin.execute(
-                """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                   WHERE datname = current_database() AND pid <> pg_backend_pid()"""
-            )
-        await asyncio.sleep(0.1)
-        # A connection found dead at checkout is replaced without failing the call.
-        assert [set(r) for r in await db.rows("latest_event_seq")] == [{"seq"}]
-    finally:
-        await db.close()
+    [row] = await db.rows("latest_event_seq")
+    assert set(row) == {"seq"}
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as admin:
+        await admin.execute(
+            """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+               WHERE datname = current_database() AND pid <> pg_backend_pid()"""
+        )
+    await asyncio.sleep(0.1)
+    # A connection found dead at checkout is replaced without failing the call.
+    assert [set(r) for r in await db.rows("latest_event_seq")] == [{"seq"}]
 
 
 async def test_a_store_call_cancelled_in_flight_leaves_the_pool_a_working_connection(
-    pg_url: str,
+    db: Database,
 ) -> None:
-    db = Database(pg_url, 1, 1)
-    await db.open()
-    try:
-        direct = Direct(STATEMENTS)
-        call = asyncio.create_task(db.run(lambda conn: direct.run(conn, "sleep", {"s": 5})))
-        await asyncio.sleep(0.3)
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-        assert [set(r) for r in await asyncio.wait_for(db.rows("latest_event_seq"), 5)] == [{"seq"}]
-    finally:
-        await db.close()
+    direct = Direct(STATEMENTS)
+    call = asyncio.create_task(db.run(lambda conn: direct.run(conn, "sleep", {"s": 5})))
+    await asyncio.sleep(0.3)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert [set(r) for r in await asyncio.wait_for(db.rows("latest_event_seq"), 5)] == [{"seq"}]
 
 
-async def test_a_refused_statement_is_the_callers_error_not_an_outage(pg_url: str) -> None:
-    db = Database(pg_url, 1, 1)
-    await db.open()
-    try:
-        direct = Direct(STATEMENTS)
-        with pytest.raises(psycopg.errors.DivisionByZero):
-            await db.run(lambda conn: direct.run(conn, "divide", {"d": 0}))
-        with pytest.raises(StoreUnavailableError):
-            await db.run(lambda conn: _lost(conn, direct))
-    finally:
-        await db.close()
+async def test_a_refused_statement_is_the_callers_error_not_an_outage(db: Database) -> None:
+    direct = Direct(STATEMENTS)
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        await db.run(lambda conn: direct.run(conn, "divide", {"d": 0}))
+    with pytest.raises(StoreUnavailableError):
+        await db.run(lambda conn: _lost(conn, direct))
 
 
 async def _lost(conn: Conn, direct: Direct) -> list[dict[str, Any]]:
@@ -226,22 +222,17 @@ async def test_a_pipeline_that_fails_commits_nothing_and_raises_the_first_error(
 
 
 async def test_a_statement_deallocated_inside_a_transaction_retries_the_transaction_whole(
-    pg_url: str,
+    db: Database,
 ) -> None:
-    db = Database(pg_url, 1, 1)
-    await db.open()
     direct, attempts = Direct(STATEMENTS), list[int]()
-    try:
 
-        async def work(conn: Conn) -> list[dict[str, Any]]:
-            attempts.append(len(attempts) + 1)
-            await direct.run(conn, "divide", {"d": 1})
-            if len(attempts) == 1:
-                await conn.execute("DEALLOCATE ALL")
-            async with conn.transaction():
-                return await direct.run(conn, "divide", {"d": 1})
+    async def work(conn: Conn) -> list[dict[str, Any]]:
+        attempts.append(len(attempts) + 1)
+        await direct.run(conn, "divide", {"d": 1})
+        if len(attempts) == 1:
+            await conn.execute("DEALLOCATE ALL")
+        async with conn.transaction():
+            return await direct.run(conn, "divide", {"d": 1})
 
-        assert await db.run(work) == [{"q": 1}]
-        assert attempts == [1, 2]
-    finally:
-        await db.close()
+    assert await db.run(work) == [{"q": 1}]
+    assert attempts == [1, 2]

@@ -505,7 +505,9 @@ class _Counting(sqlite3.Connection):
         return cursor
 
 
-def _counting(path: Path) -> tuple[list[tuple[int, int, int]], Any]:
+@contextlib.asynccontextmanager
+async def _counted(path: Path) -> AsyncIterator[tuple[SqliteStore, list[tuple[int, int, int]]]]:
+    """An open store on ``path`` whose checkpoint thread records each checkpoint's result."""
     done: list[tuple[int, int, int]] = []
 
     def connect() -> sqlite3.Connection:
@@ -513,15 +515,25 @@ def _counting(path: Path) -> tuple[list[tuple[int, int, int]], Any]:
         conn.checkpoints = done
         return conn
 
-    return done, connect
-
-
-async def test_commits_leave_the_wal_to_the_checkpoint_thread(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "r.db")
-    done, connect = _counting(tmp_path / "r.db")
+    store = SqliteStore(path)
     store._checkpoint_connect = connect  # type: ignore[method-assign]
     await store.open()
     try:
+        assert store._checkpointer is not None
+        yield store, done
+    finally:
+        await store.close()
+
+
+async def _until(done: list[Any], count: int) -> None:
+    for _ in range(100):
+        if len(done) >= count:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def test_commits_leave_the_wal_to_the_checkpoint_thread(tmp_path: Path) -> None:
+    async with _counted(tmp_path / "r.db") as (store, done):
         assert store._checkpointer is not None
         store._checkpointer._every = 20
         [pages] = await store._running().run(
@@ -530,15 +542,10 @@ async def test_commits_leave_the_wal_to_the_checkpoint_thread(tmp_path: Path) ->
         assert pages == 20_000  # a commit checkpoints only past that: the thread does it
         for i in range(100):
             await store.create_runs([RunSpec(f"r{i}", "wf", "1", {"i": i}, T0)], T0)
-        for _ in range(100):
-            if len(done) >= 4:
-                break
-            await asyncio.sleep(0.02)
+        await _until(done, 4)
         assert len(done) >= 4  # one per 20 write batches
         assert all(busy == 0 and log >= copied >= 0 for busy, log, copied in done)
         assert sum(copied for *_, copied in done) > 0
-    finally:
-        await store.close()
     reopened = SqliteStore(tmp_path / "r.db")
     await reopened.open()
     try:
@@ -548,23 +555,14 @@ async def test_commits_leave_the_wal_to_the_checkpoint_thread(tmp_path: Path) ->
 
 
 async def test_a_lone_write_is_checkpointed_once_the_file_is_idle(tmp_path: Path) -> None:
-    store = SqliteStore(tmp_path / "r.db")
-    done, connect = _counting(tmp_path / "r.db")
-    store._checkpoint_connect = connect  # type: ignore[method-assign]
-    await store.open()
-    try:
+    async with _counted(tmp_path / "r.db") as (store, done):
         assert store._checkpointer is not None
         store._checkpointer._idle = 0.05
         await store.create_runs([RunSpec("one", "wf", "1", None, T0)], T0)
-        for _ in range(100):
-            if done:
-                break
-            await asyncio.sleep(0.02)
+        await _until(done, 1)
         assert len(done) == 1 and done[0][2] > 0
         await asyncio.sleep(0.2)
         assert len(done) == 1  # nothing written since: nothing to do
-    finally:
-        await store.close()
 
 
 async def test_a_store_in_memory_runs_no_checkpoint_thread() -> None:
