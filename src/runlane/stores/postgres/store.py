@@ -101,7 +101,7 @@ _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
 _NONE = Writes()
-_GROUP_MOST = 100  # checkpoints of different runs written by one statement, at most
+_GROUP_MOST = 100  # checkpoints and settlements of different runs written together, at most
 _RACES = 5  # a start that lost a race (its id, its held run) to a concurrent one: tries, at most
 
 
@@ -535,8 +535,8 @@ class PostgresStore:
             params = settle_params(run_id, owner, settlement, now, writes, successor)
             released = _release_call(run_id, None, None, now, settled=True) if queued else None
             if lock is None and released is None and successor is None:
-                # No key, no queue, nothing created: settlements of different runs made while
-                # one is in flight go together (see ``GroupCommit``).
+                # No key, no queue, nothing created: made while a write is in flight, it goes
+                # with the other runs' checkpoints and settlements (see ``writes``).
                 grouped = await self._writes.settle(run_id, owner, writes, settlement, now)
                 if grouped.queued:
                     grouped.woken.extend(await self._release_settled(run_id, now))
