@@ -6,6 +6,11 @@ command (``BEGIN``, ``COMMIT``, ``ROLLBACK``, savepoints) is tallied by its firs
 ``waits`` counts the connection's waits on its socket (``AsyncConnection.wait``): outside
 pipeline mode each statement and command is one wait; a pipeline sends several per wait, so
 ``waits`` is the closer figure for round trips.
+
+runlane's PostgreSQL store sends its named statements on the connection's libpq handle, past
+the cursor (``runlane.stores.postgres.direct``): there each statement counts (a pipeline's
+every one) and each exchange with the server is one wait. Where runlane is not installed (a
+peer's venv), only psycopg is patched.
 """
 
 from __future__ import annotations
@@ -53,6 +58,38 @@ def count_statements() -> Iterator[Counter[str]]:
         (base, "_exec_command"): exec_command,
         (psycopg.AsyncConnection, "wait"): wait,
     }
+    try:
+        from runlane.stores.postgres import direct
+    except ImportError:
+        pass
+    else:
+        originals.update(
+            {
+                (direct.Direct, "run"): direct.Direct.run,
+                (direct.Direct, "pipeline"): direct.Direct.pipeline,
+                (direct, "_exchange"): direct._exchange,
+            }
+        )
+
+        async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            counts["statements"] += 1
+            return await originals[(direct.Direct, "run")](self, *args, **kwargs)
+
+        async def pipeline(self: Any, conn: Any, calls: Any) -> Any:
+            counts["statements"] += len(calls)
+            return await originals[(direct.Direct, "pipeline")](self, conn, calls)
+
+        async def exchange(*args: Any, **kwargs: Any) -> Any:
+            counts["waits"] += 1
+            return await originals[(direct, "_exchange")](*args, **kwargs)
+
+        patches.update(
+            {
+                (direct.Direct, "run"): run,
+                (direct.Direct, "pipeline"): pipeline,
+                (direct, "_exchange"): exchange,
+            }
+        )
     for (owner, name), fn in patches.items():
         setattr(owner, name, fn)
     try:

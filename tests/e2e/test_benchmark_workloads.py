@@ -4,6 +4,7 @@ of semantics the workloads wait on (a status, a figure) shows here, not an hour 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -33,3 +34,22 @@ def test_the_benchmark_workloads_run_on_sqlite(tmp_path: Path) -> None:
     assert figures["step_queue"]["handoffs"] == SMALL["step_queue"]["chain"]
     assert figures["step_queue"]["peak_inside"] <= 8
     assert figures["queue"]["overlapping_pairs"] == 0
+
+
+async def test_statement_counts_see_the_postgres_stores_statements(pg_url: str) -> None:
+    spec = importlib.util.spec_from_file_location("pgcount", ROOT / "benchmarks" / "pgcount.py")
+    assert spec is not None and spec.loader is not None
+    pgcount = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pgcount)
+    from runlane.stores.postgres import PostgresStore
+
+    store = PostgresStore(pg_url)
+    await store.open()
+    try:
+        await store.get_run("warm")  # prepared here: the count below is the steady state
+        with pgcount.count_statements() as counts:
+            await store.get_run("never-created")
+            await store._db.batch(("get_run", {"id": "a"}), ("get_run", {"id": "b"}))
+    finally:
+        await store.close()
+    assert (counts["statements"], counts["waits"]) == (3, 2)  # two round trips
