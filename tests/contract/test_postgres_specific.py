@@ -594,6 +594,15 @@ def _statements(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[s
     return sent
 
 
+async def _thirty_leased(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[str], list[str]]:
+    """Thirty runs leased to "owner", and the statements ``store`` sends from now on."""
+    runs = [f"run-{i:02}" for i in range(30)]
+    await _leased(store, *runs)
+    return runs, _statements(store, monkeypatch)
+
+
 def _record(run_id: str, **fields: Any) -> Writes:
     return Writes(steps=(StepRecord(run_id, 1, "s", "step", "completed", output=run_id, **fields),))
 
@@ -601,9 +610,7 @@ def _record(run_id: str, **fields: Any) -> Writes:
 async def test_checkpoints_made_while_one_is_in_flight_are_written_by_one_statement(
     pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs = [f"run-{i:02}" for i in range(30)]
-    await _leased(pg_store, *runs)
-    sent = _statements(pg_store, monkeypatch)
+    runs, sent = await _thirty_leased(pg_store, monkeypatch)
     await asyncio.gather(*(pg_store.checkpoint(r, "owner", _record(r), T0) for r in runs))
     # The first goes alone at once; the other 29 wait for it, then go together.
     assert sent == ["checkpoint", "checkpoint_many"]
@@ -823,9 +830,7 @@ DONE = Settlement(RunStatus.COMPLETED, "ok")
 async def test_settlements_made_while_one_is_in_flight_are_written_by_one_statement(
     pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    runs = [f"run-{i:02}" for i in range(30)]
-    await _leased(pg_store, *runs)
-    sent = _statements(pg_store, monkeypatch)
+    runs, sent = await _thirty_leased(pg_store, monkeypatch)
     await asyncio.gather(
         *(pg_store.settle_run(r, "owner", _record(r), DONE, T0, keyed=False) for r in runs)
     )

@@ -325,10 +325,12 @@ class MemoryStore:
         self._fenced(run_id, owner)
         self._apply(run_id, writes, now)
         run = self._runs[run_id]
-        # An event a wait has not read was published while the turn ran: due at once.
-        missed = any(next(self._named_after(name, after), None) for name, after in writes.events)
-        self._runs[run_id] = suspended_run(run, wake_at, now, blocked, due=missed)
-        return missed or run.wake_requested_at is not None
+        # Woken during the turn, or an event a wait has not read was published meanwhile: due.
+        due = run.wake_requested_at is not None or any(
+            next(self._named_after(name, after), None) for name, after in writes.events
+        )
+        self._runs[run_id] = suspended_run(run, wake_at, now, blocked, due=due)
+        return due
 
     async def settle_run(
         self,

@@ -81,12 +81,16 @@ class _Call:
     """One statement of a pipeline, its parameters dumped; ``fresh`` when it is prepared in it."""
 
     name: str
-    key: tuple[str, tuple[int, ...]]
     sql: bytes
     types: tuple[int, ...]
     dumped: Sequence[Buffer | None]
     pgname: bytes = b""
     fresh: bool = False
+
+    @property
+    def key(self) -> tuple[str, tuple[int, ...]]:
+        """What a connection's prepared statement is known by."""
+        return (self.name, self.types)
 
 
 class Direct:
@@ -153,8 +157,7 @@ class Direct:
         tx = session.transformer
         dumped = tx.dump_sequence([params[p] for p in statement.order], statement.formats)
         types = tx.types or ()
-        key = (name, types)
-        return _Call(name, key, statement.sql, types, dumped, session.prepared.get(key, b""))
+        return _Call(name, statement.sql, types, dumped, session.prepared.get((name, types), b""))
 
     async def _pipeline(self, conn: Conn, session: _Session, batch: list[_Call]) -> list[list[Row]]:
         # A statement not yet prepared on this connection is prepared in the pipeline, with the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ... import admission
 from ...models import (
+    Claim,
     Event,
     Lease,
     Run,
@@ -18,6 +20,7 @@ from ...models import (
     RunStatus,
     Settlement,
     Signal,
+    Started,
     StepRecord,
     StoredSchedule,
     WindowFire,
@@ -28,6 +31,7 @@ from ...sqlfiles import named_statements
 from .. import rows as shared
 
 Row = dict[str, Any]
+_NO_WRITES = Writes()
 
 
 def load_queries() -> dict[str, str]:
@@ -148,6 +152,52 @@ def settlements_params(batch: Sequence[Settling]) -> Row:
         for run_id, owner, writes, settlement, now in batch
     ]
     return {"batch": dumps(given), "now": max(now for *_, now in batch)}
+
+
+def settle_params(
+    run_id: str,
+    owner: str | None,
+    settlement: Settlement,
+    now: datetime,
+    writes: Writes = _NO_WRITES,
+    successor: Lease | None = None,
+) -> Row:
+    """``settle``'s parameters; ``owner=None`` settles outside a turn (no lease to check)."""
+    return {
+        # A cancelled run settles only as cancelled: its turn's other outcome is discarded.
+        **fenced_params(
+            run_id,
+            owner,
+            writes,
+            allow_cancelling=owner is None or settlement.status == RunStatus.CANCELLED,
+        ),
+        "status": str(settlement.status),
+        "output": json_param(settlement.output),
+        "error": json_param(settlement.error),
+        "now": now,
+        "successor": successor.owner if successor else None,
+        "successor_until": successor.until if successor else None,
+    }
+
+
+def started_by_id(rows: list[Row]) -> dict[str, Started]:
+    """An ``insert_runs`` result: the new runs and the existing ones, by id."""
+    return {row["id"]: new_or_found(row) for row in rows}
+
+
+def new_or_found(row: Row, waiting: bool = False) -> Started:
+    """A created or existing run; a run created already leased comes with its claim."""
+    run = run_from_row(row)
+    if not row["created"] or run.status != RunStatus.RUNNING:
+        return Started(run, created=row["created"], waiting=waiting)
+    return Started(_as_created(run), created=True, claim=Claim(run, [], []))
+
+
+def _as_created(run: Run) -> Run:
+    """A run created already leased, as its start reports it (the claim carries the lease)."""
+    return replace(
+        run, status=RunStatus.PENDING, lease_owner=None, lease_expires_at=None, holds_slot=False
+    )
 
 
 def step_documents(writes: Writes) -> list[dict[str, Any]]:
@@ -363,13 +413,16 @@ __all__ = [
     "json_param",
     "limit_params",
     "load_queries",
+    "new_or_found",
     "query_params",
     "query_where",
     "run_from_row",
     "schedule_from_row",
+    "settle_params",
     "signal_from_row",
     "specs_params",
     "start_refusal",
+    "started_by_id",
     "step_from_row",
     "utc_conninfo",
 ]

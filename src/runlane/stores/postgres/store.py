@@ -77,30 +77,25 @@ from .rows import (
     gated,
     json_param,
     limit_params,
+    new_or_found,
     pg_array,
     query_params,
     query_where,
     run_from_row,
     schedule_from_row,
+    settle_params,
     signal_from_row,
     specs_params,
     start_refusal,
+    started_by_id,
     step_from_row,
 )
 from .schema import upgrade
-from .writes import (
-    PlainWrites,
-    fence_error,
-    new_or_found,
-    settle_params,
-    started_by_id,
-    woken_by,
-)
+from .writes import PlainWrites, fence_error, woken_by
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
-_NONE = Writes()
 _GROUP_MOST = 100  # checkpoints and settlements of different runs written together, at most
 _RACES = 5  # a start that lost a race (its id, its held run) to a concurrent one: tries, at most
 
@@ -532,7 +527,6 @@ class PostgresStore:
             # The common case: the key lock, the writes, settlement and wakes, and the hand-over
             # of the freed slot: one round trip.
             # A queued run's slots go in the same transaction (see ``release_steps``).
-            params = settle_params(run_id, owner, settlement, now, writes, successor)
             released = _release_call(run_id, None, None, now, settled=True) if queued else None
             if lock is None and released is None and successor is None:
                 # No key, no queue, nothing created: made while a write is in flight, it goes
@@ -541,6 +535,7 @@ class PostgresStore:
                 if grouped.queued:
                     grouped.woken.extend(await self._release_settled(run_id, now))
                 return SettleResult(grouped.woken)
+            params = settle_params(run_id, owner, settlement, now, writes, successor)
             if released is None:
                 *_, settled = await self._db.batch(lock, ("settle", params))
             else:

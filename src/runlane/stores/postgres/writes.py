@@ -17,14 +17,14 @@ alone and the others go ahead.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import psycopg
 
 from ...errors import LeaseLostError, RunCancelling, StoreUnavailableError
-from ...models import Claim, Lease, Run, RunStatus, Settlement, Started, Writes
+from ...models import Settlement, Writes
 from .db import Call, Database, GroupCommit
 from .rows import (
     Checkpoint,
@@ -32,12 +32,10 @@ from .rows import (
     Settling,
     checkpoints_params,
     fenced_params,
-    json_param,
-    run_from_row,
+    settle_params,
     settlements_params,
 )
 
-_NONE = Writes()
 W = TypeVar("W")
 
 
@@ -178,51 +176,6 @@ _SETTLINGS = _Kind(_settle_call, _settled)
 # ---------------------------------------------------------------- rows and parameters
 
 
-def settle_params(
-    run_id: str,
-    owner: str | None,
-    settlement: Settlement,
-    now: datetime,
-    writes: Writes = _NONE,
-    successor: Lease | None = None,
-) -> Row:
-    """``settle``'s parameters; ``owner=None`` settles outside a turn (no lease to check)."""
-    return {
-        # A cancelled run settles only as cancelled: its turn's other outcome is discarded.
-        **fenced_params(
-            run_id,
-            owner,
-            writes,
-            allow_cancelling=owner is None or settlement.status == RunStatus.CANCELLED,
-        ),
-        "status": str(settlement.status),
-        "output": json_param(settlement.output),
-        "error": json_param(settlement.error),
-        "now": now,
-        "successor": successor.owner if successor else None,
-        "successor_until": successor.until if successor else None,
-    }
-
-
-def started_by_id(rows: list[Row]) -> dict[str, Started]:
-    """An ``insert_runs`` result: the new runs and the existing ones, by id."""
-    return {row["id"]: new_or_found(row) for row in rows}
-
-
-def new_or_found(row: Row, waiting: bool = False) -> Started:
-    """A created or existing run; a run created already leased comes with its claim."""
-    run = run_from_row(row)
-    if not row["created"] or run.status != RunStatus.RUNNING:
-        return Started(run, created=row["created"], waiting=waiting)
-    return Started(_as_created(run), created=True, claim=Claim(run, [], []))
-
-
-def _as_created(run: Run) -> Run:
-    return replace(
-        run, status=RunStatus.PENDING, lease_owner=None, lease_expires_at=None, holds_slot=False
-    )
-
-
 def fence_error(row: Row | None, run_id: str, owner: str | None) -> Exception | None:
     """Why a fenced statement wrote nothing (its row shows it), or None if it wrote."""
     if row is None:
@@ -251,8 +204,5 @@ __all__ = [
     "PlainWrites",
     "fence_error",
     "grouped",
-    "new_or_found",
-    "settle_params",
-    "started_by_id",
     "woken_by",
 ]

@@ -383,10 +383,12 @@ def suspend_run(
     _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
     run = _existing(conn, run_id)
-    # An event a wait has not read was published while the turn ran: due at once.
-    missed = any(conn.execute(SQL["event_since"], wait).fetchone() for wait in writes.events)
-    _save_run(conn, suspended_run(run, wake_at, now, blocked, due=missed))
-    return missed or run.wake_requested_at is not None
+    # Woken during the turn, or an event a wait has not read was published meanwhile: due.
+    due = run.wake_requested_at is not None or any(
+        conn.execute(SQL["event_since"], wait).fetchone() for wait in writes.events
+    )
+    _save_run(conn, suspended_run(run, wake_at, now, blocked, due=due))
+    return due
 
 
 def settle_run(
