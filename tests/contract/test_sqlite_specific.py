@@ -237,6 +237,30 @@ async def test_a_failing_call_in_a_batch_leaves_the_others_committed(tmp_path: P
     assert sorted(runs) == ["a", "b"]
 
 
+async def test_a_batchs_only_write_runs_without_a_savepoint_and_fails_alone(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    await store.create_runs([spec("there")], T0)
+    async with one_batch(store) as statements:
+        futures = await queued(store.get_run("there"), store.create_runs([spec("a")], T0))
+    read, created = await answers(futures)
+    assert read.id == "there" and created[0].created
+    assert "COMMIT" in statements and not any("SAVEPOINT" in s for s in statements), statements
+
+    async with one_batch(store) as statements:
+        futures = await queued(
+            store.get_run("a"), store.create_runs([spec("half"), spec("bad", input=object())], T0)
+        )
+    read, half = await answers(futures)
+    assert read.id == "a" and isinstance(half, TypeError)
+    assert "ROLLBACK" in statements and "COMMIT" not in statements, statements
+    assert await store.get_runs(["half", "bad"]) == {}
+    assert (await store.create_runs([spec("half")], T0))[0].created  # the store goes on
+    await store.close()
+
+
 async def test_if_the_batch_commit_fails_every_call_of_the_batch_gets_the_error(
     tmp_path: Path,
 ) -> None:

@@ -344,12 +344,24 @@ def extend_decision(conn: Conn, run_id: str, task_id: str, deadline: datetime) -
 
 def _fenced(conn: Conn, run_id: str, owner: str, *, allow_cancelling: bool = False) -> Run:
     run = get_run(conn, run_id)
-    leased = run is not None and run.status in (RunStatus.RUNNING, RunStatus.CANCELLING)
-    if run is None or not leased or run.lease_owner != owner:
-        raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
-    if run.status == RunStatus.CANCELLING and not allow_cancelling:
-        raise RunCancelling(f"run {run_id!r} was cancelled")
+    status = run.status if run is not None and run.lease_owner == owner else None
+    _check_fence(run_id, owner, status, allow_cancelling)
+    assert run is not None  # or the fence raised
     return run
+
+
+def _check_fence(run_id: str, owner: str, status: str | None, allow_cancelling: bool) -> None:
+    """``status``: the run's when ``owner`` is its lease owner (None: it is not)."""
+    if status not in (RunStatus.RUNNING, RunStatus.CANCELLING):
+        raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
+    if status == RunStatus.CANCELLING and not allow_cancelling:
+        raise RunCancelling(f"run {run_id!r} was cancelled")
+
+
+def _after_writes(conn: Conn, run: Run, writes: Writes) -> Run:
+    """The fenced run as its turn's writes left it: they touch only its steps and signals,
+    unless they started children (a child's gate may have cancelled it)."""
+    return _existing(conn, run.id) if writes.children else run
 
 
 def _apply(conn: Conn, run_id: str, writes: Writes, now: datetime) -> list[Started]:
@@ -365,10 +377,9 @@ def _apply(conn: Conn, run_id: str, writes: Writes, now: datetime) -> list[Start
 
 
 def checkpoint(conn: Conn, run_id: str, owner: str, writes: Writes, now: datetime) -> list[Started]:
-    _fenced(conn, run_id, owner)
-    started = _apply(conn, run_id, writes, now)
-    conn.execute(SQL["touch_run"], (ts(now), run_id))
-    return started
+    row = conn.execute(SQL["fence_and_touch"], (ts(now), run_id, owner)).fetchone()
+    _check_fence(run_id, owner, None if row is None else row["status"], allow_cancelling=False)
+    return _apply(conn, run_id, writes, now)
 
 
 def suspend_run(
@@ -380,9 +391,9 @@ def suspend_run(
     now: datetime,
     blocked: bool = False,
 ) -> bool:
-    _fenced(conn, run_id, owner)
+    run = _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
-    run = _existing(conn, run_id)
+    run = _after_writes(conn, run, writes)
     # Woken during the turn, or an event a wait has not read was published meanwhile: due.
     due = run.wake_requested_at is not None or any(
         conn.execute(SQL["event_since"], wait).fetchone() for wait in writes.events
@@ -400,9 +411,9 @@ def settle_run(
     now: datetime,
     successor: Lease | None = None,
 ) -> SettleResult:
-    _fenced(conn, run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
+    run = _fenced(conn, run_id, owner, allow_cancelling=settlement.status == RunStatus.CANCELLED)
     _apply(conn, run_id, writes, now)
-    return runbook.settle(_Rows(conn), _existing(conn, run_id), settlement, now, successor)
+    return runbook.settle(_Rows(conn), _after_writes(conn, run, writes), settlement, now, successor)
 
 
 def finish(

@@ -4,9 +4,10 @@ Store calls queue jobs; the thread takes every job queued at that moment (at mos
 never waiting for more, so a lone call runs at once) and runs them in queue order. A batch with
 a write runs in one ``BEGIN IMMEDIATE ... COMMIT``, each write job in its own ``SAVEPOINT``: a
 job that raises rolls back to its savepoint and affects nothing else, and every job of the batch
-is answered only after the ``COMMIT`` (if the commit fails, every job gets that error). A batch
-of reads takes no write lock. The answers go back with one ``call_soon_threadsafe`` per batch:
-one thread hop each way for the whole batch instead of one per call.
+is answered only after the ``COMMIT`` (if the commit fails, every job gets that error). A batch's
+only write, when it runs last, needs no savepoint: its failure rolls the transaction back. A
+batch of reads takes no write lock. The answers go back with one ``call_soon_threadsafe`` per
+batch: one thread hop each way for the whole batch instead of one per call.
 """
 
 from __future__ import annotations
@@ -175,9 +176,12 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> bool:
             else:
                 _run(conn, call)
         return False
+    # The batch's only write, run last, needs no savepoint: no job after it could see what its
+    # failure leaves half-written, and the transaction is its alone to roll back.
+    lone = calls[-1].write and sum(call.write for call in calls) == 1
     try:
         for call in calls:
-            if call.write:
+            if call.write and not lone:
                 _run_in_savepoint(conn, call)
             else:
                 _run(conn, call)
@@ -185,6 +189,9 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> bool:
                 # SQLite rolls back the whole transaction on some errors (full disk, I/O):
                 # the jobs before this one are lost, and later ones must not autocommit.
                 raise sqlite3.OperationalError("the batch's transaction was rolled back")
+        if lone and calls[-1].error is not None:
+            conn.execute("ROLLBACK")
+            return False
         conn.execute("COMMIT")
         return True
     except BaseException as exc:

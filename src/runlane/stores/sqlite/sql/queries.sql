@@ -174,6 +174,12 @@ WHERE run_id = ? AND seq = ? AND status = ? AND attempts = ?
 -- name: touch_run
 UPDATE runs SET updated_at = ? WHERE id = ?
 
+-- name: fence_and_touch
+-- A checkpoint's fence and its touch of the run, one statement: no row when the caller's
+-- lease no longer holds the run; the status tells a cancelled one. Parameters: now, id, owner.
+UPDATE runs SET updated_at = ? WHERE id = ? AND lease_owner = ? AND status IN {leased}
+RETURNING status
+
 -- name: delete_signals
 DELETE FROM signals WHERE run_id = ?
 
