@@ -227,7 +227,9 @@ async def test_a_failing_call_in_a_batch_leaves_the_others_committed(tmp_path: P
             store.create_runs([spec("b")], T0),
         )
     created_a, half, lease_lost, refused, created_b = await answers(futures)
-    assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 1, statements
+    # tried without savepoints, rolled back at the first failing job, then run with them
+    assert statements.count("BEGIN IMMEDIATE") == 2, statements
+    assert statements.count("ROLLBACK") == 1 and statements.count("COMMIT") == 1, statements
     assert created_a[0].created and created_b[0].created
     assert isinstance(half, TypeError)
     assert isinstance(lease_lost, LeaseLostError)
@@ -237,17 +239,32 @@ async def test_a_failing_call_in_a_batch_leaves_the_others_committed(tmp_path: P
     assert sorted(runs) == ["a", "b"]
 
 
-async def test_a_batchs_only_write_runs_without_a_savepoint_and_fails_alone(
+async def test_a_batch_where_nothing_fails_runs_in_one_transaction_without_savepoints(
     tmp_path: Path,
 ) -> None:
     store = SqliteStore(tmp_path / "x.db")
     await store.open()
     await store.create_runs([spec("there")], T0)
     async with one_batch(store) as statements:
-        futures = await queued(store.get_run("there"), store.create_runs([spec("a")], T0))
-    read, created = await answers(futures)
-    assert read.id == "there" and created[0].created
-    assert "COMMIT" in statements and not any("SAVEPOINT" in s for s in statements), statements
+        futures = await queued(
+            store.create_runs([spec("a")], T0),
+            store.get_run("there"),
+            store.create_runs([spec("b")], T0),
+        )
+    created_a, read, created_b = await answers(futures)
+    assert created_a[0].created and read.id == "there" and created_b[0].created
+    assert statements.count("BEGIN IMMEDIATE") == statements.count("COMMIT") == 1, statements
+    assert not any("SAVEPOINT" in s for s in statements), statements
+    assert sorted(await store.get_runs(["a", "b"])) == ["a", "b"]
+    await store.close()
+
+
+async def test_a_batchs_only_write_run_last_fails_alone_without_a_second_try(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    await store.create_runs([spec("a")], T0)
 
     async with one_batch(store) as statements:
         futures = await queued(
@@ -255,7 +272,8 @@ async def test_a_batchs_only_write_runs_without_a_savepoint_and_fails_alone(
         )
     read, half = await answers(futures)
     assert read.id == "a" and isinstance(half, TypeError)
-    assert "ROLLBACK" in statements and "COMMIT" not in statements, statements
+    assert statements.count("BEGIN IMMEDIATE") == statements.count("ROLLBACK") == 1, statements
+    assert "COMMIT" not in statements, statements
     assert await store.get_runs(["half", "bad"]) == {}
     assert (await store.create_runs([spec("half")], T0))[0].created  # the store goes on
     await store.close()

@@ -89,9 +89,12 @@ def _existing(conn: Conn, run_id: str) -> Run:
 # gives the values in: both are spelled once there, so these statements are built from them.
 
 
+_INSERT_RUN = f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {placeholders(RUN_COLUMNS.split(','))}"
+_SAVE_STEP = f"REPLACE INTO steps ({STEP_COLUMNS}) VALUES {placeholders(STEP_COLUMNS.split(','))}"
+
+
 def _insert_run(conn: Conn, run: Run) -> None:
-    values = run_values(run)
-    conn.execute(f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {placeholders(values)}", values)
+    conn.execute(_INSERT_RUN, run_values(run))
 
 
 _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
@@ -105,8 +108,7 @@ def _save_run(conn: Conn, run: Run) -> None:
 
 
 def _save_step(conn: Conn, record: StepRecord) -> None:
-    values = step_values(record)
-    conn.execute(f"REPLACE INTO steps ({STEP_COLUMNS}) VALUES {placeholders(values)}", values)
+    conn.execute(_SAVE_STEP, step_values(record))
 
 
 # ---------------------------------------------------------------- starts
@@ -368,11 +370,11 @@ def _apply(conn: Conn, run_id: str, writes: Writes, now: datetime) -> list[Start
     for record in writes.steps:
         _save_step(conn, record)
     consumed = list(writes.consumed_signals)
-    # An IN list as long as the signals the turn consumed.
-    conn.execute(
-        f"DELETE FROM signals WHERE run_id = ? AND id IN {placeholders(consumed)}",
-        (run_id, *consumed),
-    )
+    if consumed:  # an IN list as long as the signals the turn consumed
+        conn.execute(
+            f"DELETE FROM signals WHERE run_id = ? AND id IN {placeholders(consumed)}",
+            (run_id, *consumed),
+        )
     return [create(conn, spec, now) for spec in writes.children]
 
 

@@ -2,12 +2,15 @@
 
 Store calls queue jobs; the thread takes every job queued at that moment (at most ``BATCH``,
 never waiting for more, so a lone call runs at once) and runs them in queue order. A batch with
-a write runs in one ``BEGIN IMMEDIATE ... COMMIT``, each write job in its own ``SAVEPOINT``: a
-job that raises rolls back to its savepoint and affects nothing else, and every job of the batch
-is answered only after the ``COMMIT`` (if the commit fails, every job gets that error). A batch's
-only write, when it runs last, needs no savepoint: its failure rolls the transaction back. A
-batch of reads takes no write lock. The answers go back with one ``call_soon_threadsafe`` per
-batch: one thread hop each way for the whole batch instead of one per call.
+a write runs in one ``BEGIN IMMEDIATE ... COMMIT``, and every job of the batch is answered only
+after the ``COMMIT`` (if the commit fails, every job gets that error). A write job that raises
+affects nothing else: the batch is rolled back and runs again with each write job in its own
+``SAVEPOINT``, the failing one rolled back to it (a job is a function of the connection, so
+running it again does the same); when it is the batch's only write and runs last, the rollback
+alone suffices. Savepoints cost two statements per write job, which the common batch, where
+nothing raises, no longer pays. A batch of reads takes no write lock. The answers go back with
+one ``call_soon_threadsafe`` per batch: one thread hop each way for the whole batch instead of
+one per call.
 """
 
 from __future__ import annotations
@@ -165,6 +168,24 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> bool:
         for call in calls:
             _run(conn, call)
         return False
+    # First without savepoints. A write job that raises ends that try (rolled back): the batch
+    # runs again with a savepoint per write job (a job is a function of the connection, so it
+    # does the same again), unless the failed job was the batch's only write and ran last.
+    committed = _transaction(conn, calls, savepoints=False)
+    if committed is not None:
+        return committed
+    writes = [call for call in calls if call.write]
+    if len(writes) == 1 and calls[-1] is writes[0]:
+        return False
+    for call in calls:
+        call.result, call.error = None, None
+    return bool(_transaction(conn, calls, savepoints=True))
+
+
+def _transaction(conn: sqlite3.Connection, calls: list[_Call], *, savepoints: bool) -> bool | None:
+    """One try at a batch with a write: True if it committed, False if it failed as a whole
+    (its writes answered with the error); None if, without savepoints, a write job raised and
+    the transaction was rolled back there (the jobs after it did not run)."""
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as exc:
@@ -176,12 +197,9 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> bool:
             else:
                 _run(conn, call)
         return False
-    # The batch's only write, run last, needs no savepoint: no job after it could see what its
-    # failure leaves half-written, and the transaction is its alone to roll back.
-    lone = calls[-1].write and sum(call.write for call in calls) == 1
     try:
         for call in calls:
-            if call.write and not lone:
+            if call.write and savepoints:
                 _run_in_savepoint(conn, call)
             else:
                 _run(conn, call)
@@ -189,9 +207,9 @@ def _run_batch(conn: sqlite3.Connection, calls: list[_Call]) -> bool:
                 # SQLite rolls back the whole transaction on some errors (full disk, I/O):
                 # the jobs before this one are lost, and later ones must not autocommit.
                 raise sqlite3.OperationalError("the batch's transaction was rolled back")
-        if lone and calls[-1].error is not None:
-            conn.execute("ROLLBACK")
-            return False
+            if call.write and call.error is not None and not savepoints:
+                conn.execute("ROLLBACK")
+                return None
         conn.execute("COMMIT")
         return True
     except BaseException as exc:
