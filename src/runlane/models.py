@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import astuple, dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -431,6 +431,22 @@ def requeue_spec(run: Run, quota: QuotaGate | None, singleton: SingletonGate | N
     )
 
 
+_RUN_FIELDS = frozenset(f.name for f in fields(Run))
+
+
+def evolved(run: Run, **changes: Any) -> Run:
+    """``dataclasses.replace(run, **changes)`` without its walk over every field and its
+    generated ``__init__`` (about 6x faster): the run transformations below make a copy of a
+    36-field run for every store write, on both sides of it. ``changes`` must name fields of
+    ``Run`` (asserted here; the tests run every transformation)."""
+    assert changes.keys() <= _RUN_FIELDS, sorted(changes.keys() - _RUN_FIELDS)
+    new = object.__new__(Run)
+    state = new.__dict__  # a frozen dataclass forbids setattr, not its instance dict
+    state.update(run.__dict__)
+    state.update(changes)
+    return new
+
+
 def run_from_spec(spec: RunSpec) -> Run:
     """A run as a spec creates it: pending."""
     return Run(
@@ -459,7 +475,7 @@ def run_from_spec(spec: RunSpec) -> Run:
 
 def leased_run(run: Run, lease: Lease) -> Run:
     """A run just created, claimed by ``lease`` in the same write (taking its slot, if keyed)."""
-    return replace(
+    return evolved(
         run,
         status=RunStatus.RUNNING,
         lease_owner=lease.owner,
@@ -474,7 +490,7 @@ def held_run(run: Run, spec: RunSpec, rate_at: datetime | None, begin_at: dateti
     held (blocked, due at ``begin_at``, its execution timeout counted from then) when
     ``begin_at`` is given."""
     rate = spec.rate
-    limits = replace(
+    limits = evolved(
         run,
         rate_key=rate.key if rate else None,
         rate_at=rate_at,
@@ -487,7 +503,7 @@ def held_run(run: Run, spec: RunSpec, rate_at: datetime | None, begin_at: dateti
 
 def debounced_run(run: Run, spec: RunSpec, begin_at: datetime, now: datetime) -> Run:
     """A held debounced run once a start folded into it: the start's input, a later beginning."""
-    return replace(_held_until(run, spec, begin_at), input=spec.input, updated_at=now)
+    return evolved(_held_until(run, spec, begin_at), input=spec.input, updated_at=now)
 
 
 def _held_until(run: Run, spec: RunSpec, begin_at: datetime) -> Run:
@@ -495,14 +511,14 @@ def _held_until(run: Run, spec: RunSpec, begin_at: datetime) -> Run:
     deadline = run.deadline_at
     if spec.deadline_at is not None:
         deadline = begin_at + (spec.deadline_at - spec.created_at)
-    return replace(
+    return evolved(
         run, status=RunStatus.BLOCKED, begin_at=begin_at, wake_at=begin_at, deadline_at=deadline
     )
 
 
 def blocked_run(run: Run, retry: RetryTimer, now: datetime) -> Run:
     """A singleton waiter its claim did not admit: blocked until woken, or until its timer."""
-    return replace(
+    return evolved(
         run,
         status=RunStatus.BLOCKED,
         wake_at=retry.due(now, run.admission_retries),
@@ -516,7 +532,7 @@ def blocked_run(run: Run, retry: RetryTimer, now: datetime) -> Run:
 
 def claimed_run(run: Run, lease: Lease, now: datetime) -> Run:
     """A run its claim leased to ``lease``: running, its wake-up and wake request consumed."""
-    return replace(
+    return evolved(
         run,
         status=RunStatus.RUNNING,
         lease_owner=lease.owner,
@@ -530,7 +546,7 @@ def claimed_run(run: Run, lease: Lease, now: datetime) -> Run:
 def admitted_run(run: Run) -> Run:
     """A singleton waiter its claim admitted: it holds a slot; its denials and hand-off stamp
     are spent."""
-    return replace(run, holds_slot=True, admission_retries=0, handoff_at=None)
+    return evolved(run, holds_slot=True, admission_retries=0, handoff_at=None)
 
 
 def suspended_run(
@@ -539,7 +555,7 @@ def suspended_run(
     """The run as a suspension leaves it: lease gone, due at ``wake_at``, or at once when a wake
     was requested during the turn (the request is consumed) or the caller says it is ``due``;
     ``blocked`` when it waits for admission (a step-queue slot)."""
-    return replace(
+    return evolved(
         run,
         status=RunStatus.BLOCKED if blocked else RunStatus.SUSPENDED,
         wake_at=now if due or run.wake_requested_at is not None else wake_at,
@@ -552,7 +568,7 @@ def suspended_run(
 
 def awaiting_decision(run: Run, task_id: str, deadline: datetime, now: datetime) -> Run:
     """A remote workflow turn's run parked until its decision ``task_id`` (or ``deadline``)."""
-    return replace(
+    return evolved(
         run,
         status=RunStatus.SUSPENDED,
         awaiting_decision_task_id=task_id,
@@ -566,7 +582,7 @@ def awaiting_decision(run: Run, task_id: str, deadline: datetime, now: datetime)
 def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
     """The run as a terminal settlement leaves it: outcome recorded, a failure counted, slot,
     lease and wake cleared."""
-    return replace(
+    return evolved(
         run,
         status=settlement.status,
         output=settlement.output,
@@ -585,13 +601,13 @@ def refused_handler(settled: Run, handler: Started) -> Run | None:
     """The settled run with its failure handler's refused start recorded; None if not refused."""
     if handler.rejected is None:
         return None
-    return replace(settled, error=with_handler_error(settled.error, handler.rejected))
+    return evolved(settled, error=with_handler_error(settled.error, handler.rejected))
 
 
 def requeued_run(run: Run, now: datetime, deadline_at: datetime | None) -> Run:
     """The run as a requeue leaves it: pending again, outcome, lease, slot and recoveries cleared
     (its failures are kept: the next one is counted after them)."""
-    return replace(
+    return evolved(
         run,
         status=RunStatus.PENDING,
         output=None,

@@ -837,6 +837,12 @@ class _Rows:
         self._store._runs[run.id] = run
         self._store._steps[run.id] = {}
 
+    def insert_new(self, run: Run) -> bool:
+        if run.id in self._store._runs:
+            return False
+        self.insert(run)
+        return True
+
     def held_of(self, debounce_key: str, now: datetime) -> Run | None:
         runs = self._store._runs.values()
         held = [r for r in runs if r.debounce_key == debounce_key and _foldable(r, now)]

@@ -93,8 +93,12 @@ _INSERT_RUN = f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {placeholders(RUN_COLUMN
 _SAVE_STEP = f"REPLACE INTO steps ({STEP_COLUMNS}) VALUES {placeholders(STEP_COLUMNS.split(','))}"
 
 
-def _insert_run(conn: Conn, run: Run) -> None:
-    conn.execute(_INSERT_RUN, run_values(run))
+_INSERT_NEW_RUN = f"{_INSERT_RUN} ON CONFLICT (id) DO NOTHING"
+
+
+def _insert_run(conn: Conn, run: Run, statement: str = _INSERT_RUN) -> int:
+    """Insert ``run``; how many rows were written."""
+    return conn.execute(statement, run_values(run)).rowcount
 
 
 _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
@@ -176,6 +180,9 @@ class _Rows:
 
     def insert(self, run: Run) -> None:
         _insert_run(self._conn, run)
+
+    def insert_new(self, run: Run) -> bool:
+        return _insert_run(self._conn, run, _INSERT_NEW_RUN) == 1
 
     def held_of(self, debounce_key: str, now: datetime) -> Run | None:
         row = self._conn.execute(SQL["held_of_key"], (debounce_key, ts(now))).fetchone()
