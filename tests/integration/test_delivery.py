@@ -150,7 +150,12 @@ async def test_runs_started_by_a_producer_spread_over_every_instance(fleet: Any)
     producer = await fleet("producer", drive=False, consumers="never")
     for name in ("a", "b", "c"):
         await fleet(name)
-    runs = [await producer.start(plain, n, run_id=f"spread-{n}") for n in range(60)]
+    runs = []
+    for n in range(60):
+        runs.append(await producer.start(plain, n, run_id=f"spread-{n}"))
+        # Paced over longer than a poll interval: an instance whose watch is still connecting
+        # polls before the last start, rather than finding the queue already emptied.
+        await asyncio.sleep(0.005)
     for run in runs:
         done = await producer.wait_for_run(run.id, timeout=30)
         assert done.status == RunStatus.COMPLETED
