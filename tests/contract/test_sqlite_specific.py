@@ -170,7 +170,7 @@ async def one_batch(store: SqliteStore) -> AsyncIterator[list[str]]:
         entered.set()
         release.wait(timeout=30)
 
-    held = asyncio.ensure_future(worker.run(hold, write=False))
+    held = asyncio.ensure_future(worker._put(hold, write=False))  # on the thread, not inline
     await asyncio.to_thread(entered.wait, 30)
     try:
         yield statements
@@ -360,6 +360,55 @@ async def test_closing_answers_every_call_queued_before_it(tmp_path: Path) -> No
     assert all(started[0].created for started in await answers(futures))
     with pytest.raises(RunlaneError, match="not open"):
         await store.get_run("run-0")
+
+
+async def test_a_lone_call_runs_at_once_on_the_callers_thread_a_later_one_waits_its_turn(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    worker = store._worker
+    assert worker is not None
+    here = threading.get_ident()
+    assert await worker.run(lambda conn: threading.get_ident(), write=True) == here
+    assert await worker.run(lambda conn: threading.get_ident(), write=False) == here
+    order: list[tuple[str, int]] = []
+
+    def note(name: str) -> Any:
+        return lambda conn: order.append((name, threading.get_ident()))
+
+    async with one_batch(store):  # a call is queued: the next ones queue behind it, in order
+        futures = await queued(
+            worker.run(note("a"), write=True), worker.run(note("b"), write=False)
+        )
+    await answers(futures)
+    assert [name for name, _ in order] == ["a", "b"]
+    assert all(thread != here for _, thread in order)
+    await store.close()
+
+
+async def test_a_lone_write_to_a_file_another_connection_locks_waits_on_the_worker(
+    tmp_path: Path,
+) -> None:
+    """Run on the caller's thread, it would stall the event loop for the busy timeout: it
+    fails fast there, and the worker's thread waits for the lock instead."""
+    store = SqliteStore(tmp_path / "x.db", busy_timeout=10)
+    await store.open()
+    other = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        write = asyncio.ensure_future(store.create_runs([spec("b")], T0))
+        t0 = asyncio.get_running_loop().time()
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+        assert asyncio.get_running_loop().time() - t0 < 2  # the loop was never stalled
+        assert not write.done()
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert (await write)[0].created
+    assert (await store.create_runs([spec("c")], T0))[0].created  # on the caller's thread again
+    await store.close()
 
 
 # ---------------------------------------------------------------- several processes
@@ -585,7 +634,9 @@ async def test_commits_leave_the_wal_to_the_checkpoint_thread(tmp_path: Path) ->
         for i in range(100):
             await store.create_runs([RunSpec(f"r{i}", "wf", "1", {"i": i}, T0)], T0)
         await _until(done, 4)
-        assert len(done) >= 4  # one per 20 write batches
+        # one per 20 write batches; fewer on a busy machine, where the commits outpace the
+        # thread (those made during a checkpoint count towards the next), never only the idle one
+        assert len(done) >= 2
         assert all(busy == 0 and log >= copied >= 0 for busy, log, copied in done)
         assert sum(copied for *_, copied in done) > 0
     reopened = SqliteStore(tmp_path / "r.db")

@@ -43,7 +43,7 @@ class WalCheckpointer:
         self._thread.start()
 
     def committed(self) -> None:
-        """A write batch committed (called on the store's worker thread)."""
+        """A write batch committed (called by one thread at a time)."""
         self._pending += 1
         if self._pending >= self._every:
             self._wake.set()

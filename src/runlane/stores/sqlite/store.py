@@ -1,9 +1,10 @@
 """SqliteStore: the store contract on one SQLite file, safe for several processes at once.
 
-Each store object owns one connection, used only by its own worker thread
-(:mod:`runlane.stores.sqlite.worker`); every store method is one synchronous function run there.
-Concurrent calls share a transaction (group commit), each write in its own savepoint, so each
-method stays all or nothing and is answered only once committed. Transactions begin with
+Each store object owns one connection and a worker thread for it
+(:mod:`runlane.stores.sqlite.worker`); every store method is one synchronous function run on
+that connection, by the worker or, while the worker is idle, on the caller's thread. Concurrent
+calls share a transaction (group commit); each method stays all or nothing (a failing write is
+rolled back alone) and is answered only once committed. Transactions begin with
 ``BEGIN IMMEDIATE``: the file's write lock is taken before anything is read, so admission and
 claims read and write without another process slipping in between (the point-of-claim rule).
 """
@@ -14,7 +15,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs
 
 from ...concurrency import run_in_thread
@@ -57,6 +58,27 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 _URL_PREFIX = "sqlite:///"
+
+
+_BULK: frozenset[Callable[..., Any]] = frozenset(
+    (
+        reads.page_runs,
+        reads.count_runs,
+        reads.active_run_counts,
+        reads.lane_runs,
+        reads.limited_runs,
+        retention.prune_runs,
+        retention.prune_events,
+        schedules.list_schedules,
+        schedules.due_schedules,
+        schedules.fire_windows,
+    )
+)
+"""Jobs that may read or write many rows: always run on the worker's thread, never on the
+caller's, whose event loop they would hold for as long."""
+
+_INLINE_SPECS = 16
+"""A start of more runs than this runs on the worker's thread (see ``_BULK``)."""
 
 
 class SqliteStore:
@@ -136,7 +158,8 @@ class SqliteStore:
 
     def _connect(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None)
+            # Used by the worker thread and, when it is idle, by a caller's (never both at once).
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except sqlite3.OperationalError as exc:
             # sqlite3 does not say which file it could not open; the path is what to fix.
             where = os.path.abspath(self.path)
@@ -165,7 +188,8 @@ class SqliteStore:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        return await self._call(lambda conn: fn(conn, *args, **kwargs), write=False)
+        job = lambda conn: fn(conn, *args, **kwargs)  # noqa: E731
+        return await self._call(job, write=False, inline=fn not in _BULK)
 
     async def _write(
         self,
@@ -173,13 +197,17 @@ class SqliteStore:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        return await self._call(lambda conn: fn(conn, *args, **kwargs), write=True)
+        job = lambda conn: fn(conn, *args, **kwargs)  # noqa: E731
+        return await self._call(job, write=True, inline=fn not in _BULK)
 
-    async def _call(self, job: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
-        """Run ``job`` on the worker; the file locked past the busy timeout (or an I/O error)
-        raises ``StoreUnavailableError``."""
+    async def _call(
+        self, job: Callable[[sqlite3.Connection], T], *, write: bool, inline: bool = True
+    ) -> T:
+        """Run ``job`` through the worker (``inline``: on this thread if the worker is idle);
+        the file locked past the busy timeout (or an I/O error) raises
+        ``StoreUnavailableError``."""
         try:
-            return await self._running().run(job, write=write)
+            return await self._running().run(job, write=write, inline=inline)
         except sqlite3.OperationalError as exc:
             if is_infrastructure(exc):
                 raise unavailable(exc) from exc
@@ -190,7 +218,8 @@ class SqliteStore:
     async def create_runs(
         self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
     ) -> list[Started]:
-        return await self._write(ops.create_runs, specs, now, lease)
+        job = lambda conn: ops.create_runs(conn, specs, now, lease)  # noqa: E731
+        return await self._call(job, write=True, inline=len(specs) <= _INLINE_SPECS)
 
     # ---------------------------------------------------------------- claims
 
