@@ -387,6 +387,30 @@ async def test_a_lone_call_runs_at_once_on_the_callers_thread_a_later_one_waits_
     await store.close()
 
 
+async def test_calls_made_together_batch_on_the_worker_rather_than_one_by_one_inline(
+    tmp_path: Path,
+) -> None:
+    """Other tasks are ready when the first call is made: it is queued, and the calls the
+    others make meanwhile join its batch (one commit for many), none on the caller's thread."""
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    worker = store._worker
+    assert worker is not None
+    statements: list[str] = []
+    await worker._put(lambda conn: conn.set_trace_callback(statements.append), write=False)
+    here = threading.get_ident()
+    threads: list[int] = []
+
+    async def start(n: int) -> None:
+        await store.create_runs([spec(f"run-{n}")], T0)
+        threads.append(await worker.run(lambda conn: threading.get_ident(), write=False))
+
+    await asyncio.gather(*(start(n) for n in range(50)))
+    await store.close()
+    assert statements.count("COMMIT") < 10, statements.count("COMMIT")
+    assert here not in threads[:-1]  # the last may be alone, with nothing else ready
+
+
 async def test_a_lone_write_to_a_file_another_connection_locks_waits_on_the_worker(
     tmp_path: Path,
 ) -> None:

@@ -77,8 +77,13 @@ _BULK: frozenset[Callable[..., Any]] = frozenset(
 """Jobs that may read or write many rows: always run on the worker's thread, never on the
 caller's, whose event loop they would hold for as long."""
 
-_INLINE_SPECS = 16
-"""A start of more runs than this runs on the worker's thread (see ``_BULK``)."""
+_INLINE_ROWS = 16
+"""A call given more rows than this to read or write (runs to start or read, steps and children
+to record) runs on the worker's thread (see ``_BULK``)."""
+
+
+def _rows(writes: Writes) -> int:
+    return len(writes.steps) + len(writes.children)
 
 
 class SqliteStore:
@@ -200,6 +205,19 @@ class SqliteStore:
         job = lambda conn: fn(conn, *args, **kwargs)  # noqa: E731
         return await self._call(job, write=True, inline=fn not in _BULK)
 
+    async def _sized(
+        self,
+        rows: int,
+        write: bool,
+        fn: Callable[Concatenate[sqlite3.Connection, P], T],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``fn`` given about ``rows`` rows to read or write: on the caller's thread only if
+        they are few."""
+        job = lambda conn: fn(conn, *args, **kwargs)  # noqa: E731
+        return await self._call(job, write=write, inline=rows <= _INLINE_ROWS)
+
     async def _call(
         self, job: Callable[[sqlite3.Connection], T], *, write: bool, inline: bool = True
     ) -> T:
@@ -218,8 +236,7 @@ class SqliteStore:
     async def create_runs(
         self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
     ) -> list[Started]:
-        job = lambda conn: ops.create_runs(conn, specs, now, lease)  # noqa: E731
-        return await self._call(job, write=True, inline=len(specs) <= _INLINE_SPECS)
+        return await self._sized(len(specs), True, ops.create_runs, specs, now, lease)
 
     # ---------------------------------------------------------------- claims
 
@@ -308,7 +325,7 @@ class SqliteStore:
     async def checkpoint(
         self, run_id: str, owner: str, writes: Writes, now: datetime
     ) -> list[Started]:
-        return await self._write(ops.checkpoint, run_id, owner, writes, now)
+        return await self._sized(_rows(writes), True, ops.checkpoint, run_id, owner, writes, now)
 
     async def suspend_run(
         self,
@@ -320,7 +337,9 @@ class SqliteStore:
         *,
         blocked: bool = False,
     ) -> bool:
-        return await self._write(ops.suspend_run, run_id, owner, writes, wake_at, now, blocked)
+        return await self._sized(
+            _rows(writes), True, ops.suspend_run, run_id, owner, writes, wake_at, now, blocked
+        )
 
     async def settle_run(
         self,
@@ -334,7 +353,9 @@ class SqliteStore:
         queued: bool = False,
         keyed: bool = True,
     ) -> SettleResult:
-        return await self._write(ops.settle_run, run_id, owner, writes, settlement, now, successor)
+        return await self._sized(
+            _rows(writes), True, ops.settle_run, run_id, owner, writes, settlement, now, successor
+        )
 
     # ---------------------------------------------------------------- step queues
 
@@ -399,7 +420,7 @@ class SqliteStore:
         return await self._read(reads.get_run, run_id)
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        return await self._read(reads.get_runs, run_ids)
+        return await self._sized(len(run_ids), False, reads.get_runs, run_ids)
 
     async def list_runs(
         self,
