@@ -179,6 +179,14 @@ async def one_batch(store: SqliteStore) -> AsyncIterator[list[str]]:
         await held
 
 
+async def opened_with_worker(path: Path) -> tuple[SqliteStore, SqliteWorker]:
+    """An open store on ``path`` and its worker (to queue jobs on it directly)."""
+    store = SqliteStore(path)
+    await store.open()
+    assert store._worker is not None
+    return store, store._worker
+
+
 async def queued(*calls: Awaitable[Any]) -> list[asyncio.Future[Any]]:
     """Start ``calls`` and let each one queue its job (they wait for their answers)."""
     futures: list[asyncio.Future[Any]] = [asyncio.ensure_future(call) for call in calls]
@@ -282,10 +290,7 @@ async def test_a_batchs_only_write_run_last_fails_alone_without_a_second_try(
 async def test_if_the_batch_commit_fails_every_call_of_the_batch_gets_the_error(
     tmp_path: Path,
 ) -> None:
-    store = SqliteStore(tmp_path / "x.db")
-    await store.open()
-    worker = store._worker
-    assert worker is not None
+    store, worker = await opened_with_worker(tmp_path / "x.db")
 
     def orphan_step_checked_at_commit(conn: sqlite3.Connection) -> None:
         conn.execute("PRAGMA defer_foreign_keys = ON")
@@ -365,10 +370,7 @@ async def test_closing_answers_every_call_queued_before_it(tmp_path: Path) -> No
 async def test_a_lone_call_runs_at_once_on_the_callers_thread_a_later_one_waits_its_turn(
     tmp_path: Path,
 ) -> None:
-    store = SqliteStore(tmp_path / "x.db")
-    await store.open()
-    worker = store._worker
-    assert worker is not None
+    store, worker = await opened_with_worker(tmp_path / "x.db")
     here = threading.get_ident()
     assert await worker.run(lambda conn: threading.get_ident(), write=True) == here
     assert await worker.run(lambda conn: threading.get_ident(), write=False) == here
@@ -392,10 +394,7 @@ async def test_calls_made_together_batch_on_the_worker_rather_than_one_by_one_in
 ) -> None:
     """Other tasks are ready when the first call is made: it is queued, and the calls the
     others make meanwhile join its batch (one commit for many), none on the caller's thread."""
-    store = SqliteStore(tmp_path / "x.db")
-    await store.open()
-    worker = store._worker
-    assert worker is not None
+    store, worker = await opened_with_worker(tmp_path / "x.db")
     statements: list[str] = []
     await worker._put(lambda conn: conn.set_trace_callback(statements.append), write=False)
     here = threading.get_ident()

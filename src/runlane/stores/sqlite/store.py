@@ -82,8 +82,9 @@ _INLINE_ROWS = 16
 to record) runs on the worker's thread (see ``_BULK``)."""
 
 
-def _rows(writes: Writes) -> int:
-    return len(writes.steps) + len(writes.children)
+def _few(writes: Writes) -> bool:
+    """Whether a turn's writes are few enough to run on the caller's thread."""
+    return len(writes.steps) + len(writes.children) <= _INLINE_ROWS
 
 
 class SqliteStore:
@@ -193,8 +194,7 @@ class SqliteStore:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        job = lambda conn: fn(conn, *args, **kwargs)  # noqa: E731
-        return await self._call(job, write=False, inline=fn not in _BULK)
+        return await self._job(False, fn not in _BULK, fn, *args, **kwargs)
 
     async def _write(
         self,
@@ -202,21 +202,19 @@ class SqliteStore:
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        job = lambda conn: fn(conn, *args, **kwargs)  # noqa: E731
-        return await self._call(job, write=True, inline=fn not in _BULK)
+        return await self._job(True, fn not in _BULK, fn, *args, **kwargs)
 
-    async def _sized(
+    async def _job(
         self,
-        rows: int,
         write: bool,
+        inline: bool,
         fn: Callable[Concatenate[sqlite3.Connection, P], T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        """``fn`` given about ``rows`` rows to read or write: on the caller's thread only if
-        they are few."""
-        job = lambda conn: fn(conn, *args, **kwargs)  # noqa: E731
-        return await self._call(job, write=write, inline=rows <= _INLINE_ROWS)
+        """``fn(conn, *args, **kwargs)`` through the worker; ``inline``: it may run on this
+        thread (few rows: see ``_BULK`` and ``_INLINE_ROWS``)."""
+        return await self._call(lambda conn: fn(conn, *args, **kwargs), write=write, inline=inline)
 
     async def _call(
         self, job: Callable[[sqlite3.Connection], T], *, write: bool, inline: bool = True
@@ -236,7 +234,7 @@ class SqliteStore:
     async def create_runs(
         self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
     ) -> list[Started]:
-        return await self._sized(len(specs), True, ops.create_runs, specs, now, lease)
+        return await self._job(True, len(specs) <= _INLINE_ROWS, ops.create_runs, specs, now, lease)
 
     # ---------------------------------------------------------------- claims
 
@@ -325,7 +323,7 @@ class SqliteStore:
     async def checkpoint(
         self, run_id: str, owner: str, writes: Writes, now: datetime
     ) -> list[Started]:
-        return await self._sized(_rows(writes), True, ops.checkpoint, run_id, owner, writes, now)
+        return await self._job(True, _few(writes), ops.checkpoint, run_id, owner, writes, now)
 
     async def suspend_run(
         self,
@@ -337,8 +335,8 @@ class SqliteStore:
         *,
         blocked: bool = False,
     ) -> bool:
-        return await self._sized(
-            _rows(writes), True, ops.suspend_run, run_id, owner, writes, wake_at, now, blocked
+        return await self._job(
+            True, _few(writes), ops.suspend_run, run_id, owner, writes, wake_at, now, blocked
         )
 
     async def settle_run(
@@ -353,8 +351,8 @@ class SqliteStore:
         queued: bool = False,
         keyed: bool = True,
     ) -> SettleResult:
-        return await self._sized(
-            _rows(writes), True, ops.settle_run, run_id, owner, writes, settlement, now, successor
+        return await self._job(
+            True, _few(writes), ops.settle_run, run_id, owner, writes, settlement, now, successor
         )
 
     # ---------------------------------------------------------------- step queues
@@ -420,7 +418,7 @@ class SqliteStore:
         return await self._read(reads.get_run, run_id)
 
     async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        return await self._sized(len(run_ids), False, reads.get_runs, run_ids)
+        return await self._job(False, len(run_ids) <= _INLINE_ROWS, reads.get_runs, run_ids)
 
     async def list_runs(
         self,

@@ -142,7 +142,7 @@ class SqliteWorker:
         if conn is None or getattr(asyncio.get_running_loop(), "_ready", True):
             return None
         with self._lock:
-            if self._unanswered or self._closed or conn is None:
+            if self._unanswered or self._closed:
                 return None
             self._unanswered += 1
         call = _Call(fn, write, None)
@@ -327,19 +327,19 @@ def _run_in_savepoint(conn: sqlite3.Connection, call: _Call) -> None:
 
 def _answer(calls: list[_Call]) -> None:
     """Hand the answers back: one hop per event loop (there is almost always one)."""
-    by_loop: dict[asyncio.AbstractEventLoop | None, list[_Call]] = {}
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
     for call in calls:
+        assert call.loop is not None  # queued (a call run on its caller's thread is not)
         by_loop.setdefault(call.loop, []).append(call)
     for loop, answered in by_loop.items():
-        if loop is None:  # a call run on its caller's thread: answered there
-            continue
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits these
             loop.call_soon_threadsafe(_settle, answered)
 
 
 def _settle(calls: list[_Call]) -> None:
     for call in calls:
-        if call.future is None or call.future.done():  # cancelled while its job ran
+        assert call.future is not None  # queued
+        if call.future.done():  # cancelled while its job ran
             continue
         if call.error is not None:
             call.future.set_exception(call.error)
