@@ -87,7 +87,7 @@ class Execution:
         self.namespace = namespace
         self.drive = drive
         self.options = options
-        self.specs = RunSpecs(registry, store, self.now, namespace)
+        self.specs = RunSpecs(registry, store, self.now, namespace, self.admission_retry)
         self._store = store
         self.has_queues = has_queues
         self.pruner = pruner

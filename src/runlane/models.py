@@ -203,7 +203,9 @@ class SingletonGate:
     """Singleton admission rules carried by a run spec.
 
     ``key`` is the lane (see ``admission.lane``): what stores count and lock by. ``user_key``
-    is the key as the workflow's rule gave it, for errors and tags.
+    is the key as the workflow's rule gave it, for errors and tags. ``retry``: seconds until a
+    run created behind a full key is due anyway (its fallback timer's first delay, jitter
+    included; the release of a slot wakes it at once regardless).
     """
 
     key: str
@@ -211,6 +213,7 @@ class SingletonGate:
     max_queue_depth: int | None = None
     replace: bool = False
     user_key: str = ""
+    retry: float = 1.0
 
     @property
     def shown_key(self) -> str:
@@ -291,9 +294,10 @@ class Started:
     run: Run | None
     created: bool
     rejected: Exception | None = None
-    # A singleton run created behind a full key: a claim now would only park it. The engine
-    # leaves it to the release of a slot (which wakes or hands it over) or to the pending poll.
-    # Also a run created held (by a throttle or a debounce): its timer begins it.
+    # A singleton run created behind a full key: a claim now would only park it, so it is created
+    # parked (``waiting_run``). The release of a slot wakes it or hands it over; its fallback
+    # timer is the gate's ``retry``. Also a run created held (by a throttle or a debounce): its
+    # timer begins it.
     waiting: bool = False
     # The new run, already leased to the creator (``create_runs(..., lease=...)``); ``run`` is
     # the run as it was created, ``pending``.
@@ -527,6 +531,14 @@ def blocked_run(run: Run, retry: RetryTimer, now: datetime) -> Run:
         lease_owner=None,
         lease_expires_at=None,
         updated_at=now,
+    )
+
+
+def waiting_run(run: Run, retry: float, now: datetime) -> Run:
+    """A singleton run created behind a full key, parked as a claim would park it now:
+    blocked, due ``retry`` seconds from now, one denial counted (the next one doubles)."""
+    return evolved(
+        run, status=RunStatus.BLOCKED, wake_at=now + timedelta(seconds=retry), admission_retries=1
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from . import admission
 from .definitions import Concurrency, WorkflowDefinition
 from .errors import UnsupportedStoreError
-from .models import JSON, Run, RunSpec, Settlement, SingletonGate
+from .models import JSON, RetryTimer, Run, RunSpec, Settlement, SingletonGate
 from .registry import Registry
 from .serialization import normalise
 from .stores.base import Store
@@ -30,11 +30,13 @@ class RunSpecs:
         store: Store,
         now: Callable[[], datetime],
         namespace: str | None,
+        retry: Callable[[], RetryTimer],
     ) -> None:
         self.registry = registry
         self.store = store
         self.now = now
         self.namespace = namespace
+        self.retry = retry
 
     async def build(
         self,
@@ -58,6 +60,8 @@ class RunSpecs:
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("run_id must be a non-empty string")
         singleton = admission.singleton_gate(definition, input) if lane == "workflow" else lane
+        if singleton is not None:  # a waiter's fallback timer, should it be created parked
+            singleton = replace(singleton, retry=self.retry().delay(0))
         quota = await admission.quota_gate(concurrency or definition.concurrency, input)
         rate = admission.rate_gate(definition, input)
         folded = admission.debounce_gate(definition, input) if debounce else None

@@ -352,7 +352,7 @@ _CURSOR = {"after_at": T0 + timedelta(seconds=50000), "after_id": "run-50000"}
 
 _HOT = {
     "runs by id": ("get_runs", {"ids": "{run-10,run-11}"}),
-    "a gated start": ("insert_gated", {**specs_params([_GATED]), **gate_params(_GATED)}),
+    "a gated start": ("insert_gated", {**specs_params([_GATED]), **gate_params(_GATED, T0)}),
     "a start under a rate limit and a debounce": (
         "insert_limited",
         {**specs_params([_LIMITED]), **limit_params(_LIMITED, T0)},
@@ -385,6 +385,11 @@ _HOT = {
             "quota_key": "tenant-7",
             "quota_statuses": "{pending,running,suspended,blocked,cancelling}",
             "singleton_key": "key-10",
+            "singleton_limit": 1,
+            "queue_capacity": 5,
+            "run_created_at": T0 + timedelta(hours=5),
+            "run_id": "run-10",
+            "now": T0,
         },
     ),
     "singleton admission at claim": (

@@ -115,7 +115,10 @@ async def test_a_start_behind_a_busy_key_is_left_to_the_release(make_engine: Any
     await engine.start(sync, {"store": "A"}, run_id="queued")
     await asyncio.sleep(0.2)
     queued = await engine.get_run("queued")
-    assert queued.status == RunStatus.PENDING and queued.wake_at is None  # never claimed
+    # Created parked (blocked, its fallback timer set, one denial counted) and never claimed:
+    # a claim would have counted a second denial.
+    assert queued.status == RunStatus.BLOCKED and queued.wake_at is not None
+    assert queued.admission_retries == 1
     await engine.signal("holder", "done")
     for _ in range(200):
         if (await engine.get_run("queued")).status == RunStatus.SUSPENDED:
@@ -190,7 +193,7 @@ async def test_back_pressure_refuses_then_accepts_after_a_slot_frees(
     await engine.tick()
     await engine.signal("r0", "done")
     await engine.tick()
-    assert (await engine.start(bounded, {"store": "A"}, run_id="r3")).status == RunStatus.PENDING
+    assert (await engine.start(bounded, {"store": "A"}, run_id="r3")).status == RunStatus.BLOCKED
 
 
 async def test_reject_mode_keeps_the_running_one(make_engine: Any) -> None:

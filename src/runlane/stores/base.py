@@ -114,7 +114,9 @@ class Store(Protocol):
 
         A new singleton run (not ``replace``) whose key already has ``limit`` or more runs ahead
         of it (slot holders, and waiters that are not cancelling) is ``waiting=True``: it is
-        created ``pending`` all the same, but admission would refuse it now.
+        created parked, as a claim refusing it now would park it (``models.waiting_run``:
+        ``blocked``, ``wake_at`` ``gate.retry`` seconds after ``created_at``, one
+        ``admission_retries``), so that no claim is spent on it before a release wakes it.
 
         ``lease`` (one spec only): a run created now that a claim would admit at once (no
         singleton key, or one that is not ``waiting`` nor ``replace``) is also claimed for

@@ -198,7 +198,8 @@ class MemoryStore:
         key = run.singleton_key
         assert key is not None
         holders, waiters = self._slots_of(key, now)
-        rank = next((i for i, r in enumerate(waiters) if r.id == run.id), len(waiters))
+        place = (run.created_at, run.id)
+        rank = sum(1 for r in waiters if (r.created_at, r.id) < place)
         return admission.admits(run.singleton_limit or 1, holders, rank)
 
     async def hand_off_due_runs(
@@ -859,10 +860,6 @@ class _Rows:
 
     def active_ids_of_key(self, key: str) -> list[str]:
         return [r.id for r in self._store._active_of_key(key)]
-
-    def ahead(self, key: str, now: datetime) -> int:
-        holders, waiters = self._store._slots_of(key, now)
-        return holders + len(waiters)
 
     def cancel(self, run: Run, now: datetime) -> None:
         self._store._cancel_one(run, now, None)

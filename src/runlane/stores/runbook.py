@@ -34,6 +34,7 @@ from ..models import (
     refused_handler,
     run_from_spec,
     settled_run,
+    waiting_run,
 )
 
 _WAITING = (RunStatus.SUSPENDED, RunStatus.BLOCKED)
@@ -66,10 +67,6 @@ class RunRows(Protocol):
     def active_ids_of_key(self, key: str) -> list[str]:
         """The unfinished runs of the singleton key, oldest first."""
 
-    def ahead(self, key: str, now: datetime) -> int:
-        """Runs ahead of a new one of the singleton key: holders, and waiters not cancelling
-        nor held."""
-
     def cancel(self, run: Run, now: datetime) -> None:
         """Cancel ``run`` (``Store.cancel_run`` for one run, without an error)."""
 
@@ -93,7 +90,9 @@ class RunRows(Protocol):
         """Lease ``run`` (``models.claimed_run``) and read its step records and signals."""
 
     def admits(self, run: Run, now: datetime) -> bool:
-        """Whether a free slot of its singleton key is this waiter's."""
+        """Whether a free slot of its singleton key is this waiter's: fewer runs are ahead of
+        it (holders, and waiters before it in FIFO order, neither cancelling nor held) than its
+        limit. ``run`` need not be written yet."""
 
     def release_queue(self, run_id: str, now: datetime, *, admitted_only: bool) -> list[str]:
         """Free the run's step queue entries (``queues.release``); the ids of the runs woken."""
@@ -163,13 +162,24 @@ def _insert(
     run = run_from_spec(spec)
     if gated and spec.limited:
         run = held_run(run, spec, *admission.start_times(spec, last, now))
-    ahead = rows.ahead(spec.singleton.key, now) if spec.singleton is not None else 0
-    waiting = gated and (run.held(now) or admission.waits_at_start(spec.singleton, ahead))
+    retry = _parked_for(rows, spec, run, now) if gated else None
+    if retry is not None:
+        run = waiting_run(run, retry, now)
+    waiting = gated and (run.held(now) or retry is not None)
     claim = None
     if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
         claim = Claim(leased_run(run, lease), [], [])
     rows.insert(claim.run if claim is not None else run)
     return Started(run, created=True, waiting=waiting, claim=claim)
+
+
+def _parked_for(rows: RunRows, spec: RunSpec, run: Run, now: datetime) -> float | None:
+    """The fallback delay of a new run that a claim now would only park (a singleton run
+    behind a full key that neither replaces nor is held), or None: it is created parked."""
+    gate = spec.singleton
+    if gate is None or gate.replace or run.held(now) or rows.admits(run, now):
+        return None
+    return gate.retry
 
 
 def refusal(
@@ -184,7 +194,7 @@ def refusal(
         refused = admission.quota_refusal(spec.workflow, spec.quota, count)
         if refused is not None:
             return refused
-    if spec.singleton is not None:
+    if spec.singleton is not None and spec.singleton.max_queue_depth is not None:
         active = len(rows.active_ids_of_key(spec.singleton.key))
         return admission.queue_refusal(spec.workflow, spec.singleton, active)
     return None

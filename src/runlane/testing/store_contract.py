@@ -102,7 +102,9 @@ def spec(run_id: str, *, created: float = 0.0, workflow: str = "wf", **fields: A
 
 
 def key(limit: int = 1, **fields: Any) -> SingletonGate:
-    return SingletonGate("k", limit, **fields)
+    """A singleton gate; a run created behind its full key is due at once unless ``retry``
+    says otherwise (so a claim at any instant finds it due, as before its first denial)."""
+    return SingletonGate("k", limit, **{"retry": 0.0, **fields})
 
 
 def step(run_id: str, seq: int, status: str = StepStatus.COMPLETED, **fields: Any) -> StepRecord:
@@ -291,7 +293,11 @@ async def test_a_start_behind_a_full_key_is_created_waiting(store: Store) -> Non
     assert not first.waiting and not second.waiting  # two slots: both admissible at once
     [third] = await store.create_runs([spec("c", created=2, singleton=gate)], T0)
     assert third.created and third.waiting
-    assert third.run is not None and third.run.status == RunStatus.PENDING
+    # Parked as a denied claim would park it: no claim is spent on it before a release.
+    waiting = await run_of(store, "c")
+    assert third.run == waiting and waiting.status == RunStatus.BLOCKED
+    assert waiting.wake_at == T0 and waiting.admission_retries == 1  # due after gate.retry
+    assert "c" not in await store.pending_run_ids(at(3), 10, None)
     [plain] = await store.create_runs([spec("plain", created=3)], T0)
     assert not plain.waiting
     await settle(store, "a")
@@ -299,6 +305,25 @@ async def test_a_start_behind_a_full_key_is_created_waiting(store: Store) -> Non
     assert fourth.waiting  # b holds or waits, c waits: two ahead of d
     [again] = await store.create_runs([spec("c", created=2, singleton=gate)], T0)
     assert not again.created and not again.waiting
+    # A replacing start waits for the runs it cancels to settle, not behind them: not parked.
+    [replacing] = await store.create_runs(
+        [spec("r", created=5, singleton=key(limit=2, replace=True, retry=1.0))], T0
+    )
+    assert replacing.created and not replacing.waiting
+    assert await status_of(store, "r") == RunStatus.PENDING
+
+
+async def test_a_start_is_parked_only_behind_runs_ahead_of_it_in_fifo_order(store: Store) -> None:
+    gate = key(limit=1)
+    [d] = await store.create_runs([spec("d", singleton=gate)], T0)
+    assert not d.waiting
+    # The same instant and a smaller id: "a" comes before "d" in FIFO order, nothing is ahead.
+    [a] = await store.create_runs([spec("a", singleton=gate)], T0)
+    assert not a.waiting and await status_of(store, "a") == RunStatus.PENDING
+    [b] = await store.create_runs([spec("b", singleton=gate)], T0)
+    assert b.waiting and await status_of(store, "b") == RunStatus.BLOCKED  # behind "a"
+    assert (await lease(store, "a")).holds_slot
+    assert (await claim(store, "d")).parked
 
 
 async def test_a_start_with_a_lease_is_created_claimed_by_it(store: Store) -> None:
@@ -326,7 +351,7 @@ async def test_a_keyed_start_with_a_lease_takes_its_slot_only_when_admitted(stor
         [spec("b", created=1, singleton=gate)], T0, lease=Lease("s:2", at(30))
     )
     assert second.created and second.waiting and second.claim is None
-    assert await status_of(store, "b") == RunStatus.PENDING
+    assert await status_of(store, "b") == RunStatus.BLOCKED
     replacing = key(limit=1, replace=True)
     [third] = await store.create_runs(
         [spec("c", created=2, singleton=replacing)], T0, lease=Lease("s:3", at(30))
@@ -985,16 +1010,20 @@ async def test_a_turn_sent_again_supersedes_the_one_out(store: Store) -> None:
 async def test_singleton_admits_up_to_the_limit_and_parks_the_rest_until_retry(
     store: Store,
 ) -> None:
-    gate = key(limit=2)
+    gate = key(limit=2, retry=RETRY.total_seconds())
     await create(store, *(spec(i, created=n, singleton=gate) for n, i in enumerate("abc")))
     assert (await lease(store, "a")).holds_slot
     assert (await lease(store, "b")).holds_slot
-    parked = await claim(store, "c", now=at(1))
-    assert parked == ClaimOutcome(parked=True)
+    # c was counted behind a full key: created parked, its fallback timer from its creation.
     c = await run_of(store, "c")
-    assert c.status == RunStatus.BLOCKED and c.wake_at == at(1) + RETRY
-    assert not c.holds_slot and c.lease_owner is None
-    assert await store.due_run_ids(at(1) + RETRY, 10, None) == ["c"]
+    assert c.status == RunStatus.BLOCKED and c.wake_at == T0 + RETRY
+    assert await store.due_run_ids(T0 + RETRY / 2, 10, None) == []
+    parked = await claim(store, "c", now=T0 + RETRY)
+    assert parked == ClaimOutcome(parked=True)
+    c = await run_of(store, "c")  # a second denial in a row: the timer doubles
+    assert c.status == RunStatus.BLOCKED and c.wake_at == T0 + 3 * RETRY
+    assert not c.holds_slot and c.lease_owner is None and c.admission_retries == 2
+    assert await store.due_run_ids(T0 + 3 * RETRY, 10, None) == ["c"]
 
 
 async def test_a_waiter_denied_again_and_again_backs_off_up_to_the_most(store: Store) -> None:
@@ -1011,8 +1040,8 @@ async def test_a_waiter_denied_again_and_again_backs_off_up_to_the_most(store: S
         assert b.status == RunStatus.BLOCKED and b.wake_at is not None
         delays.append((b.wake_at - now).total_seconds())
         now = b.wake_at
-    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
-    assert (await run_of(store, "b")).admission_retries == 5
+    assert delays == [2.0, 4.0, 5.0, 5.0, 5.0]  # the start behind "a" counted the first
+    assert (await run_of(store, "b")).admission_retries == 6
     # Admitted at last, it starts from the first delay again if it ever waits again.
     await store.settle_run("a", "owner-1", Writes(), DONE, now)
     admitted = await claim(store, "b", owner="owner-2", now=now)
@@ -1028,7 +1057,8 @@ async def test_a_waiters_retry_timer_is_jittered_by_the_engines_draw(store: Stor
     timer = RetryTimer(first=1.0, most=30.0, jitter=1.2)
     await store.claim_run("b", "owner-2", at(1), at(1) + LEASE, singleton_retry=timer)
     b = await run_of(store, "b")
-    assert b.wake_at is not None and (b.wake_at - at(1)).total_seconds() == pytest.approx(1.2)
+    # The second denial (the start counted the first): 1 s doubled, times the engine's draw.
+    assert b.wake_at is not None and (b.wake_at - at(1)).total_seconds() == pytest.approx(2.4)
 
 
 async def test_singleton_admission_is_fifo_even_when_claimed_out_of_order(
@@ -1058,7 +1088,7 @@ async def test_a_later_run_with_a_smaller_id_never_displaces_a_holder(store: Sto
     await create(store, spec("a", created=1, singleton=key()), now=at(1))
     assert (await claim(store, "a", now=at(1))).parked
     await store.suspend_run("z", "owner-1", Writes(), None, at(2))
-    assert (await claim(store, "a", now=at(6))).parked
+    assert (await claim(store, "a", now=at(1) + 2 * RETRY)).parked
     assert (await run_of(store, "z")).holds_slot
 
 
@@ -1127,7 +1157,8 @@ async def test_no_successor_without_a_freed_slot_or_when_none_is_asked(store: St
     await lease(store, "h")
     result = await store.settle_run("h", "owner-1", Writes(), DONE, at(1))
     assert result.successor is None and result.woken == ["w"]
-    assert (await run_of(store, "w")).status == RunStatus.PENDING
+    w = await run_of(store, "w")
+    assert w.status == RunStatus.BLOCKED and w.wake_at == at(1)
 
 
 # ---------------------------------------------------------------- fenced turn writes
@@ -1309,7 +1340,7 @@ async def test_settle_releases_the_slot_and_wakes_the_oldest_waiters(store: Stor
     woken = (await store.settle_run("a", "owner-1", Writes(), DONE, at(1))).woken
     assert woken == ["c"]
     assert (await run_of(store, "c")).wake_at == at(1)
-    assert (await run_of(store, "d")).wake_at == T0 + RETRY
+    assert (await run_of(store, "d")).wake_at == T0 + 2 * RETRY  # its second denial
     assert not (await run_of(store, "a")).holds_slot
     assert (await lease(store, "c", now=at(1))).holds_slot
 
@@ -1430,7 +1461,7 @@ async def test_a_handler_behind_a_full_singleton_key_is_created_waiting(store: S
     result = await store.settle_run("a", "owner-1", Writes(), settlement, at(1))
     assert result.woken == [] and result.handler is not None
     assert result.handler.created and result.handler.waiting
-    assert await status_of(store, "a.failure.1") == RunStatus.PENDING
+    assert await status_of(store, "a.failure.1") == RunStatus.BLOCKED
     woken = (await store.settle_run("busy", "owner-1", Writes(), DONE, at(2))).woken
     assert woken == ["a.failure.1"]
 

@@ -81,6 +81,7 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "deadline_at": _iso(s.deadline_at),
             "lease_owner": lease.owner if lease else None,
             "lease_until": _iso(lease.until) if lease else None,
+            "wait_first": s.singleton.retry if s.singleton and not s.singleton.replace else None,
         }
         for s in specs
     ]
@@ -314,12 +315,16 @@ def gated(spec: RunSpec) -> bool:
     return spec.gated
 
 
-def gate_params(spec: RunSpec) -> Row:
+def gate_params(spec: RunSpec, now: datetime) -> Row:
     """The parameters of ``gate_counts`` (which takes the spec's admission locks first), and
     the limits ``insert_gated`` applies to them."""
     quota, singleton = spec.quota, spec.singleton
     depth = singleton.max_queue_depth if singleton and not singleton.replace else None
     return {
+        "now": now,
+        "run_id": spec.id,
+        "run_created_at": spec.created_at,
+        "singleton_limit": singleton.limit if singleton else None,
         "lock_keys": pg_array(gate_keys([spec])),
         "quota_key": quota.key if quota else None,
         "quota_statuses": pg_array(sorted(str(s) for s in quota.count_statuses) if quota else []),
@@ -335,8 +340,7 @@ def limit_params(spec: RunSpec, now: datetime) -> Row:
     timeout = spec.deadline_at - spec.created_at if spec.deadline_at is not None else None
     max_wait = debounce.max_wait if debounce is not None else None
     return {
-        **gate_params(spec),
-        "now": now,
+        **gate_params(spec, now),
         "input": json_param(spec.input),
         "timeout": timeout,
         "rate_key": rate.key if rate else None,

@@ -792,7 +792,7 @@ class PostgresStore:
             if quota is not None or singleton is not None:
                 # The keys' locks first (the lock order), counted as a start counts: no start
                 # or requeue of these keys slips in before this one commits.
-                counts = await fetch_one(conn, "gate_counts", **gate_params(spec_of(run_id)))
+                counts = await fetch_one(conn, "gate_counts", **gate_params(spec_of(run_id), now))
             row = await fetch_one(conn, "lock_run_wait", id=run_id)
             if row is None:
                 raise RunNotFoundError(run_id)
@@ -1136,7 +1136,7 @@ def _start_statement(spec: RunSpec, now: datetime, lease: Lease | None = None) -
     under a rate limit or a debounce, else ``insert_gated``."""
     if spec.limited:
         return "insert_limited", {**specs_params([spec], lease), **limit_params(spec, now)}
-    return "insert_gated", {**specs_params([spec], lease), **gate_params(spec)}
+    return "insert_gated", {**specs_params([spec], lease), **gate_params(spec, now)}
 
 
 def _gated_outcome(spec: RunSpec, row: Row | None, now: datetime) -> Started | None:

@@ -204,10 +204,6 @@ class _Rows:
     def active_ids_of_key(self, key: str) -> list[str]:
         return _active_ids_of_key(self._conn, key)
 
-    def ahead(self, key: str, now: datetime) -> int:
-        (count,) = self._conn.execute(SQL["ahead_of_new"], (key, ts(now))).fetchone()
-        return int(count)
-
     def cancel(self, run: Run, now: datetime) -> None:
         cancel_one(self._conn, run, now, None)
 

@@ -31,7 +31,7 @@ SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
     id text, workflow text, version text, input text, tags text, created_at timestamptz,
     parent_id text, namespace text, priority integer, singleton_key text, singleton_limit integer,
     concurrency_key text, concurrency_limit integer, concurrency_statuses text[],
-    deadline_at timestamptz, lease_owner text, lease_until timestamptz)
+    deadline_at timestamptz, lease_owner text, lease_until timestamptz, wait_first float8)
 
 -- name: unlimited
 -- (A fragment.) What ``insert_given`` reads of a start under no rate limit or debounce (a
@@ -43,21 +43,26 @@ NULL::text AS debounce_key, NULL::integer AS rate_limit, NULL::timestamptz AS ra
 -- (A fragment.) Insert the rows of ``given`` as pending runs, or as running ones leased to
 -- their creator where ``claimed`` (taking the slot, if keyed); an existing id is left alone.
 -- A run its throttle or debounce holds (``begin_at``) is blocked until then, and its execution
--- timeout counts from then.
+-- timeout counts from then. A singleton run that waits behind a full key is created parked, as
+-- a claim would park it (``blocked_set``): blocked until ``waits_until`` (its fallback's first
+-- delay from now), one denial counted.
 INSERT INTO runlane_runs (
     id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
     priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
     concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot, rate_key,
-    rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until)
+    rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until, admission_retries)
 SELECT id, workflow, version,
-       CASE WHEN claimed THEN 'running' WHEN begin_at IS NOT NULL THEN 'blocked' ELSE 'pending' END,
+       CASE WHEN claimed THEN 'running'
+            WHEN begin_at IS NOT NULL OR waits_until IS NOT NULL THEN 'blocked'
+            ELSE 'pending' END,
        input::json, ARRAY(SELECT json_array_elements_text(tags::json)), created_at, created_at,
        parent_id, namespace, priority, singleton_key, singleton_limit, concurrency_key,
        concurrency_limit, concurrency_statuses,
        coalesce(deadline_at + (begin_at - created_at), deadline_at),
        CASE WHEN claimed THEN lease_owner END, CASE WHEN claimed THEN lease_until END,
-       claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at, begin_at, debounce_key,
-       rate_limit, rate_until
+       claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at,
+       coalesce(begin_at, waits_until), debounce_key, rate_limit, rate_until,
+       CASE WHEN waits_until IS NOT NULL AND begin_at IS NULL THEN 1 ELSE 0 END
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -66,7 +71,9 @@ RETURNING *
 -- Ungated specs in one statement: the new runs (``created``), then the ones that existed.
 -- An id inserted by a transaction that committed after this statement began is in neither.
 WITH given AS (
-    SELECT s.*, s.lease_owner IS NOT NULL AS claimed, {unlimited} FROM ({spec_rows}) AS s
+    SELECT s.*, s.lease_owner IS NOT NULL AS claimed, NULL::timestamptz AS waits_until,
+           {unlimited}
+    FROM ({spec_rows}) AS s
 ), inserted AS ({insert_given})
 SELECT *, true AS created FROM inserted
 UNION ALL
@@ -81,9 +88,13 @@ SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
 WITH existing AS (
     SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[])
 ), counts AS ({gate_counts}), given AS (
-    -- Claimed at once when a lease came with it and a claim would admit it now.
+    -- Claimed at once when a lease came with it and a claim would admit it now; parked at
+    -- once when a claim now would park it (not a replacing start: it waits for the runs it
+    -- cancels, not behind them).
     SELECT g.*, {unlimited}, g.lease_owner IS NOT NULL
-                AND (g.singleton_key IS NULL OR c.key_ahead < g.singleton_limit) AS claimed
+                AND (g.singleton_key IS NULL OR c.key_ahead < g.singleton_limit) AS claimed,
+           CASE WHEN c.key_ahead >= g.singleton_limit
+                THEN %(now)s::timestamptz + make_interval(secs => g.wait_first) END AS waits_until
     FROM ({spec_rows}) AS g, counts AS c
     WHERE NOT EXISTS (SELECT 1 FROM existing)
       AND (%(quota_limit)s::integer IS NULL
@@ -127,7 +138,9 @@ WITH existing AS (
            %(rate_limit)s::integer AS rate_limit, t.rate_at + %(rate_period)s::interval AS rate_until,
            nullif(GREATEST(%(wanted)s, t.rate_at), %(now)s) AS begin_at,
            g.lease_owner IS NOT NULL AND GREATEST(%(wanted)s, t.rate_at) = %(now)s
-           AND (g.singleton_key IS NULL OR t.key_ahead < g.singleton_limit) AS claimed
+           AND (g.singleton_key IS NULL OR t.key_ahead < g.singleton_limit) AS claimed,
+           CASE WHEN t.key_ahead >= g.singleton_limit
+                THEN %(now)s::timestamptz + make_interval(secs => g.wait_first) END AS waits_until
     FROM ({spec_rows}) AS g, timed AS t
     WHERE NOT EXISTS (SELECT 1 FROM existing) AND t.debounced IS NULL
       AND (%(delay)s OR t.rate_last IS NULL
@@ -149,18 +162,20 @@ SELECT * FROM runlane_runs WHERE id = %(id)s;
 SELECT * FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
 
 -- name: gate_counts
--- What a gated start competes with, once it holds ``lock_keys`` (see migration 0003). The
+-- What a gated start competes with, once it holds ``lock_keys`` (see migration 0015). The
 -- caller may hold them already: taking them again costs nothing.
 SELECT quota_active, key_active, key_ahead
-FROM runlane_gate_counts(
-    %(lock_keys)s::text[], %(quota_key)s, %(quota_statuses)s::text[], %(singleton_key)s);
+FROM runlane_start_counts(
+    %(lock_keys)s::text[], %(quota_key)s, %(quota_statuses)s::text[], %(singleton_key)s,
+    %(singleton_limit)s, %(queue_capacity)s, %(run_created_at)s, %(run_id)s, %(now)s);
 
 -- name: limit_counts
--- What a limited start competes with, once it holds its locks (see migration 0009): the gates'
--- counts, its rate key's ``limit``-th most recent start, its debounce key's held run.
+-- What a limited start competes with, once it holds its locks (see migrations 0009 and 0015):
+-- the gates' counts, its rate key's ``limit``-th most recent start, its debounce key's held run.
 SELECT quota_active, key_active, key_ahead, rate_last, debounced
-FROM runlane_limit_counts(
+FROM runlane_limited_start_counts(
     %(lock_keys)s::text[], %(quota_key)s, %(quota_statuses)s::text[], %(singleton_key)s,
+    %(singleton_limit)s, %(queue_capacity)s, %(run_created_at)s, %(run_id)s,
     %(rate_key)s, %(rate_limit)s, %(debounce_key)s, %(now)s);
 
 -- name: active_of_key
@@ -897,7 +912,7 @@ fires AS (
 -- schedules that moved (``moved``): no join of the two, which a generic plan would make a
 -- nested loop over both.
 WITH {schedule_moves}, given AS (
-    SELECT g.*, false AS claimed, {unlimited} FROM ({spec_rows}) AS g
+    SELECT g.*, false AS claimed, NULL::timestamptz AS waits_until, {unlimited} FROM ({spec_rows}) AS g
     WHERE g.id IN (SELECT run_id FROM moved)
 ), inserted AS ({insert_given})
 SELECT id, NULL::text[] AS moved FROM inserted

@@ -121,12 +121,6 @@ ORDER BY begin_at DESC, id DESC LIMIT 1
 -- The limit-th most recent instant a rate key counted a start at. Parameters: key, limit - 1.
 SELECT rate_at FROM runs WHERE rate_key = ? ORDER BY rate_at DESC LIMIT 1 OFFSET ?
 
--- name: ahead_of_new
--- Runs ahead of a new one of a singleton key: holders, and waiters not cancelling (nor held).
--- Parameters: key, now.
-SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {active}
-  AND (holds_slot OR (status <> 'cancelling' AND {begun}))
-
 -- name: active_ids_of_key
 SELECT id FROM runs WHERE singleton_key = ? AND status IN {active} ORDER BY created_at, id
 
