@@ -373,11 +373,18 @@ def waiters(results: Sequence[Line]) -> list[str]:
             f" {w['engine_cpu_ms_per_s']} ms engine CPU/s"
             for i, w in enumerate(line["windows"])
         )
+        parking = ""
+        if "start_seconds" in line:
+            parking = (
+                f" Their {line['waiters']:,} starts took {line['start_seconds']} s, one after"
+                f" another, while those already parked retried; none was pending after"
+                f" {line['parked_seconds']} s."
+            )
         out.append(
             f"- {line['waiters']:,} runs blocked behind one key whose holder waits for a signal,"
             f" once every waiter was parked: {windows}. Their fallback timers double at each"
             " denial, up to the lease (30 s): the rate falls towards waiters / 30 s; the release"
-            " still hands the slot over at once."
+            f" still hands the slot over at once.{parking}"
         )
     return out
 

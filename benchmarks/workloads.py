@@ -479,16 +479,21 @@ async def waiters(target: Target, n: int = 10_000, seconds: float = 90.0) -> Fig
     """Row writes while ``n`` runs wait behind one key whose holder waits for a signal.
 
     The release would wake the next waiter at once; until then each waiter is touched only by
-    its fallback retry timer. Row writes (``n_tup_upd`` of the runs table, PostgreSQL) and the
-    engine's CPU are sampled in three equal windows once every waiter has been parked.
+    its fallback retry timer. ``start_seconds``: the ``n`` starts, one after another, while the
+    waiters already parked retry; ``parked_seconds``: until none is left pending. Row writes
+    (``n_tup_upd`` of the runs table, PostgreSQL) and the engine's CPU are sampled in three
+    equal windows once every waiter has been parked.
     """
     target.renew()
     async with target.engine(lane_wf) as engine:
         await engine.start(lane_wf, None, run_id="holder")
         await until_suspended(engine, 1)
+        t0 = time.perf_counter()
         for i in range(0, n, 1000):
             await start_all(engine, lane_wf, [None] * min(1000, n - i))
+        started = time.perf_counter() - t0
         await until_none_pending(engine)
+        parked = time.perf_counter() - t0
         windows = []
         writes, cpu = pg_writes_settled(), cpu_seconds()
         for _ in range(3):
@@ -501,7 +506,13 @@ async def waiters(target: Target, n: int = 10_000, seconds: float = 90.0) -> Fig
                 }
             )
             writes, cpu = now_writes, now_cpu
-    return {"waiters": n, "seconds": seconds, "windows": windows}
+    return {
+        "waiters": n,
+        "start_seconds": round(started, 1),
+        "parked_seconds": round(parked, 1),
+        "seconds": seconds,
+        "windows": windows,
+    }
 
 
 async def until_none_pending(engine: Engine, timeout: float = 600) -> None:

@@ -62,6 +62,11 @@ log = logging.getLogger("runlane.engine")
 MISSED_AFTER = 10.0
 """Seconds after which a schedule's window not fired yet counts as missed (see ``catchup``)."""
 
+_DENY_IN_ONE_WRITE = 8
+"""A timer poll that found this many due runs or more first denies, in one write, the retries
+of singleton waiters whose key is full (``Store.park_full_waiters``); a smaller batch (a lone
+sleeper's wake) costs no round trip more."""
+
 
 class Execution:
     """Executes one engine's runs: see the module's docstring."""
@@ -512,8 +517,15 @@ class Execution:
             self.runqueue.publish_timers(runs)
             return len(runs)
         limit = min(self.options.timer_batch_size, self._capacity())
-        ids = await self.store.due_run_ids(self.now(), limit, self.namespace)
+        now = self.now()
+        ids = await self.store.due_run_ids(now, limit, self.namespace)
         self.loop.note_batch(ids, limit)
+        if len(ids) >= _DENY_IN_ONE_WRITE:
+            # Fallback retries of singleton waiters whose key is still full (thousands of them
+            # behind one busy key) are denied in one write rather than a claim each.
+            timers = {run_id: self.admission_retry() for run_id in ids}
+            parked = set(await self.store.park_full_waiters(timers, now))
+            ids = [run_id for run_id in ids if run_id not in parked]
         random.shuffle(ids)
         return await self._execute_all(ids)
 

@@ -130,6 +130,32 @@ async def test_a_start_behind_a_busy_key_is_left_to_the_release(make_engine: Any
     assert (await engine.wait_for_run("queued", timeout=10)).status == RunStatus.COMPLETED
 
 
+async def test_retries_behind_a_full_key_are_denied_in_one_write_not_a_claim_each(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(sync)
+    waiters = [f"w{n}" for n in range(12)]
+    await queue_up(engine, clock, ["holder", *waiters])
+    claims: list[str] = []
+    claim_run = engine.store.claim_run
+
+    async def counted(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        claims.append(run_id)
+        return await claim_run(run_id, *args, **kwargs)
+
+    engine.store.claim_run = counted
+    clock.advance(2)  # every waiter's first fallback (1 s +/- 25%) has come
+    await engine.tick()
+    assert claims == []
+    for run in [await engine.get_run(w) for w in waiters]:
+        assert run.status == RunStatus.BLOCKED and run.admission_retries == 2
+        assert run.wake_at is not None and run.wake_at > clock.now()
+    await engine.signal("holder", "done")
+    await engine.tick()  # the release wakes the oldest waiter, which a claim admits
+    assert (await engine.get_run("w0")).holds_slot
+    assert [r.id for r in await engine.list_runs() if r.holds_slot] == ["w0"]
+
+
 async def test_a_chain_of_three_hands_over_without_any_timer_advance(
     make_engine: Any, clock: Any
 ) -> None:

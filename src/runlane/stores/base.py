@@ -206,6 +206,20 @@ class Store(Protocol):
         """
         ...
 
+    async def park_full_waiters(self, timers: Mapping[str, RetryTimer], now: datetime) -> list[str]:
+        """Deny, in one atomic unit, the retries of the singleton waiters among ``timers`` (run
+        id -> its fallback timer) whose key has every slot held; their ids.
+
+        A waiter here is a ``blocked`` run without a slot, due (``wake_at <= now``), begun, not
+        leased. Each is parked again as :meth:`claim_run` denies and parks one: ``wake_at =
+        timer.due(now, admission_retries)``, ``admission_retries`` grows by one. Every other
+        run is left as it is, for the caller to claim one by one (a claim admits or denies it
+        exactly). The keys are counted as an admission counts them (under their locks), so a
+        release is never undone: a waiter it woke either sees the freed slot or was parked
+        before the release, which then wakes it.
+        """
+        ...
+
     async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:
         """Extend the leases of ``leases`` (run id -> owner) to ``lease_until``, in one call.
 

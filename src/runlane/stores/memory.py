@@ -176,6 +176,9 @@ class MemoryStore:
         rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
         return runbook.claim(_Rows(self), run, Lease(owner, lease_until), now, rules)
 
+    async def park_full_waiters(self, timers: Mapping[str, RetryTimer], now: datetime) -> list[str]:
+        return runbook.park_full_waiters(_Rows(self), timers, now)
+
     def _lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         leased = claimed_run(run, lease, now)
         self._runs[run.id] = leased
@@ -881,6 +884,9 @@ class _Rows:
 
     def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         return self._store._lease(run, lease, now)
+
+    def holders(self, key: str) -> int:
+        return sum(1 for r in self._store._active_of_key(key) if r.holds_slot)
 
     def admits(self, run: Run, now: datetime) -> bool:
         return self._store._admit(run, now)

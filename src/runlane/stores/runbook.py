@@ -7,7 +7,7 @@ records (a :class:`RunRows`). PostgreSQL states the same decisions in its statem
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
@@ -88,6 +88,9 @@ class RunRows(Protocol):
 
     def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         """Lease ``run`` (``models.claimed_run``) and read its step records and signals."""
+
+    def holders(self, key: str) -> int:
+        """How many runs hold a slot of the singleton key."""
 
     def admits(self, run: Run, now: datetime) -> bool:
         """Whether a free slot of its singleton key is this waiter's: fewer runs are ahead of
@@ -198,6 +201,35 @@ def refusal(
         active = len(rows.active_ids_of_key(spec.singleton.key))
         return admission.queue_refusal(spec.workflow, spec.singleton, active)
     return None
+
+
+def park_full_waiters(rows: RunRows, timers: Mapping[str, RetryTimer], now: datetime) -> list[str]:
+    """Park again the due waiters of ``timers`` whose key has every slot held (see
+    ``Store.park_full_waiters``); their ids."""
+    parked = []
+    for run_id, timer in timers.items():
+        run = rows.find(run_id)
+        if run is not None and _due_waiter(run, now) and _full(rows, run):
+            rows.save(blocked_run(run, timer, now))
+            parked.append(run_id)
+    return parked
+
+
+def _due_waiter(run: Run, now: datetime) -> bool:
+    return (
+        run.status == RunStatus.BLOCKED
+        and run.singleton_key is not None
+        and not run.holds_slot
+        and run.lease_owner is None
+        and run.wake_at is not None
+        and run.wake_at <= now
+        and not run.held(now)
+    )
+
+
+def _full(rows: RunRows, run: Run) -> bool:
+    assert run.singleton_key is not None
+    return rows.holders(run.singleton_key) >= (run.singleton_limit or 1)
 
 
 def claim(rows: RunRows, run: Run, lease: Lease, now: datetime, rules: ClaimRules) -> ClaimOutcome:

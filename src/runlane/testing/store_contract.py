@@ -786,6 +786,41 @@ async def test_a_handoff_does_not_claim_a_live_lease_or_a_finished_run(store: St
     assert await store.get_runs(["live", "done"]) == before
 
 
+# ---------------------------------------------------------------- park_full_waiters
+
+
+async def test_park_full_waiters_denies_the_due_waiters_of_full_keys_in_one_write(
+    store: Store,
+) -> None:
+    full, roomy = key(), SingletonGate("roomy", 2, retry=0.0)
+    await create(
+        store,
+        spec("h", singleton=full),
+        spec("w1", created=1, singleton=full),
+        spec("w2", created=2, singleton=full),
+        spec("rh", singleton=roomy),
+        spec("rw", created=1, singleton=roomy),
+        spec("rw2", created=2, singleton=roomy),
+        spec("plain"),
+    )
+    await lease(store, "h")
+    await lease(store, "rh")  # one of two slots held: "rw2" waits behind "rw", not a full key
+    timer = RetryTimer(5.0, 60.0)
+    timers = {run_id: timer for run_id in ("w1", "w2", "rw2", "rw", "plain", "h", "missing")}
+    before = await store.get_runs(["rw2", "rw", "plain", "h"])
+    assert sorted(await store.park_full_waiters(timers, at(3))) == ["w1", "w2"]
+    w1 = await run_of(store, "w1")  # denied a second time (its start counted the first)
+    assert w1.status == RunStatus.BLOCKED and w1.admission_retries == 2
+    assert w1.wake_at == at(3) + timedelta(seconds=10) and w1.lease_owner is None
+    assert await store.get_runs(["rw2", "rw", "plain", "h"]) == before  # left to their claims
+    assert await store.park_full_waiters(timers, at(4)) == []  # none due now
+    # The holder's release wakes the oldest waiter: the key is no longer full, nor is it parked.
+    await store.settle_run("h", "owner-1", Writes(), DONE, at(20))
+    assert await store.park_full_waiters(timers, at(20)) == []
+    assert (await lease(store, "w1", now=at(20))).holds_slot
+    assert (await claim(store, "w2", now=at(40))).parked
+
+
 # ---------------------------------------------------------------- hand_off_due_runs
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,6 +14,7 @@ from ...models import (
     Claim,
     Event,
     Lease,
+    RetryTimer,
     Run,
     RunQuery,
     RunSpec,
@@ -86,6 +87,16 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
         for s in specs
     ]
     return {"specs": dumps(rows), "ids": pg_array(s.id for s in specs)}
+
+
+def timers_param(timers: Mapping[str, RetryTimer]) -> str:
+    """``park_full_waiters``'s ``timers``: each run's fallback timer, as ``blocked_set`` reads
+    one."""
+    rows = [
+        {"id": run_id, "retry_first": t.first, "retry_most": t.most, "retry_jitter": t.jitter}
+        for run_id, t in timers.items()
+    ]
+    return dumps(rows)
 
 
 def fires_param(fires: Sequence[WindowFire]) -> str:
@@ -428,5 +439,6 @@ __all__ = [
     "start_refusal",
     "started_by_id",
     "step_from_row",
+    "timers_param",
     "utc_conninfo",
 ]

@@ -89,6 +89,7 @@ from .rows import (
     start_refusal,
     started_by_id,
     step_from_row,
+    timers_param,
 )
 from .schema import upgrade
 from .writes import PlainWrites, fence_error, woken_by
@@ -379,6 +380,17 @@ class PostgresStore:
         rows = await self._db.rows("hand_off_due", **params)
         rows.sort(key=lambda row: (row["was_due"], row["id"]))
         return [run_from_row(row) for row in rows]
+
+    async def park_full_waiters(self, timers: Mapping[str, RetryTimer], now: datetime) -> list[str]:
+        if not timers:
+            return []
+        _, parked, _ = await self._db.batch(
+            ("lock_waiter_keys", {"ids": pg_array(timers)}),
+            ("park_full_waiters", {"timers": timers_param(timers), "now": now}),
+            # Lost in a server crash, a waiter is only due again a little earlier.
+            ("quiet_commit", {}),
+        )
+        return [row["id"] for row in parked]
 
     async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:
         if not leases:

@@ -7,7 +7,7 @@ rolls back everything the unit wrote.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -166,6 +166,10 @@ def claim_run(
     return runbook.claim(_Rows(conn), run, Lease(owner, lease_until), now, rules)
 
 
+def park_full_waiters(conn: Conn, timers: Mapping[str, RetryTimer], now: datetime) -> list[str]:
+    return runbook.park_full_waiters(_Rows(conn), timers, now)
+
+
 class _Rows:
     """The SQLite store's run rows, for ``runbook``'s claim and settlement."""
 
@@ -224,6 +228,10 @@ class _Rows:
 
     def lease(self, run: Run, lease: Lease, now: datetime) -> Claim:
         return _lease(self._conn, run, lease.owner, lease.until, now)
+
+    def holders(self, key: str) -> int:
+        (count,) = self._conn.execute(SQL["slot_holders"], (key,)).fetchone()
+        return int(count)
 
     def admits(self, run: Run, now: datetime) -> bool:
         return _admit(self._conn, run, now)

@@ -72,6 +72,7 @@ _BULK: frozenset[Callable[..., Any]] = frozenset(
         schedules.list_schedules,
         schedules.due_schedules,
         schedules.fire_windows,
+        ops.park_full_waiters,
     )
 )
 """Jobs that may read or write many rows: always run on the worker's thread, never on the
@@ -283,6 +284,9 @@ class SqliteStore:
         self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
     ) -> list[Run]:
         return await self._write(ops.hand_off_due_runs, now, limit, namespace, hold_until)
+
+    async def park_full_waiters(self, timers: Mapping[str, RetryTimer], now: datetime) -> list[str]:
+        return await self._write(ops.park_full_waiters, timers, now)
 
     # ---------------------------------------------------------------- remote steps (unfenced)
 

@@ -307,6 +307,47 @@ SELECT c.*, EXISTS (SELECT 1 FROM parked) AS parked,
 FROM (SELECT 1) AS one
 LEFT JOIN claimed AS c ON true;
 
+-- name: lock_waiter_keys
+-- The singleton keys' locks of the runs ``ids`` (reading a run's key unlocked is safe: it never
+-- changes), in hash order as ``lock_keys`` takes them.
+SELECT pg_advisory_xact_lock(h)
+FROM (
+    SELECT DISTINCT hashtextextended('s:' || singleton_key, 0) AS h FROM runlane_runs
+    WHERE id = ANY(%(ids)s::text[]) AND singleton_key IS NOT NULL
+    ORDER BY h
+) AS ordered;
+
+-- name: park_full_waiters
+-- The due waiters of ``timers`` whose key has every slot held, parked again as a claim's denial
+-- parks one (``blocked_set``, each with its own timer), after their keys' locks
+-- (``lock_waiter_keys``, an earlier statement, so this snapshot sees each key as the last lock
+-- holder left it). A row another transaction holds is left to the caller's claim. Their ids.
+WITH given AS (
+    SELECT * FROM json_to_recordset(%(timers)s::json)
+        AS g (id text, retry_first float8, retry_most float8, retry_jitter float8)
+), full_key AS (
+    SELECT g.* FROM given AS g JOIN runlane_runs AS r ON r.id = g.id
+    WHERE r.status = 'blocked' AND NOT r.holds_slot AND r.singleton_key IS NOT NULL
+      AND r.lease_owner IS NULL AND r.wake_at <= %(now)s
+      AND (r.begin_at IS NULL OR r.begin_at <= %(now)s)
+      AND (SELECT count(*) FROM runlane_runs AS h
+           WHERE h.singleton_key = r.singleton_key AND h.holds_slot)
+          >= coalesce(nullif(r.singleton_limit, 0), 1)
+    ORDER BY r.id
+    FOR NO KEY UPDATE OF r SKIP LOCKED
+)
+UPDATE runlane_runs AS r
+SET status = 'blocked', wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
+    wake_at = %(now)s + make_interval(secs => LEAST(
+        f.retry_most, f.retry_first * power(2, LEAST(r.admission_retries, 30)) * f.retry_jitter)),
+    admission_retries = r.admission_retries + 1, updated_at = %(now)s
+FROM full_key AS f WHERE r.id = f.id
+RETURNING r.id;
+
+-- name: quiet_commit
+-- This transaction need not wait for its WAL flush (see ``quiet_commit_if_parked``).
+SELECT set_config('synchronous_commit', 'off', true);
+
 -- name: quiet_commit_if_parked
 -- The claim before parked its waiter (blocked, touched now): such a transaction need not wait
 -- for its WAL flush. Lost in a server crash, the waiter is only due again a little earlier;
