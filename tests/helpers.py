@@ -72,3 +72,17 @@ async def snapshot(
     finally:
         await store.close()
     return runs, records
+
+
+def count_claims(engine: Engine) -> list[str]:
+    """The ids the engine's store is asked to claim from now on, in order (the store's own
+    ``claim_run`` still does the work)."""
+    claims: list[str] = []
+    claim_run = engine.store.claim_run
+
+    async def counted(run_id: str, *args: Any, **kwargs: Any) -> Any:
+        claims.append(run_id)
+        return await claim_run(run_id, *args, **kwargs)
+
+    engine.store.claim_run = counted  # type: ignore[method-assign]
+    return claims

@@ -25,7 +25,7 @@ from runlane.clock import SystemClock
 from runlane.errors import RunFinishedError, RunNotFoundError
 from runlane.models import RetryTimer
 
-from ..helpers import Calls, settle
+from ..helpers import Calls, count_claims, settle
 
 calls = Calls()
 
@@ -484,14 +484,7 @@ async def test_a_run_started_on_a_driving_engine_is_claimed_by_its_start(
     """The start leases the run to the engine that will execute it: no claim of its own."""
     engine = await make_engine(direct_wf, drive=True, clock=SystemClock(), poll_interval=0.05)
     await engine.__aenter__()
-    claims: list[str] = []
-    claim_run = engine.store.claim_run
-
-    async def counted(run_id: str, *args: Any, **kwargs: Any) -> Any:
-        claims.append(run_id)
-        return await claim_run(run_id, *args, **kwargs)
-
-    engine.store.claim_run = counted
+    claims = count_claims(engine)
     runs = [await engine.start(direct_wf, n, run_id=f"d{n}") for n in range(10)]
     assert all(run.status == RunStatus.PENDING for run in runs)
     done = [await engine.wait_for_run(run.id, timeout=10) for run in runs]

@@ -13,7 +13,7 @@ from runlane import RunStatus, Singleton, SingletonQueueFullError
 from runlane.clock import SystemClock
 from runlane.models import RetryTimer, Settlement, Writes
 
-from ..helpers import settle
+from ..helpers import count_claims, settle
 
 inside: dict[str, int] = {}
 peak: dict[str, int] = {}
@@ -136,14 +136,7 @@ async def test_retries_behind_a_full_key_are_denied_in_one_write_not_a_claim_eac
     engine = await make_engine(sync)
     waiters = [f"w{n}" for n in range(12)]
     await queue_up(engine, clock, ["holder", *waiters])
-    claims: list[str] = []
-    claim_run = engine.store.claim_run
-
-    async def counted(run_id: str, *args: Any, **kwargs: Any) -> Any:
-        claims.append(run_id)
-        return await claim_run(run_id, *args, **kwargs)
-
-    engine.store.claim_run = counted
+    claims = count_claims(engine)
     clock.advance(2)  # every waiter's first fallback (1 s +/- 25%) has come
     await engine.tick()
     assert claims == []
