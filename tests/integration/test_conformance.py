@@ -348,7 +348,8 @@ async def test_a_waiters_fallback_timer_is_jittered_and_never_waits_longer_than_
     for run_id in ids:
         clock.advance(0.001)
         await engine.start(sync_inventory, {"store": "A"}, run_id=run_id)
-    # The delay each denial set, per waiter: read right after the tick that re-parked it.
+    # The delay each denial set, per waiter, from the instant it was parked (its start, which
+    # found the key full, counts the first): read right after the tick that re-parked it.
     delays: dict[str, list[float]] = {run_id: [] for run_id in ids}
     denials = dict.fromkeys(ids, 0)
     for _ in range(400):
@@ -358,7 +359,7 @@ async def test_a_waiters_fallback_timer_is_jittered_and_never_waits_longer_than_
             assert run.status == RunStatus.BLOCKED and run.wake_at is not None
             if run.admission_retries != denials[run_id]:
                 denials[run_id] = run.admission_retries
-                delays[run_id].append((run.wake_at - clock.now()).total_seconds())
+                delays[run_id].append((run.wake_at - run.updated_at).total_seconds())
         clock.advance(1.0)
     firsts = [d[0] for d in delays.values()]
     # Waiters parked together do not all come back together.
