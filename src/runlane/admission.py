@@ -252,12 +252,6 @@ def refolded_begin(gate: DebounceGate, run: Run, now: datetime) -> datetime:
     return begin if run.rate_at is None else max(begin, run.rate_at)
 
 
-def waits_at_start(gate: SingletonGate | None, ahead: int) -> bool:
-    """Whether a new run of ``gate``'s key, with ``ahead`` runs in front of it (holders and
-    waiters that are not cancelling), would be refused a slot at once."""
-    return gate is not None and not gate.replace and ahead >= gate.limit
-
-
 def claimed_at_start(gate: SingletonGate | None, waiting: bool) -> bool:
     """Whether a new run may be claimed in the write that creates it: nothing to wait for (a
     replacing start waits for the runs it cancels to settle)."""

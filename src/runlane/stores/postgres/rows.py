@@ -89,14 +89,14 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
     return {"specs": dumps(rows), "ids": pg_array(s.id for s in specs)}
 
 
+def retry_params(retry: RetryTimer) -> Row:
+    """A waiter's retry timer, as ``blocked_set`` computes it."""
+    return {"retry_first": retry.first, "retry_most": retry.most, "retry_jitter": retry.jitter}
+
+
 def timers_param(timers: Mapping[str, RetryTimer]) -> str:
-    """``park_full_waiters``'s ``timers``: each run's fallback timer, as ``blocked_set`` reads
-    one."""
-    rows = [
-        {"id": run_id, "retry_first": t.first, "retry_most": t.most, "retry_jitter": t.jitter}
-        for run_id, t in timers.items()
-    ]
-    return dumps(rows)
+    """``park_full_waiters``'s ``timers``: each run's fallback timer, as ``retry_params``."""
+    return dumps([{"id": run_id, **retry_params(t)} for run_id, t in timers.items()])
 
 
 def fires_param(fires: Sequence[WindowFire]) -> str:
@@ -431,6 +431,7 @@ __all__ = [
     "new_or_found",
     "query_params",
     "query_where",
+    "retry_params",
     "run_from_row",
     "schedule_from_row",
     "settle_params",

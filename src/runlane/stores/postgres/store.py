@@ -81,6 +81,7 @@ from .rows import (
     pg_array,
     query_params,
     query_where,
+    retry_params,
     run_from_row,
     schedule_from_row,
     settle_params,
@@ -269,7 +270,7 @@ class PostgresStore:
         # singleton key), then the plain claim (no admission needed) or the admission claim (a
         # waiter: admitted or parked), whichever applies; and the claimed run's history.
         plain = ("claim_plain", {**lease, "handoff": handoff})
-        retry = _retry_params(singleton_retry)
+        retry = retry_params(singleton_retry)
         admit = ("claim_admit", {**lease, "handoff": handoff, **retry})
         _, found, admitted, _, steps, signals = await self._db.batch(
             _lock_call((), run_id),
@@ -1077,11 +1078,6 @@ def _lock_call(keys: Sequence[str], run_id: str | None = None) -> Call | None:
     return ("lock_keys", {"keys": pg_array(keys), "run_id": run_id})
 
 
-def _retry_params(retry: RetryTimer) -> Row:
-    """A waiter's retry timer, as ``blocked_set`` computes it."""
-    return {"retry_first": retry.first, "retry_most": retry.most, "retry_jitter": retry.jitter}
-
-
 def _queue_params(settings: QueueSettings, now: datetime) -> Row:
     return {
         "name": settings.name,
@@ -1158,9 +1154,8 @@ def _gated_outcome(spec: RunSpec, row: Row | None, now: datetime) -> Started | N
     if row["id"] is not None:
         if row.get("folded"):
             return Started(run_from_row(row), created=False, debounced=True)
-        held = row["begin_at"] is not None and row["begin_at"] > now
-        ahead = admission.waits_at_start(spec.singleton, row["key_ahead"])
-        return new_or_found(row, row["created"] and (held or ahead))
+        # Created blocked: held by its throttle or debounce, or parked behind a full key.
+        return new_or_found(row, row["created"] and row["status"] == "blocked")
     refusal = start_refusal(spec, row, now)
     return None if refusal is None else Started(None, created=False, rejected=refusal)
 
