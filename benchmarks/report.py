@@ -252,6 +252,127 @@ def handoff_line(results: Sequence[Line], db: str, label: str) -> str:
     )
 
 
+def floor(results: Sequence[Line], facts: Line) -> list[str]:
+    """The store's bare durable commit, and what each compared target leaves per workflow."""
+    out = [
+        "## 3b. The floor: one durable commit, and what each target leaves for the engine",
+        "",
+        "| store | durable commit p50 / mean / p99 ms | Python / machine CPU ms per commit"
+        " | p50 per run | load |",
+        "|---|---|---|---|---|",
+    ]
+    measured = [(label, pick(results, "runlane", "floor", db)) for db, label in DBS]
+    if not any(lines for _, lines in measured):
+        return []
+    for label, lines in measured:
+        if not lines:
+            continue
+        out.append(
+            f"| {label} | {fmt(med(lines, 'commit_p50_ms'))} / {fmt(med(lines, 'commit_mean_ms'))}"
+            f" / {fmt(med(lines, 'commit_p99_ms'))} | {fmt(med(lines, 'py_cpu_ms_per_commit'))}"
+            f" / {fmt(med(lines, 'machine_cpu_ms_per_commit'))}"
+            f" | {per_rep(lines, 'commit_p50_ms')} | {loads(lines)} |"
+        )
+    out += [
+        "",
+        "| target | store | budget ms per workflow | runlane ms per workflow"
+        " | durable commits in sequence | their floor ms | runlane machine CPU ms per workflow"
+        " | CPU the budget gives (all cores) | what binds |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    cores = int(facts.get("cores") or 1)
+    for db, label in DBS:
+        commit = med(pick(results, "runlane", "floor", db), "commit_p50_ms")
+        for row in budgets(results, db):
+            name, budget, now, commits, cpu = row
+            floor_ms = None if commit is None else round(commit * commits, 3)
+            out.append(
+                f"| {name} | {label} | {fmt(budget)} | {fmt(now)} | {commits} | {fmt(floor_ms)}"
+                f" | {fmt(cpu)} | {fmt(None if budget is None or cpu is None else budget * cores)}"
+                f" | {binds(budget, now, floor_ms, cpu, cores)} |"
+            )
+    out += [
+        "",
+        "The floor is a plain client (psycopg; `sqlite3`) inserting one small row per transaction,"
+        " each committed before the next is sent, on the same store and durability settings as"
+        " runlane's store, measured in runlane's process right after the compared workloads. A"
+        " budget is the peer's figure of this run divided by the target's ratio. Durable commits"
+        " in sequence: those a workflow's wall time must wait for one after another, whatever the"
+        " engine: the start (both sides' scripts start runs one at a time, each start returning"
+        " once durable; the runs' own commits overlap later starts), the start and one checkpoint"
+        " per step before the next step runs (the last one with the settlement), the settlement"
+        " that hands a key's slot over. Machine CPU = every process's CPU on the machine over the"
+        " workload (engine, server, kernel), per workflow: with the runs overlapping, a workflow"
+        " cannot take less wall time than that over the cores.",
+    ]
+    return out
+
+
+def budgets(
+    results: Sequence[Line], db: str
+) -> list[tuple[str, float | None, float | None, int, float | None]]:
+    """(target, budget, runlane now, durable commits in sequence, machine CPU) per workflow."""
+    mine = {
+        w: pick(results, "runlane", w, db) for w in ("throughput", "latency", "queue", "handoff")
+    }
+    dbos = {w: pick(results, "dbos", w, db) for w in ("throughput", "latency", "queue")}
+
+    def per_wf(rate: float | None, goal: float = 1) -> float | None:
+        return None if not rate else round(1000 / (rate * goal), 3)
+
+    def per_run(lines: Sequence[Line], goal: float = 1) -> float | None:
+        total = med(lines, "total_seconds")
+        runs = lines[0]["keys"] * lines[0]["per_key"] if lines else 0
+        return None if total is None or not runs else round(total * 1000 / runs / goal, 3)
+
+    goal = 6 if db == "pg" else 12
+    median = med(dbos["latency"], "median_ms")
+    return [
+        (
+            f"throughput (>= {goal}x)",
+            per_wf(med(dbos["throughput"], "workflows_per_s"), goal),
+            per_wf(med(mine["throughput"], "workflows_per_s")),
+            1,
+            med(mine["throughput"], "machine_cpu_ms_per_wf"),
+        ),
+        (
+            "latency median, 10 steps (>= 6x)",
+            None if median is None else round(median / 6, 3),
+            med(mine["latency"], "median_ms"),
+            11,
+            None,
+        ),
+        (
+            f"per-key 50 x 20 (>= {PER_KEY_GOAL}x)",
+            per_run(dbos["queue"], PER_KEY_GOAL),
+            per_run(mine["queue"]),
+            1,
+            med(mine["queue"], "machine_cpu_ms_per_wf"),
+        ),
+        (
+            f"idle one-key hand-off p50 (< {IDLE_HANDOFF_MS} ms)",
+            float(IDLE_HANDOFF_MS),
+            med(mine["handoff"], "handoff_p50_ms"),
+            1,
+            None,
+        ),
+    ]
+
+
+def binds(
+    budget: float | None, now: float | None, floor: float | None, cpu: float | None, cores: int
+) -> str:
+    if budget is None or now is None:
+        return "-"
+    if now <= budget:
+        return "met"
+    if floor is not None and floor >= budget:
+        return "the floor: its commits alone take more than the budget"
+    if cpu is not None and cpu >= budget * cores:
+        return "CPU: runlane's machine CPU per workflow is more than the cores give in the budget"
+    return "missed, with room above the floor and the CPU"
+
+
 # ---------------------------------------------------------------- runlane-only workloads
 
 
@@ -617,6 +738,7 @@ def render(
         lambda: cpu(results),
         lambda: latency(results),
         lambda: queue(results),
+        lambda: floor(results, facts),
         lambda: store_cost(results, facts),
         lambda: quota(results),
         lambda: rate_limit(results),

@@ -29,6 +29,9 @@ import report
 ROOT = Path(__file__).resolve().parent.parent
 RUNLANE_PY = ROOT / ".venv" / "bin" / "python"
 COMPARED = "throughput,latency,queue"
+# runlane's side also measures the store's bare durable commit (``floor``), in the same process
+# right after the compared workloads: what the targets' budgets are set against (report.py).
+OURS = f"{COMPARED},floor"
 ABSURD_SCHEMA = Path(
     os.environ.get(
         "BENCH_ABSURD_SCHEMA", ROOT.parent / "shared" / "peers" / "absurd" / "absurd.sql"
@@ -241,7 +244,7 @@ def compared(session: Session) -> None:
     params = session.plan["runlane"]
     for rep in range(1, session.reps + 1):
         for db in ("pg", "sqlite"):
-            sides = [lambda db=db, rep=rep: runlane_side(session, db, COMPARED, params, rep)]
+            sides = [lambda db=db, rep=rep: runlane_side(session, db, OURS, params, rep)]
             sides += [
                 lambda db=db, rep=rep, peer=peer: peer_side(session, peer, db, rep)
                 for peer in session.peers

@@ -254,8 +254,9 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
     names = [f"key-{k:03d}" for k in range(keys)]
     inputs = [{"key": k, "seq": j} for j in range(per_key) for k in names]
     probe.expected = len(inputs)
+    database = common.PG_DB if target.db == "pg" else None
     async with target.engine(keyed) as engine:
-        t0 = time.perf_counter()
+        cpu0, t0 = CpuMark(database), time.perf_counter()
         ids = []
         for i in inputs:
             ids.append((await engine.start(keyed, i)).id)
@@ -263,6 +264,7 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
         enqueued = time.perf_counter()
         runs = await wait_settled(engine, probe, ids)
         elapsed = time.perf_counter() - t0
+        cpu = CpuMark(database).since(cpu0, len(ids))  # before the engine's backends close
     order = {rid: (r.created_at, rid) for rid, r in runs.items()}
     return {
         "keys": keys,
@@ -273,6 +275,7 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
         "workflows_per_s": round(len(ids) / elapsed, 1),
         "max_inflight_any_key": max(probe.peak.values()),
         **serialisation_checks(probe, order),
+        **cpu,
     }
 
 
@@ -899,6 +902,71 @@ def due_query_plan(url: str, now: datetime) -> str:
     return ", ".join(found)
 
 
+# ---------------------------------------------------------------- 0. the floor
+
+
+async def floor(target: Target, n: int = 1000) -> Figures:
+    """What one durable commit costs on this store with nothing of runlane in it: ``n``
+    single-row inserts of a small run-like row, one after another, each committed before the
+    next is sent, as a start is (and a step's checkpoint before the next step runs). The same
+    driver and durability as the store: psycopg (statements prepared after their fifth use, as
+    psycopg does) on PostgreSQL with the server's default ``synchronous_commit``; ``sqlite3``
+    in WAL mode with ``synchronous = NORMAL`` on SQLite, on the calling thread."""
+    target.renew()
+    samples: list[float] = []
+    if target.db == "pg":
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(target.url, autocommit=True) as conn:
+            await conn.execute(_FLOOR_TABLE.format(json="jsonb", time="timestamptz"))
+            cpu0 = CpuMark(common.PG_DB)
+            for i in range(n):
+                t0 = time.perf_counter()
+                await conn.execute(_FLOOR_INSERT.format(p="%s"), _floor_row(i))
+                samples.append(time.perf_counter() - t0)
+            cpu = CpuMark(common.PG_DB).since(cpu0, n)
+    else:
+        import sqlite3
+
+        assert target.path is not None
+        lite = sqlite3.connect(target.path, isolation_level=None)
+        try:
+            lite.execute("PRAGMA synchronous = NORMAL")
+            lite.execute(_FLOOR_TABLE.format(json="text", time="text"))
+            cpu0 = CpuMark()
+            for i in range(n):
+                t0 = time.perf_counter()
+                lite.execute("BEGIN IMMEDIATE")
+                lite.execute(_FLOOR_INSERT.format(p="?"), _floor_row(i))
+                lite.execute("COMMIT")
+                samples.append(time.perf_counter() - t0)
+            cpu = CpuMark().since(cpu0, n)
+        finally:
+            lite.close()
+    return {
+        "n": n,
+        "commit_p50_ms": round(common.median(samples) * 1000, 3),
+        "commit_mean_ms": round(sum(samples) / n * 1000, 3),
+        "commit_p99_ms": round(common.pct(samples, 0.99) * 1000, 3),
+        **{k.replace("_per_wf", "_per_commit"): v for k, v in cpu.items()},
+    }
+
+
+_FLOOR_TABLE = (
+    "CREATE TABLE floor_runs (id text PRIMARY KEY, workflow text NOT NULL,"
+    " status text NOT NULL, input {json}, created_at {time} NOT NULL)"
+)
+_FLOOR_INSERT = "INSERT INTO floor_runs VALUES ({p}, {p}, {p}, {p}, {p})"
+
+
+def _floor_row(i: int) -> tuple[Any, ...]:
+    return (f"run-{i:06d}", "bench.floor", "pending", '{"key":"key-000","seq":1}', _now_text())
+
+
+def _now_text() -> str:
+    return datetime.now(UTC).isoformat()
+
+
 # ---------------------------------------------------------------- 10. fan-out
 
 
@@ -950,6 +1018,7 @@ async def fan_out(target: Target, n: int = 10_000) -> Figures:
 # ---------------------------------------------------------------- command line
 
 WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
+    "floor": floor,
     "throughput": throughput,
     "latency": latency,
     "queue": queue,

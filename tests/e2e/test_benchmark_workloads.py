@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = {
@@ -19,6 +20,7 @@ SMALL = {
     "step_queue": {"n": 20, "chain": 4},
     "schedules": {"n": 20},
     "fan_out": {"n": 20},
+    "floor": {"n": 20},
 }
 
 
@@ -34,13 +36,56 @@ def test_the_benchmark_workloads_run_on_sqlite(tmp_path: Path) -> None:
     assert figures["step_queue"]["handoffs"] == SMALL["step_queue"]["chain"]
     assert figures["step_queue"]["peak_inside"] <= 8
     assert figures["queue"]["overlapping_pairs"] == 0
+    assert figures["queue"]["machine_cpu_ms_per_wf"] >= 0  # jiffies: 0 for so few runs
+    assert 0 < figures["floor"]["commit_p50_ms"] <= figures["floor"]["commit_p99_ms"]
+
+
+def _module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_report_says_what_binds_each_missed_target() -> None:
+    report = _module("report")
+
+    def line(side: str, workload: str, **figures: Any) -> dict[str, Any]:
+        return {"side": side, "workload": workload, "db": "pg", "load_before": [0.1], **figures}
+
+    results = [
+        line("runlane", "floor", commit_p50_ms=0.5, commit_mean_ms=0.6, commit_p99_ms=1.0),
+        # throughput: DBOS 100 wf/s -> budget 1000 / 600 = 1.667 ms; runlane 2 ms, 4 ms of CPU
+        line("dbos", "throughput", workflows_per_s=100.0),
+        line("runlane", "throughput", workflows_per_s=500.0, machine_cpu_ms_per_wf=4.0),
+        # latency: budget 24 / 6 = 4 ms; 11 commits of 0.5 ms = 5.5 ms
+        line("dbos", "latency", median_ms=24.0),
+        line("runlane", "latency", median_ms=6.0),
+        # per-key: DBOS 30 s for 1,000 runs -> 1 ms per run; runlane 1.5 ms, 1 ms of CPU
+        line("dbos", "queue", total_seconds=30.0, keys=50, per_key=20),
+        line("runlane", "queue", total_seconds=1.5, keys=50, per_key=20, machine_cpu_ms_per_wf=1.0),
+        line("runlane", "handoff", handoff_p50_ms=1.2, per_key=50),
+    ]
+    rows = {
+        r.split(" | ")[0].lstrip("| "): r
+        for r in report.floor(results, {"cores": 2})
+        if "| PostgreSQL |" in r
+    }
+    assert rows["throughput (>= 6x)"].endswith(
+        "CPU: runlane's machine CPU per workflow is more than the cores give in the budget |"
+    )
+    assert rows["latency median, 10 steps (>= 6x)"].endswith(
+        "| 11 | 5.50 | - | - | the floor: its commits alone take more than the budget |"
+    )
+    assert rows["per-key 50 x 20 (>= 30x)"].endswith(
+        "missed, with room above the floor and the CPU |"
+    )
+    assert rows["idle one-key hand-off p50 (< 2 ms)"].endswith("| met |")
 
 
 async def test_statement_counts_see_the_postgres_stores_statements(pg_url: str) -> None:
-    spec = importlib.util.spec_from_file_location("pgcount", ROOT / "benchmarks" / "pgcount.py")
-    assert spec is not None and spec.loader is not None
-    pgcount = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pgcount)
+    pgcount = _module("pgcount")
     from runlane.stores.postgres import PostgresStore
 
     store = PostgresStore(pg_url)

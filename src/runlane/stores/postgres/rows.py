@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,6 +25,7 @@ from ...models import (
     StoredSchedule,
     WindowFire,
     Writes,
+    evolved,
 )
 from ...serialization import dumps
 from ...sqlfiles import named_statements
@@ -207,7 +207,7 @@ def new_or_found(row: Row, waiting: bool = False) -> Started:
 
 def _as_created(run: Run) -> Run:
     """A run created already leased, as its start reports it (the claim carries the lease)."""
-    return replace(
+    return evolved(
         run, status=RunStatus.PENDING, lease_owner=None, lease_expires_at=None, holds_slot=False
     )
 
