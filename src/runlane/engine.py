@@ -328,11 +328,13 @@ class Engine:
         """Cancel a run and its children; False when there was nothing to cancel."""
         await self._ready()
         try:
-            changed = await self._api(lambda: self.store.cancel_run(run_id, self.now(), None))
+            result = await self._api(lambda: self.store.cancel_run(run_id, self.now(), None))
         except RunNotFoundError:
             return False
-        self._execution.settlements.notify(changed)
-        return bool(changed)
+        self._execution.settlements.notify(result.changed)
+        # The waiters a freed slot admits (and parents) run now, not at the next timer poll.
+        self._execution.send(result.woken)
+        return bool(result.changed)
 
     async def requeue(self, run_id: str) -> Run:
         """Retry a failed, dead or cancelled run from its checkpoints.

@@ -232,7 +232,7 @@ class Execution:
             self._local.spawn_all(ids)
 
     def wake(self, run_ids: Iterable[str]) -> None:
-        """Runs the store just woke (a freed step-queue slot's waiters): see ``send``."""
+        """Runs the store just woke (a freed slot's waiters): see ``send``."""
         self.send(run_ids, Reason.WAKE)
 
     def lease(self, reason: Reason) -> Lease | None:
@@ -546,7 +546,9 @@ class Execution:
                 ExecutionTimeoutError(f"run {run_id!r} exceeded its execution timeout"),
                 with_traceback=False,
             )
-            self.settlements.notify(await self.store.cancel_run(run_id, self.now(), error))
+            result = await self.store.cancel_run(run_id, self.now(), error)
+            self.settlements.notify(result.changed)
+            self.send(result.woken)
         return len(ids)
 
     def _capacity(self) -> int:

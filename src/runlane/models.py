@@ -422,6 +422,23 @@ class SettleResult:
     handler: Started | None = None
 
 
+@dataclass(frozen=True)
+class CancelResult:
+    """What a cancellation did: the runs whose status changed, and the runs it made due for
+    the caller to run now (the waiters for the slots it freed, the parents of the runs it
+    settled), as a settlement's ``woken``."""
+
+    changed: list[str] = field(default_factory=list)
+    woken: list[str] = field(default_factory=list)
+
+
+def cancel_result(result: CancelResult) -> CancelResult:
+    """``result`` with each run woken once, and none the same cancellation settled."""
+    changed = set(result.changed)
+    woken = [w for w in dict.fromkeys(result.woken) if w not in changed]
+    return CancelResult(result.changed, woken)
+
+
 def requeue_spec(run: Run, quota: QuotaGate | None, singleton: SingletonGate | None) -> RunSpec:
     """The gates of a requeue, as the spec of a start of ``run`` (stores check it as one)."""
     return RunSpec(

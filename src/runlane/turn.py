@@ -95,7 +95,8 @@ class TurnHost(Protocol):
         ...
 
     def wake(self, run_ids: Iterable[str]) -> None:
-        """Make runs the store just woke execute soon (step queue waiters a slot is for)."""
+        """Make runs the store just woke execute soon (step queue waiters a slot is for, the
+        singleton waiters a cancelled child's slot is for)."""
         ...
 
     def resolve_step(
@@ -708,7 +709,10 @@ class Turn:
                     "type": "Cancelled",
                     "message": "a sibling failed (fail_fast)",
                 }
-                await self.io(self.host.store.cancel_run(op.child_id, self.now(), error))
+                cancelled = await self.io(
+                    self.host.store.cancel_run(op.child_id, self.now(), error)
+                )
+                self.host.wake(w for w in cancelled.woken if w != self.run.id)
 
     # ---------------------------------------------------------------- the turn
 

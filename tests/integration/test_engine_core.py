@@ -333,6 +333,31 @@ async def test_cancel_cascades_to_children_and_is_false_when_nothing_to_cancel(
     assert await engine.cancel("missing") is False
 
 
+@runlane.workflow(name="minds-child")
+async def minds_child(ctx: runlane.Context, _: Any) -> Any:
+    try:
+        return await ctx.child(signals_wf, None)
+    except ChildFailedError as exc:
+        return f"child {exc.child_id} did not complete"
+
+
+async def test_cancelling_a_child_resumes_its_waiting_parent_at_once(make_engine: Any) -> None:
+    """The parent the cancellation woke runs now, not at a timer poll 30 s away."""
+    engine = await make_engine(
+        minds_child, signals_wf, drive=True, clock=SystemClock(), poll_interval=30
+    )
+    await engine.__aenter__()
+    await engine.start(minds_child, None, run_id="p")
+    for _ in range(500):
+        child = await engine.get_run("p.child.1")
+        if child is not None and child.status == RunStatus.SUSPENDED:
+            break
+        await asyncio.sleep(0.01)
+    assert await engine.cancel("p.child.1")
+    parent = await engine.wait_for_run("p", timeout=5)
+    assert parent.output == "child p.child.1 did not complete"
+
+
 @runlane.workflow(name="two-phase")
 async def two_phase(ctx: runlane.Context, _: Any) -> Any:
     a = await ctx.step(count, "first")

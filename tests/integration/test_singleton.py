@@ -130,6 +130,36 @@ async def test_a_start_behind_a_busy_key_is_left_to_the_release(make_engine: Any
     assert (await engine.wait_for_run("queued", timeout=10)).status == RunStatus.COMPLETED
 
 
+async def until_status(engine: Any, run_id: str, status: RunStatus, timeout: float = 5.0) -> Any:
+    for _ in range(int(timeout / 0.01)):
+        run = await engine.get_run(run_id)
+        if run.status == status:
+            return run
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{run_id} is {run.status}, not {status}, after {timeout}s")
+
+
+async def test_cancelling_a_waiting_holder_runs_the_next_waiter_at_once(make_engine: Any) -> None:
+    """The cancellation's wake-up is dispatched, not left to a timer poll 30 s away."""
+    engine = await make_engine(
+        sync, drive=True, clock=SystemClock(), poll_interval=30, singleton_retry=30
+    )
+    await engine.__aenter__()
+    await engine.start(sync, {"store": "A"}, run_id="holder")
+    await until_status(engine, "holder", RunStatus.SUSPENDED)
+    for waiter in ("first", "second"):
+        await engine.start(sync, {"store": "A"}, run_id=waiter)
+        await until_status(engine, waiter, RunStatus.BLOCKED)
+    assert await engine.cancel("holder")
+    first = await until_status(engine, "first", RunStatus.SUSPENDED)
+    assert first.holds_slot
+    # A waiter the slot went to, cancelled before it finishes: the next one runs at once too.
+    assert await engine.cancel("first")
+    assert (await until_status(engine, "second", RunStatus.SUSPENDED)).holds_slot
+    await engine.signal("second", "done")
+    assert (await engine.wait_for_run("second", timeout=10)).status == RunStatus.COMPLETED
+
+
 async def test_retries_behind_a_full_key_are_denied_in_one_write_not_a_claim_each(
     make_engine: Any, clock: Any
 ) -> None:
@@ -278,14 +308,14 @@ async def test_cancelling_a_holder_frees_the_slot_and_cancelling_a_waiter_does_n
     assert (await engine.get_run("r2")).holds_slot
 
 
-async def test_the_retry_timer_admits_a_waiter_whose_release_wake_went_elsewhere(
+async def test_a_waiter_woken_for_a_slot_and_cancelled_passes_the_slot_on_at_once(
     make_engine: Any, clock: Any
 ) -> None:
     engine = await make_engine(sync)
     await queue_up(engine, clock, [f"r{n}" for n in range(3)])
     # Another instance settles r0 and dies before telling anyone; the release woke r1 (the
-    # oldest waiter), which is then cancelled before it runs, so nobody tells r2 the slot is
-    # free: only its retry timer can admit it.
+    # oldest waiter), which is then cancelled before it runs. The cancellation wakes r2: the
+    # slot is not left idle until r2's fallback timer.
     await engine.signal("r0", "done")
     now = clock.now()
     claim = await engine.store.claim_run(
@@ -297,11 +327,7 @@ async def test_the_retry_timer_admits_a_waiter_whose_release_wake_went_elsewhere
     )
     assert settled.woken == ["r1"]
     await engine.cancel("r1")
-    await engine.resume_due_timers()
-    r2 = await engine.get_run("r2")
-    assert not r2.holds_slot and r2.status == RunStatus.BLOCKED
-    clock.advance(1.25)
-    await engine.tick()
+    await engine.tick()  # no time passes: r2's fallback timer is not what admits it
     assert (await engine.get_run("r2")).holds_slot
 
 

@@ -38,6 +38,7 @@ from typing import Protocol, runtime_checkable
 
 from ..models import (
     Admission,
+    CancelResult,
     Claim,
     ClaimOutcome,
     Event,
@@ -451,12 +452,16 @@ class Store(Protocol):
 
     async def cancel_run(
         self, run_id: str, now: datetime, error: dict[str, object] | None
-    ) -> list[str]:
-        """Cancel a run and its active descendants; return the ids whose status changed.
+    ) -> CancelResult:
+        """Cancel a run and its active descendants; return the ids whose status changed, and
+        the runs the cancellation woke.
 
         Leased runs go to ``cancelling`` (their turn settles them); the others settle
-        ``cancelled`` at once, with the same effects as :meth:`settle_run`. Raises
-        ``RunNotFoundError`` for an unknown id; a terminal run yields ``[]``.
+        ``cancelled`` at once, with the same effects as :meth:`settle_run`: a slot of a
+        singleton key they held is released, the oldest waiters for the key's free slots are
+        woken (also after a waiter, which may have been woken for a slot and now will not
+        take it), and so is a parent; those ids are ``woken``, for the caller to run now. Raises
+        ``RunNotFoundError`` for an unknown id; a terminal run changes nothing.
         """
         ...
 

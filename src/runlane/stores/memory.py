@@ -24,6 +24,7 @@ from ..errors import (
 from ..models import (
     ACTIVE_STATUSES,
     Admission,
+    CancelResult,
     Claim,
     ClaimOutcome,
     Event,
@@ -47,6 +48,7 @@ from ..models import (
     WindowFire,
     Writes,
     awaiting_decision,
+    cancel_result,
     claimed_run,
     requeue_spec,
     requeued_run,
@@ -432,15 +434,17 @@ class MemoryStore:
 
     async def cancel_run(
         self, run_id: str, now: datetime, error: dict[str, object] | None
-    ) -> list[str]:
+    ) -> CancelResult:
         run = self._runs.get(run_id)
         if run is None:
             raise RunNotFoundError(run_id)
-        changed: list[str] = []
+        result = CancelResult()
         for target in [run, *self._descendants(run_id)]:
-            if not target.is_terminal and self._cancel_one(self._runs[target.id], now, error):
-                changed.append(target.id)
-        return changed
+            if not target.is_terminal and self._cancel_one(
+                self._runs[target.id], now, error, result.woken
+            ):
+                result.changed.append(target.id)
+        return cancel_result(result)
 
     def _descendants(self, run_id: str) -> Iterable[Run]:
         children = [r for r in self._runs.values() if r.parent_id == run_id]
@@ -448,7 +452,13 @@ class MemoryStore:
             yield child
             yield from self._descendants(child.id)
 
-    def _cancel_one(self, run: Run, now: datetime, error: dict[str, object] | None) -> bool:
+    def _cancel_one(
+        self,
+        run: Run,
+        now: datetime,
+        error: dict[str, object] | None,
+        woken: list[str] | None = None,
+    ) -> bool:
         if run.is_terminal or run.status == RunStatus.CANCELLING:
             return False
         if run.status == RunStatus.RUNNING:
@@ -456,7 +466,7 @@ class MemoryStore:
                 run, status=RunStatus.CANCELLING, updated_at=now, error=error
             )
         else:
-            self._finish(run, Settlement(RunStatus.CANCELLED, None, error), now)
+            self._finish(run, Settlement(RunStatus.CANCELLED, None, error), now, woken)
         return True
 
     async def requeue_run(

@@ -296,12 +296,16 @@ def settle(
 
 
 def finish(rows: RunRows, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
-    """Settle ``run`` terminal: release its slot, wake the waiters for it and its parent, free
-    its step queue entries; the ids woken go to ``woken``."""
+    """Settle ``run`` terminal: release its slot, wake the waiters for the key's free slots
+    and its parent, free its step queue entries; the ids woken go to ``woken``.
+
+    The waiters are woken after a waiter too: it may have been woken for a slot it now will
+    not take, and the next one would wait for its fallback timer. With no slot free, nobody
+    is woken."""
     done = settled_run(run, settlement, now)
     rows.save(done)
     rows.drop_signals(run.id)
-    if run.holds_slot and run.singleton_key is not None:
+    if run.singleton_key is not None:
         woken.extend(rows.wake_waiters(run.singleton_key, run.singleton_limit or 1, now))
     if run.parent_id is not None and rows.wake(run.parent_id, now):
         woken.append(run.parent_id)

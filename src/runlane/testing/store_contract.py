@@ -42,6 +42,7 @@ from runlane.errors import (
     SingletonQueueFullError,
 )
 from runlane.models import (
+    CancelResult,
     ClaimOutcome,
     DebounceGate,
     Lease,
@@ -1231,7 +1232,7 @@ async def test_checkpoint_and_suspend_raise_run_cancelling_once_cancelled(
 ) -> None:
     await create(store, spec("a"))
     await lease(store, "a")
-    assert await store.cancel_run("a", T0, None) == ["a"]
+    assert (await store.cancel_run("a", T0, None)).changed == ["a"]
     writes = Writes(steps=[step("a", 1)])
     with pytest.raises(RunCancelling):
         await store.checkpoint("a", "owner-1", writes, T0)
@@ -1616,8 +1617,10 @@ async def test_cancel_cascades_to_active_descendants(store: Store) -> None:
     await create(store, spec("unrelated"))
     await settle(store, "done")
     await lease(store, "grandchild")
-    changed = await store.cancel_run("root", at(1), {"type": "Cancelled", "message": "stop"})
+    result = await store.cancel_run("root", at(1), {"type": "Cancelled", "message": "stop"})
+    changed = result.changed
     assert changed[0] == "root" and set(changed) == {"root", "child", "grandchild"}
+    assert result.woken == []  # the parents woken are cancelled themselves
     assert await status_of(store, "root") == RunStatus.CANCELLED
     assert await status_of(store, "child") == RunStatus.CANCELLED
     assert await status_of(store, "grandchild") == RunStatus.CANCELLING
@@ -1633,15 +1636,15 @@ async def test_cancel_of_an_unknown_run_raises_and_of_a_finished_run_changes_not
         await store.cancel_run("unknown", T0, None)
     await create(store, spec("a"))
     await settle(store, "a")
-    assert await store.cancel_run("a", T0, None) == []
+    assert await store.cancel_run("a", T0, None) == CancelResult([], [])
     assert await status_of(store, "a") == RunStatus.COMPLETED
 
 
 async def test_cancelling_twice_changes_nothing_the_second_time(store: Store) -> None:
     await create(store, spec("a"))
     await lease(store, "a")
-    assert await store.cancel_run("a", T0, None) == ["a"]
-    assert await store.cancel_run("a", T0, None) == []
+    assert (await store.cancel_run("a", T0, None)).changed == ["a"]
+    assert await store.cancel_run("a", T0, None) == CancelResult([], [])
 
 
 async def test_cancel_of_a_waiting_holder_releases_its_slot_and_wakes_a_waiter(
@@ -1650,10 +1653,43 @@ async def test_cancel_of_a_waiting_holder_releases_its_slot_and_wakes_a_waiter(
     await create(store, spec("a", singleton=key()), spec("b", created=1, singleton=key()))
     await suspend(store, "a", None)
     assert (await claim(store, "b")).parked
-    await store.cancel_run("a", at(1), None)
+    assert await store.cancel_run("a", at(1), None) == CancelResult(["a"], ["b"])
     b = await run_of(store, "b")
     assert b.wake_at == at(1)
     assert (await lease(store, "b", now=at(1))).holds_slot
+
+
+async def test_cancel_of_a_waiter_woken_for_a_slot_wakes_the_next_one(store: Store) -> None:
+    # The release woke "b" (the oldest waiter); "b" is cancelled before its claim: the slot
+    # goes to "c" at once, not at its fallback timer.
+    specs = [spec(r, created=n, singleton=key()) for n, r in enumerate("abc")]
+    await create(store, *specs)
+    await lease(store, "a")
+    for waiter in "bc":
+        assert (await claim(store, waiter)).parked
+    released = await store.settle_run("a", "owner-1", Writes(), DONE, at(1))
+    assert released.woken == ["b"]
+    assert await store.cancel_run("b", at(2), None) == CancelResult(["b"], ["c"])
+    assert (await run_of(store, "c")).wake_at == at(2)
+    assert (await lease(store, "c", now=at(2))).holds_slot
+
+
+async def test_cancel_of_a_waiter_behind_a_full_key_wakes_nobody(store: Store) -> None:
+    specs = [spec(r, created=n, singleton=key()) for n, r in enumerate("abc")]
+    await create(store, *specs)
+    await lease(store, "a")
+    for waiter in "bc":
+        assert (await claim(store, waiter)).parked
+    before = (await run_of(store, "c")).wake_at
+    assert await store.cancel_run("b", at(2), None) == CancelResult(["b"], [])
+    assert (await run_of(store, "c")).wake_at == before
+
+
+async def test_cancel_of_a_child_wakes_its_waiting_parent(store: Store) -> None:
+    await create(store, spec("parent"), spec("child", parent_id="parent"))
+    await suspend(store, "parent", None)
+    assert await store.cancel_run("child", at(1), None) == CancelResult(["child"], ["parent"])
+    assert (await run_of(store, "parent")).wake_at == at(1)
 
 
 async def test_cancel_drops_buffered_signals_of_settled_runs(store: Store) -> None:
@@ -2293,7 +2329,7 @@ async def test_a_cancelled_holder_frees_its_slot(store: Store) -> None:
     assert (await ask(store, "a")).admitted
     await store.suspend_run("a", "owner-a", Writes(), None, T0)  # e.g. a remote step out
     assert not (await ask(store, "b")).admitted
-    assert await store.cancel_run("a", T0, None) == ["a"]
+    assert (await store.cancel_run("a", T0, None)).changed == ["a"]
     assert (await ask(store, "b")).admitted
 
 

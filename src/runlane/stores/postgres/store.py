@@ -25,6 +25,7 @@ from ...errors import (
 from ...faults import unavailable
 from ...models import (
     Admission,
+    CancelResult,
     Claim,
     ClaimOutcome,
     Event,
@@ -45,6 +46,7 @@ from ...models import (
     StoredSchedule,
     WindowFire,
     Writes,
+    cancel_result,
     dead_settlement,
     ready_ids,
     run_from_spec,
@@ -209,7 +211,8 @@ class PostgresStore:
             # A replaced run's step queue entries count for nothing once it settled; they go
             # when its run is pruned (a run that holds a queue's slot is rarely replaced).
             for other in await fetch_all(conn, "active_of_key", key=params["singleton_key"]):
-                await self._cancel_one(conn, other["id"], other["status"], now, None, [])
+                # Every waiter of the key goes too: what the cancellations wake, the new run takes.
+                await self._cancel_one(conn, other["id"], other["status"], now, None, [], [])
         if spec.limited:
             return await self._insert_gated(conn, spec, now, name, params)
         inserted = await self._insert_plain(conn, [spec])
@@ -629,10 +632,20 @@ class PostgresStore:
     ) -> list[Started]:
         return await self._create_all(conn, specs, now, locked=True) if specs else []
 
-    async def _finish(self, conn: Conn, run_id: str, settlement: Settlement, now: datetime) -> Run:
-        """Settle a run terminal outside a turn, as ``settle_run`` does (its key lock held)."""
+    async def _finish(
+        self,
+        conn: Conn,
+        run_id: str,
+        settlement: Settlement,
+        now: datetime,
+        woken: list[str] | None = None,
+    ) -> Run:
+        """Settle a run terminal outside a turn, as ``settle_run`` does (its key lock held);
+        the runs it woke go to ``woken``."""
         row = await fetch_one(conn, "settle", **settle_params(run_id, None, settlement, now))
         assert row is not None and row["written"], f"finishing unknown run {run_id!r}"
+        if woken is not None:
+            woken.extend(woken_by(row))
         run = await fetch_one(conn, "get_run", id=run_id)
         assert run is not None
         return run_from_row(run)
@@ -745,8 +758,8 @@ class PostgresStore:
 
     async def cancel_run(
         self, run_id: str, now: datetime, error: dict[str, object] | None
-    ) -> list[str]:
-        async def work(conn: Conn) -> list[str]:
+    ) -> CancelResult:
+        async def work(conn: Conn) -> CancelResult:
             tree = await fetch_all(conn, "run_tree", id=run_id)
             if not tree:
                 raise RunNotFoundError(run_id)
@@ -754,18 +767,20 @@ class PostgresStore:
             await self._lock_keys(conn, keys)
             locked = await fetch_all(conn, "lock_runs", ids=pg_array(r["id"] for r in tree))
             status = {r["id"]: r["status"] for r in locked}
-            changed = []
+            result = CancelResult()
             for target in depth_first(run_id, tree):
-                if await self._cancel_one(conn, target, status[target], now, error, settled):
-                    changed.append(target)
-            return changed
+                if await self._cancel_one(
+                    conn, target, status[target], now, error, settled, result.woken
+                ):
+                    result.changed.append(target)
+            return result
 
         settled: list[Run] = []
-        changed = await self._db.tx(work)
+        result = await self._db.tx(work)
         for run in settled:
             if run.queued:
-                await self._release_settled(run.id, now)
-        return changed
+                result.woken.extend(await self._release_settled(run.id, now))
+        return cancel_result(result)
 
     async def _cancel_one(
         self,
@@ -775,16 +790,17 @@ class PostgresStore:
         now: datetime,
         error: dict[str, object] | None,
         settled: list[Run],
+        woken: list[str],
     ) -> bool:
         """Cancel one active run (its key lock held): leased ones go to ``cancelling``; the
-        others settle, and join ``settled``."""
+        others settle, and join ``settled`` (the runs they woke, ``woken``)."""
         if status in _TERMINAL or status == RunStatus.CANCELLING:
             return False
         if status == RunStatus.RUNNING:
             await execute(conn, "mark_cancelling", id=run_id, now=now, error=json_param(error))
         else:
             cancelled = Settlement(RunStatus.CANCELLED, None, error)
-            settled.append(await self._finish(conn, run_id, cancelled, now))
+            settled.append(await self._finish(conn, run_id, cancelled, now, woken))
         return True
 
     async def requeue_run(

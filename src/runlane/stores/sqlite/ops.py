@@ -21,6 +21,7 @@ from ...errors import (
 )
 from ...models import (
     Admission,
+    CancelResult,
     Claim,
     ClaimOutcome,
     Event,
@@ -39,6 +40,7 @@ from ...models import (
     StepStatus,
     Writes,
     awaiting_decision,
+    cancel_result,
     claimed_run,
     requeue_spec,
     requeued_run,
@@ -515,13 +517,13 @@ def _waits_for(conn: Conn, run_id: str, kind: StepKind, name: str) -> bool:
 
 def cancel_run(
     conn: Conn, run_id: str, now: datetime, error: dict[str, object] | None
-) -> list[str]:
+) -> CancelResult:
     _existing(conn, run_id)
-    changed: list[str] = []
+    result = CancelResult()
     for target_id in [run_id, *_descendant_ids(conn, run_id)]:
-        if cancel_one(conn, _existing(conn, target_id), now, error):
-            changed.append(target_id)
-    return changed
+        if cancel_one(conn, _existing(conn, target_id), now, error, result.woken):
+            result.changed.append(target_id)
+    return cancel_result(result)
 
 
 def _descendant_ids(conn: Conn, run_id: str) -> list[str]:
@@ -529,13 +531,19 @@ def _descendant_ids(conn: Conn, run_id: str) -> list[str]:
     return [row["id"] for row in rows]
 
 
-def cancel_one(conn: Conn, run: Run, now: datetime, error: dict[str, object] | None) -> bool:
+def cancel_one(
+    conn: Conn,
+    run: Run,
+    now: datetime,
+    error: dict[str, object] | None,
+    woken: list[str] | None = None,
+) -> bool:
     if run.is_terminal or run.status == RunStatus.CANCELLING:
         return False
     if run.status == RunStatus.RUNNING:
         _save_run(conn, replace(run, status=RunStatus.CANCELLING, updated_at=now, error=error))
     else:
-        finish(conn, run, Settlement(RunStatus.CANCELLED, None, error), now)
+        finish(conn, run, Settlement(RunStatus.CANCELLED, None, error), now, woken)
     return True
 
 

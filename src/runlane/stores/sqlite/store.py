@@ -23,6 +23,7 @@ from ...errors import RunlaneError
 from ...faults import is_infrastructure, unavailable
 from ...models import (
     Admission,
+    CancelResult,
     Claim,
     ClaimOutcome,
     Event,
@@ -391,7 +392,7 @@ class SqliteStore:
 
     async def cancel_run(
         self, run_id: str, now: datetime, error: dict[str, object] | None
-    ) -> list[str]:
+    ) -> CancelResult:
         return await self._write(ops.cancel_run, run_id, now, error)
 
     async def requeue_run(

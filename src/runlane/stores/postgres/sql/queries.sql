@@ -549,10 +549,11 @@ RETURNING id;
 
 -- name: settle
 -- The writes and a terminal settlement in one statement: the run's signals go, a failure is
--- counted, its singleton slot is released and the oldest waiters for the freed slots are woken,
--- and so is its parent.
--- With a successor lease, the first of those waiters is not woken but takes the slot at once,
--- leased to the successor (unless another claimer holds its lease: then it is woken).
+-- counted, its singleton slot is released and the oldest waiters for the key's free slots are
+-- woken (after a waiter too: it may have been woken for a slot it will not take now), and so
+-- is its parent.
+-- With a successor lease, a released slot's first waiter is not woken but takes the slot at
+-- once, leased to the successor (unless another claimer holds its lease: then it is woken).
 -- The caller holds the key lock (taken in an earlier statement, so this statement's snapshot
 -- sees every run of the key as the last lock holder left it). The snapshot still shows this
 -- run holding its slot, hence the ``id <> ok.id`` below. The row's run columns are the
@@ -569,7 +570,7 @@ RETURNING id;
     RETURNING r.id
 ), waiters AS (
     SELECT w.id, w.status, w.created_at FROM runlane_runs AS w
-    WHERE w.singleton_key = (SELECT singleton_key FROM ok WHERE holds_slot)
+    WHERE w.singleton_key = (SELECT singleton_key FROM ok) AND w.id <> (SELECT id FROM ok)
       AND NOT w.holds_slot AND w.status IN ('pending', 'running', 'suspended', 'blocked')
       AND (w.begin_at IS NULL OR w.begin_at <= %(now)s)
     ORDER BY w.created_at, w.id
@@ -586,7 +587,7 @@ RETURNING id;
     FROM (SELECT id, status FROM waiters ORDER BY created_at, id LIMIT 1) AS first
     WHERE r.id = first.id AND %(successor)s::text IS NOT NULL
       AND first.status IN ('pending', 'suspended', 'blocked')
-      AND EXISTS (SELECT FROM finished)
+      AND EXISTS (SELECT FROM finished) AND (SELECT holds_slot FROM ok)
     RETURNING r.*,
         -- A waiter that never ran and was sent nothing (the common case) needs no second read.
         EXISTS (SELECT FROM runlane_steps WHERE run_id = r.id)
