@@ -479,7 +479,12 @@ WITH fence AS (
       AND (%(owner)s::text IS NULL
            OR (lease_owner = %(owner)s AND status IN ('running', 'cancelling')))
     FOR NO KEY UPDATE
-), ok AS (
+), {writes_of_ok}
+
+-- name: writes_of_ok
+-- (A fragment.) ``ok`` (the fence when the writes may go ahead), the step records and the
+-- consumed signals written through it.
+ok AS (
     SELECT * FROM fence WHERE status <> 'cancelling' OR %(allow_cancelling)s
 ), step_rows AS (
     SELECT ok.id AS run_id, s.* FROM ok, json_to_recordset(%(steps)s::json) AS s ({step_columns})
@@ -490,10 +495,17 @@ WITH fence AS (
 
 -- name: checkpoint
 -- One statement, so one round trip and one commit: the fence, the records, the consumed
--- signals and the run's touch. ``status`` tells the caller which fence failed, if one did.
-{fenced_writes}, touched AS (
-    UPDATE runlane_runs AS r SET updated_at = %(now)s FROM ok WHERE r.id = ok.id
-)
+-- signals and the run's touch. The touch is the fence: one update of the run while ``owner``
+-- holds its lease, so the run gets one new row version and no row lock before it (a run being
+-- cancelled keeps its ``updated_at`` unless the writes go through). ``status`` tells the
+-- caller which fence failed, if one did.
+WITH fence AS (
+    UPDATE runlane_runs AS r
+    SET updated_at = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
+                          THEN %(now)s ELSE r.updated_at END
+    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN ('running', 'cancelling')
+    RETURNING r.id, r.status
+), {writes_of_ok}
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written FROM fence;
 
 -- name: checkpoint_many
