@@ -20,6 +20,7 @@ from runlane.admission import lane
 from runlane.errors import RunlaneError, StoreUnavailableError
 from runlane.models import (
     DebounceGate,
+    Lease,
     QuotaGate,
     RateGate,
     RetryTimer,
@@ -305,14 +306,14 @@ async def _nested_plans(
 
 
 _BULK = """
-INSERT INTO runlane_runs (id, workflow, version, status, input, created_at, updated_at, wake_at,
-    lease_owner, lease_expires_at, deadline_at, parent_id, priority, singleton_key, holds_slot,
-    concurrency_key, namespace, tags)
+INSERT INTO runlane_runs (id, workflow, version, status, input, created_at, updated_at, settled_at,
+    wake_at, lease_owner, lease_expires_at, deadline_at, parent_id, priority, singleton_key,
+    holds_slot, concurrency_key, namespace, tags)
 SELECT 'run-' || i, 'wf-' || (i % 20), '1',
        CASE WHEN i % 100 < 5 THEN 'pending' WHEN i % 100 < 10 THEN 'suspended'
             WHEN i % 100 < 12 THEN 'running' WHEN i % 100 = 12 THEN 'blocked'
             WHEN i % 100 = 13 THEN 'failed' ELSE 'completed' END,
-       '{}', t, t,
+       '{}', t, t, CASE WHEN i % 100 >= 13 THEN t END,
        CASE WHEN i % 100 BETWEEN 5 AND 9 OR i % 100 = 12 THEN t + interval '1 hour' END,
        CASE WHEN i % 100 IN (10, 11) THEN 'owner' END,
        CASE WHEN i % 100 IN (10, 11) THEN t + interval '30 seconds' END,
@@ -425,6 +426,23 @@ _HOT = {
             "now": T0,
             "successor": "heir",
             "successor_until": T0 + timedelta(seconds=30),
+        },
+    ),
+    "a checkpoint": (
+        "checkpoint",
+        {
+            **fenced_params(
+                "run-10", "owner", Writes(steps=[StepRecord("run-10", 1, "s", "step", "completed")])
+            ),
+            "now": T0,
+        },
+    ),
+    "pruning settled runs": (
+        "prune_runs",
+        {
+            "statuses": ["completed", "failed"],
+            "cutoffs": [T0 + timedelta(hours=2), T0 + timedelta(hours=2)],
+            "limit": 500,
         },
     ),
     "listing newest first": ("list_runs", {"limit": 100, "offset": 0}),
@@ -556,6 +574,53 @@ async def _one_run(store: PostgresStore, run_id: str, checkpoints: int) -> None:
 
 
 @pytest.mark.slow
+async def test_a_checkpoints_touch_of_its_run_is_a_heap_only_update(scratch_url: str) -> None:
+    # No index reads updated_at (retention walks settled_at), so the touch writes no index
+    # entry: the xact counters see one HOT update of runlane_runs.
+    store = PostgresStore(scratch_url)
+    await store.open()
+    try:
+        spec = RunSpec("run-1", "wf", "1", None, T0)
+        [started] = await store.create_runs([spec], T0, lease=Lease("owner", T0 + LATER * 30))
+        assert started.claim is not None
+    finally:
+        await store.close()
+    params = {**fenced_params("run-1", "owner", _record("run-1")), "now": T0 + LATER}
+    async with await psycopg.AsyncConnection.connect(scratch_url) as conn:
+        cur = await conn.execute(SQL["checkpoint"], params)
+        assert await cur.fetchone() == ("running", True)
+        cur = await conn.execute(
+            "SELECT pg_stat_get_xact_tuples_updated(c.oid), pg_stat_get_xact_tuples_hot_updated(c.oid)"
+            " FROM pg_class AS c WHERE c.relname = 'runlane_runs'"
+        )
+        assert await cur.fetchone() == (1, 1)
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_index AS i JOIN pg_attribute AS a"
+            " ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)"
+            " WHERE i.indrelid = 'runlane_runs'::regclass AND a.attname = 'updated_at'"
+        )
+        assert await cur.fetchone() == (0,)
+
+
+async def test_retention_prunes_runs_an_engine_before_version_16_settled_by_updated_at(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    # Settled during an upgrade by an engine of the previous version: no settled_at.
+    async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
+        for run_id, at in (("old", T0), ("recent", T0 + LATER * 100)):
+            await conn.execute(
+                "INSERT INTO runlane_runs (id, workflow, version, status, input, created_at,"
+                " updated_at) VALUES (%s, 'wf', '1', 'completed', 'null', %s, %s)",
+                (run_id, at, at),
+            )
+    spec = RunSpec("new", "wf", "1", None, T0)
+    await pg_store.create_runs([spec], T0, lease=Lease("owner", T0 + LATER * 30))
+    await pg_store.settle_run("new", "owner", Writes(), Settlement(RunStatus.COMPLETED), T0)
+    cutoff = {RunStatus.COMPLETED: T0 + LATER * 50}
+    assert sorted(await pg_store.prune_runs(cutoff, 10)) == ["new", "old"]
+    assert (await pg_store.get_run("recent")) is not None
+
+
 async def test_a_run_of_n_checkpoints_costs_n_plus_3_commits(scratch_url: str, pg_url: str) -> None:
     checkpoints, runs = 10, 5
     await upgrade(scratch_url)

@@ -576,7 +576,7 @@ RETURNING id;
     UPDATE runlane_runs AS r
     SET status = %(status)s, output = %(output)s::json, error = %(error)s::json,
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
-        wake_requested_at = NULL, updated_at = %(now)s,
+        wake_requested_at = NULL, updated_at = %(now)s, settled_at = %(now)s,
         failures = r.failures + CASE WHEN %(status)s IN ('failed', 'dead') THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
@@ -648,7 +648,7 @@ WITH given AS (
     UPDATE runlane_runs AS r
     SET status = ok.status, output = ok.output::json, error = ok.error::json,
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
-        wake_requested_at = NULL, updated_at = ok.now,
+        wake_requested_at = NULL, updated_at = ok.now, settled_at = ok.now,
         failures = r.failures + CASE WHEN ok.status IN ('failed', 'dead') THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
@@ -750,7 +750,7 @@ DELETE FROM runlane_steps WHERE run_id = %(id)s AND status <> 'completed';
 UPDATE runlane_runs
 SET status = 'pending', output = NULL, error = NULL, holds_slot = false, recoveries = 0,
     lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, wake_requested_at = NULL,
-    begin_at = NULL, deadline_at = %(deadline_at)s, updated_at = %(now)s
+    begin_at = NULL, deadline_at = %(deadline_at)s, updated_at = %(now)s, settled_at = NULL
 WHERE id = %(id)s
 RETURNING *;
 
@@ -826,26 +826,32 @@ WHERE debounce_key IS NOT NULL AND status = 'blocked' AND begin_at > %(now)s
 ORDER BY created_at, id;
 
 -- name: prune_runs
--- Retention: at most %(limit)s settled runs, least recently updated first, among those of each
--- given status updated before its cutoff (one walk of runlane_runs_terminal per status) whose
--- children have all settled. The rows are locked and re-read before the delete: a run locked
+-- Retention: at most %(limit)s settled runs, least recently settled first, among those of
+-- each given status settled before its cutoff (one walk of runlane_runs_settled per status)
+-- whose children have all settled. A run an engine before schema version 16 settled has no
+-- settled_at: its updated_at is when (the second walk, of the index's NULLs: only runs
+-- settled during an upgrade). The rows are locked and re-read before the delete: a run locked
 -- by a turn is skipped, and one that changed since (a requeue) is kept. Step records, signals
 -- and queue entries go with their run (ON DELETE CASCADE).
 WITH due AS (
-    SELECT d.id, d.status, d.updated_at
+    SELECT d.id, d.status, d.updated_at, d.settled_at
     FROM unnest(%(statuses)s::text[], %(cutoffs)s::timestamptz[]) AS c (status, before)
     CROSS JOIN LATERAL (
-        SELECT r.id, r.status, r.updated_at FROM runlane_runs AS r
-        WHERE r.status IN ('cancelled', 'completed', 'dead', 'failed')
-          AND r.status = c.status AND r.updated_at < c.before
-          AND NOT EXISTS (
-              SELECT 1 FROM runlane_runs AS k
-              WHERE k.parent_id = r.id
-                AND k.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling'))
-        ORDER BY r.updated_at
-        LIMIT %(limit)s
+        (SELECT r.id, r.status, r.updated_at, r.settled_at FROM runlane_runs AS r
+         WHERE r.status IN ('cancelled', 'completed', 'dead', 'failed')
+           AND r.status = c.status AND r.settled_at < c.before
+           AND NOT EXISTS ({active_children})
+         ORDER BY r.settled_at
+         LIMIT %(limit)s)
+        UNION ALL
+        (SELECT r.id, r.status, r.updated_at, r.updated_at FROM runlane_runs AS r
+         WHERE r.status IN ('cancelled', 'completed', 'dead', 'failed')
+           AND r.status = c.status AND r.settled_at IS NULL AND r.updated_at < c.before
+           AND NOT EXISTS ({active_children})
+         ORDER BY r.updated_at
+         LIMIT %(limit)s)
     ) AS d
-    ORDER BY d.updated_at, d.id
+    ORDER BY d.settled_at, d.id
     LIMIT %(limit)s
 ), doomed AS (
     SELECT r.id FROM runlane_runs AS r
@@ -854,6 +860,11 @@ WITH due AS (
 )
 DELETE FROM runlane_runs AS r USING doomed WHERE r.id = doomed.id
 RETURNING r.id;
+
+-- name: active_children
+-- (A fragment.) The unsettled children of the run ``r``.
+SELECT 1 FROM runlane_runs AS k
+WHERE k.parent_id = r.id AND k.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
 
 -- name: prune_events
 -- Retention of the event log: at most %(limit)s events published before %(before)s, lowest seq
