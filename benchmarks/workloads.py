@@ -222,11 +222,15 @@ def cpu_seconds() -> float:
 
 async def latency(target: Target, runs: int = 50, steps: int = 10) -> Figures:
     target.renew()
+    database = common.PG_DB if target.db == "pg" else None
     async with target.engine(steps_wf) as engine:
         for _ in range(5):
             await one_run_ms(engine, steps)
+        cpu0 = CpuMark(database)
         samples = [await one_run_ms(engine, steps) for _ in range(runs)]
+        cpu = CpuMark(database).since(cpu0, runs)
     return {
+        **cpu,
         "steps": steps,
         "runs": runs,
         "median_ms": round(common.median(samples), 2),
