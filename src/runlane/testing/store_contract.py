@@ -1659,14 +1659,18 @@ async def test_cancel_of_a_waiting_holder_releases_its_slot_and_wakes_a_waiter(
     assert (await lease(store, "b", now=at(1))).holds_slot
 
 
-async def test_cancel_of_a_waiter_woken_for_a_slot_wakes_the_next_one(store: Store) -> None:
-    # The release woke "b" (the oldest waiter); "b" is cancelled before its claim: the slot
-    # goes to "c" at once, not at its fallback timer.
-    specs = [spec(r, created=n, singleton=key()) for n, r in enumerate("abc")]
-    await create(store, *specs)
+async def _held_with_two_waiters(store: Store) -> None:
+    """ "a" holds the key's one slot; "b" and "c" wait behind it, parked by their claims."""
+    await create(store, *(spec(r, created=n, singleton=key()) for n, r in enumerate("abc")))
     await lease(store, "a")
     for waiter in "bc":
         assert (await claim(store, waiter)).parked
+
+
+async def test_cancel_of_a_waiter_woken_for_a_slot_wakes_the_next_one(store: Store) -> None:
+    # The release woke "b" (the oldest waiter); "b" is cancelled before its claim: the slot
+    # goes to "c" at once, not at its fallback timer.
+    await _held_with_two_waiters(store)
     released = await store.settle_run("a", "owner-1", Writes(), DONE, at(1))
     assert released.woken == ["b"]
     assert await store.cancel_run("b", at(2), None) == CancelResult(["b"], ["c"])
@@ -1675,11 +1679,7 @@ async def test_cancel_of_a_waiter_woken_for_a_slot_wakes_the_next_one(store: Sto
 
 
 async def test_cancel_of_a_waiter_behind_a_full_key_wakes_nobody(store: Store) -> None:
-    specs = [spec(r, created=n, singleton=key()) for n, r in enumerate("abc")]
-    await create(store, *specs)
-    await lease(store, "a")
-    for waiter in "bc":
-        assert (await claim(store, waiter)).parked
+    await _held_with_two_waiters(store)
     before = (await run_of(store, "c")).wake_at
     assert await store.cancel_run("b", at(2), None) == CancelResult(["b"], [])
     assert (await run_of(store, "c")).wake_at == before
