@@ -21,9 +21,20 @@ from runlane.errors import (
     RunlaneError,
     StoreUnavailableError,
 )
-from runlane.models import QuotaGate, RateGate, RetryTimer, RunSpec, Writes
+from runlane.models import (
+    QuotaGate,
+    RateGate,
+    RetryTimer,
+    RunSpec,
+    RunStatus,
+    Settlement,
+    Writes,
+    run_from_spec,
+    settled_run,
+)
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
+from runlane.stores.sqlite.rows import changed_columns
 from runlane.stores.sqlite.statements import SQL
 from runlane.stores.sqlite.store import SqliteStore, _configure
 from runlane.stores.sqlite.worker import SqliteWorker
@@ -689,3 +700,19 @@ async def test_a_store_in_memory_runs_no_checkpoint_thread() -> None:
         await store.create_runs([RunSpec("one", "wf", "1", None, T0)], T0)
     finally:
         await store.close()
+
+
+def test_a_settlement_writes_only_the_columns_it_changes() -> None:
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    run = run_from_spec(RunSpec("a", "wf", "1", {"n": 1}, t0))
+    done = settled_run(run, Settlement(RunStatus.COMPLETED, True), t0 + timedelta(seconds=1))
+    names, values = changed_columns(done, run)
+    assert dict(zip(names, values, strict=True)) == {
+        "status": "completed",
+        "output": "true",
+        "updated_at": "2026-01-01T00:00:01.000000+00:00",
+    }
+    # A JSON document is compared by identity, not equality: True == 1, yet it must be written.
+    again = settled_run(done, Settlement(RunStatus.COMPLETED, 1), t0 + timedelta(seconds=1))
+    assert changed_columns(again, done) == (("output",), ["1"])
+    assert changed_columns(done, done) == ((), [])

@@ -877,7 +877,7 @@ class _Rows:
     def cancel(self, run: Run, now: datetime) -> None:
         self._store._cancel_one(run, now, None)
 
-    def save(self, run: Run) -> None:
+    def save(self, run: Run, before: Run | None = None) -> None:
         self._store._runs[run.id] = run
 
     def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:

@@ -70,8 +70,9 @@ class RunRows(Protocol):
     def cancel(self, run: Run, now: datetime) -> None:
         """Cancel ``run`` (``Store.cancel_run`` for one run, without an error)."""
 
-    def save(self, run: Run) -> None:
-        """Write ``run`` over its record."""
+    def save(self, run: Run, before: Run | None = None) -> None:
+        """Write ``run`` over its record; ``before``, when given, is the record as stored (a
+        store may then write only what ``run`` changes)."""
 
     def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:
         """Create the run of ``spec`` (``Store.create_runs``; admission only when ``gated``)."""
@@ -296,14 +297,14 @@ def settle(
 
 
 def finish(rows: RunRows, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
-    """Settle ``run`` terminal: release its slot, wake the waiters for the key's free slots
+    """Settle ``run`` (as stored) terminal: release its slot, wake the waiters for the key's free slots
     and its parent, free its step queue entries; the ids woken go to ``woken``.
 
     The waiters are woken after a waiter too: it may have been woken for a slot it now will
     not take, and the next one would wait for its fallback timer. With no slot free, nobody
     is woken."""
     done = settled_run(run, settlement, now)
-    rows.save(done)
+    rows.save(done, run)
     rows.drop_signals(run.id)
     if run.singleton_key is not None:
         woken.extend(rows.wake_waiters(run.singleton_key, run.singleton_limit or 1, now))

@@ -7,6 +7,7 @@ rolls back everything the unit wrote.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -65,6 +66,7 @@ from .reads import (
 from .rows import (
     RUN_COLUMNS,
     STEP_COLUMNS,
+    changed_columns,
     event_from_row,
     from_ts,
     placeholders,
@@ -108,9 +110,22 @@ _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
 )
 
 
-def _save_run(conn: Conn, run: Run) -> None:
-    """Write every column of ``run`` over its row (read-modify-write inside the transaction)."""
-    conn.execute(_UPDATE_RUN, (*run_values(run), run.id))
+def _save_run(conn: Conn, run: Run, before: Run | None = None) -> None:
+    """Write ``run`` over its row (read-modify-write inside the transaction): every column, or
+    given ``before`` (the run it was made from) only the columns it changes. SQLite rewrites
+    the entries of every index over a column an update sets, changed or not: a settlement
+    written whole cost about twice what its ten columns do."""
+    if before is None:
+        conn.execute(_UPDATE_RUN, (*run_values(run), run.id))
+        return
+    names, values = changed_columns(run, before)
+    if names:
+        conn.execute(_update_of(names), (*values, run.id))
+
+
+@functools.lru_cache(maxsize=256)
+def _update_of(columns: tuple[str, ...]) -> str:
+    return f"UPDATE runs SET {', '.join(f'{c} = ?' for c in columns)} WHERE id = ?"
 
 
 def _save_step(conn: Conn, record: StepRecord) -> None:
@@ -213,8 +228,8 @@ class _Rows:
     def cancel(self, run: Run, now: datetime) -> None:
         cancel_one(self._conn, run, now, None)
 
-    def save(self, run: Run) -> None:
-        _save_run(self._conn, run)
+    def save(self, run: Run, before: Run | None = None) -> None:
+        _save_run(self._conn, run, before)
 
     def create(self, spec: RunSpec, now: datetime, *, gated: bool) -> Started:
         return create(self._conn, spec, now, gated=gated)
@@ -332,7 +347,7 @@ def await_decision(
     conn: Conn, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
 ) -> None:
     run = _fenced(conn, run_id, owner)
-    _save_run(conn, awaiting_decision(run, task_id, deadline, now))
+    _save_run(conn, awaiting_decision(run, task_id, deadline, now), run)
 
 
 def claim_decision(
@@ -353,7 +368,7 @@ def extend_decision(conn: Conn, run_id: str, task_id: str, deadline: datetime) -
     if run is None or not _awaiting(run, task_id):
         return False
     if run.wake_at is None or run.wake_at < deadline:
-        _save_run(conn, replace(run, wake_at=deadline))
+        _save_run(conn, replace(run, wake_at=deadline), run)
     return True
 
 
@@ -413,7 +428,7 @@ def suspend_run(
     due = run.wake_requested_at is not None or any(
         conn.execute(SQL["event_since"], wait).fetchone() for wait in writes.events
     )
-    _save_run(conn, suspended_run(run, wake_at, now, blocked, due=due))
+    _save_run(conn, suspended_run(run, wake_at, now, blocked, due=due), run)
     return due
 
 
@@ -541,7 +556,7 @@ def cancel_one(
     if run.is_terminal or run.status == RunStatus.CANCELLING:
         return False
     if run.status == RunStatus.RUNNING:
-        _save_run(conn, replace(run, status=RunStatus.CANCELLING, updated_at=now, error=error))
+        _save_run(conn, replace(run, status=RunStatus.CANCELLING, updated_at=now, error=error), run)
     else:
         finish(conn, run, Settlement(RunStatus.CANCELLED, None, error), now, woken)
     return True

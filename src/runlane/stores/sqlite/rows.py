@@ -7,6 +7,7 @@ compares the instants, and they come back as timezone-aware UTC datetimes.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,6 +91,52 @@ def run_values(run: Run) -> tuple[Any, ...]:
         ts(run.rate_until),
         ts(run.handoff_at),
     )
+
+
+# How a run's attribute is kept in its column of the same name, where it is not kept as it is.
+_STORED: dict[str, Callable[[Any], Any]] = {
+    "status": str,
+    "input": _json,
+    "output": _json,
+    "error": _json,
+    "tags": lambda tags: dumps(list(tags)),
+    "holds_slot": int,
+    "queued": int,
+    "concurrency_statuses": lambda s: None if s is None else dumps(sorted(s)),
+    **dict.fromkeys(
+        (
+            "created_at",
+            "updated_at",
+            "wake_at",
+            "lease_expires_at",
+            "deadline_at",
+            "wake_requested_at",
+            "rate_at",
+            "begin_at",
+            "rate_until",
+            "handoff_at",
+        ),
+        ts,
+    ),
+}
+_DOCUMENTS = frozenset({"input", "output", "error", "tags", "concurrency_statuses"})
+_RUN_FIELDS = tuple(column.strip() for column in RUN_COLUMNS.split(","))
+
+
+def changed_columns(run: Run, before: Run) -> tuple[tuple[str, ...], list[Any]]:
+    """The columns ``run`` changes from ``before``, and their values as stored. A document
+    (a JSON value, the tags) counts as changed unless it is the same object: equality would
+    take ``1`` for ``True``."""
+    names: list[str] = []
+    values: list[Any] = []
+    for name in _RUN_FIELDS:
+        value, old = getattr(run, name), getattr(before, name)
+        if value is old or (name not in _DOCUMENTS and value == old):
+            continue
+        names.append(name)
+        stored = _STORED.get(name)
+        values.append(value if stored is None else stored(value))
+    return tuple(names), values
 
 
 def step_from_row(row: sqlite3.Row) -> StepRecord:
