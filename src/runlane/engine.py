@@ -331,9 +331,7 @@ class Engine:
             result = await self._api(lambda: self.store.cancel_run(run_id, self.now(), None))
         except RunNotFoundError:
             return False
-        self._execution.settlements.notify(result.changed)
-        # The waiters a freed slot admits (and parents) run now, not at the next timer poll.
-        self._execution.send(result.woken)
+        self._execution.cancelled(result)
         return bool(result.changed)
 
     async def requeue(self, run_id: str) -> Run:

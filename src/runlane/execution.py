@@ -28,6 +28,7 @@ from .local import LocalRuns
 from .loop import Loop
 from .models import (
     JSON,
+    CancelResult,
     Claim,
     ClaimOutcome,
     Lease,
@@ -230,6 +231,12 @@ class Execution:
             self.runqueue.publish_wakes(ids)
         elif destination is Where.HERE and self._local is not None:
             self._local.spawn_all(ids)
+
+    def cancelled(self, result: CancelResult) -> None:
+        """A cancellation made in the store: its waiters hear of the runs it settled, and the
+        runs it woke (a freed slot's waiters, parents) run now, not at the next timer poll."""
+        self.settlements.notify(result.changed)
+        self.send(result.woken)
 
     def wake(self, run_ids: Iterable[str]) -> None:
         """Runs the store just woke (a freed slot's waiters): see ``send``."""
@@ -546,9 +553,7 @@ class Execution:
                 ExecutionTimeoutError(f"run {run_id!r} exceeded its execution timeout"),
                 with_traceback=False,
             )
-            result = await self.store.cancel_run(run_id, self.now(), error)
-            self.settlements.notify(result.changed)
-            self.send(result.woken)
+            self.cancelled(await self.store.cancel_run(run_id, self.now(), error))
         return len(ids)
 
     def _capacity(self) -> int:

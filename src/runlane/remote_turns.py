@@ -174,8 +174,7 @@ async def _apply_commands(turn: Turn, decision: Decision) -> bool:
         if await turn.settle_step(op) is not None:
             again = True
     for child_id in decision.cancels:
-        result = await turn.io(turn.host.store.cancel_run(child_id, turn.now(), _sibling_failed()))
-        turn.host.wake(w for w in result.woken if w != turn.run.id)
+        await turn.cancel_child(child_id, _sibling_failed())
     return again
 
 

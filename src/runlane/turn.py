@@ -195,6 +195,11 @@ class Turn:
     def stage(self, record: StepRecord) -> None:
         self.staged[record.seq] = record
 
+    async def cancel_child(self, child_id: str, error: dict[str, object]) -> None:
+        """Cancel a child (and its subtree); what that wakes, other than this run, runs now."""
+        cancelled = await self.io(self.host.store.cancel_run(child_id, self.now(), error))
+        self.host.wake(w for w in cancelled.woken if w != self.run.id)
+
     def wake_by(self, when: datetime) -> None:
         """The run is due again by ``when`` (a retry's backoff, a check of a dispatched step):
         its suspension keeps the earliest of these."""
@@ -709,10 +714,7 @@ class Turn:
                     "type": "Cancelled",
                     "message": "a sibling failed (fail_fast)",
                 }
-                cancelled = await self.io(
-                    self.host.store.cancel_run(op.child_id, self.now(), error)
-                )
-                self.host.wake(w for w in cancelled.woken if w != self.run.id)
+                await self.cancel_child(op.child_id, error)
 
     # ---------------------------------------------------------------- the turn
 

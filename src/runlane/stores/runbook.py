@@ -297,8 +297,8 @@ def settle(
 
 
 def finish(rows: RunRows, run: Run, settlement: Settlement, now: datetime, woken: list[str]) -> Run:
-    """Settle ``run`` (as stored) terminal: release its slot, wake the waiters for the key's free slots
-    and its parent, free its step queue entries; the ids woken go to ``woken``.
+    """Settle ``run`` (as stored) terminal: release its slot, wake the waiters for the key's
+    free slots and its parent, free its step queue entries; the ids woken go to ``woken``.
 
     The waiters are woken after a waiter too: it may have been woken for a slot it now will
     not take, and the next one would wait for its fallback timer. With no slot free, nobody

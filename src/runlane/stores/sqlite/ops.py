@@ -112,7 +112,7 @@ _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
 
 def _save_run(conn: Conn, run: Run, before: Run | None = None) -> None:
     """Write ``run`` over its row (read-modify-write inside the transaction): every column, or
-    given ``before`` (the run it was made from) only the columns it changes. SQLite rewrites
+    given ``before`` (the row as stored) only the columns it changes. SQLite rewrites
     the entries of every index over a column an update sets, changed or not: a settlement
     written whole cost about twice what its ten columns do."""
     if before is None:

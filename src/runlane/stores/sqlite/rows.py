@@ -51,46 +51,8 @@ RUN_COLUMNS = (
 )
 
 
-def run_values(run: Run) -> tuple[Any, ...]:
-    """Values for :data:`RUN_COLUMNS`, in that order."""
-    return (
-        run.id,
-        run.workflow,
-        run.version,
-        str(run.status),
-        _json(run.input),
-        _json(run.output),
-        _json(run.error),
-        dumps(list(run.tags)),
-        ts(run.created_at),
-        ts(run.updated_at),
-        ts(run.wake_at),
-        run.parent_id,
-        run.namespace,
-        run.priority,
-        run.singleton_key,
-        run.singleton_limit,
-        int(run.holds_slot),
-        run.concurrency_key,
-        run.lease_owner,
-        ts(run.lease_expires_at),
-        ts(run.deadline_at),
-        run.recoveries,
-        ts(run.wake_requested_at),
-        run.concurrency_limit,
-        None if run.concurrency_statuses is None else dumps(sorted(run.concurrency_statuses)),
-        run.admission_retries,
-        int(run.queued),
-        run.failures,
-        run.rate_key,
-        ts(run.rate_at),
-        ts(run.begin_at),
-        run.debounce_key,
-        run.awaiting_decision_task_id,
-        run.rate_limit,
-        ts(run.rate_until),
-        ts(run.handoff_at),
-    )
+def _statuses(statuses: Any) -> str | None:
+    return None if statuses is None else dumps(sorted(statuses))
 
 
 # How a run's attribute is kept in its column of the same name, where it is not kept as it is.
@@ -102,7 +64,7 @@ _STORED: dict[str, Callable[[Any], Any]] = {
     "tags": lambda tags: dumps(list(tags)),
     "holds_slot": int,
     "queued": int,
-    "concurrency_statuses": lambda s: None if s is None else dumps(sorted(s)),
+    "concurrency_statuses": _statuses,
     **dict.fromkeys(
         (
             "created_at",
@@ -120,7 +82,18 @@ _STORED: dict[str, Callable[[Any], Any]] = {
     ),
 }
 _DOCUMENTS = frozenset({"input", "output", "error", "tags", "concurrency_statuses"})
-_RUN_FIELDS = tuple(column.strip() for column in RUN_COLUMNS.split(","))
+# Each column of RUN_COLUMNS (the run's attribute of that name) with how it is kept.
+_RUN_FIELDS = tuple(
+    (name, _STORED.get(name)) for name in (column.strip() for column in RUN_COLUMNS.split(","))
+)
+
+
+def run_values(run: Run) -> tuple[Any, ...]:
+    """Values for :data:`RUN_COLUMNS`, in that order."""
+    state = run.__dict__
+    return tuple(
+        state[name] if stored is None else stored(state[name]) for name, stored in _RUN_FIELDS
+    )
 
 
 def changed_columns(run: Run, before: Run) -> tuple[tuple[str, ...], list[Any]]:
@@ -129,12 +102,12 @@ def changed_columns(run: Run, before: Run) -> tuple[tuple[str, ...], list[Any]]:
     take ``1`` for ``True``."""
     names: list[str] = []
     values: list[Any] = []
-    for name in _RUN_FIELDS:
-        value, old = getattr(run, name), getattr(before, name)
-        if value is old or (name not in _DOCUMENTS and value == old):
+    new, old = run.__dict__, before.__dict__
+    for name, stored in _RUN_FIELDS:
+        value, was = new[name], old[name]
+        if value is was or (name not in _DOCUMENTS and value == was):
             continue
         names.append(name)
-        stored = _STORED.get(name)
         values.append(value if stored is None else stored(value))
     return tuple(names), values
 
