@@ -291,6 +291,19 @@ def floor(results: Sequence[Line], facts: Line) -> list[str]:
                 f" | {fmt(floor_ms)} | {fmt(b.py_cpu)} / {fmt(b.machine_cpu)}"
                 f" | {binds(b, floor_ms, cores)} |"
             )
+    starts = []
+    for db, label in DBS:
+        batch = pick(results, "runlane", "throughput", db)
+        if med(batch, "start_p50_ms") is None:
+            continue
+        starts.append(
+            f"- {label}: a start inside the throughput batch takes"
+            f" {fmt(med(batch, 'start_p50_ms'))} ms p50 ({fmt(med(batch, 'start_p90_ms'))} p90),"
+            f" on an idle engine {fmt(med(batch, 'idle_start_p50_ms'))} ms; the start loop is"
+            f" {fmt(_share(batch, 'start_loop_seconds', 'seconds'))}% of the batch"
+        )
+    if starts:
+        out += ["", *starts]
     out += [
         "",
         "The floor is a plain client (psycopg; `sqlite3`) inserting one small row per transaction,"
@@ -314,6 +327,12 @@ def floor(results: Sequence[Line], facts: Line) -> list[str]:
 
 
 START_LOOP_SHARE = 0.8  # starts this close to a workflow's time: the start loop binds
+
+
+def _share(lines: Sequence[Line], part: str, whole: str) -> float | None:
+    """The median of ``part`` over ``whole``, in percent."""
+    shares = [100 * x[part] / x[whole] for x in lines if x.get(part) is not None and x.get(whole)]
+    return round(statistics.median(shares), 1) if shares else None
 
 
 @dataclass(frozen=True)
