@@ -26,6 +26,7 @@ from runlane import Engine, RunStatus
 from runlane.models import RunQuery
 from runlane.stores import open_store
 from tests.helpers import snapshot
+from tests.queues import purge
 from tests.servers import REPO
 
 from . import fleet_app
@@ -120,18 +121,6 @@ def _stop(procs: list[subprocess.Popen[str]], tmp_path: Path) -> None:
         (tmp_path / f"proc-{proc.pid}.out").write_text(out or "")
 
 
-async def _purge(pg_url: str, kind: str, prefix: str) -> None:
-    """Drop what the members left under the run's transport prefix."""
-    transport: Any = fleet_app.transport(kind, pg_url, prefix)  # both kinds purge
-    if transport is None:
-        return
-    await transport.open()
-    try:
-        await transport.purge()
-    finally:
-        await transport.close()
-
-
 def _fleet_run(
     pg_url: str, kind: str, workflow: Any, n: int, steps: int, tmp_path: Path, remote: int = 0
 ) -> None:
@@ -151,7 +140,8 @@ def _fleet_run(
         done = _wait_until(pg_url, n, 150)
     finally:
         _stop(procs, tmp_path)
-        asyncio.run(_purge(pg_url, kind, prefix))
+        if kind != "none":  # what the members left under the run's prefix
+            asyncio.run(purge(fleet_app.transport(kind, pg_url, prefix)))
     _, rows = asyncio.run(_progress(pg_url))
     unfinished = [
         (run.id, run.status, run.error, [(r.seq, r.status, r.attempts) for r in records])
