@@ -37,7 +37,7 @@ from runlane.stores.migrations import migrations, pending_migrations
 from runlane.stores.sqlite.rows import changed_columns
 from runlane.stores.sqlite.statements import SQL
 from runlane.stores.sqlite.store import SqliteStore, _configure
-from runlane.stores.sqlite.worker import SqliteWorker
+from runlane.stores.sqlite.worker import BATCH, SqliteWorker
 
 from ..races import race_starts
 
@@ -400,11 +400,12 @@ async def test_a_lone_call_runs_at_once_on_the_callers_thread_a_later_one_waits_
     await store.close()
 
 
-async def test_calls_made_together_batch_on_the_worker_rather_than_one_by_one_inline(
+async def test_calls_made_together_batch_on_the_callers_thread_in_few_transactions(
     tmp_path: Path,
 ) -> None:
-    """Other tasks are ready when the first call is made: it is queued, and the calls the
-    others make meanwhile join its batch (one commit for many), none on the caller's thread."""
+    """Other tasks are ready when the first call is made: it waits for the loop's next pass,
+    and the calls the others make meanwhile join its batch (one commit for many), run on the
+    caller's thread: no hop to the worker and back."""
     store, worker = await opened_with_worker(tmp_path / "x.db")
     statements: list[str] = []
     await worker._put(lambda conn: conn.set_trace_callback(statements.append), write=False)
@@ -418,7 +419,71 @@ async def test_calls_made_together_batch_on_the_worker_rather_than_one_by_one_in
     await asyncio.gather(*(start(n) for n in range(50)))
     await store.close()
     assert statements.count("COMMIT") < 10, statements.count("COMMIT")
-    assert here not in threads[:-1]  # the last may be alone, with nothing else ready
+    assert set(threads) == {here}
+    assert len(threads) == 50
+
+
+async def test_a_pending_batch_past_its_size_goes_on_in_order_on_the_worker(
+    tmp_path: Path,
+) -> None:
+    """A loop batch takes at most ``BATCH`` calls; the next call hands the pending ones to the
+    worker, then queues behind them: every call is answered, in the order made."""
+    store, worker = await opened_with_worker(tmp_path / "x.db")
+    order: list[int] = []
+
+    def note(n: int) -> Any:
+        return lambda conn: order.append(n)
+
+    count = BATCH + 40
+    futures = await queued(*(worker.run(note(n), write=True) for n in range(count)))
+    await answers(futures)
+    await store.close()
+    assert order == list(range(count))
+
+
+async def test_a_pending_call_cancelled_before_its_batch_runs_does_not_run(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    cancelled, kept = await queued(
+        store.create_runs([spec("a")], T0), store.create_runs([spec("b")], T0)
+    )
+    assert not cancelled.done()  # pending in the loop's batch
+    cancelled.cancel()
+    await kept
+    assert await store.get_run("a") is None
+    assert await store.get_run("b") is not None
+    await store.close()
+
+
+async def test_a_pending_batch_on_a_write_locked_file_waits_on_the_worker_not_the_loop(
+    tmp_path: Path,
+) -> None:
+    """Run on the caller's thread, the batch would stall the event loop for the busy timeout:
+    its BEGIN fails fast there, its writes go to the worker, which waits for the lock; its
+    reads are answered at once (a WAL reader never waits for a writer)."""
+    store = SqliteStore(tmp_path / "x.db", busy_timeout=10)
+    await store.open()
+    await store.create_runs([spec("there")], T0)
+    other = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        *writes, read = await queued(
+            *(store.create_runs([spec(f"run-{n}")], T0) for n in range(5)),
+            store.get_run("there"),
+        )
+        t0 = asyncio.get_running_loop().time()
+        for _ in range(10):
+            await asyncio.sleep(0.01)
+        assert asyncio.get_running_loop().time() - t0 < 2  # the loop was never stalled
+        assert read.done() and (await read) is not None
+        assert not any(write.done() for write in writes), [w for w in writes if w.done()]
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert all(started[0].created for started in await answers(writes))
+    await store.close()
 
 
 async def test_a_lone_write_to_a_file_another_connection_locks_waits_on_the_worker(

@@ -17,13 +17,17 @@ loop is ready to run (asyncio's ready queue is empty: no other call can join a b
 one would be taken), runs at once on the caller's thread, as a batch of one, under the same
 connection lock the thread takes (the connection is used by one thread at a time). That saves
 the two hops, most of a lone call's latency (a 10-step run on an idle store: median 5.38 ->
-4.04 ms, p99 7.87 -> 4.80 ms, medians of 5 on a slow day). Under load the ready queue is not
-empty and calls batch on the thread as before: run inline regardless, a fan of 10,000 children
-lost its batching (one transaction per call) and took 8-15% longer. There a call must not wait
-for another connection's write lock, which would stall the caller's event loop: the busy
-timeout is set to 0 for it, and a call that meets the lock is queued for the thread, which waits
-as long as the store's busy timeout allows. Calls that may touch many rows are always queued
-(the store says which); on a loop without asyncio's ready queue (uvloop) every call is.
+4.04 ms, p99 7.87 -> 4.80 ms, medians of 5 on a slow day). Under load, when other tasks are
+ready, a call joins the loop's pending batch instead: the calls made in one pass of the event
+loop are run together at the start of the next pass, still on the caller's thread, in one
+transaction (group commit as on the worker), and their futures are answered there - no thread,
+no hop, no GIL hand-over. (Run inline one by one, a fan of 10,000 children lost its batching,
+one transaction per call, and took 8-15% longer.) A call on the caller's thread must not wait
+for another connection's write lock, which would stall the event loop: the busy timeout is set
+to 0 for it, and a write that meets the lock goes to the worker thread, which waits as long as
+the store's busy timeout allows. So does a batch found while the worker has calls in hand (they
+keep their order), and calls that may touch many rows (the store says which). On a loop without
+asyncio's ready queue (uvloop) every such call joins the pending batch.
 """
 
 from __future__ import annotations
@@ -87,6 +91,9 @@ class SqliteWorker:
         self._conn_lock = threading.Lock()
         self._busy_timeout_ms = 0
         self._fail_fast = False
+        # Calls waiting for their event loop's next pass, to run there as one batch, per loop
+        # (``_defer``; under ``_lock``).
+        self._pending: dict[asyncio.AbstractEventLoop, list[_Call]] = {}
 
     async def start(self) -> None:
         """Start the thread; returns once it has connected (raises what connecting raised)."""
@@ -108,39 +115,51 @@ class SqliteWorker:
     ) -> T:
         """Run ``fn(conn)``; a write runs inside a transaction of its own or of a batch.
 
-        ``inline``, with nothing queued or running and no other task ready, the call runs at
-        once on the caller's thread: no hop to the worker and back, the same transaction; then
+        ``inline``: with nothing queued or running and no other task ready, the call runs at
+        once on the caller's thread (no hop to the worker and back, the same transaction), then
         the caller yields to the event loop once, as a queued call would (its timers and I/O
-        are not starved by a loop of calls). Otherwise (or if the file is write-locked by
+        are not starved by a loop of calls); with other tasks ready, it joins the batch the
+        loop runs at its next pass (``_defer``). Otherwise (or if the file is write-locked by
         another connection) it is queued for the worker's next batch, in order.
         """
         call = self._inline(fn, write) if inline else None
         if call is None:
             return cast(T, await self._put(fn, write))
+        if call.future is not None:  # deferred to the loop's next pass
+            return cast(T, await self._answer_of(call))
         await asyncio.sleep(0)  # a loop of store calls must not starve the other tasks
         if call.error is not None:
             raise call.error
         return cast(T, call.result)
 
     async def _put(self, fn: Job | None, write: bool) -> Any:
+        self._hand_pending_over()  # the calls deferred before this one go first
         return await self._answer_of(self._enqueue(fn, write))
 
     def _enqueue(self, fn: Job | None, write: bool) -> _Call:
         call = _Call(fn, write, asyncio.get_running_loop())
+        self._queue_calls([call])
+        return call
+
+    def _queue_calls(self, calls: list[_Call]) -> None:
         with self._lock:
             if self._closed:
                 raise _not_open()
-            self._unanswered += 1
-            self._queue.put(call)
-        return call
+            self._unanswered += len(calls)
+            for call in calls:
+                self._queue.put(call)
 
     def _inline(self, fn: Job, write: bool) -> _Call | None:
         """Run the call here if nothing is queued or running and no other task of the caller's
-        loop is ready to run (it may be about to make a call the same batch could take); None
-        if it must be queued."""
+        loop is ready to run; with other tasks ready (they may be about to make calls the same
+        batch could take), defer it to the loop's next pass (a call with a future). None if it
+        must be queued."""
         conn = self._conn
-        if conn is None or getattr(asyncio.get_running_loop(), "_ready", True):
+        if conn is None:
             return None
+        loop = asyncio.get_running_loop()
+        if getattr(loop, "_ready", True) or loop in self._pending:
+            return self._defer(loop, fn, write)
         with self._lock:
             if self._unanswered or self._closed:
                 return None
@@ -148,9 +167,7 @@ class SqliteWorker:
         call = _Call(fn, write, None)
         try:
             with self._conn_lock:
-                if not self._fail_fast:
-                    conn.execute("PRAGMA busy_timeout = 0")
-                    self._fail_fast = True
+                self._make_fail_fast(conn)
                 if _run_batch(conn, [call]) and self._on_commit:
                     self._on_commit()
         finally:
@@ -159,6 +176,78 @@ class SqliteWorker:
         if _is_busy(call.error):
             return None  # rolled back: the worker runs it, waiting for the lock as it may
         return call
+
+    def _make_fail_fast(self, conn: sqlite3.Connection) -> None:
+        """A call on the caller's thread must not wait for another connection's write lock
+        (under ``_conn_lock``)."""
+        if not self._fail_fast:
+            conn.execute("PRAGMA busy_timeout = 0")
+            self._fail_fast = True
+
+    def _defer(self, loop: asyncio.AbstractEventLoop, fn: Job, write: bool) -> _Call | None:
+        """Add the call to the batch ``loop`` runs at its next pass; None if it must be
+        queued (the store is closed, or the batch is full)."""
+        call = _Call(fn, write, loop)
+        with self._lock:
+            if self._closed:
+                return None
+            pending = self._pending.get(loop)
+            if pending is None:
+                pending = self._pending[loop] = []
+                loop.call_soon(self._run_pending, loop)
+            elif len(pending) >= BATCH:
+                return None
+            pending.append(call)
+        return call
+
+    def _run_pending(self, loop: asyncio.AbstractEventLoop) -> None:
+        """``loop``'s pending batch, on its thread: run as one batch when the worker has
+        nothing in hand; queued for it otherwise, and so are the writes that met another
+        connection's write lock."""
+        calls = [call for call in self._take_pending(loop) if not _given_up(call)]
+        conn = self._conn
+        if not calls:
+            return
+        with self._lock:
+            queue_them = bool(self._unanswered) or self._closed or conn is None
+            if not queue_them:
+                self._unanswered += len(calls)
+        if queue_them:
+            self._requeue(calls)
+            return
+        assert conn is not None
+        try:
+            with self._conn_lock:
+                self._make_fail_fast(conn)
+                if _run_batch(conn, calls) and self._on_commit:
+                    self._on_commit()
+        finally:
+            with self._lock:
+                self._unanswered -= len(calls)
+        locked = [call for call in calls if call.write and _is_busy(call.error)]
+        _settle([call for call in calls if call not in locked])
+        if locked:  # rolled back (its BEGIN found the file locked): the worker waits for it
+            self._requeue(locked)
+
+    def _take_pending(self, loop: asyncio.AbstractEventLoop) -> list[_Call]:
+        with self._lock:
+            return self._pending.pop(loop, [])
+
+    def _hand_pending_over(self) -> None:
+        """Queue this loop's pending calls for the worker, in their order."""
+        loop = asyncio.get_running_loop()
+        if loop in self._pending:
+            self._requeue([call for call in self._take_pending(loop) if not _given_up(call)])
+
+    def _requeue(self, calls: list[_Call]) -> None:
+        for call in calls:
+            call.result, call.error = None, None
+        try:
+            self._queue_calls(calls)
+        except RunlaneError as closed:
+            for call in calls:
+                call.error = closed
+            _settle(calls)
 
     async def _answer_of(self, call: _Call) -> Any:
         assert call.future is not None
@@ -228,6 +317,12 @@ class SqliteWorker:
             call.error = error or _not_open()
             left.append(call)
         _answer(left)
+
+
+def _given_up(call: _Call) -> bool:
+    """A pending call whose caller was cancelled (its future is, at once; ``cancelled`` is set
+    only when the caller's task runs again)."""
+    return call.cancelled or (call.future is not None and call.future.done())
 
 
 def _not_open() -> RunlaneError:
