@@ -18,7 +18,11 @@ from .. import rows as shared
 
 
 def ts(value: datetime | None) -> str | None:
-    return None if value is None else utc(value).isoformat(timespec="microseconds")
+    return None if value is None else instant_text(value)
+
+
+def instant_text(value: datetime) -> str:
+    return utc(value).isoformat(timespec="microseconds")
 
 
 def from_ts(text: str) -> datetime:
