@@ -292,16 +292,20 @@ def floor(results: Sequence[Line], facts: Line) -> list[str]:
                 f" | {binds(b, floor_ms, cores)} |"
             )
     starts = []
-    for db, label in DBS:
-        batch = pick(results, "runlane", "throughput", db)
-        if med(batch, "start_p50_ms") is None:
-            continue
-        starts.append(
-            f"- {label}: a start inside the throughput batch takes"
-            f" {fmt(med(batch, 'start_p50_ms'))} ms p50 ({fmt(med(batch, 'start_p90_ms'))} p90),"
-            f" on an idle engine {fmt(med(batch, 'idle_start_p50_ms'))} ms; the start loop is"
-            f" {fmt(_share(batch, 'start_loop_seconds', 'seconds'))}% of the batch"
-        )
+    for workload, loop, whole, name in (
+        ("throughput", "start_loop_seconds", "seconds", "a start inside the throughput batch"),
+        ("queue", "enqueue_seconds", "total_seconds", "a keyed start inside the per-key batch"),
+    ):
+        for db, label in DBS:
+            batch = pick(results, "runlane", workload, db)
+            if med(batch, "start_p50_ms") is None:
+                continue
+            starts.append(
+                f"- {label}: {name} takes {fmt(med(batch, 'start_p50_ms'))} ms p50"
+                f" ({fmt(med(batch, 'start_p90_ms'))} p90), on an idle engine"
+                f" {fmt(med(batch, 'idle_start_p50_ms'))} ms; the start loop is"
+                f" {fmt(_share(batch, loop, whole))}% of the batch"
+            )
     if starts:
         out += ["", *starts]
     out += [
@@ -314,9 +318,11 @@ def floor(results: Sequence[Line], facts: Line) -> list[str]:
         " engine: the start (both sides' scripts start runs one at a time, each start returning"
         " once durable; the runs' own commits overlap later starts), the start and one checkpoint"
         " per step before the next step runs (the last one with the settlement), the settlement"
-        " that hands a key's slot over. A start's time inside the throughput batch (p50) is"
-        " beside the same start on an idle engine: where the batch is its start loop, that is"
-        " what binds. CPU per workflow over the workload: runlane's process"
+        " that hands a key's slot over. A start's time inside the throughput and per-key batches"
+        " (p50) is beside the same start on an idle engine (per-key: a key of its own, so the"
+        " start is admitted at once): where the batch is its start loop, that is what binds, and"
+        " where one start alone takes more than a workflow's budget, no engine work elsewhere"
+        " can meet the target. CPU per workflow over the workload: runlane's process"
         " (engine and store client; one Python process runs on one core at a time), and the"
         " machine's (every process: engine, server, kernel). With the runs overlapping, a workflow"
         " cannot take less wall time than its process CPU, nor than its machine CPU over the"
@@ -398,6 +404,8 @@ def budgets(results: Sequence[Line], db: str) -> list[Budget]:
             per_run(mine["queue"]),
             1,
             **cpu(mine["queue"]),
+            start_p50=med(mine["queue"], "start_p50_ms"),
+            idle_start_p50=med(mine["queue"], "idle_start_p50_ms"),
         ),
         Budget(
             f"idle one-key hand-off p50 (< {IDLE_HANDOFF_MS} ms)",
@@ -415,6 +423,13 @@ def binds(b: Budget, floor: float | None, cores: int) -> str:
         return "met"
     if floor is not None and floor >= b.budget:
         return "the floor: its commits alone take more than the budget"
+    if b.idle_start_p50 is not None and b.idle_start_p50 >= b.budget:
+        # The runs are started one at a time, each start returning once durable: the batch
+        # cannot take less than its starts, and one start alone takes more than the budget.
+        return (
+            f"a start alone: {fmt(b.idle_start_p50)} ms p50 on an idle engine, and the runs"
+            " are started one at a time"
+        )
     if b.py_cpu is not None and b.py_cpu >= b.budget:
         return "CPU: runlane's process needs more than the budget (one core)"
     if b.chain and b.machine_cpu is not None and b.machine_cpu >= b.budget:

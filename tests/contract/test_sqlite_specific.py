@@ -441,6 +441,31 @@ async def test_a_pending_batch_past_its_size_goes_on_in_order_on_the_worker(
     assert order == list(range(count))
 
 
+async def test_calls_from_two_event_loops_batch_each_on_its_own_loop(tmp_path: Path) -> None:
+    """A store used from a second loop on another thread (as a remote body's own loop may):
+    each loop's pending calls run as its own batches, none is lost or answered twice."""
+    store, worker = await opened_with_worker(tmp_path / "x.db")
+    loop = asyncio.get_running_loop()
+
+    async def make(prefix: str) -> list[bool]:
+        async def one(n: int) -> bool:
+            await asyncio.sleep(0)
+            return (await store.create_runs([spec(f"{prefix}-{n}")], T0))[0].created
+
+        return list(await asyncio.gather(*(one(n) for n in range(200))))
+
+    def other_thread() -> list[bool]:
+        return asyncio.run(make("other"))
+
+    here, there = await asyncio.gather(make("here"), asyncio.to_thread(other_thread))
+    assert here == [True] * 200 and there == [True] * 200
+    assert asyncio.get_running_loop() is loop
+    runs = await store.get_runs([f"{p}-{n}" for p in ("here", "other") for n in range(200)])
+    assert len(runs) == 400
+    assert not worker._pending
+    await store.close()
+
+
 async def test_a_pending_call_cancelled_before_its_batch_runs_does_not_run(
     tmp_path: Path,
 ) -> None:
