@@ -185,6 +185,11 @@ async def one_batch(store: SqliteStore) -> AsyncIterator[list[str]]:
     await asyncio.to_thread(entered.wait, 30)
     try:
         yield statements
+        # The calls made meanwhile wait for the loop's next pass; let it come while the worker
+        # is still held, so they are queued behind the held call (not run on this thread once
+        # the worker is free).
+        for _ in range(3):
+            await asyncio.sleep(0)
     finally:
         release.set()
         await held
