@@ -123,15 +123,16 @@ async def test_worker_beats_while_a_slow_step_runs(
         await transport.send_tasks("math", [task("math.slow", 0.45, seq=7)])
         [result] = await results(transport, 1)
         beats = []
-        while True:
+        while True:  # until the feed is quiet (a busy machine delivers the last beats late)
             try:
-                beats.append(await asyncio.wait_for(anext(feed), 0.2))
+                beats.append(await asyncio.wait_for(anext(feed), 0.5))
             except TimeoutError:
                 break
 
     assert result["ok"] is True
     announced = [b for b in beats if b.get("kind") == "worker"]
-    assert [(a["worker"], a["group"]) for a in announced] == [(worker.name, "math")]
+    assert announced  # once at start, again each ANNOUNCE_EVERY beats
+    assert {(a["worker"], a["group"]) for a in announced} == {(worker.name, "math")}
     beats = [b for b in beats if b.get("kind") != "worker"]
     assert len(beats) >= 3, beats
     assert {(b["step_id"], b["run_id"], b["seq"], b["attempt"], b["worker"]) for b in beats} == {
