@@ -198,7 +198,7 @@ async def throughput(target: Target, n: int = 1000, steps: int = 2) -> Figures:
     async with target.engine(steps_wf) as engine:
         await warm_up(engine, steps)
         figures = await timed_batch(engine, n, steps)
-        return {**figures, **await idle_starts(engine, steps)}
+        return {**figures, **await idle_starts(engine, steps_wf, [steps] * 50)}
 
 
 async def timed_batch(engine: Engine, n: int, steps: int) -> Figures:
@@ -227,11 +227,11 @@ async def timed_batch(engine: Engine, n: int, steps: int) -> Figures:
     }
 
 
-async def idle_starts(engine: Engine, steps: int, n: int = 50) -> Figures:
-    """The same start with nothing else running: each run is waited for before the next."""
+async def idle_starts(engine: Engine, workflow: Any, inputs: Sequence[Any]) -> Figures:
+    """The same starts with nothing else running: each run is waited for before the next."""
     took: list[float] = []
-    for _ in range(n):
-        await wait_all(engine, await start_all(engine, steps_wf, [steps], took))
+    for i in inputs:
+        await wait_all(engine, await start_all(engine, workflow, [i], took))
     return {"idle_start_p50_ms": round(common.median(took), 3)}
 
 
@@ -296,7 +296,9 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
         cpu = CpuMark(database).since(cpu0, len(ids))  # before the engine's backends close
         order = {rid: (r.created_at, rid) for rid, r in runs.items()}
         checks = serialisation_checks(probe, order)  # the batch's runs, before the idle ones
-        idle = await idle_keyed_starts(engine, keyed) if keys > 1 else {}
+        # The same keyed start, each on a key of its own (admitted at once).
+        alone = [{"key": f"idle-{j:03d}", "seq": j} for j in range(50)]
+        idle = await idle_starts(engine, keyed, alone) if keys > 1 else {}
     return {
         "keys": keys,
         "per_key": per_key,
@@ -312,18 +314,6 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
         **checks,
         **cpu,
     }
-
-
-async def idle_keyed_starts(engine: Engine, keyed: Any, n: int = 50) -> Figures:
-    """The same keyed start with nothing else running (a key of its own, admitted at once);
-    each run is waited for before the next."""
-    took: list[float] = []
-    for j in range(n):
-        t0 = time.perf_counter()
-        run = await engine.start(keyed, {"key": f"idle-{j:03d}", "seq": j})
-        took.append((time.perf_counter() - t0) * 1000)
-        await engine.wait_for_run(run.id, timeout=60)
-    return {"idle_start_p50_ms": round(common.median(took), 3)}
 
 
 async def wait_settled(

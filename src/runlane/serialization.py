@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from typing import Any
 
 from .errors import SerializationError
@@ -26,67 +25,59 @@ MAX_DEPTH = 100
 
 def check_json(value: Any, what: str = "value") -> Any:
     """Return ``value`` unchanged if it is a JSON value, else raise SerializationError."""
-    if not _is_json(value, 0):
-        _check(value, what, 0)  # raises, naming where the offending value is
+    try:
+        _check(value, 0)
+    except _Refused as refused:
+        raise SerializationError(f"{what}{refused.path} {refused}") from None
     return value
+
+
+class _Refused(Exception):
+    """Where ``_check`` refused a value: the path is named on the way out, one level per
+    frame, so a value that passes builds none (naming each item's path as the walk went cost
+    three times the value's encoding)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.path = ""
+
+    def inside(self, step: str) -> _Refused:
+        self.path = step + self.path
+        return self
 
 
 _PLAIN = frozenset((str, int, bool))
 
 
-def _is_json(value: Any, depth: int) -> bool:
-    """Whether ``_check`` accepts ``value``, without the path to each item its errors name
-    (building them cost three times the value's encoding)."""
-    if value is None or isinstance(value, bool | int | str):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if depth >= MAX_DEPTH:
-        return False
-    if isinstance(value, list | tuple):
-        items: Iterable[Any] = value
-    elif isinstance(value, dict):
-        for key in value:
-            if not isinstance(key, str):
-                return False
-        items = value.values()
-    else:
-        return False
-    for item in items:
-        kind = type(item)
-        if kind in _PLAIN or item is None:
-            continue
-        if kind is float:
-            if not math.isfinite(item):
-                return False
-        elif not _is_json(item, depth + 1):
-            return False
-    return True
-
-
-def _check(value: Any, path: str, depth: int) -> None:
+def _check(value: Any, depth: int) -> None:
     if value is None or isinstance(value, bool | int | str):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise SerializationError(f"{path} is {value!r}, which JSON cannot represent")
+            raise _Refused(f"is {value!r}, which JSON cannot represent")
         return
     if depth >= MAX_DEPTH and isinstance(value, list | tuple | dict):
-        raise SerializationError(
-            f"{path} nests deeper than {MAX_DEPTH} levels (or holds a reference to itself)"
-        )
+        raise _Refused(f"nests deeper than {MAX_DEPTH} levels (or holds a reference to itself)")
     if isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            _check(item, f"{path}[{i}]", depth + 1)
+            if type(item) not in _PLAIN and item is not None:
+                try:
+                    _check(item, depth + 1)
+                except _Refused as refused:
+                    raise refused.inside(f"[{i}]") from None
         return
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise SerializationError(f"{path} has a non-string key {key!r}")
-            _check(item, f"{path}[{key!r}]", depth + 1)
+                raise _Refused(f"has a non-string key {key!r}")
+            if type(item) not in _PLAIN and item is not None:
+                try:
+                    _check(item, depth + 1)
+                except _Refused as refused:
+                    raise refused.inside(f"[{key!r}]") from None
         return
-    raise SerializationError(
-        f"{path} is a {type(value).__name__}, which is not JSON-serialisable"
+    raise _Refused(
+        f"is a {type(value).__name__}, which is not JSON-serialisable"
         " (use dict, list, str, int, float, bool or None)"
     )
 

@@ -224,9 +224,12 @@ class SqliteWorker:
         finally:
             with self._lock:
                 self._unanswered -= len(calls)
-        locked = [call for call in calls if call.write and _is_busy(call.error)]
-        _settle([call for call in calls if call not in locked])
-        if locked:  # rolled back (its BEGIN found the file locked): the worker waits for it
+        answered: list[_Call] = []
+        locked: list[_Call] = []  # rolled back (its BEGIN found the file locked): to the worker
+        for call in calls:
+            (locked if call.write and _is_busy(call.error) else answered).append(call)
+        _settle(answered)
+        if locked:
             self._requeue(locked)
 
     def _take_pending(self, loop: asyncio.AbstractEventLoop) -> list[_Call]:
