@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass, field, fields
+from dataclasses import MISSING, astuple, dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -453,6 +453,11 @@ def requeue_spec(run: Run, quota: QuotaGate | None, singleton: SingletonGate | N
 
 
 _RUN_FIELDS = frozenset(f.name for f in fields(Run))
+# A new run's fields in their order: the defaults of ``Run``; pending, with no output, error or
+# timer; None for the fields every spec sets (``run_from_spec``).
+_PENDING_DEFAULTS: dict[str, Any] = {
+    f.name: None if f.default is MISSING else f.default for f in fields(Run)
+} | {"status": RunStatus.PENDING}
 
 
 def evolved(run: Run, **changes: Any) -> Run:
@@ -469,29 +474,34 @@ def evolved(run: Run, **changes: Any) -> Run:
 
 
 def run_from_spec(spec: RunSpec) -> Run:
-    """A run as a spec creates it: pending."""
-    return Run(
+    """A run as a spec creates it: pending. Made as ``evolved`` makes a copy, without the
+    generated ``__init__`` (one ``object.__setattr__`` per field of a frozen dataclass)."""
+    singleton, quota = spec.singleton, spec.quota
+    new = object.__new__(Run)
+    state = new.__dict__
+    state.update(_PENDING_DEFAULTS)
+    state.update(
         id=spec.id,
         workflow=spec.workflow,
         version=spec.version,
-        status=RunStatus.PENDING,
         input=spec.input,
-        output=None,
-        error=None,
         tags=tuple(spec.tags),
         created_at=spec.created_at,
         updated_at=spec.created_at,
-        wake_at=None,
         parent_id=spec.parent_id,
         namespace=spec.namespace,
         priority=spec.priority,
-        singleton_key=spec.singleton.key if spec.singleton else None,
-        singleton_limit=spec.singleton.limit if spec.singleton else None,
-        concurrency_key=spec.quota.key if spec.quota else None,
         deadline_at=spec.deadline_at,
-        concurrency_limit=spec.quota.limit if spec.quota else None,
-        concurrency_statuses=spec.quota.count_statuses if spec.quota else None,
     )
+    if singleton is not None:
+        state["singleton_key"], state["singleton_limit"] = singleton.key, singleton.limit
+    if quota is not None:
+        state["concurrency_key"] = quota.key
+        state["concurrency_limit"], state["concurrency_statuses"] = (
+            quota.limit,
+            quota.count_statuses,
+        )
+    return new
 
 
 def leased_run(run: Run, lease: Lease) -> Run:

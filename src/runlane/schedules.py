@@ -14,6 +14,7 @@ instant after the jump; of a local time that occurs twice, only the first occurr
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 from collections import deque
@@ -55,6 +56,8 @@ KNOWN_MOST = 100_000  # parsed schedules kept between passes, at most
 DECLARED_PAUSED = "declared_paused"
 Failures = list[Exception]  # (``Scheduler.list`` would shadow ``list`` in its annotations)
 Fired = list[Started] | None
+# A pass's windows by timing and awaited window: the due ones and the next one after them.
+Windows = dict[tuple[Any, ...], tuple[list[datetime], datetime]]
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,14 @@ def _second_of_a_repeated_hour(local: datetime) -> bool:
 
 
 def window_id(schedule_id: str, window: datetime) -> str:
-    return f"sched:{schedule_id}:{window.astimezone(UTC):%Y%m%dT%H%M%SZ}"
+    return f"sched:{schedule_id}:{_second_text(window)}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _second_text(window: datetime) -> str:
+    """A window's second as run ids name it: made once for the many schedules sharing it (a
+    ``strftime`` takes 3-4 us)."""
+    return f"{window.astimezone(UTC):%Y%m%dT%H%M%SZ}"
 
 
 def manual_id(schedule_id: str, now: datetime) -> str:
@@ -427,20 +437,34 @@ class Scheduler:
         """What to fire of each due schedule; one that cannot be read here (a time zone this
         host lacks) is left out, and its error reported after the others fired."""
         plans = []
+        on_time_since = now - timedelta(seconds=self._host.fire_grace())
+        # Schedules on the same timing awaiting the same window have the same windows: many
+        # schedules "every minute" are worked out once per pass, not once each.
+        windows: Windows = {}
         for row in rows:
             try:
-                plans.append(self._plan(row, now))
+                plans.append(self._plan(row, now, on_time_since, windows))
             except Exception as exc:
                 failures.append(exc)
         return plans
 
-    def _plan(self, row: StoredSchedule, now: datetime) -> _Plan:
+    def _plan(
+        self,
+        row: StoredSchedule,
+        now: datetime,
+        on_time_since: datetime,
+        windows: Windows,
+    ) -> _Plan:
         schedule = self._schedule_of(row)
         assert row.next_window_at is not None
-        due = _due_windows(schedule, row.next_window_at, now)
-        future = schedule.next_window(max(now, due[-1]))
-        chosen = _to_fire(schedule, due, now - timedelta(seconds=self._host.fire_grace()))
-        return _Plan(schedule, row.next_window_at, chosen, future)
+        first = row.next_window_at
+        key = (schedule.cron, schedule.every, schedule.timezone, schedule.max_catchup, first)
+        known = windows.get(key)
+        if known is None:
+            due = _due_windows(schedule, first, now)
+            known = windows[key] = (due, schedule.next_window(max(now, due[-1])))
+        due, future = known
+        return _Plan(schedule, first, _to_fire(schedule, due, on_time_since), future)
 
     def _schedule_of(self, row: StoredSchedule) -> Schedule:
         """The row's schedule, parsed (and validated) again only when its definition changed:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
+from json.encoder import encode_basestring
 from typing import Any
 
 from .errors import SerializationError
@@ -89,6 +91,11 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 
 def dumps(value: Any) -> str:
     return _ENCODER.encode(value)
+
+
+def dumps_strings(values: Iterable[str]) -> str:
+    """``dumps(list(values))`` for strings (a run's tags), without the encoder's machinery."""
+    return "[" + ",".join(map(encode_basestring, values)) + "]"
 
 
 def loads(text: str | bytes | None) -> Any:

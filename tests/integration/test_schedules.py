@@ -357,6 +357,38 @@ async def test_windows_missed_while_no_engine_drove_the_schedule_follow_catchup(
     assert (await runs_of(engine, "late"))[-1].id == "sched:late:20260101T001100Z"
 
 
+async def test_one_pass_works_out_each_schedules_windows_from_its_own_timing_and_window(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    """A pass works out the windows once per timing and awaited window: schedules alike in
+    one of them and not the other each fire their own windows."""
+    [engine] = await engines(make_engine)
+    alike: dict[str, Any] = {"catchup": "all", "max_catchup": 3}
+    await engine.schedules.upsert(Schedule("a", "report", every=60, **alike))
+    await engine.schedules.upsert(Schedule("b", "report", every=60, catchup="all", max_catchup=2))
+    await engine.schedules.upsert(Schedule("c", "report", every=120, **alike))
+    await engine.schedules.upsert(Schedule("d", "report", cron="* * * * *", **alike))
+    clock.advance(3 * 60)  # 00:03:30, nobody driving
+    await engine.schedules.upsert(Schedule("e", "report", every=60, **alike))  # awaits 00:04
+    clock.advance(2 * 60)  # 00:05:30: one pass fires them all
+    assert await engine.fire_schedules() == 3 + 2 + 2 + 3 + 2
+
+    async def fired(schedule_id: str) -> list[str]:
+        return [r.id.rsplit(":", 1)[1][9:13] for r in await runs_of(engine, schedule_id)]
+
+    expected = {
+        "a": ["0003", "0004", "0005"],
+        "b": ["0004", "0005"],
+        "c": ["0002", "0004"],
+        "d": ["0003", "0004", "0005"],
+        "e": ["0004", "0005"],
+    }
+    assert {i: await fired(i) for i in "abcde"} == expected
+    clock.advance(60)  # 00:06:30: every one is due at 00:06, on time
+    assert await engine.fire_schedules() == 5
+    assert {i: (await fired(i))[-1] for i in "abcde"} == dict.fromkeys("abcde", "0006")
+
+
 async def test_windows_passed_while_paused_never_fire(make_engine: Any, clock: ManualClock) -> None:
     [engine] = await engines(make_engine)
     await engine.schedules.upsert(Schedule("p", "report", every=60))

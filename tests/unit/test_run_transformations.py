@@ -13,15 +13,19 @@ from hypothesis import strategies as st
 
 from runlane.models import (
     Lease,
+    QuotaGate,
     Run,
+    RunSpec,
     RunStatus,
     Settlement,
+    SingletonGate,
     admitted_run,
     awaiting_decision,
     claimed_run,
     evolved,
     leased_run,
     requeued_run,
+    run_from_spec,
     settled_run,
     suspended_run,
 )
@@ -58,6 +62,29 @@ def test_evolved_equals_dataclasses_replace(changes: dict[str, Any]) -> None:
     assert run == full_run()  # the original is untouched
     with pytest.raises(dataclasses.FrozenInstanceError):
         copy.status = RunStatus.FAILED  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_run_from_a_spec_equals_the_one_its_constructor_makes(gated: bool) -> None:
+    spec = RunSpec(
+        "r", "wf", "1", {"a": [1]}, T0, tags=("t", "u"), parent_id="p", namespace="ns",
+        priority=2, deadline_at=T0 + timedelta(seconds=5),
+        singleton=SingletonGate("3:wf:k", 2) if gated else None,
+        quota=QuotaGate("q", 4, frozenset({RunStatus.RUNNING})) if gated else None,
+    )  # fmt: skip
+    run = run_from_spec(spec)
+    expected = Run(
+        id="r", workflow="wf", version="1", status=RunStatus.PENDING, input={"a": [1]},
+        output=None, error=None, tags=("t", "u"), created_at=T0, updated_at=T0, wake_at=None,
+        parent_id="p", namespace="ns", priority=2, deadline_at=T0 + timedelta(seconds=5),
+        singleton_key="3:wf:k" if gated else None, singleton_limit=2 if gated else None,
+        concurrency_key="q" if gated else None, concurrency_limit=4 if gated else None,
+        concurrency_statuses=frozenset({RunStatus.RUNNING}) if gated else None,
+    )  # fmt: skip
+    assert run == expected
+    assert list(vars(run)) == FIELDS  # every field, in the constructor's order
+    assert run_from_spec(spec) is not run  # a new run each time, the template untouched
+    assert run_from_spec(RunSpec("s", "wf", "1", None, T0)).singleton_key is None
 
 
 def test_evolved_refuses_a_name_that_is_not_a_field() -> None:

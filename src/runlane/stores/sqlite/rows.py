@@ -13,7 +13,7 @@ from typing import Any
 
 from ...clock import utc
 from ...models import Event, Run, Signal, StepRecord, StoredSchedule
-from ...serialization import dumps, loads
+from ...serialization import dumps, dumps_strings, loads
 from .. import rows as shared
 
 
@@ -65,7 +65,7 @@ _STORED: dict[str, Callable[[Any], Any]] = {
     "input": _json,
     "output": _json,
     "error": _json,
-    "tags": lambda tags: dumps(list(tags)),
+    "tags": dumps_strings,
     "holds_slot": int,
     "queued": int,
     "concurrency_statuses": _statuses,
@@ -92,12 +92,34 @@ _RUN_FIELDS = tuple(
 )
 
 
-def run_values(run: Run) -> tuple[Any, ...]:
-    """Values for :data:`RUN_COLUMNS`, in that order."""
+def run_values(run: Run, stamps: Stamps | None = None) -> tuple[Any, ...]:
+    """Values for :data:`RUN_COLUMNS`, in that order; the instants' text from ``stamps`` when
+    given (the runs of a batch share their few instants)."""
     state = run.__dict__
+    if stamps is None:
+        return tuple(
+            state[name] if stored is None else stored(state[name]) for name, stored in _RUN_FIELDS
+        )
     return tuple(
-        state[name] if stored is None else stored(state[name]) for name, stored in _RUN_FIELDS
+        state[name]
+        if stored is None
+        else stamps(state[name])
+        if stored is ts
+        else stored(state[name])
+        for name, stored in _RUN_FIELDS
     )
+
+
+class Stamps(dict[datetime, str]):
+    """``ts`` of each instant once: its text takes 1-2 us to make, a lookup 0.1."""
+
+    def __call__(self, value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        text = self.get(value)
+        if text is None:
+            text = self[value] = instant_text(value)
+        return text
 
 
 def changed_columns(run: Run, before: Run) -> tuple[tuple[str, ...], list[Any]]:

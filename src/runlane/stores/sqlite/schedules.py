@@ -9,13 +9,13 @@ from typing import Any
 
 from ... import admission
 from ...models import RunSpec, Started, StoredSchedule, WindowFire, run_from_spec
-from ...serialization import dumps
+from ...serialization import dumps, dumps_strings
 from ..base import window_results
 from .ops import create
 from .reads import get_runs
 from .rows import (
     RUN_COLUMNS,
-    instant_text,
+    Stamps,
     placeholders,
     run_values,
     schedule_from_row,
@@ -113,18 +113,19 @@ def fire_windows(
 def _fire_plain(
     conn: Conn, fires: Sequence[WindowFire], now: datetime
 ) -> list[list[Started] | None]:
-    ids = dumps([fire.schedule_id for fire in fires])
+    ids = dumps_strings(fire.schedule_id for fire in fires)
     awaiting = dict(conn.execute(SQL["schedule_windows"], (ids,)).fetchall())
-    moved = {f.schedule_id: f for f in fires if awaiting.get(f.schedule_id) == ts(f.expected)}
+    stamp = Stamps()  # a batch's runs, windows and fire times share a few instants
+    moved = {f.schedule_id: f for f in fires if awaiting.get(f.schedule_id) == stamp(f.expected)}
     specs = [fire.spec for fire in moved.values() if fire.spec is not None]
     found = get_runs(conn, [spec.id for spec in specs])
     new = [run_from_spec(spec) for spec in specs if spec.id not in found]
     if new:  # every column of a run row, spelled once in rows.py
         columns = placeholders(RUN_COLUMNS.split(","))
         conn.executemany(
-            f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {columns}", [run_values(r) for r in new]
+            f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {columns}",
+            [run_values(r, stamp) for r in new],
         )
-    stamp = _Stamps()  # a batch's windows and fire times are mostly the same few instants
     conn.executemany(
         SQL["move_schedule_plainly"],
         [_moved_values(fire, now, stamp) for fire in moved.values()],
@@ -135,7 +136,7 @@ def _fire_plain(
     return window_results(fires, moved, started)
 
 
-def _moved_values(fire: WindowFire, now: datetime, stamp: _Stamps) -> tuple[Any, ...]:
+def _moved_values(fire: WindowFire, now: datetime, stamp: Stamps) -> tuple[Any, ...]:
     run_id = fire.spec.id if fire.spec is not None else None
     at = stamp(now)
     return (
@@ -147,16 +148,6 @@ def _moved_values(fire: WindowFire, now: datetime, stamp: _Stamps) -> tuple[Any,
         run_id,
         fire.schedule_id,
     )
-
-
-class _Stamps(dict[datetime, str]):
-    """``ts`` of each instant once (its text takes 1-2 us to make, a lookup 0.1)."""
-
-    def __call__(self, value: datetime) -> str:
-        text = self.get(value)
-        if text is None:
-            text = self[value] = instant_text(value)
-        return text
 
 
 __all__ = [
