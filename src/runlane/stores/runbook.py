@@ -119,6 +119,8 @@ def create(
     it need not wait."""
     if not spec.gated:
         return _insert_ungated(rows, spec, lease)
+    if not _writes_or_refuses(spec, gated):  # an existing id is found by the insert itself
+        return _insert(rows, spec, now, None, gated=gated, lease=lease, new_only=True)
     existing = rows.find(spec.id)
     if existing is not None:
         return Started(existing, created=False)
@@ -147,6 +149,20 @@ def _insert_ungated(rows: RunRows, spec: RunSpec, lease: Lease | None) -> Starte
     return Started(run, created=True, waiting=False, claim=claim)
 
 
+def _writes_or_refuses(spec: RunSpec, gated: bool) -> bool:
+    """Whether the start may write before its insert (a debounce folds, a replacing start
+    cancels) or refuse it (a rate limit, a quota, a bounded queue): then a run of its id must
+    be looked for first, since that run stands instead. Otherwise the insert finds it."""
+    if not gated:
+        return False
+    gate = spec.singleton
+    return (
+        spec.limited
+        or spec.quota is not None
+        or (gate is not None and (gate.replace or gate.max_queue_depth is not None))
+    )
+
+
 def _fold(rows: RunRows, held: Run, spec: RunSpec, now: datetime) -> Started:
     assert spec.debounce is not None
     folded = debounced_run(held, spec, admission.refolded_begin(spec.debounce, held, now), now)
@@ -162,7 +178,10 @@ def _insert(
     *,
     gated: bool,
     lease: Lease | None,
+    new_only: bool = False,
 ) -> Started:
+    """The new run of ``spec``, admitted, parked or held; with ``new_only``, a run of its id
+    already stored stays instead (nothing is written)."""
     run = run_from_spec(spec)
     if gated and spec.limited:
         run = held_run(run, spec, *admission.start_times(spec, last, now))
@@ -173,7 +192,11 @@ def _insert(
     claim = None
     if lease is not None and admission.claimed_at_start(spec.singleton, waiting):
         claim = Claim(leased_run(run, lease), [], [])
-    rows.insert(claim.run if claim is not None else run)
+    written = claim.run if claim is not None else run
+    if not new_only:
+        rows.insert(written)
+    elif not rows.insert_new(written):
+        return Started(rows.get(spec.id), created=False)
     return Started(run, created=True, waiting=waiting, claim=claim)
 
 

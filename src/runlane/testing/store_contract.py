@@ -360,6 +360,8 @@ async def test_a_keyed_start_with_a_lease_takes_its_slot_only_when_admitted(stor
     assert third.created and third.claim is None  # waits for the runs it cancelled to settle
     [again] = await store.create_runs([spec("a", singleton=gate)], T0, lease=Lease("s:4", at(30)))
     assert not again.created and again.claim is None
+    # The stored run stands as it was: its lease is still the first starter's.
+    assert again.run == await run_of(store, "a") and again.run.lease_owner == "s:1"
 
 
 async def test_a_lease_claims_the_run_of_one_spec_only(store: Store) -> None:

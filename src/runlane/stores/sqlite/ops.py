@@ -48,7 +48,7 @@ from ...models import (
     suspended_run,
 )
 from ...queues import QueueRequest
-from ...serialization import dumps
+from ...serialization import dumps, dumps_strings
 from .. import runbook
 from ..base import check_lease
 from ..memory import report_verdict, reported_step
@@ -261,13 +261,9 @@ def _admit(conn: Conn, run: Run, now: datetime) -> bool:
     """Whether a free slot is this waiter's. Both counts stop early (the holders by their own
     index, the waiters ahead at the free slots): a denial costs the same however many wait.
     A run its throttle or debounce still holds is no waiter yet, and so never ahead."""
-    limit = run.singleton_limit or 1
-    (holders,) = conn.execute(SQL["slot_holders"], (run.singleton_key,)).fetchone()
-    free = admission.free_slots(limit, holders)
-    if free == 0:
-        return False
-    (ahead,) = conn.execute(
-        SQL["waiters_ahead"], (run.singleton_key, ts(now), ts(run.created_at), run.id, free)
+    limit, key = run.singleton_limit or 1, run.singleton_key
+    holders, ahead = conn.execute(
+        SQL["admission_counts"], (key, key, ts(now), ts(run.created_at), run.id, limit, key)
     ).fetchone()
     return admission.admits(limit, holders, ahead)
 
@@ -454,12 +450,12 @@ def finish(
 
 
 def _wake_waiters(conn: Conn, key: str, limit: int, now: datetime) -> list[str]:
-    (holders,) = conn.execute(SQL["active_holders"], (key,)).fetchone()
-    rows = conn.execute(SQL["next_waiters"], (key, ts(now), admission.free_slots(limit, holders)))
+    rows = conn.execute(SQL["next_waiters"], (key, ts(now), limit, key))
     chosen = [row["id"] for row in rows]
     for waiter_id in chosen:
         _wake(conn, waiter_id, now)
-    conn.execute(SQL["stamp_handoff"], (ts(now), dumps(chosen)))
+    if chosen:
+        conn.execute(SQL["stamp_handoff"], (ts(now), dumps_strings(chosen)))
     return chosen
 
 

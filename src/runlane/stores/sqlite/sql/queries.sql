@@ -144,13 +144,17 @@ WHERE id = ? AND status IN {waiting} AND begin_at > ? AND wake_at > begin_at
 -- A key's slot holders, counted by their own index.
 SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND holds_slot
 
--- name: waiters_ahead
--- The waiters of a key ahead of a run, counted only up to the free slots.
--- Parameters: key, now, the run's created_at, its id, the free slots.
-SELECT COUNT(*) FROM (
-  SELECT 1 FROM runs WHERE singleton_key = ? AND NOT holds_slot
-    AND status IN {waiters} AND {begun} AND (created_at, id) < (?, ?)
-  ORDER BY created_at, id LIMIT ?)
+-- name: admission_counts
+-- A waiter's admission in one statement: its key's slot holders, and the waiters ahead of it
+-- counted only up to the free slots (none when the slots are full), so a denial costs the same
+-- however many wait. Parameters: key, key, now, the run's created_at, its id, its limit, key.
+SELECT (SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND holds_slot) AS holders,
+  (SELECT COUNT(*) FROM (
+    SELECT 1 FROM runs WHERE singleton_key = ? AND NOT holds_slot
+      AND status IN {waiters} AND {begun} AND (created_at, id) < (?, ?)
+    ORDER BY created_at, id
+    LIMIT max(? - (SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND holds_slot), 0))
+  ) AS ahead
 
 -- name: renew_lease
 -- Parameters: lease_until, id, owner.
@@ -199,14 +203,14 @@ INSERT INTO events (id, name, payload, created_at) VALUES (?, ?, ?, ?)
 
 -- ---------------------------------------------------------------- settlement and wake-ups
 
--- name: active_holders
-SELECT COUNT(*) FROM runs WHERE singleton_key = ? AND status IN {active} AND holds_slot
-
 -- name: next_waiters
--- The waiters a release admits, oldest first. Parameters: key, now, the free slots.
+-- The waiters a release admits, oldest first: as many as the key's active holders leave free
+-- slots. Parameters: key, now, the limit, key.
 SELECT id FROM runs WHERE singleton_key = ? AND status IN {active}
   AND NOT holds_slot AND status != 'cancelling' AND {begun}
-ORDER BY created_at, id LIMIT ?
+ORDER BY created_at, id
+LIMIT max(? - (SELECT COUNT(*) FROM runs
+               WHERE singleton_key = ? AND status IN {active} AND holds_slot), 0)
 
 -- name: stamp_handoff
 -- Parameters: now, the woken ids as one JSON array.
