@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from json.encoder import encode_basestring
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from .errors import SerializationError
@@ -89,8 +89,35 @@ def _check(value: Any, depth: int) -> None:
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _unserialisable(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The C encoder ``_ENCODER`` makes afresh at every call (it binds the call's own table of the
+# containers it is inside, to detect a cycle), made once: the values written are checked
+# already, and a cycle ends in RecursionError, reported as the ValueError the table would raise.
+_C_ENCODER = (
+    None
+    if c_make_encoder is None
+    else c_make_encoder(
+        None, _unserialisable, encode_basestring, None, ":", ",", False, False, False
+    )
+)
+
+
 def dumps(value: Any) -> str:
-    return _ENCODER.encode(value)
+    """``value`` as compact JSON text (not ASCII-escaped; NaN and infinities refused)."""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring(value)
+    if kind is int:
+        return int.__repr__(value)
+    if _C_ENCODER is None:
+        return _ENCODER.encode(value)
+    try:
+        return "".join(_C_ENCODER(value, 0))
+    except RecursionError:
+        raise ValueError("Circular reference detected (or a value nested too deep)") from None
 
 
 def dumps_strings(values: Iterable[str]) -> str:

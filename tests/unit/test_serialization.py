@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import UTC, datetime
 
@@ -68,3 +69,29 @@ def test_the_manual_clock_moves_only_forward_and_only_when_told() -> None:
 def test_a_list_of_strings_encodes_as_the_encoder_does(values: list[str]) -> None:
     assert dumps_strings(values) == dumps(values)
     assert dumps_strings(tuple(values)) == dumps(values)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)  # fmt: skip
+
+
+@given(json_values)
+def test_dumps_writes_what_the_standard_encoder_writes(value: object) -> None:
+    expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    assert dumps(value) == expected
+    assert json.loads(dumps(value)) == value
+
+
+def test_dumps_refuses_what_json_cannot_hold() -> None:
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular reference"):
+        dumps(looped)
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        dumps([math.nan])
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps({"a": object()})
