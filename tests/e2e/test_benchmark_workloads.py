@@ -136,12 +136,33 @@ def test_the_report_says_what_binds_each_missed_target() -> None:
     section = report.floor(alone, {"cores": 2})
     [per_key] = [r for r in section if r.startswith("| per-key") and "| PostgreSQL |" in r]
     assert per_key.endswith(
-        "| a start alone: 1.10 ms p50 on an idle engine, and the runs are started one at a time |"
+        "| a start alone: 1.10 ms p50 on an idle engine, and the runs are started one at a time;"
+        " CPU: runlane's process needs more than the budget (one core) |"
     )
     assert (
         "- PostgreSQL: a keyed start inside the per-key batch takes 1.30 ms p50 (1.60 p90),"
         " on an idle engine 1.10 ms; the start loop is 93.30% of the batch" in "\n".join(section)
     )
+
+
+def test_the_report_puts_remote_turns_beside_the_same_workloads_run_locally() -> None:
+    report = _module("report")
+
+    def line(workload: str, rep: int, **figures: Any) -> dict[str, Any]:
+        return {"side": "runlane", "workload": workload, "db": "sqlite", "rep": rep, **figures}
+
+    results = [
+        line("latency", 1, median_ms=2.0, p99_ms=3.0),
+        line("throughput", 1, workflows_per_s=1500.0),
+        *(line("remote_latency", i, median_ms=10.0 + i, p99_ms=20.0) for i in (1, 2, 3)),
+        *(line("remote_throughput", i, workflows_per_s=300.0 + i) for i in (1, 2, 3)),
+    ]
+    rows = [r for r in report.remote(results) if r.startswith("| SQLite")]
+    assert rows == [
+        "| SQLite (WAL) | 2.00 / 3.00 | 12.00 / 20.00 | 1,500 | 302 |"
+        " 11.00 / 12.00 / 13.00; 301 / 302 / 303 |"
+    ]
+    assert not [r for r in report.remote(results) if r.startswith("| PostgreSQL")]
 
 
 async def test_statement_counts_see_the_postgres_stores_statements(pg_url: str) -> None:
