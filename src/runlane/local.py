@@ -71,6 +71,18 @@ class LocalRuns:
     def spawn_all(self, run_ids: Iterable[str]) -> list[asyncio.Task[None]]:
         return [self.spawn(run_id) for run_id in run_ids]
 
+    def _spawn_new(self, run_ids: Iterable[str]) -> list[asyncio.Task[None]]:
+        """``spawn_all``, returning only the tasks it created. A run already in flight gets its
+        next turn from its own task, which is not this one's to wait for: two runs waking each
+        other mid-turn would each wait for the other's task, and neither would end."""
+        created = []
+        for run_id in run_ids:
+            running = self.inflight.get(run_id)
+            task = self.spawn(run_id)
+            if task is not running:
+                created.append(task)
+        return created
+
     async def wait(self, timeout: float) -> None:
         """Wait for the turns in flight; cancel those still running after ``timeout``."""
         tasks = list(self.inflight.values())
@@ -99,7 +111,7 @@ class LocalRuns:
                 )
                 others = [w for w in woken if w != run_id]
                 if accepting and others and not self._route(others):
-                    followups.extend(self.spawn_all(others))
+                    followups.extend(self._spawn_new(others))
         except Exception:
             log.exception(
                 "executing run %s failed; its lease will expire and it will be recovered", run_id

@@ -47,3 +47,32 @@ async def test_a_poll_that_saw_the_turn_running_asks_for_no_second_turn() -> Non
     release.set()
     await task
     assert calls == [("r", False)]
+
+
+async def test_two_runs_waking_each_other_mid_turn_both_end() -> None:
+    # Each run's turn wakes the other while the other's turn is in flight, and each has a wake
+    # of its own pending (so both take another turn). A task that waited for the follow-ups it
+    # woke would wait for the other's task, which waits for it: neither would end, and a
+    # drive=False tick awaiting them would hang.
+    gates = {("a", 1): asyncio.Event(), ("c", 1): asyncio.Event(), ("a", 2): asyncio.Event()}
+    turns: list[tuple[str, int]] = []
+
+    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+        turn = (run_id, 1 + sum(r == run_id for r, _ in turns))
+        turns.append(turn)
+        if turn in gates:
+            await gates[turn].wait()
+        return [{"a": "c", "c": "a"}[run_id]] if turn[1] == 1 else []
+
+    runs = LocalRuns(execute, lambda woken: False, lambda: True, 10)
+    a, c = runs.spawn_all(["a", "c"])
+    await asyncio.sleep(0)
+    runs.spawn("a"), runs.spawn("c")  # a wake for each, mid-turn: each takes a second turn
+    for gate in gates.values():  # a's first turn ends (waking c), then c's, then a's second
+        gate.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+    await asyncio.wait_for(asyncio.gather(a, c), 2)
+    # a's third turn is c's wake of it, which came during a's second.
+    assert sorted(turns) == [("a", 1), ("a", 2), ("a", 3), ("c", 1), ("c", 2)]
+    assert not runs.inflight
