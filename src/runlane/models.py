@@ -453,11 +453,6 @@ def requeue_spec(run: Run, quota: QuotaGate | None, singleton: SingletonGate | N
 
 
 _RUN_FIELDS = frozenset(f.name for f in fields(Run))
-# A new run's fields in their order: the defaults of ``Run``; pending, with no output, error or
-# timer; None for the fields every spec sets (``run_from_spec``).
-_PENDING_DEFAULTS: dict[str, Any] = {
-    f.name: None if f.default is MISSING else f.default for f in fields(Run)
-} | {"status": RunStatus.PENDING}
 
 
 def evolved(run: Run, **changes: Any) -> Run:
@@ -473,14 +468,21 @@ def evolved(run: Run, **changes: Any) -> Run:
     return new
 
 
+# What every new run starts from: ``Run``'s defaults, pending, with no output, error or timer;
+# None for the fields each spec sets (``run_from_spec``). Never handed out itself.
+_PENDING = object.__new__(Run)
+_PENDING.__dict__.update(
+    {f.name: None if f.default is MISSING else f.default for f in fields(Run)},
+    status=RunStatus.PENDING,
+)
+
+
 def run_from_spec(spec: RunSpec) -> Run:
-    """A run as a spec creates it: pending. Made as ``evolved`` makes a copy, without the
-    generated ``__init__`` (one ``object.__setattr__`` per field of a frozen dataclass)."""
+    """A run as a spec creates it: pending (a copy of ``_PENDING``, as ``evolved`` makes one,
+    without the frozen dataclass's ``__init__``: one ``object.__setattr__`` per field)."""
     singleton, quota = spec.singleton, spec.quota
-    new = object.__new__(Run)
-    state = new.__dict__
-    state.update(_PENDING_DEFAULTS)
-    state.update(
+    return evolved(
+        _PENDING,
         id=spec.id,
         workflow=spec.workflow,
         version=spec.version,
@@ -492,16 +494,12 @@ def run_from_spec(spec: RunSpec) -> Run:
         namespace=spec.namespace,
         priority=spec.priority,
         deadline_at=spec.deadline_at,
+        singleton_key=singleton.key if singleton else None,
+        singleton_limit=singleton.limit if singleton else None,
+        concurrency_key=quota.key if quota else None,
+        concurrency_limit=quota.limit if quota else None,
+        concurrency_statuses=quota.count_statuses if quota else None,
     )
-    if singleton is not None:
-        state["singleton_key"], state["singleton_limit"] = singleton.key, singleton.limit
-    if quota is not None:
-        state["concurrency_key"] = quota.key
-        state["concurrency_limit"], state["concurrency_statuses"] = (
-            quota.limit,
-            quota.count_statuses,
-        )
-    return new
 
 
 def leased_run(run: Run, lease: Lease) -> Run:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
@@ -84,8 +83,8 @@ def _check(value: Any, depth: int) -> None:
     )
 
 
-# One encoder for every call: ``json.dumps`` with options builds a new one each time, which
-# cost as much as the encoding of a typical document.
+# Where the C encoder is missing (not CPython): one encoder for every call, since
+# ``json.dumps`` with options builds a new one each time.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -118,11 +117,6 @@ def dumps(value: Any) -> str:
         return "".join(_C_ENCODER(value, 0))
     except RecursionError:
         raise ValueError("Circular reference detected (or a value nested too deep)") from None
-
-
-def dumps_strings(values: Iterable[str]) -> str:
-    """``dumps(list(values))`` for strings (a run's tags), without the encoder's machinery."""
-    return "[" + ",".join(map(encode_basestring, values)) + "]"
 
 
 def loads(text: str | bytes | None) -> Any:

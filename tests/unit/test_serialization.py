@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from runlane import SerializationError
 from runlane.errors import ChildFailedError, ConcurrencyLimitError, error_dict, raise_stored
-from runlane.serialization import check_json, dumps, dumps_strings, normalise
+from runlane.serialization import check_json, dumps, normalise
 from runlane.testing import ManualClock
 
 
@@ -63,12 +63,6 @@ def test_the_manual_clock_moves_only_forward_and_only_when_told() -> None:
         clock.advance(-1)
     with pytest.raises(ValueError):
         clock.set(datetime(2026, 1, 1))
-
-
-@given(st.lists(st.text()))
-def test_a_list_of_strings_encodes_as_the_encoder_does(values: list[str]) -> None:
-    assert dumps_strings(values) == dumps(values)
-    assert dumps_strings(tuple(values)) == dumps(values)
 
 
 json_values = st.recursive(

@@ -27,7 +27,7 @@ from ...models import (
     Writes,
     evolved,
 )
-from ...serialization import dumps, dumps_strings
+from ...serialization import dumps
 from ...sqlfiles import named_statements
 from .. import rows as shared
 
@@ -69,7 +69,7 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "workflow": s.workflow,
             "version": s.version,
             "input": json_param(s.input),
-            "tags": dumps_strings(s.tags),
+            "tags": dumps(list(s.tags)),
             "created_at": _iso(s.created_at),
             "parent_id": s.parent_id,
             "namespace": s.namespace,

@@ -48,7 +48,7 @@ from ...models import (
     suspended_run,
 )
 from ...queues import QueueRequest
-from ...serialization import dumps, dumps_strings
+from ...serialization import dumps
 from .. import runbook
 from ..base import check_lease
 from ..memory import report_verdict, reported_step
@@ -455,7 +455,7 @@ def _wake_waiters(conn: Conn, key: str, limit: int, now: datetime) -> list[str]:
     for waiter_id in chosen:
         _wake(conn, waiter_id, now)
     if chosen:
-        conn.execute(SQL["stamp_handoff"], (ts(now), dumps_strings(chosen)))
+        conn.execute(SQL["stamp_handoff"], (ts(now), dumps(chosen)))
     return chosen
 
 

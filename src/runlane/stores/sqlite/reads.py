@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ...models import Event, Run, RunQuery, RunStatus, Signal, StepRecord
-from ...serialization import dumps_strings
+from ...serialization import dumps
 from .rows import event_from_row, run_from_row, signal_from_row, step_from_row, ts
 from .statements import SQL
 
@@ -25,7 +25,7 @@ def get_run(conn: Conn, run_id: str) -> Run | None:
 
 
 def get_runs(conn: Conn, run_ids: Sequence[str]) -> dict[str, Run]:
-    rows = conn.execute(SQL["get_runs"], (dumps_strings(run_ids),))
+    rows = conn.execute(SQL["get_runs"], (dumps(list(run_ids)),))
     return {row["id"]: run_from_row(row) for row in rows}
 
 

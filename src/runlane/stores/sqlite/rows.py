@@ -13,7 +13,7 @@ from typing import Any
 
 from ...clock import utc
 from ...models import Event, Run, Signal, StepRecord, StoredSchedule
-from ...serialization import dumps, dumps_strings, loads
+from ...serialization import dumps, loads
 from .. import rows as shared
 
 
@@ -65,7 +65,7 @@ _STORED: dict[str, Callable[[Any], Any]] = {
     "input": _json,
     "output": _json,
     "error": _json,
-    "tags": dumps_strings,
+    "tags": lambda tags: dumps(list(tags)),
     "holds_slot": int,
     "queued": int,
     "concurrency_statuses": _statuses,
@@ -96,16 +96,9 @@ def run_values(run: Run, stamps: Stamps | None = None) -> tuple[Any, ...]:
     """Values for :data:`RUN_COLUMNS`, in that order; the instants' text from ``stamps`` when
     given (the runs of a batch share their few instants)."""
     state = run.__dict__
-    if stamps is None:
-        return tuple(
-            state[name] if stored is None else stored(state[name]) for name, stored in _RUN_FIELDS
-        )
+    instant = ts if stamps is None else stamps
     return tuple(
-        state[name]
-        if stored is None
-        else stamps(state[name])
-        if stored is ts
-        else stored(state[name])
+        state[name] if stored is None else (instant if stored is ts else stored)(state[name])
         for name, stored in _RUN_FIELDS
     )
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ... import admission
 from ...models import RunSpec, Started, StoredSchedule, WindowFire, run_from_spec
-from ...serialization import dumps, dumps_strings
+from ...serialization import dumps
 from ..base import window_results
 from .ops import create
 from .reads import get_runs
@@ -113,7 +113,7 @@ def fire_windows(
 def _fire_plain(
     conn: Conn, fires: Sequence[WindowFire], now: datetime
 ) -> list[list[Started] | None]:
-    ids = dumps_strings(fire.schedule_id for fire in fires)
+    ids = dumps([fire.schedule_id for fire in fires])
     awaiting = dict(conn.execute(SQL["schedule_windows"], (ids,)).fetchall())
     stamp = Stamps()  # a batch's runs, windows and fire times share a few instants
     moved = {f.schedule_id: f for f in fires if awaiting.get(f.schedule_id) == stamp(f.expected)}
