@@ -107,6 +107,16 @@ class QueueAdmission:
     at: datetime
 
 
+@dataclass(frozen=True)
+class QueueEntry:
+    """A step's entry in a step queue when the fleet stopped: waiting, or holding a slot."""
+
+    queue: str
+    run: str
+    seq: int
+    holds: bool
+
+
 @dataclass
 class Evidence:
     runs: dict[str, Run]
@@ -116,6 +126,7 @@ class Evidence:
     freezes: list[Freeze]
     died: list[tuple[str, int, int]]
     admissions: list[QueueAdmission] = field(default_factory=list)  # every step queue's
+    entries: list[QueueEntry] = field(default_factory=list)  # left when the fleet stopped
 
 
 @dataclass
@@ -190,7 +201,23 @@ def _existence(evidence: Evidence, findings: Findings) -> None:
         findings.add("lost", run_id)
     for run in runs.values():
         if not run.is_terminal:
-            findings.add("stuck", f"{run.id} {run.status}")
+            findings.add("stuck", _waiting(run, evidence))
+
+
+def _waiting(run: Run, evidence: Evidence) -> str:
+    """A stuck run and what it waits on, for a failure the next reader can diagnose from the
+    console alone: its wake time and lease, its steps' states, and its step queue entries."""
+    steps = " ".join(f"{s.seq}:{s.status}" for s in evidence.steps.get(run.id, []))
+    entries = " ".join(
+        f"{e.queue}#{e.seq}:{'holds' if e.holds else 'waits'}"
+        for e in evidence.entries
+        if e.run == run.id
+    )
+    wake = run.wake_at.isoformat(timespec="seconds") if run.wake_at else None
+    return (
+        f"{run.id} {run.status} wake_at={wake} lease={run.lease_owner}"
+        f" steps=[{steps}] entries=[{entries}]"
+    )
 
 
 def _outcomes(evidence: Evidence, findings: Findings) -> None:

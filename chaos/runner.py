@@ -29,6 +29,7 @@ from .check import (
     Findings,
     Freeze,
     QueueAdmission,
+    QueueEntry,
     check,
     read_executions,
     read_record,
@@ -111,6 +112,7 @@ def _run(config: Config, injector: Injector) -> tuple[Findings, Evidence, float 
         freezes=[Freeze(*f) for f in injector.freezes],
         died=fleet.died,
         admissions=_admissions(config.pg_url),
+        entries=_entries(config.pg_url),
     )
     return check(evidence), evidence, drained
 
@@ -158,6 +160,15 @@ def _admissions(url: str) -> list[QueueAdmission]:
     with psycopg.connect(url) as conn:
         rows = conn.execute("SELECT queue, run_id, seq, admitted_at FROM chaos_admissions")
         return [QueueAdmission(*row) for row in rows.fetchall()]
+
+
+def _entries(url: str) -> list[QueueEntry]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT queue, run_id, seq, admitted_at IS NOT NULL FROM runlane_queue_entries"
+            " ORDER BY run_id, seq"
+        )
+        return [QueueEntry(*row) for row in rows.fetchall()]
 
 
 async def _drain(config: Config, deadline: float) -> float | None:

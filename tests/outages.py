@@ -31,10 +31,12 @@ class FlakyStore:
         self.atomic_admission = inner.atomic_admission
         self.down = False
         self.calls: Counter[str] = Counter()
-        self._faults: defaultdict[str, list[When]] = defaultdict(list)
+        self.fired = 0  # outages injected so far
+        self._faults: defaultdict[str, list[When | None]] = defaultdict(list)
 
-    def fail(self, method: str, *, times: int = 1, when: When = "before") -> None:
-        self._faults[method].extend([when] * times)
+    def fail(self, method: str, *, times: int = 1, when: When = "before", after: int = 0) -> None:
+        """Cut the next ``times`` calls of ``method`` once ``after`` more have gone through."""
+        self._faults[method].extend([None] * after + [when] * times)
 
     def pending(self, method: str) -> int:
         """Faults planned for ``method`` that have not happened yet."""
@@ -50,9 +52,11 @@ class FlakyStore:
             planned = self._faults[name]
             when = planned.pop(0) if planned else None
             if self.down or when == "before":
+                self.fired += 1
                 raise outage()
             result = await attr(*args, **kwargs)
             if when == "after":
+                self.fired += 1
                 raise outage()
             return result
 

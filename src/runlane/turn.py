@@ -337,19 +337,23 @@ class Turn:
         self.consumed = []
         return writes
 
-    def _unwritten(self, writes: Writes) -> None:
-        """Stage again the records of a write the store may not have taken (an outage), so the
-        turn's release carries them; anything staged since is newer and wins."""
+    def _unwritten(self, writes: Writes, freed: Sequence[int]) -> None:
+        """Stage again the records of a write the store may not have taken (an outage), and
+        the slots it freed, so the turn's release carries them: a slot whose step's attempt is
+        recorded is never asked for again, and would be held until the run settles. Anything
+        staged since is newer and wins."""
         for record in writes.steps:
             self.staged.setdefault(record.seq, record)
         self.consumed = [*writes.consumed_signals, *self.consumed]
+        self.unreleased = [*freed, *(s for s in self.unreleased if s not in freed)]
 
-    async def _write(self, writes: Writes, call: Awaitable[T]) -> T:
+    async def _write(self, writes: Writes, call: Awaitable[T], freed: Sequence[int] = ()) -> T:
+        """A write of this turn: ``writes`` and the slots of the steps at ``freed``."""
         try:
             return await self.io(call)
         except Abandon as abandon:
             if abandon.outage is not None:
-                self._unwritten(writes)
+                self._unwritten(writes, freed)
             raise
 
     async def flush(self, children: Sequence[RunSpec] = ()) -> list[Started]:
@@ -363,10 +367,10 @@ class Turn:
             checkpoint = self.host.store.checkpoint(self.run.id, self.owner, writes, self.now())
             return await self._fenced(writes, checkpoint)
 
-    async def _fenced(self, writes: Writes, call: Awaitable[T]) -> T:
+    async def _fenced(self, writes: Writes, call: Awaitable[T], freed: Sequence[int] = ()) -> T:
         """A fenced write of this turn: a cancellation or a lost lease ends the turn."""
         try:
-            return await self._write(writes, call)
+            return await self._write(writes, call, freed)
         except RunCancelling:
             raise Cancelled() from None
         except LeaseLostError:
@@ -390,7 +394,7 @@ class Turn:
                 self.host.admission_retry(),
                 release=release,
             )
-            admission = await self._fenced(writes, ask)
+            admission = await self._fenced(writes, ask, release)
             self.queued = True
         if admission.woken:
             self.host.wake(admission.woken)
@@ -410,10 +414,10 @@ class Turn:
         if woken:
             self.host.wake(woken)
 
-    def _release_call(self) -> tuple[Writes, Awaitable[list[str]]]:
+    def _release_call(self) -> tuple[Writes, Awaitable[list[str]], Sequence[int]]:
         writes, seqs = self._take_writes(), self._take_unreleased()
         call = self.host.store.release_steps(self.run.id, self.owner, writes, seqs, self.now())
-        return writes, call
+        return writes, call, seqs
 
     def _take_unreleased(self) -> list[int]:
         seqs, self.unreleased = self.unreleased, []
@@ -805,7 +809,7 @@ class Turn:
         # The slot this run frees can go straight to the next waiter, leased to this engine.
         successor = self.host.successor_lease() if self.run.holds_slot else None
         # A queued run's settlement releases every slot it holds (the unreleased ones too).
-        self.unreleased = []
+        freed = self._take_unreleased()
         settle = self.host.store.settle_run(
             self.run.id,
             self.owner,
@@ -817,7 +821,7 @@ class Turn:
             keyed=self.run.singleton_key is not None,
         )
         try:
-            result = await self._write(writes, settle)
+            result = await self._write(writes, settle, freed)
         except RunCancelling:
             return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
         except LeaseLostError:

@@ -516,3 +516,64 @@ async def test_a_heartbeat_that_meets_an_outage_is_persisted_with_the_next_beat(
     finally:
         await worker.stop()
         await working
+
+
+# ---------------------------------------------------------------- step queues
+
+
+@runlane.step(name="outage.queued", queue="outage.slots")
+async def queued_step(x: int) -> int:
+    calls.hit("queued")
+    return x + 1
+
+
+@runlane.workflow(name="outage.queued-twice")
+async def queued_twice(ctx: runlane.Context, x: int) -> int:
+    # The second admission carries the release of the first step's slot in its write.
+    return int(await ctx.step(queued_step, await ctx.step(queued_step, x)))
+
+
+@runlane.workflow(name="outage.queued-side-by-side")
+async def queued_side_by_side(ctx: runlane.Context, x: int) -> Any:
+    # A queued step released while its sibling still runs frees its slot in a write of its own.
+    first, _ = await ctx.all([ctx.step(queued_step, x), ctx.step(step_a, x)])
+    return await ctx.step(queued_step, first)
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize(
+    ("workflow", "method", "calls_before"),
+    [
+        (queued_twice, "admit_step", 1),  # the second admission, which carries the release
+        (queued_side_by_side, "release_steps", 0),
+    ],
+)
+async def test_a_slot_whose_release_meets_an_outage_is_freed_when_the_run_is_given_back(
+    make_engine: Callable[..., Any],
+    workflow: Any,
+    method: str,
+    calls_before: int,
+    when: Any,
+) -> None:
+    # The write that frees a queued step's slot may be cut by an outage: the run's give-back
+    # must free it, or the run (its attempt recorded, so never asking again) holds it until it
+    # settles, and with one slot waits for itself for ever (a chaos run found three runs
+    # deadlocked so over a queue of two slots).
+    calls.counts.clear()
+    slots = [runlane.StepQueue("outage.slots", concurrency=1)]
+    plain = await make_engine(workflow, steps=[queued_step, step_a], queues=slots)
+    store = FlakyStore(plain.store)
+    engine = await make_engine(
+        workflow, steps=[queued_step, step_a], queues=slots, share_store=False
+    )
+    engine.store = store
+    engine._execution.leases._store = store
+    await engine.start(workflow, 1, run_id="q")
+    store.fail(method, when=when, after=calls_before)
+    await engine.run_pending()
+    assert store.pending(method) == 0, store.calls
+    done = await settle(engine, "q")
+    assert (done.status, done.output) == (RunStatus.COMPLETED, 3), done
+    assert calls["queued"] == 2  # the step whose release was cut did not run again
+    [view] = await engine.store.queue_views()
+    assert view.entries == (), view

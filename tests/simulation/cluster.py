@@ -15,7 +15,10 @@ model of what it must have become. A failure prints the shrunk list of operation
 
 An engine crash cancels its pass mid-turn after a chosen number of event-loop steps and drops
 the engine without draining it (its leases are left to expire, as a killed process leaves
-them); a fresh engine takes its place on the same store.
+them); a fresh engine takes its place on the same store. An outage cuts a chosen store call of
+an engine's (a turn's write, its give-back, a claim, a lease renewal), before the store takes it
+or after it committed (the outcome-unknown case); like a crash, it may cost a step one more run,
+and never anything else.
 
 The engines have no transport: every run message is lost, and their ticks' polls of the store
 must find all the work anyway. A delivery hands an engine a run message as its run-queue
@@ -36,7 +39,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
@@ -56,15 +59,29 @@ from runlane import (
 )
 from runlane.definitions import as_seconds
 from runlane.errors import RunFinishedError
+from runlane.models import StepStatus
 from runlane.queues import window_start
 from runlane.stores.base import Store
 from runlane.testing import ManualClock
+from tests.outages import FlakyStore
 
 LEASE = 30.0
 QUOTA_LIMIT = 2
 ENGINES = 3
 
 executions: Counter[tuple[str, int]] = Counter()
+
+# The store calls an outage may cut: a turn's writes and give-back, claims and the lease loop.
+OUTAGE_CALLS = [
+    "claim_run",
+    "checkpoint",
+    "admit_step",
+    "release_steps",
+    "suspend_run",
+    "settle_run",
+    "renew_leases",
+    "hand_off_due_runs",
+]
 
 # Step queues: two slots for three steps at once; two admissions per fixed 10 s window.
 SLOTS = StepQueue("sim.slots", concurrency=2)
@@ -280,6 +297,7 @@ class Cluster(RuleBasedStateMachine):
         self.model = Model()
         self.serial = 0
         self.stores: list[Store] = []
+        self.flaky: list[FlakyStore] = []  # every engine's, the replaced ones' too
         self.observer = self.new_store()  # the reads of the checks: a process of its own
         self.stores.append(self.observer)
         self.run(self.observer.open())
@@ -293,8 +311,10 @@ class Cluster(RuleBasedStateMachine):
     def _engine(self) -> Engine:
         store = self.new_store()
         self.stores.append(store)
+        flaky = FlakyStore(store)  # the same store; an ``outage`` rule cuts its calls
+        self.flaky.append(flaky)
         return Engine(
-            store,
+            cast(Store, flaky),
             workflows=WORKFLOWS,
             queues=list(QUEUES.values()),
             clock=self.clock,
@@ -465,6 +485,21 @@ class Cluster(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model.runs)
     @rule(
+        engine=st.integers(0, ENGINES - 1),
+        call=st.sampled_from(OUTAGE_CALLS),
+        when=st.sampled_from(["before", "after"]),
+        after=st.integers(0, 2),
+        ticks=st.integers(0, 2),
+    )
+    def outage(self, engine: int, call: str, when: Any, after: int, ticks: int) -> None:
+        """The engine's call of ``call`` after ``after`` more meets an outage ``when`` (before
+        the store takes it, or after it committed); then it ticks ``ticks`` times."""
+        cast(FlakyStore, self.engines[engine].store).fail(call, when=when, after=after)
+        for _ in range(ticks):
+            self.run(self.engines[engine].tick())
+
+    @precondition(lambda self: self.model.runs)
+    @rule(
         run_id=runs,
         to=st.lists(st.integers(0, ENGINES - 1), min_size=1, max_size=3),
         reason=st.sampled_from(["start", "wake", "timer"]),
@@ -520,6 +555,16 @@ class Cluster(RuleBasedStateMachine):
             assert concurrency is None or held <= concurrency, f"{name}: {held} slots held"
 
     @invariant()
+    def a_slot_is_never_held_by_a_step_whose_outcome_is_recorded(self) -> None:
+        # Such a step never asks its queue again: its slot would be held until its run settles
+        # (and a run that needs the slot for a later step waits for itself).
+        for view in self.run(self.observer.queue_views()):
+            for entry in view.holders():
+                step = self.run(self.observer.get_step(entry.run_id, entry.seq))
+                done = step is not None and step.status in (StepStatus.COMPLETED, StepStatus.FAILED)
+                assert not done, f"{view.row.settings.name}: {entry} holds a slot for {step}"
+
+    @invariant()
     def a_terminal_run_stays_as_it_ended(self) -> None:
         for run in self._all():
             if not run.is_terminal:
@@ -551,10 +596,11 @@ class Cluster(RuleBasedStateMachine):
         self._check_queues()
         self._check_flow()
         self._check_sleeps()
-        # A step runs again only when a crash cut its turn, or a requeue replays a step that did
-        # not complete (a failed one): once per crash or requeue at most.
+        # A step runs again only when a crash or an outage cut its turn, or a requeue replays a
+        # step that did not complete (a failed one): once per crash, outage or requeue at most.
+        outages = sum(f.fired for f in self.flaky)
         for (run_id, seq), n in executions.items():
-            allowed = 1 + self.model.crashes + self.model.requeues[run_id]
+            allowed = 1 + self.model.crashes + outages + self.model.requeues[run_id]
             assert n <= allowed, f"step {seq} of {run_id} ran {n} times (at most {allowed})"
 
     def _check_queues(self) -> None:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from chaos.app import DOOMED
-from chaos.check import Evidence, Execution, Freeze, QueueAdmission, check
+from chaos.check import Evidence, Execution, Freeze, QueueAdmission, QueueEntry, check
 from chaos.report import offenders
 from runlane import Run, RunStatus, StepRecord
 
@@ -103,6 +103,18 @@ def test_a_run_missing_or_not_terminal_is_lost_or_stuck() -> None:
     counts = _counts(evidence)
     assert counts["lost"] == 2  # the acknowledged p2, the continuation ch1~1
     assert counts["stuck"] == 1
+
+
+def test_a_stuck_run_is_reported_with_what_it_waits_on() -> None:
+    # The console is all a failed CI run leaves: it must say why the run did not end.
+    blocked = _run("q1", "c.stepq", "blocked", wake_at=T0)
+    evidence = _evidence([blocked], {"q1": [_step("q1", 1, "a", "x")]})
+    evidence.entries = [QueueEntry("slots", "q1", 1, True), QueueEntry("slots", "q1", 3, False)]
+    [line] = check(evidence).offences["stuck"]
+    assert line == (
+        "q1 blocked wake_at=2026-01-01T00:00:00+00:00 lease=None steps=[1:completed]"
+        " entries=[slots#1:holds slots#3:waits]"
+    )
 
 
 def test_an_outage_error_as_a_run_outcome_is_caught_and_the_workloads_own_failure_is_not() -> None:

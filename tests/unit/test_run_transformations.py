@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runlane.models import (
@@ -52,6 +52,8 @@ def full_run() -> Run:
 values = st.one_of(st.none(), st.integers(), st.text(max_size=3), st.booleans())
 
 
+# What is checked is equality, not speed: a loaded machine must not fail it on time.
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(FIELDS), values, max_size=8))
 def test_evolved_equals_dataclasses_replace(changes: dict[str, Any]) -> None:
     run = full_run()

@@ -7,7 +7,7 @@ import math
 from datetime import UTC, datetime
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from runlane import SerializationError
@@ -73,6 +73,7 @@ json_values = st.recursive(
 )  # fmt: skip
 
 
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(json_values)
 def test_dumps_writes_what_the_standard_encoder_writes(value: object) -> None:
     expected = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
