@@ -68,15 +68,22 @@ async def signal_waiter(ctx: runlane.Context, _: Any) -> Any:
 WORKFLOWS = [two, guarded, event_waiter, signal_waiter]
 
 
+async def _through_flaky(
+    make_engine: Callable[..., Any], *workflows: Any, **options: Any
+) -> tuple[Engine, FlakyStore]:
+    """An engine reaching the shared backend through the fault injector."""
+    plain = await make_engine(*workflows, **options)
+    store = FlakyStore(plain.store)
+    engine = await make_engine(*workflows, share_store=False, **options)
+    engine.store = store
+    engine._execution.leases._store = store
+    return engine, store
+
+
 @pytest.fixture
 async def flaky(make_engine: Callable[..., Any]) -> tuple[Engine, FlakyStore]:
     calls.counts.clear()
-    plain = await make_engine(*WORKFLOWS)
-    store = FlakyStore(plain.store)
-    engine = await make_engine(*WORKFLOWS, share_store=False)
-    engine.store = store  # the same backend, reached through the fault injector
-    engine._execution.leases._store = store
-    return engine, store
+    return await _through_flaky(make_engine, *WORKFLOWS)
 
 
 async def _steps(engine: Engine, run_id: str) -> list[tuple[int, str, Any]]:
@@ -344,11 +351,7 @@ async def _flaky_engine_and_worker(
     from runlane.worker import Worker
 
     transport = InProcessTransport()
-    plain = await make_engine(workflow, transport=transport)
-    store = FlakyStore(plain.store)
-    engine = await make_engine(workflow, share_store=False, transport=transport, **options)
-    engine.store = store
-    engine._execution.leases._store = store
+    engine, store = await _through_flaky(make_engine, workflow, transport=transport, **options)
     await engine.start_consumers()
     worker = Worker("outage", transport, steps=[step], poll_timeout=0.1, heartbeat_interval=0.1)
     return engine, store, worker
@@ -561,13 +564,9 @@ async def test_a_slot_whose_release_meets_an_outage_is_freed_when_the_run_is_giv
     # deadlocked so over a queue of two slots).
     calls.counts.clear()
     slots = [runlane.StepQueue("outage.slots", concurrency=1)]
-    plain = await make_engine(workflow, steps=[queued_step, step_a], queues=slots)
-    store = FlakyStore(plain.store)
-    engine = await make_engine(
-        workflow, steps=[queued_step, step_a], queues=slots, share_store=False
+    engine, store = await _through_flaky(
+        make_engine, workflow, steps=[queued_step, step_a], queues=slots
     )
-    engine.store = store
-    engine._execution.leases._store = store
     await engine.start(workflow, 1, run_id="q")
     store.fail(method, when=when, after=calls_before)
     await engine.run_pending()
