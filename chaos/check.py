@@ -412,7 +412,8 @@ def _step_queues(evidence: Evidence, live: list[Execution], findings: Findings) 
     """A step queue never has more attempts executing than its concurrency.
 
     A slot is held from the admission of an attempt until the attempt is recorded (or its run
-    settles, or is recovered after its lease expired: the lost turn's slots are given back).
+    settles, or is recovered after its lease expired: the lost turn's slots are given back, a
+    remote attempt's in flight aside).
     So the execution whose result its step recorded ran entirely inside its slot; the others
     (a duplicate of a remote task, a timed-out attempt a worker got late, a turn fenced after
     its lease expired, a process frozen mid-step) are at-least-once re-executions no slot

@@ -265,10 +265,11 @@ class QueueBook(Protocol):
         ...
 
     def drop_entries(
-        self, run_id: str, seqs: Collection[int] | None, *, admitted_only: bool
+        self, run_id: str, seqs: Collection[int] | None, *, lost_turn: bool
     ) -> set[str]:
-        """Delete the run's entries (those at ``seqs``; None: all); the queues they were in
-        (a freed slot, or a first place in line, may now be another waiter's)."""
+        """Delete the run's entries (those at ``seqs``; None: all; with ``lost_turn``, only the
+        slots a lost turn held: see ``release``); the queues they were in (a freed slot, or a
+        first place in line, may now be another waiter's)."""
         ...
 
     def wake(self, run_ids: Sequence[str], now: datetime) -> list[str]:
@@ -321,12 +322,17 @@ def release(
     seqs: Collection[int] | None,
     now: datetime,
     *,
-    admitted_only: bool = False,
+    lost_turn: bool = False,
 ) -> list[str]:
     """Free the run's entries (at ``seqs``, or all) and wake the waiters the room of their
-    queues is for now; the ids woken (the run itself left out: it sees its own entries when it runs)."""
+    queues is for now; the ids woken (the run itself left out: it sees its own entries when it runs).
+
+    ``lost_turn``: the run is recovered after its turn's lease expired, and only the slots that
+    turn held go (its replay asks again). A remote attempt the turn sent keeps its slot: its
+    record is ``running``, a worker may still be executing it, and its result (or its timeout)
+    frees it as it would have."""
     woken: list[str] = []
-    for name in sorted(book.drop_entries(run_id, seqs, admitted_only=admitted_only)):
+    for name in sorted(book.drop_entries(run_id, seqs, lost_turn=lost_turn)):
         row = book.queue(name)
         if row is None:
             continue

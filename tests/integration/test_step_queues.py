@@ -14,7 +14,7 @@ import pytest
 
 import runlane
 from runlane import DefinitionError, Engine, RateLimit, RunStatus, StepQueue
-from runlane.models import RetryTimer, Writes
+from runlane.models import RetryTimer, StepKind, StepRecord, StepStatus, Writes
 from runlane.queues import QueueRequest
 from runlane.testing import ManualClock
 
@@ -504,6 +504,58 @@ async def test_remote_steps_hold_their_slot_until_the_result_is_recorded(
     finally:
         await worker.stop()
         await working
+
+
+async def test_a_recovered_run_keeps_the_slot_of_a_remote_attempt_in_flight(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    """A remote attempt sent before its turn was lost may still be running on a worker: the
+    recovery of its run keeps its slot (a lost turn's other slots go) until its result is
+    recorded, or the queue would admit a step beside it past its concurrency."""
+    from runlane.transports import InProcessTransport
+
+    engine = await make_engine(
+        *WORKFLOWS,
+        remote_run,
+        lease=5,
+        transport=InProcessTransport(),
+        queues=[StepQueue("slots", concurrency=1)],
+    )
+    holder = await engine.start(remote_run, {"name": "holder"})
+    # Another instance's turn claims the holder, is admitted, sends the attempt, and dies.
+    now, store = clock.now(), engine.store
+    no_wait = RetryTimer(0.0, 0.0)
+    await store.claim_run(
+        holder.id, "dead:1", now, now + timedelta(seconds=5), singleton_retry=no_wait
+    )
+    request = QueueRequest("slots", 1, 0, holder.id)
+    sent = StepRecord(
+        run_id=holder.id,
+        seq=1,
+        name="queues.remote",
+        kind=StepKind.STEP,
+        status=StepStatus.RUNNING,
+        input={"name": "holder"},
+        attempts=1,
+        started_at=now,
+        wake_at=now + timedelta(seconds=60),
+        dispatches=1,
+    )
+    ask = await store.admit_step(holder.id, "dead:1", Writes((sent,)), request, now, no_wait)
+    assert ask.admitted
+    waiter = await engine.start(one, {"name": "waiter"})
+    await engine.tick()
+    clock.advance(6)  # the dead turn's lease has expired
+    assert await engine.recover_incomplete() == 1
+    await engine.tick()
+    assert (await engine.get_run(waiter.id)).status == RunStatus.BLOCKED
+    [view] = await store.queue_views()
+    assert [(e.run_id, e.seq) for e in view.holders()] == [(holder.id, 1)]
+    # The worker's result frees the slot, and the waiter is woken for it.
+    assert await store.record_step_result(holder.id, 1, 1, True, "holder", None, clock.now())
+    for run in (holder, waiter):
+        assert (await settle(engine, run.id)).status == RunStatus.COMPLETED
+    assert slots.order == ["waiter"]  # the holder's step ran on the dead instance's worker
 
 
 async def test_an_engine_without_queues_hands_a_slot_its_remote_result_frees_on_at_once(

@@ -604,7 +604,7 @@ class MemoryStore:
             del self._runs[run_id]
             self._steps.pop(run_id, None)
             self._signals.pop(run_id, None)
-            self._queues.drop_entries(run_id, None, admitted_only=False)
+            self._queues.drop_entries(run_id, None, lost_turn=False)
         return doomed
 
     async def prune_events(self, before: datetime, limit: int) -> int:
@@ -764,14 +764,19 @@ class _MemoryQueues:
         if not run.queued:
             self._store._runs[run_id] = replace(run, queued=True)
 
+    def _in_flight(self, entry: QueueEntry) -> bool:
+        """Whether the entry's step is a remote attempt sent and not answered yet."""
+        record = self._store._steps.get(entry.run_id, {}).get(entry.seq)
+        return record is not None and record.status == StepStatus.RUNNING
+
     def drop_entries(
-        self, run_id: str, seqs: Collection[int] | None, *, admitted_only: bool
+        self, run_id: str, seqs: Collection[int] | None, *, lost_turn: bool
     ) -> set[str]:
         touched: set[str] = set()
         for key, entry in list(self._entries.items()):
             if entry.run_id != run_id or (seqs is not None and entry.seq not in seqs):
                 continue
-            if admitted_only and entry.admitted_at is None:
+            if lost_turn and (entry.admitted_at is None or self._in_flight(entry)):
                 continue
             del self._entries[key]
             touched.add(entry.queue)
@@ -901,8 +906,8 @@ class _Rows:
     def admits(self, run: Run, now: datetime) -> bool:
         return self._store._admit(run, now)
 
-    def release_queue(self, run_id: str, now: datetime, *, admitted_only: bool) -> list[str]:
-        return queues.release(self._store._queues, run_id, None, now, admitted_only=admitted_only)
+    def release_queue(self, run_id: str, now: datetime, *, lost_turn: bool) -> list[str]:
+        return queues.release(self._store._queues, run_id, None, now, lost_turn=lost_turn)
 
 
 __all__ = [

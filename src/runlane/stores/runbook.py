@@ -98,7 +98,7 @@ class RunRows(Protocol):
         it (holders, and waiters before it in FIFO order, neither cancelling nor held) than its
         limit. ``run`` need not be written yet."""
 
-    def release_queue(self, run_id: str, now: datetime, *, admitted_only: bool) -> list[str]:
+    def release_queue(self, run_id: str, now: datetime, *, lost_turn: bool) -> list[str]:
         """Free the run's step queue entries (``queues.release``); the ids of the runs woken."""
 
 
@@ -288,7 +288,7 @@ def _recovered(
     if dead is not None:
         return ClaimOutcome(settled=finish(rows, run, dead, now, []))
     if run.queued:  # the slots its lost turn held go (its replay asks again)
-        rows.release_queue(run.id, now, admitted_only=True)
+        rows.release_queue(run.id, now, lost_turn=True)
     return None
 
 
@@ -334,7 +334,7 @@ def finish(rows: RunRows, run: Run, settlement: Settlement, now: datetime, woken
     if run.parent_id is not None and rows.wake(run.parent_id, now):
         woken.append(run.parent_id)
     if run.queued:
-        woken.extend(rows.release_queue(run.id, now, admitted_only=False))
+        woken.extend(rows.release_queue(run.id, now, lost_turn=False))
     return done
 
 

@@ -307,7 +307,7 @@ class PostgresStore:
                 if recovered is not None:
                     return recovered
                 if row["queued"]:  # the slots its lost turn held go (its replay asks again)
-                    call = _release_call(run_id, None, None, now, admitted_only=True)
+                    call = _release_call(run_id, None, None, now, lost_turn=True)
                     await pipeline(conn, call)
             admit = row["singleton_key"] is not None and not row["holds_slot"]
             if admit and not await self._admits(conn, row, now):
@@ -1116,7 +1116,7 @@ def _release_call(
     seqs: Sequence[int] | None,
     now: datetime,
     *,
-    admitted_only: bool = False,
+    lost_turn: bool = False,
     settled: bool = False,
 ) -> Call:
     """``queue_release`` of the run's entries at ``seqs`` (None: all): fenced by ``owner``'s
@@ -1127,7 +1127,7 @@ def _release_call(
             "id": run_id,
             "owner": owner,
             "seqs": None if seqs is None else list(seqs),
-            "admitted_only": admitted_only,
+            "lost_turn": lost_turn,
             "settled": settled,
             "now": now,
         },

@@ -253,8 +253,8 @@ class _Rows:
     def admits(self, run: Run, now: datetime) -> bool:
         return _admit(self._conn, run, now)
 
-    def release_queue(self, run_id: str, now: datetime, *, admitted_only: bool) -> list[str]:
-        return queues.release(_book(self._conn), run_id, None, now, admitted_only=admitted_only)
+    def release_queue(self, run_id: str, now: datetime, *, lost_turn: bool) -> list[str]:
+        return queues.release(_book(self._conn), run_id, None, now, lost_turn=lost_turn)
 
 
 def _admit(conn: Conn, run: Run, now: datetime) -> bool:

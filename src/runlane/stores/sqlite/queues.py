@@ -119,7 +119,7 @@ class SqliteQueues:
         self._conn.execute(SQL["mark_queued"], (run_id,))
 
     def drop_entries(
-        self, run_id: str, seqs: Collection[int] | None, *, admitted_only: bool
+        self, run_id: str, seqs: Collection[int] | None, *, lost_turn: bool
     ) -> set[str]:
         rows = self._conn.execute(
             SQL["drop_queue_entries"],
@@ -127,7 +127,7 @@ class SqliteQueues:
                 run_id,
                 None if seqs is None else 1,
                 dumps(sorted(seqs or ())),
-                int(admitted_only),
+                int(lost_turn),
             ),
         )
         return {row["queue"] for row in rows}

@@ -1128,8 +1128,9 @@ SELECT d.admit, d.denials, room.win, room.used, q.rate_limit, q.rate_period,
 FROM decision AS d, room, q;
 
 -- name: queue_release
--- Delete the run's entries (at ``seqs``, or all of them with ``seqs`` NULL; only those holding
--- a slot with ``admitted_only``), with ``owner`` set only while it holds the run's lease, with
+-- Delete the run's entries (at ``seqs``, or all of them with ``seqs`` NULL; with ``lost_turn``,
+-- the slots a lost turn held: those holding one, except a remote attempt's still in flight,
+-- whose step record is ``running``), with ``owner`` set only while it holds the run's lease, with
 -- ``settled`` only once the run is settled (the caller took the queues' locks); then
 -- wake the first waiters of their queues the free room is for. The statement's snapshot still
 -- shows the deleted entries, hence the ``NOT IN gone`` below.
@@ -1137,7 +1138,10 @@ WITH gone AS (
     DELETE FROM runlane_queue_entries
     WHERE run_id = %(id)s
       AND (%(seqs)s::int[] IS NULL OR seq = ANY(%(seqs)s::int[]))
-      AND (NOT %(admitted_only)s OR admitted_at IS NOT NULL)
+      AND (NOT %(lost_turn)s OR admitted_at IS NOT NULL AND NOT EXISTS (
+          SELECT FROM runlane_steps AS s
+          WHERE s.run_id = %(id)s AND s.seq = runlane_queue_entries.seq
+            AND s.status = 'running'))
       AND (%(owner)s::text IS NULL OR EXISTS (
           SELECT FROM runlane_runs
           WHERE id = %(id)s AND lease_owner = %(owner)s AND status = 'running'))

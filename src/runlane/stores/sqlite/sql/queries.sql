@@ -287,11 +287,13 @@ UPDATE queue_entries SET denials = denials + 1 WHERE id = ?
 UPDATE runs SET queued = 1 WHERE id = ? AND NOT queued
 
 -- name: drop_queue_entries
--- Parameters: run id, 1 or NULL (NULL: every seq), the seqs as one JSON array, admitted only
--- (0 or 1).
-DELETE FROM queue_entries WHERE run_id = ?
-  AND (? IS NULL OR seq IN (SELECT value FROM json_each(?)))
-  AND (NOT ? OR admitted_at IS NOT NULL)
+-- Parameters: run id, 1 or NULL (NULL: every seq), the seqs as one JSON array, lost turn (0 or
+-- 1: only the slots a lost turn held, a remote attempt's still in flight aside).
+DELETE FROM queue_entries WHERE run_id = ?1
+  AND (?2 IS NULL OR seq IN (SELECT value FROM json_each(?3)))
+  AND (NOT ?4 OR admitted_at IS NOT NULL AND NOT EXISTS (
+      SELECT 1 FROM steps AS s
+      WHERE s.run_id = ?1 AND s.seq = queue_entries.seq AND s.status = 'running'))
 RETURNING queue
 
 -- ---------------------------------------------------------------- schedules
