@@ -287,6 +287,33 @@ async def test_a_claim_cut_by_an_outage_leaves_the_run_for_the_next_pass(
     assert done.status == RunStatus.COMPLETED
 
 
+@pytest.mark.parametrize(
+    ("phase", "poll"),
+    [
+        ("tick", "pending_run_ids"),
+        ("run_pending", "pending_run_ids"),
+        ("resume_due_timers", "due_run_ids"),
+        ("recover_incomplete", "expired_run_ids"),
+        ("sweep_timeouts", "timed_out_run_ids"),
+    ],
+)
+async def test_a_pass_called_by_hand_tries_a_poll_once_more_then_raises_store_unavailable(
+    flaky: tuple[Engine, FlakyStore], phase: str, poll: str
+) -> None:
+    # A drive=False engine's tick() is an API call: never the driver's own exception.
+    engine, store = flaky
+    await engine.start(two, 1, run_id="r")
+    store.fail(poll)
+    await getattr(engine, phase)()  # the second try answered
+    assert store.pending(poll) == 0
+    store.fail(poll, times=2)
+    with pytest.raises(StoreUnavailableError) as raised:
+        await getattr(engine, phase)()
+    assert isinstance(raised.value.cause, psycopg.OperationalError)
+    done = await settle(engine, "r")
+    assert (done.status, done.output) == (RunStatus.COMPLETED, 20)
+
+
 async def test_the_loop_backs_off_while_the_store_is_down_and_resumes_by_itself(
     make_store: Callable[[], Store], store_kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
