@@ -521,7 +521,7 @@ class Execution:
                 now, self.options.timer_batch_size, self.namespace, hold
             )
             self.loop.note_batch(runs, self.options.timer_batch_size)
-            self.runqueue.publish_timers(runs)
+            self.runqueue.publish_timers(self._kept_here(runs))
             return len(runs)
         limit = min(self.options.timer_batch_size, self._capacity())
         now = self.now()
@@ -535,6 +535,19 @@ class Execution:
             ids = [run_id for run_id in ids if run_id not in parked]
         random.shuffle(ids)
         return await self._execute_all(ids)
+
+    def _kept_here(self, handed: list[Run]) -> list[Run]:
+        """The handed-off runs to publish: not those a local task of this instance is about to
+        claim (a remote result it just landed, which this same poll found due before the task
+        claimed it). Such a task claims it as the hand-off it now is, rather than find it not
+        due and leave it to whichever instance takes the timer."""
+        local = self._local
+        if local is None:
+            return handed
+        for run in handed:
+            if run.id in local.inflight:
+                local.spawn(run.id, handoff=True)
+        return [run for run in handed if run.id not in local.inflight]
 
     async def recover_incomplete(self) -> int:
         """Re-execute runs whose lease expired (their instance died mid-turn)."""

@@ -98,11 +98,15 @@ class LocalRuns:
         try:
             again = True
             while again:
-                self._again.discard(run_id)
                 async with self._slots:
+                    # A wake or hand-off that came before this turn claims (during the last
+                    # turn, or before the task had a slot) is this turn's; a hand-off pushed the
+                    # run's wake time ahead, so the claim must say so.
+                    self._again.discard(run_id)
+                    handoff = handoff or run_id in self._handoffs
+                    self._handoffs.discard(run_id)
                     woken = await self._execute(run_id, handoff, claim)
-                handoff, claim = run_id in self._handoffs, self._claims.pop(run_id, None)
-                self._handoffs.discard(run_id)
+                handoff, claim = False, self._claims.pop(run_id, None)
                 # While draining, woken runs stay due in the store for another instance (or
                 # the next start) to pick up; taking them here would keep the drain busy.
                 accepting = self._accepting()

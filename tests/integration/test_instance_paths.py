@@ -14,13 +14,13 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import pytest
 
 import runlane
-from runlane import Engine, RunStatus
+from runlane import Engine, Run, RunStatus
 from runlane import runqueue as runqueue_module
 from runlane.stores import open_store
 from runlane.transports.base import Transport
@@ -345,3 +345,40 @@ async def test_a_failing_enqueue_leaves_starts_pending_for_the_poll_and_logs_onc
     assert [(await engine.get_run(run_id)).status for run_id in ids] == [RunStatus.PENDING] * 5
     assert await engine.run_pending() == 5
     assert await all_completed(engine, ids) == ["solo"] * 5
+
+
+async def test_a_run_this_instance_is_about_to_claim_is_not_handed_off_by_its_own_timer_poll(
+    instance: Any,
+) -> None:
+    # A remote result landed here made its run due and gave it a local task; before the task
+    # claimed, this instance's own timer poll found the run due and handed it off (its wake time
+    # pushed a lease ahead). Published, the timer could go to any instance, and the step after
+    # the remote one would not run where its result landed; and the task's plain claim, finding
+    # the run not due, would have been wasted. The poll keeps the run here instead, and the task
+    # claims it as the hand-off it now is.
+    web = await instance("web", consume=False)
+    here = await instance("here")
+    await start_all(web, kid, ["k"])
+    await until_status(web, "k", RunStatus.SUSPENDED)
+    execution = here._execution
+    local, runqueue = execution._local, execution.runqueue
+    assert local is not None and runqueue is not None
+    published: list[str] = []
+    publish = runqueue.publish_timers
+
+    def recorded(runs: Iterable[Run]) -> None:
+        runs = list(runs)
+        published.extend(r.id for r in runs)
+        publish(runs)
+
+    runqueue.publish_timers = recorded
+    # The signal made due in the store alone (no message), as a recorded result is.
+    assert await here.store.deliver_signal("k", "kid-go", "landed", execution.now())
+    await local._slots.acquire()  # the landed result's task exists but has not claimed yet
+    task = local.spawn("k")
+    assert await here.resume_due_timers() == 1  # the poll handed the due run off
+    assert published == []
+    local._slots.release()
+    await asyncio.wait_for(task, 10)
+    done = await web.wait_for_run("k", timeout=10)
+    assert (done.status, done.output) == (RunStatus.COMPLETED, "landed")

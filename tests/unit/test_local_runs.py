@@ -31,6 +31,24 @@ async def test_a_handed_off_timer_arriving_mid_turn_makes_the_next_claim_a_hand_
     assert calls == [("r", False), ("r", True)]
 
 
+async def test_a_hand_off_made_before_the_turn_claims_makes_its_first_claim_a_hand_off() -> None:
+    # A remote result landed here and its run's task was created; before the task claimed, this
+    # instance's own timer poll found the run due and handed it off (its wake time pushed a lease
+    # ahead), keeping it here. The task's first claim must be a hand-off: a plain one finds the
+    # run not due, and nothing else claims it for a whole lease.
+    calls: list[tuple[str, bool]] = []
+
+    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+        calls.append((run_id, handoff))
+        return []
+
+    runs = LocalRuns(execute, lambda woken: False, lambda: True, 10)
+    task = runs.spawn("r")  # the landed result's turn, not started yet
+    assert runs.spawn("r", handoff=True) is task
+    await task
+    assert calls == [("r", True)]
+
+
 async def test_a_poll_that_saw_the_turn_running_asks_for_no_second_turn() -> None:
     calls: list[tuple[str, bool]] = []
     release = asyncio.Event()
