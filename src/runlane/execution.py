@@ -540,9 +540,10 @@ class Execution:
         """The handed-off runs to publish: not those a local task of this instance is about to
         claim (a remote result it just landed, which this same poll found due before the task
         claimed it). Such a task claims it as the hand-off it now is, rather than find it not
-        due and leave it to whichever instance takes the timer."""
+        due and leave it to whichever instance takes the timer. A draining instance keeps
+        none: its tasks take no further turn."""
         local = self._local
-        if local is None:
+        if local is None or not self._accepting:
             return handed
         for run in handed:
             if run.id in local.inflight:

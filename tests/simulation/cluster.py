@@ -16,9 +16,10 @@ model of what it must have become. A failure prints the shrunk list of operation
 An engine crash cancels its pass mid-turn after a chosen number of event-loop steps and drops
 the engine without draining it (its leases are left to expire, as a killed process leaves
 them); a fresh engine takes its place on the same store. An outage cuts a chosen store call of
-an engine's (a turn's write, its give-back, a claim, a lease renewal), before the store takes it
-or after it committed (the outcome-unknown case); like a crash, it may cost a step one more run,
-and never anything else.
+an engine's (a turn's write or read, its give-back, a claim, a lease renewal, a poll), before the
+store takes it or after it committed (the outcome-unknown case); like a crash, it may cost a step
+one more run, and never anything else (a poll cut twice in a row makes that ``tick()`` raise
+``StoreUnavailableError``, as any API call would).
 
 The engines have no transport: every run message is lost, and their ticks' polls of the store
 must find all the work anyway. A delivery hands an engine a run message as its run-queue
