@@ -428,6 +428,7 @@ async def _send_and_wait(
 ) -> Settled | None:
     timeout = op.definition.timeout
     if timeout is None:
+        await turn.ensure_lease()  # see ``_Watch.send``
         await remote.dispatch(str(op.definition.group), _task(turn, op, record))
         turn.wake_by(record.wake_at or turn.now())
         return None
@@ -475,6 +476,10 @@ class _Watch:
         self.key = (step_id(turn.run.id, op.seq), record.attempts)
 
     async def send(self) -> None:
+        # A task is sent like a step starts: an engine frozen between the checkpoint that
+        # records the attempt as sent and the send, past its lease, must not send it once its
+        # run was taken over (and perhaps settled): a worker would run the step again, late.
+        await self.turn.ensure_lease()
         await self.remote.dispatch(
             str(self.op.definition.group), _task(self.turn, self.op, self.record)
         )

@@ -10,12 +10,14 @@ before it starts a step.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
 import runlane
 from runlane import RunStatus
+from runlane.models import RetryTimer
 from runlane.testing import ManualClock
 
 from ..helpers import Calls
@@ -82,3 +84,69 @@ async def test_a_turn_whose_lease_ran_out_untaken_confirms_it_and_goes_on(
     done = await engine.store.get_run(run.id)
     assert done is not None and done.status == RunStatus.COMPLETED and done.output == 1
     assert calls["effect"] == 1
+
+
+@runlane.step(name="fence.remote", group="fence")
+def remote_effect(name: str) -> str:
+    return name
+
+
+@runlane.workflow(name="fence.remote-once")
+async def remote_once(ctx: runlane.Context, _: Any) -> str:
+    return str(await ctx.step(remote_effect, "r"))
+
+
+@runlane.step(name="fence.remote-timed", group="fence", timeout=60.0)
+def remote_timed_effect(name: str) -> str:
+    return name
+
+
+@runlane.workflow(name="fence.remote-timed-once")
+async def remote_timed_once(ctx: runlane.Context, _: Any) -> str:
+    return str(await ctx.step(remote_timed_effect, "r"))
+
+
+@pytest.mark.parametrize("timeout", [None, 60.0])
+async def test_a_turn_resumed_after_its_run_was_taken_over_sends_no_remote_task(
+    make_engine: Any, clock: ManualClock, timeout: float | None
+) -> None:
+    # Found by CI's chaos run (seed 1032452600): an engine was frozen between the checkpoint
+    # that records a remote attempt as sent and the send itself; another engine recovered the
+    # run, re-sent the task and settled the run, and the frozen engine, resumed, sent the task
+    # once more: a worker executed the step after its run (a singleton key's holder) had ended,
+    # inside the next holder's body.
+    from runlane.transports import InProcessTransport
+
+    workflow = remote_once if timeout is None else remote_timed_once
+    frozen_engine = await make_engine(workflow, lease=LEASE, transport=InProcessTransport())
+    sent: list[str] = []
+    remote = frozen_engine._execution.remote
+    assert remote is not None
+    dispatch = remote.dispatch
+
+    async def recorded(group: str, task: Any) -> None:
+        sent.append(str(task["step_id"]))
+        await dispatch(group, task)
+
+    remote.dispatch = recorded
+    store, frozen = frozen_engine.store, list[str]()
+    checkpoint = store.checkpoint
+
+    async def checkpoint_then_freeze(run_id: str, owner: str, writes: Any, now: Any) -> Any:
+        result = await checkpoint(run_id, owner, writes, now)
+        if not frozen and any(r.status == "running" for r in writes.steps):
+            frozen.append(run_id)
+            clock.advance(LEASE + 1)
+            # Another instance recovers the run (its turn would find the attempt sent).
+            taken = await store.claim_run(
+                run_id, "other:1", clock.now(), clock.now() + timedelta(seconds=LEASE),
+                singleton_retry=RetryTimer(0.0, 0.0),
+            )  # fmt: skip
+            assert taken.claim is not None
+        return result
+
+    store.checkpoint = checkpoint_then_freeze
+    run = await frozen_engine.start(workflow, None)
+    await frozen_engine.tick()
+    assert frozen == [run.id]
+    assert sent == [], "the resumed turn sent the remote task of a run taken over"
