@@ -489,42 +489,36 @@ class Engine:
         """A pass (or one phase) called by hand: its turns meet an outage as the loop's do (the
         run is given back or left to its lease), and a poll the store cannot answer raises
         ``StoreUnavailableError`` after one more try, as any API call does."""
+        await self._ready()
         return await self._api(phase, retry=True)
 
     async def tick(self) -> int:
         """One pass of every phase, executing what is due by the engine clock; returns turns run."""
-        await self._ready()
         return await self._pass(self._execution.tick)
 
     async def run_pending(self) -> int:
         """Execute pending runs, highest priority then oldest first."""
-        await self._ready()
         return await self._pass(self._execution.run_pending)
 
     async def resume_due_timers(self) -> int:
         """Resume suspended runs whose wake time has come, most overdue first."""
-        await self._ready()
         return await self._pass(self._execution.resume_due_timers)
 
     async def recover_incomplete(self) -> int:
         """Re-execute runs whose lease expired (their instance died mid-turn)."""
-        await self._ready()
         return await self._pass(self._execution.recover_incomplete)
 
     async def sweep_timeouts(self) -> int:
         """Cancel runs (and their subtrees) that exceeded their execution timeout."""
-        await self._ready()
         return await self._pass(self._execution.sweep_timeouts)
 
     async def fire_schedules(self) -> int:
         """Start the runs of the schedules' due windows (each window once, across engines)."""
-        await self._ready()
         return await self._pass(self._execution.fire_schedules)
 
     async def prune_retained(self) -> int:
         """Delete one batch of settled runs past their ``retention`` period, when one is due
         (returns how many; 0 when the driving loop runs the batch beside its turns)."""
-        await self._ready()
         return await self._pass(self._execution.prune_retained)
 
     async def _prune_batch(self, cutoffs: dict[RunStatus, datetime], limit: int) -> list[str]:

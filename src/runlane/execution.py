@@ -545,10 +545,13 @@ class Execution:
         local = self._local
         if local is None or not self._accepting:
             return handed
+        published = []
         for run in handed:
             if run.id in local.inflight:
                 local.spawn(run.id, handoff=True)
-        return [run for run in handed if run.id not in local.inflight]
+            else:
+                published.append(run)
+        return published
 
     async def recover_incomplete(self) -> int:
         """Re-execute runs whose lease expired (their instance died mid-turn)."""

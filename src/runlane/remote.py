@@ -423,13 +423,21 @@ def _task(turn: Turn, op: StepOp, record: StepRecord) -> Message:
     }
 
 
+async def _send(turn: Turn, op: StepOp, remote: RemoteSteps, record: StepRecord) -> None:
+    """Send the attempt's task to its group. A task is sent like a step starts: an engine
+    frozen between the checkpoint that records the attempt as sent and the send, past its
+    lease, must not send it once its run was taken over (and perhaps settled): a worker would
+    run the step again, late."""
+    await turn.ensure_lease()
+    await remote.dispatch(str(op.definition.group), _task(turn, op, record))
+
+
 async def _send_and_wait(
     turn: Turn, op: StepOp, remote: RemoteSteps, record: StepRecord
 ) -> Settled | None:
     timeout = op.definition.timeout
     if timeout is None:
-        await turn.ensure_lease()  # see ``_Watch.send``
-        await remote.dispatch(str(op.definition.group), _task(turn, op, record))
+        await _send(turn, op, remote, record)
         turn.wake_by(record.wake_at or turn.now())
         return None
     first = min(timeout, _redispatch_window(turn.host.options))
@@ -476,13 +484,7 @@ class _Watch:
         self.key = (step_id(turn.run.id, op.seq), record.attempts)
 
     async def send(self) -> None:
-        # A task is sent like a step starts: an engine frozen between the checkpoint that
-        # records the attempt as sent and the send, past its lease, must not send it once its
-        # run was taken over (and perhaps settled): a worker would run the step again, late.
-        await self.turn.ensure_lease()
-        await self.remote.dispatch(
-            str(self.op.definition.group), _task(self.turn, self.op, self.record)
-        )
+        await _send(self.turn, self.op, self.remote, self.record)
 
     async def result(self, waiter: asyncio.Future[Message], first: float) -> Message | None:
         """The worker's (or the checkpoint's) result; None when the worker fell silent.
