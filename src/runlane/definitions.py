@@ -327,7 +327,7 @@ def workflow(
             raise DefinitionError(f"workflow {workflow_name!r} cannot be its own failure handler")
         definition = WorkflowDefinition(
             name=workflow_name,
-            version=str(version),
+            version=check_version(version),
             fn=body,
             singleton=singleton,
             concurrency=concurrency,
@@ -345,6 +345,17 @@ def workflow(
         return body
 
     return decorate(fn) if fn is not None else decorate
+
+
+def check_version(version: object) -> str:
+    """A workflow version: a non-empty string (an int is taken as its digits) without ``@``,
+    which separates a workflow's name from its version where the two travel as one code."""
+    text = str(version) if isinstance(version, int) and not isinstance(version, bool) else version
+    if not isinstance(text, str) or not text or "@" in text or text != text.strip():
+        raise DefinitionError(
+            f"version= takes a non-empty string without '@' or surrounding spaces, got {version!r}"
+        )
+    return text
 
 
 def _check_group(group: str | None) -> None:
@@ -380,7 +391,7 @@ def RemoteWorkflow(
             raise DefinitionError(f"workflow {name!r} cannot be its own failure handler")
     return WorkflowDefinition(
         name=name,
-        version=str(version),
+        version=check_version(version),
         fn=_remote_body,
         singleton=singleton,
         concurrency=concurrency,

@@ -15,7 +15,8 @@ import functools
 import itertools
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ from .models import (
     RetryTimer,
     Run,
     RunSpec,
+    Serves,
     Settlement,
     SingletonGate,
     Started,
@@ -55,6 +57,7 @@ from .stats import REFUSAL_REASONS, EngineStats
 from .stores.base import Store
 from .tracing import Tracing
 from .transports.base import Transport
+from .transports.names import code, decision_queue
 from .turn import Turn, TurnOutcome
 from .workflow_tasks import Decision
 
@@ -125,6 +128,7 @@ class Execution:
             accepting=lambda: self._accepting,
         )
         self._prune_task: asyncio.Task[None] | None = None
+        self._serves: tuple[Registry, Serves] | None = None
 
     # ---------------------------------------------------------------- what it runs against
 
@@ -143,6 +147,14 @@ class Execution:
     @registry.setter
     def registry(self, registry: Registry) -> None:
         self.specs.registry = registry
+
+    @property
+    def serves(self) -> Serves:
+        """The ``(workflow, version)`` pairs whose runs this engine claims: those it can replay."""
+        registry = self.specs.registry
+        if self._serves is None or self._serves[0] is not registry:
+            self._serves = (registry, registry.serves)
+        return self._serves[1]
 
     def now(self) -> datetime:
         return self.clock.now()
@@ -251,8 +263,10 @@ class Execution:
         return Lease(self._owner(), until)
 
     def successor_lease(self) -> Lease | None:
-        """A lease for the singleton waiter a settlement here hands its slot to."""
-        return self.lease(Reason.LANDED)
+        """A lease for the singleton waiter a settlement here hands its slot to (only a
+        waiter whose code this engine serves: another is woken for an engine that does)."""
+        lease = self.lease(Reason.LANDED)
+        return None if lease is None else replace(lease, serves=self.serves)
 
     def claimed(self, claim: Claim) -> None:
         """A run already leased to this instance: its turn starts here."""
@@ -267,6 +281,11 @@ class Execution:
         return True
 
     # ---------------------------------------------------------------- the run queue's sink
+
+    def decision_queues(self) -> list[str]:
+        """The decision queues of the remote workflows this engine serves."""
+        remote = (d for d in self.registry.versions if d.group is not None)
+        return sorted({decision_queue(code(d.name, d.version)) for d in remote})
 
     def room(self) -> int:
         return self._local.room() if self._local is not None else 0
@@ -310,6 +329,8 @@ class Execution:
                 return []
             claim = outcome.claim
             if claim is None:
+                if outcome.unserved:
+                    self._unserved(run_id)
                 return []
             if outcome.dying:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
@@ -322,6 +343,13 @@ class Execution:
         with self.tracing.turn(run.id, run.workflow, run.recoveries + 1):
             result = await self._drive(claim, owner, definition, verdict)
         return self._outcome(run, result)
+
+    def _unserved(self, run_id: str) -> None:
+        """A run made due here whose code this engine does not serve (a result landed here, a
+        waiter a settlement here woke): through the run queue, an engine that serves it takes
+        it; without one, it is due in the store, where that engine's poll finds it."""
+        if self.runqueue is not None:
+            self.runqueue.publish_wakes([run_id])
 
     def _outcome(self, run: Run, result: TurnOutcome) -> list[str]:
         """Act on a turn's outcome; returns the runs it woke (its own id: another turn now)."""
@@ -383,7 +411,7 @@ class Execution:
         owner = self._owner()
         lease_until = now + timedelta(seconds=self.options.lease)
         claim = await self.store.claim_decision(
-            decision.run_id, decision.task_id, owner, now, lease_until
+            decision.run_id, decision.task_id, owner, now, lease_until, serves=self.serves
         )
         if claim is None:
             log.debug("run %s: decision %s dropped", decision.run_id, decision.task_id)
@@ -404,6 +432,7 @@ class Execution:
             max_recoveries=self.options.max_recovery_attempts,
             handoff=handoff,
             dead_letters=self._dead_letters,
+            serves=self.serves,
         )
         if outcome.settled is not None:
             self.settlements.notify([run_id], outcome.settled)
@@ -507,7 +536,9 @@ class Execution:
     async def run_pending(self) -> int:
         """Execute pending runs, highest priority then oldest first."""
         limit = self._capacity()
-        ids = await self.store.pending_run_ids(self.now(), limit, self.namespace)
+        ids = await self.store.pending_run_ids(
+            self.now(), limit, self.namespace, serves=self.serves
+        )
         self.loop.note_batch(ids, limit)
         return await self._execute_all(ids)
 
@@ -518,14 +549,14 @@ class Execution:
             now = self.now()
             hold = now + timedelta(seconds=self.options.lease)
             runs = await self.store.hand_off_due_runs(
-                now, self.options.timer_batch_size, self.namespace, hold
+                now, self.options.timer_batch_size, self.namespace, hold, serves=self.serves
             )
             self.loop.note_batch(runs, self.options.timer_batch_size)
             self.runqueue.publish_timers(self._kept_here(runs))
             return len(runs)
         limit = min(self.options.timer_batch_size, self._capacity())
         now = self.now()
-        ids = await self.store.due_run_ids(now, limit, self.namespace)
+        ids = await self.store.due_run_ids(now, limit, self.namespace, serves=self.serves)
         self.loop.note_batch(ids, limit)
         if len(ids) >= _DENY_IN_ONE_WRITE:
             # Fallback retries of singleton waiters whose key is still full (thousands of them
@@ -556,14 +587,16 @@ class Execution:
     async def recover_incomplete(self) -> int:
         """Re-execute runs whose lease expired (their instance died mid-turn)."""
         limit = self._capacity()
-        ids = await self.store.expired_run_ids(self.now(), limit, self.namespace)
+        ids = await self.store.expired_run_ids(
+            self.now(), limit, self.namespace, serves=self.serves
+        )
         self.loop.note_batch(ids, limit)
         return await self._execute_all(ids)
 
     async def sweep_timeouts(self) -> int:
         """Cancel runs (and their subtrees) that exceeded their execution timeout."""
         ids = await self.store.timed_out_run_ids(
-            self.now(), self.options.timer_batch_size, self.namespace
+            self.now(), self.options.timer_batch_size, self.namespace, serves=self.serves
         )
         for run_id in ids:
             error = error_dict(
@@ -604,6 +637,9 @@ class _SchedulerHost:
 
     def workflow_definition(self, workflow: str) -> WorkflowDefinition:
         return self._execution.registry.workflow(workflow)
+
+    def served_workflows(self) -> Collection[str]:
+        return self._execution.registry.workflow_names
 
     async def gated_spec(
         self,

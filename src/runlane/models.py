@@ -126,6 +126,7 @@ class StepKind(StrEnum):
     START_CHILD = "start_child"
     NOW = "now"
     SIDE_EFFECT = "side_effect"
+    PATCH = "patch"  # a ``ctx.patched`` marker: the run took the patched branch here
 
 
 class StepStatus(StrEnum):
@@ -352,6 +353,9 @@ class ClaimOutcome:
     # The claim admitted a singleton waiter that a release woke: when that release was (its
     # ``Run.handoff_at``, which the claim cleared).
     handed_off_at: datetime | None = None
+    # The run is claimable, but its code is not among those the claimer serves: nothing was
+    # written (an engine that serves it is to run it).
+    unserved: bool = False
 
 
 @dataclass(frozen=True)
@@ -406,10 +410,64 @@ class RetryTimer:
 
 @dataclass(frozen=True)
 class Lease:
-    """A lease to grant: the claim token and when it expires."""
+    """A lease to grant: the claim token and when it expires. ``serves``: the code its holder
+    can replay, when the run it leases is not known yet (a settlement's successor is leased
+    only when it is one of those)."""
 
     owner: str
     until: datetime
+    serves: Serves | None = None
+
+
+@dataclass(frozen=True)
+class Serves:
+    """The code an engine can replay: the ``(workflow, version)`` pairs it registered or
+    declared. An engine claims, recovers, times out and hands off only the runs of these pairs;
+    the stores filter their claim queries on them (``workflows[i]``/``versions[i]`` are pair
+    ``i``, sorted, the parameters an SQL statement joins on)."""
+
+    pairs: frozenset[tuple[str, str]]
+
+    def __contains__(self, code: object) -> bool:
+        return code in self.pairs
+
+    def covers(self, run: Run) -> bool:
+        return (run.workflow, run.version) in self.pairs
+
+    @property
+    def workflows(self) -> tuple[str, ...]:
+        return tuple(workflow for workflow, _ in sorted(self.pairs))
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        return tuple(version for _, version in sorted(self.pairs))
+
+
+def serves_run(serves: Serves | None, run: Run) -> bool:
+    """Whether an engine serving ``serves`` (None: every code) may claim ``run``."""
+    return serves is None or serves.covers(run)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """An engine as it announced itself in the store: who it is, the ``(workflow, version)``
+    pairs it serves (runs it claims), the worker groups its remote workflows and remote steps
+    use, and its last heartbeat. ``alive``: it beat within three of its leases."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_beat_at: datetime
+    serves: tuple[tuple[str, str], ...] = ()
+    groups: tuple[str, ...] = ()
+    namespace: str | None = None
+    lease: float = 30.0
+    alive: bool = True
+
+    def alive_at(self, now: datetime) -> bool:
+        """Whether it beat within three of its leases before ``now``."""
+        return (now - self.last_beat_at).total_seconds() <= 3 * self.lease
 
 
 @dataclass(frozen=True)

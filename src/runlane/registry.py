@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -12,7 +13,19 @@ from .definitions import (
     workflow_definition,
 )
 from .errors import DefinitionError, UnknownStepError, UnknownWorkflowError
-from .models import RunStatus
+from .models import RunStatus, Serves
+
+
+def compare_versions(a: str, b: str) -> int:
+    """Order two versions of a workflow: as integers when both are digits, else as strings."""
+    if a.isdigit() and b.isdigit():
+        return (int(a) > int(b)) - (int(a) < int(b))
+    return (a > b) - (a < b)
+
+
+def latest_version(versions: Iterable[str]) -> str:
+    """The latest of ``versions`` (see ``compare_versions``)."""
+    return max(versions, key=functools.cmp_to_key(compare_versions))
 
 
 class Registry:
@@ -55,7 +68,7 @@ class Registry:
                 f"workflow {definition.name!r} version {definition.version!r} is already registered"
             )
         versions[definition.version] = definition
-        self._latest[definition.name] = definition
+        self._latest[definition.name] = versions[latest_version(versions)]
         return definition
 
     def add_step(self, obj: Any) -> StepDefinition:
@@ -101,7 +114,19 @@ class Registry:
 
     @property
     def workflows(self) -> list[WorkflowDefinition]:
+        """The latest version of each workflow."""
         return list(self._latest.values())
+
+    @property
+    def versions(self) -> list[WorkflowDefinition]:
+        """Every registered version of every workflow."""
+        return [d for versions in self._workflows.values() for d in versions.values()]
+
+    @property
+    def serves(self) -> Serves:
+        """The ``(workflow, version)`` pairs whose runs this registry can replay (or, for a
+        remote workflow, have its workers replay)."""
+        return Serves(frozenset((d.name, d.version) for d in self.versions))
 
     @property
     def steps(self) -> list[StepDefinition]:

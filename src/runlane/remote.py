@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -66,7 +67,12 @@ class RemoteHost(Protocol):
 
     @property
     def remote_turns(self) -> RemoteTurns | None:
-        """Where a remote workflow's decisions and beats go (they share the results feed)."""
+        """Where a remote workflow's decisions and beats go."""
+        ...
+
+    def decision_queues(self) -> list[str]:
+        """The decision queues of the remote workflows this instance serves (whose decisions
+        it applies); none when it serves no remote workflow."""
         ...
 
     @property
@@ -97,8 +103,10 @@ class RemoteSteps:
         self._persisted: dict[Key, float] = {}  # monotonic time a beat was last written
         self.workers: dict[str, Message] = {}  # descriptors of the workers heard announcing
         self._tasks: list[asyncio.Task[None]] = []
-        # Results taken off the transport that the store could not record yet (an outage).
+        # Results and decisions taken off the transport that the store could not record yet
+        # (an outage), each consumer's own.
         self._unlanded: list[Message] = []
+        self._undecided: list[Message] = []
         self._failures = RateLimitedLog()
         # Loops check this too: a cancel landing inside a driver call can surface as that
         # driver's own error, and a loop that retries on errors would then never end.
@@ -107,10 +115,19 @@ class RemoteSteps:
     def start(self) -> None:
         self._stopping = False
         if not self._tasks:
+            results = self.transport.take_results
             self._tasks = [
-                asyncio.create_task(self._take_results(), name="runlane-results"),
+                asyncio.create_task(self._consume(results, self._unlanded), name="runlane-results"),
                 asyncio.create_task(self._hear_beats(), name="runlane-heartbeats"),
             ]
+            queues = self.host.decision_queues()
+            if queues:
+                decisions = functools.partial(self.transport.take_decisions, queues)
+                self._tasks.append(
+                    asyncio.create_task(
+                        self._consume(decisions, self._undecided), name="runlane-decisions"
+                    )
+                )
 
     async def stop(self) -> None:
         self._stopping = True
@@ -122,10 +139,14 @@ class RemoteSteps:
         await self._hand_back_unlanded()
 
     async def _hand_back_unlanded(self) -> None:
-        """Results still held for an unreachable store go back to the transport for another
-        instance (or this one, later) to record; one that cannot leaves its attempt to the
-        step's redispatch rules."""
-        held, self._unlanded = self._unlanded, []
+        """Results and decisions still held for an unreachable store go back to the transport
+        for another instance (or this one, later) to record; one that cannot leaves its attempt
+        to the step's redispatch rules (a decision: to its turn's silence window). A decision
+        goes back to the results queue, which every instance takes: one that serves its code
+        applies it, any other drops it."""
+        held = [*self._unlanded, *self._undecided]
+        self._unlanded.clear()
+        self._undecided.clear()
         for result in held:
             try:
                 await self.transport.send_result(result)
@@ -163,27 +184,31 @@ class RemoteSteps:
 
     # ---------------------------------------------------------------- consumers
 
-    async def _take_results(self) -> None:
+    async def _consume(
+        self, take: Callable[[int, float], Awaitable[list[Message]]], held: list[Message]
+    ) -> None:
+        """Take results (or decisions) and land them; ``held`` keeps what an outage left
+        unlanded."""
         pause = TAKE_TIMEOUT
         while not self._stopping:
-            if self._unlanded:
+            if held:
                 # The store was unreachable: record what is held before taking more, which
                 # stays on the transport meanwhile.
-                self._unlanded = await self._land_all(self._unlanded)
-                if self._unlanded:
+                held[:] = await self._land_all(held)
+                if held:
                     await asyncio.sleep(pause)
                     pause = min(OUTAGE_PAUSE_MAX, pause * 2)
                     continue
                 pause = TAKE_TIMEOUT
             try:
-                results = await self.transport.take_results(RESULT_BATCH, TAKE_TIMEOUT)
+                messages = await take(RESULT_BATCH, TAKE_TIMEOUT)
             except Exception as exc:
                 if self._stopping:
                     return
                 self._failures.warning("taking step results failed (%s); retrying", exc)
                 await asyncio.sleep(TAKE_TIMEOUT)
                 continue
-            self._unlanded = await self._land_all(results)
+            held[:] = await self._land_all(messages)
 
     async def _land_all(self, results: list[Message]) -> list[Message]:
         """Land results; the ones the store could not record (an outage) come back, held."""

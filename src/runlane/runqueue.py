@@ -9,17 +9,19 @@ means anything, so a duplicate costs one claim and a lost message costs one poll
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Collection, Iterable
 from typing import Any, Protocol
 
-from .models import Run
+from .models import Run, Serves
 from .options import EngineOptions
 from .routing import Reason
 from .stores.base import Store
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, Malformed, check
+from .transports.names import code
 
 log = logging.getLogger("runlane.runqueue")
 
@@ -41,11 +43,19 @@ class RateLimitedLog:
             log.warning(message, *args)
 
 
+@functools.lru_cache(maxsize=16)
+def codes_of(serves: Serves) -> list[str]:
+    """The codes (``names.code``) of the pairs an instance serves: its run queues."""
+    return [code(*pair) for pair in sorted(serves.pairs)]
+
+
 def message(run: Run, reason: str) -> Message:
     return {
         "protocol": PROTOCOL,
         "run_id": run.id,
         "namespace": run.namespace,
+        "workflow": run.workflow,
+        "version": run.version,
         "priority": run.priority,
         "reason": reason,
     }
@@ -63,6 +73,11 @@ class RunSink(Protocol):
     @property
     def namespace(self) -> str | None:
         """The namespace whose runs are consumed (None: every namespace)."""
+        ...
+
+    @property
+    def serves(self) -> Serves:
+        """The codes whose runs are consumed (those the instance can replay)."""
         ...
 
     def room(self) -> int:
@@ -201,7 +216,8 @@ class RunQueue:
                 await self._room_freed()
                 continue
             try:
-                messages = await self.transport.take_runs(namespaces, room, TAKE_TIMEOUT)
+                codes = codes_of(sink.serves)
+                messages = await self.transport.take_runs(namespaces, codes, room, TAKE_TIMEOUT)
             except Exception as exc:
                 if self._stopping:
                     return

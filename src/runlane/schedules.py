@@ -18,7 +18,7 @@ import functools
 import hashlib
 import math
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -301,6 +301,10 @@ class SchedulerHost(Protocol):
 
     def workflow_definition(self, workflow: str) -> WorkflowDefinition: ...
 
+    def served_workflows(self) -> Collection[str]:
+        """The workflows whose schedules this engine fires (those it serves)."""
+        ...
+
     async def gated_spec(
         self,
         definition: WorkflowDefinition,
@@ -408,7 +412,8 @@ class Scheduler:
         the pass left due schedules behind (the loop then comes back at once)."""
         await self._host.ready()
         now = self._host.now()
-        rows = await self._host.store.due_schedules(now, FIRE_BATCH)
+        served = self._host.served_workflows()
+        rows = await self._host.store.due_schedules(now, FIRE_BATCH, workflows=served)
         self.backlog = len(rows) >= FIRE_BATCH
         failures: Failures = []
         plans = self._plans(rows, now, failures)

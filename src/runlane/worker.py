@@ -42,6 +42,7 @@ from .workflow_tasks import (
     check_workflow_task,
     decision_doc,
     expired,
+    reply_to,
     silence_window,
 )
 
@@ -209,7 +210,7 @@ class Worker:
         finally:
             done.set()
             beating.cancel()
-        await self._send(decision_doc(decision, self.name))
+        await self._send(decision_doc(decision, self.name), reply_to(task))
 
     async def _execute(self, task: Message) -> None:
         done = asyncio.Event()
@@ -270,10 +271,14 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(done.wait(), self.heartbeat_interval)
 
-    async def _send(self, result: Message) -> None:
+    async def _send(self, result: Message, queue: str | None = None) -> None:
+        """Send a step's result (or, to ``queue``, a turn's decision), retrying a failure."""
         for delay in (*SEND_RETRY_DELAYS, None):
             try:
-                await self.transport.send_result(result)
+                if queue is None:
+                    await self.transport.send_result(result)
+                else:
+                    await self.transport.send_decision(queue, result)
                 return
             except Exception as exc:
                 if delay is None:

@@ -18,12 +18,20 @@ from typing import Any
 from .models import JSON, Run, Signal, StepKind, StepRecord, StepStatus
 from .transports.base import Message
 from .transports.messages import PROTOCOL, Malformed
+from .transports.names import code, decision_queue
 
 WORKFLOW_KIND = "workflow"
 DECISION_KIND = "decision"
 
 RECORD_KINDS = frozenset(
-    {StepKind.STEP, StepKind.SLEEP, StepKind.SIGNAL, StepKind.NOW, StepKind.SIDE_EFFECT}
+    {
+        StepKind.STEP,
+        StepKind.SLEEP,
+        StepKind.SIGNAL,
+        StepKind.NOW,
+        StepKind.SIDE_EFFECT,
+        StepKind.PATCH,
+    }
 )
 """The records a decision may write itself (children and remote steps are commands; a
 waited child's record only once the task said how the child ended)."""
@@ -128,7 +136,15 @@ def workflow_task(
         "trace": dict(trace) if trace else None,
         "dispatched_at": now.isoformat(),
         "expires_at": expires_at.isoformat(),
+        "reply_to": decision_queue(code(run.workflow, run.version)),
     }
+
+
+def reply_to(task: Message) -> str | None:
+    """Where a task's decision goes: its ``reply_to`` queue (the engines that serve the run's
+    code take it), or None for the results queue (a task from an engine before ``reply_to``)."""
+    queue = task.get("reply_to")
+    return queue if isinstance(queue, str) and queue else None
 
 
 def expired(task: Message, now: datetime) -> bool:
@@ -307,6 +323,7 @@ __all__ = [
     "check_workflow_task",
     "decision_doc",
     "parse_decision",
+    "reply_to",
     "silence_window",
     "workflow_task",
 ]

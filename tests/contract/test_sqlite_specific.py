@@ -85,9 +85,11 @@ async def test_the_due_schedules_query_searches_the_due_index(tmp_path: Path) ->
     path = tmp_path / "plan.db"
     await open_and_close(path)
     with sqlite3.connect(path) as conn:
-        rows = conn.execute(f"EXPLAIN QUERY PLAN {SQL['due_schedules']}", (T0.isoformat(), 500))
-        plan = " | ".join(str(row[-1]) for row in rows)
-    assert "USING INDEX schedules_due" in plan, plan
+        for workflows in (None, '["report", "sync"]'):
+            query = f"EXPLAIN QUERY PLAN {SQL['due_schedules']}"
+            rows = conn.execute(query, (T0.isoformat(), workflows, 500))
+            plan = " | ".join(str(row[-1]) for row in rows)
+            assert "USING INDEX schedules_due" in plan, plan
 
 
 async def test_opening_records_the_latest_schema_version(tmp_path: Path) -> None:

@@ -22,10 +22,11 @@ from hypothesis import strategies as st
 
 import runlane
 from runlane import Engine, RunStatus
+from runlane.serialization import dumps
 from runlane.stores.sqlite import SqliteStore
 from runlane.transports import DbTransport, RedisTransport, Transport
 from runlane.transports.messages import Malformed, check
-from runlane.transports.names import RESULTS, run_queue, task_queue
+from runlane.transports.names import RESULTS, code, run_queue, run_topic, task_queue
 from runlane.worker import Worker
 from runlane.workflow_tasks import (
     check_workflow_task,
@@ -42,7 +43,14 @@ transport_kind = contract.transport_kind
 make_transport = contract.make_transport
 
 VALID: dict[str, dict[str, Any]] = {
-    "run": {"run_id": "r", "reason": "wake", "namespace": None, "priority": 0},
+    "run": {
+        "run_id": "r",
+        "reason": "wake",
+        "namespace": None,
+        "workflow": "w",
+        "version": "1",
+        "priority": 0,
+    },
     "task": {"step_id": "r:1", "run_id": "r", "seq": 1, "name": "s", "attempt": 1},
     "result": {"step_id": "r:1", "run_id": "r", "seq": 1, "attempt": 1, "ok": True},
     "heartbeat": {"step_id": "r:1", "run_id": "r", "seq": 1, "attempt": 1},
@@ -119,16 +127,20 @@ async def turned(ctx: runlane.Context, x: int) -> int:
     return int(await ctx.step(local_step, x))
 
 
-async def _raw(transport: Transport, queue: str, payload: str) -> None:
-    """Write a payload that is not JSON straight into a queue, as a corrupted queue would hold."""
+FLOW_CODE = code("wire.flow", "1")  # the run queue the engine of ``fleet`` takes from
+
+
+async def _raw(transport: Transport, queue: str, payload: str, *, json: bool = False) -> None:
+    """Write a payload straight into a queue, as a corrupted queue would hold it (one that is
+    not JSON only where the backend can hold it: ``json`` says the payload is JSON)."""
     if isinstance(transport, RedisTransport):
         if queue.startswith("runs"):
             await transport.client.zadd(transport.key(queue), {f"{0:020d}|{payload}": 0})
         else:
             await transport.client.rpush(transport.key(queue), payload)
-    elif isinstance(transport, DbTransport) and "sqlite" in transport.url:
+    elif isinstance(transport, DbTransport) and (json or "sqlite" in transport.url):
         key = transport.key(queue)
-        topic = transport._runs_topic if queue.startswith("runs") else key
+        topic = transport.key(run_topic(FLOW_CODE)) if queue.startswith("runs") else key
         await transport._insert([(key, topic, payload, 0)])
 
 
@@ -230,10 +242,10 @@ async def test_malformed_run_messages_are_dropped_and_the_run_queue_goes_on(
 ) -> None:
     engine, _, transport = await fleet()
     for message in mangled("run"):
-        if isinstance(message, dict) and isinstance(message.get("namespace"), str | None):
-            await transport.enqueue_runs([{**message, "priority": 0}])
+        # Written into the engine's own run queue, whatever the message says its code is.
+        await _raw(transport, run_queue(None, FLOW_CODE), dumps(message), json=True)
     for payload in RAW:
-        await _raw(transport, run_queue(None), payload)
+        await _raw(transport, run_queue(None, FLOW_CODE), payload)
     await _completes(engine, 5, "queue-after")
     assert engine._execution.runqueue is not None and engine._execution.runqueue.consuming
     logged = [r.getMessage() for r in caplog.records]

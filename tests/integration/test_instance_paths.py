@@ -215,9 +215,9 @@ def record_takes(engine: Engine) -> list[tuple[int, int, int]]:
     takes: list[tuple[int, int, int]] = []
     take_runs = transport.take_runs
 
-    async def recorded(namespaces: Any, max_items: int, timeout: float) -> Any:
+    async def recorded(namespaces: Any, codes: Any, max_items: int, timeout: float) -> Any:
         held = len(queue.taken)
-        got = await take_runs(namespaces, max_items, timeout)
+        got = await take_runs(namespaces, codes, max_items, timeout)
         takes.append((held, max_items, len(got)))
         return got
 

@@ -117,6 +117,10 @@ class Recording(InProcessTransport):
         self.sent.append(dict(result))
         await super().send_result(result)
 
+    async def send_decision(self, queue: str, decision: Message) -> None:
+        self.sent.append(dict(decision))
+        await super().send_decision(queue, decision)
+
     async def publish_heartbeat(self, beat: Message) -> None:
         self.sent.append(dict(beat))
         await super().publish_heartbeat(beat)

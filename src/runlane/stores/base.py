@@ -28,6 +28,10 @@ Vocabulary:
 * **Held**: a run its throttle or debounce holds is ``blocked`` with ``wake_at = begin_at`` and
   ``begin_at > now``. It is no singleton waiter until then: admission neither counts it ahead of
   other waiters nor wakes or hands a slot to it.
+* **Served**: an engine claims only the runs whose ``(workflow, version)`` it can replay
+  (:class:`~runlane.models.Serves`). The claim queries and claims take ``serves`` and leave
+  every other run exactly as it is (``serves=None``: every code, for tools and tests). An index
+  serves the filter: a poll reads each served pair's own entries, never the others'.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from ..models import (
     CancelResult,
     Claim,
     ClaimOutcome,
+    EngineInfo,
     Event,
     Lease,
     QueueSettings,
@@ -50,6 +55,7 @@ from ..models import (
     RunQuery,
     RunSpec,
     RunStatus,
+    Serves,
     Settlement,
     SettleResult,
     SingletonGate,
@@ -146,23 +152,30 @@ class Store(Protocol):
 
     # ---------------------------------------------------------------- claims
 
-    async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    async def pending_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
         """Ids of ``pending`` runs, highest priority first, then oldest ``(created_at, id)``.
 
-        ``namespace=None`` means every namespace.
+        ``namespace=None`` means every namespace; ``serves`` keeps the runs of those codes only
+        (see "Served"), in the same order, at most ``limit`` of them.
         """
         ...
 
-    async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    async def due_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
         """Ids of suspended/blocked runs that are due (``wake_at <= now``), most overdue first."""
         ...
 
-    async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    async def expired_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
         """Ids of running/cancelling runs whose lease expired (``lease_expires_at <= now``)."""
         ...
 
     async def timed_out_run_ids(
-        self, now: datetime, limit: int, namespace: str | None
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
     ) -> list[str]:
         """Ids of active runs past their ``deadline_at`` (execution timeout)."""
         ...
@@ -178,6 +191,7 @@ class Store(Protocol):
         max_recoveries: int | None = None,
         handoff: bool = False,
         dead_letters: Collection[str] = (),
+        serves: Serves | None = None,
     ) -> ClaimOutcome:
         """Lease a run for one turn, atomically.
 
@@ -186,7 +200,9 @@ class Store(Protocol):
         never before a held run's ``begin_at``: a stale or replayed hand-off begins no debounced
         or throttled run early); a
         ``running``/``cancelling`` run whose lease expired (a recovery: ``recoveries += 1``).
-        Anything else returns an empty outcome and writes nothing.
+        Anything else returns an empty outcome and writes nothing. A claimable run whose code
+        ``serves`` does not cover is not claimed either: nothing is written (no recovery is
+        counted, nothing is parked or settled) and ``outcome.unserved`` is true.
 
         * A recovered ``cancelling`` run settles ``cancelled`` (``outcome.settled``).
         * A recovery beyond ``max_recoveries`` settles the run ``dead`` (``outcome.settled``,
@@ -230,11 +246,18 @@ class Store(Protocol):
         ...
 
     async def hand_off_due_runs(
-        self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+        self,
+        now: datetime,
+        limit: int,
+        namespace: str | None,
+        hold_until: datetime,
+        *,
+        serves: Serves | None = None,
     ) -> list[Run]:
         """Take due runs for hand-off through a run queue, atomically.
 
-        At most ``limit`` suspended/blocked runs with ``wake_at <= now``, most overdue first
+        At most ``limit`` suspended/blocked runs with ``wake_at <= now`` (of ``serves``'s
+        codes), most overdue first
         (rows another instance is taking at the same moment are skipped, not waited for), get
         ``wake_at = hold_until`` and are returned as they now are. Other instances' polls then do
         not hand them off again; if the wake message is lost, the run is due again at
@@ -290,7 +313,14 @@ class Store(Protocol):
         ...
 
     async def claim_decision(
-        self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+        self,
+        run_id: str,
+        task_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        serves: Serves | None = None,
     ) -> Claim | None:
         """Lease a run to apply the decision of ``task_id``, atomically.
 
@@ -299,7 +329,8 @@ class Store(Protocol):
         cleared in the same write; ``wake_requested_at`` is kept (a wake that landed while the
         turn was out makes the apply's suspend rewake). Returns the claim as :meth:`claim_run`
         does. ``None`` and nothing written otherwise: a duplicate or stale decision, a run
-        cancelled, finished or requeued meanwhile, an unknown run.
+        cancelled, finished or requeued meanwhile, an unknown run, a run whose code ``serves``
+        does not cover.
         """
         ...
 
@@ -375,7 +406,8 @@ class Store(Protocol):
         With ``successor``, the oldest waiter the release admits, if it is not leased (pending,
         suspended or blocked), is claimed in the same transaction: it holds the slot, is leased
         to ``successor.owner`` until ``successor.until``, and comes back as ``successor`` (a
-        claim exactly as :meth:`claim_run` returns one) instead of in ``woken``. Stores may
+        claim exactly as :meth:`claim_run` returns one) instead of in ``woken``; with
+        ``successor.serves``, only a waiter of one of those codes (another is woken). Stores may
         grant it only where the settlement needs no children, continuation or handler written.
 
         A run that entered a step queue has its entries deleted and their queues' next waiters
@@ -523,9 +555,12 @@ class Store(Protocol):
         """Delete the schedule; False when there was none. Runs it started stay."""
         ...
 
-    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+    async def due_schedules(
+        self, now: datetime, limit: int, *, workflows: Collection[str] | None = None
+    ) -> list[StoredSchedule]:
         """At most ``limit`` schedules not paused whose ``next_fire_at <= now``, earliest first:
-        one indexed query, never a scan of every schedule."""
+        one indexed query, never a scan of every schedule. ``workflows``: only the schedules
+        of those workflows (an engine fires the windows of the workflows it serves)."""
         ...
 
     async def fire_schedule(
@@ -634,6 +669,35 @@ class Store(Protocol):
     async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
         """How many active runs there are, by ``(workflow, status)``; pairs without runs are
         left out. Reads the active runs only, however many settled runs are kept."""
+        ...
+
+    async def active_code_counts(self) -> dict[tuple[str, str], int]:
+        """How many active runs there are, by ``(workflow, version)``; codes without active
+        runs are left out. Reads the active runs only."""
+        ...
+
+    # ---------------------------------------------------------------- engines
+
+    async def announce_engine(self, info: EngineInfo) -> None:
+        """Record (or replace) the engine ``info.id``: what it serves, its first beat."""
+        ...
+
+    async def beat_engine(self, engine_id: str, at: datetime) -> bool:
+        """Set the engine's ``last_beat_at = at``; False (nothing written) when it has no
+        record (it was pruned, or removed: the caller announces itself again)."""
+        ...
+
+    async def remove_engine(self, engine_id: str) -> None:
+        """Delete the engine's record (it stopped cleanly). Idempotent."""
+        ...
+
+    async def list_engines(self) -> list[EngineInfo]:
+        """Every engine record, oldest ``started_at`` first (then id); ``alive`` as stored
+        (the caller judges it from ``last_beat_at`` and ``lease``)."""
+        ...
+
+    async def prune_engines(self, before: datetime) -> int:
+        """Delete the records of engines whose last beat is before ``before``; how many."""
         ...
 
     async def lane_runs(self) -> list[Run]:

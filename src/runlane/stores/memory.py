@@ -27,6 +27,7 @@ from ..models import (
     CancelResult,
     Claim,
     ClaimOutcome,
+    EngineInfo,
     Event,
     Lease,
     QueueSettings,
@@ -36,6 +37,7 @@ from ..models import (
     RunQuery,
     RunSpec,
     RunStatus,
+    Serves,
     Settlement,
     SettleResult,
     Signal,
@@ -52,6 +54,7 @@ from ..models import (
     claimed_run,
     requeue_spec,
     requeued_run,
+    serves_run,
     suspended_run,
 )
 from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
@@ -78,6 +81,7 @@ class MemoryStore:
         self._ids = itertools.count(1)
         self._schedules: dict[str, StoredSchedule] = {}
         self._queues = _MemoryQueues(self)
+        self._engines: dict[str, EngineInfo] = {}
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
@@ -108,52 +112,48 @@ class MemoryStore:
 
     # ---------------------------------------------------------------- claims
 
-    def _in_namespace(self, run: Run, namespace: str | None) -> bool:
-        return namespace is None or run.namespace == namespace
+    def _polled(self, namespace: str | None, serves: Serves | None) -> Iterator[Run]:
+        """The runs a claim query of ``namespace`` and ``serves`` looks at."""
+        for run in self._runs.values():
+            if (namespace is None or run.namespace == namespace) and serves_run(serves, run):
+                yield run
 
-    async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        runs = [
-            r
-            for r in self._runs.values()
-            if r.status == RunStatus.PENDING and self._in_namespace(r, namespace)
-        ]
+    async def pending_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
+        runs = [r for r in self._polled(namespace, serves) if r.status == RunStatus.PENDING]
         runs.sort(key=lambda r: (-r.priority, r.created_at, r.id))
         return [r.id for r in runs[:limit]]
 
-    async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    async def due_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
         runs = [
             r
-            for r in self._runs.values()
-            if r.status in _WAITING
-            and r.wake_at is not None
-            and r.wake_at <= now
-            and self._in_namespace(r, namespace)
+            for r in self._polled(namespace, serves)
+            if r.status in _WAITING and r.wake_at is not None and r.wake_at <= now
         ]
         runs.sort(key=lambda r: (r.wake_at or now, r.id))
         return [r.id for r in runs[:limit]]
 
-    async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    async def expired_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
         runs = [
             r
-            for r in self._runs.values()
-            if r.status in _LEASED
-            and r.lease_expires_at is not None
-            and r.lease_expires_at <= now
-            and self._in_namespace(r, namespace)
+            for r in self._polled(namespace, serves)
+            if r.status in _LEASED and r.lease_expires_at is not None and r.lease_expires_at <= now
         ]
         runs.sort(key=lambda r: (r.lease_expires_at or now, r.id))
         return [r.id for r in runs[:limit]]
 
     async def timed_out_run_ids(
-        self, now: datetime, limit: int, namespace: str | None
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
     ) -> list[str]:
         runs = [
             r
-            for r in self._runs.values()
-            if not r.is_terminal
-            and r.deadline_at is not None
-            and r.deadline_at <= now
-            and self._in_namespace(r, namespace)
+            for r in self._polled(namespace, serves)
+            if not r.is_terminal and r.deadline_at is not None and r.deadline_at <= now
         ]
         runs.sort(key=lambda r: (r.deadline_at or now, r.id))
         return [r.id for r in runs[:limit]]
@@ -169,13 +169,14 @@ class MemoryStore:
         max_recoveries: int | None = None,
         handoff: bool = False,
         dead_letters: Collection[str] = (),
+        serves: Serves | None = None,
     ) -> ClaimOutcome:
         run = self._runs.get(run_id)
         if run is None or not _claimable(run, now, handoff):
-            if run is not None and handoff and _rearmable(run, now):
+            if run is not None and handoff and _rearmable(run, now) and serves_run(serves, run):
                 self._runs[run_id] = replace(run, wake_at=run.begin_at)
             return ClaimOutcome()
-        rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
+        rules = ClaimRules(singleton_retry, max_recoveries, dead_letters, serves)
         return runbook.claim(_Rows(self), run, Lease(owner, lease_until), now, rules)
 
     async def park_full_waiters(self, timers: Mapping[str, RetryTimer], now: datetime) -> list[str]:
@@ -208,10 +209,16 @@ class MemoryStore:
         return admission.admits(run.singleton_limit or 1, holders, rank)
 
     async def hand_off_due_runs(
-        self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+        self,
+        now: datetime,
+        limit: int,
+        namespace: str | None,
+        hold_until: datetime,
+        *,
+        serves: Serves | None = None,
     ) -> list[Run]:
         taken = []
-        for run_id in await self.due_run_ids(now, limit, namespace):
+        for run_id in await self.due_run_ids(now, limit, namespace, serves=serves):
             run = replace(self._runs[run_id], wake_at=hold_until)
             self._runs[run_id] = run
             taken.append(run)
@@ -268,10 +275,19 @@ class MemoryStore:
         self._runs[run_id] = awaiting_decision(run, task_id, deadline, now)
 
     async def claim_decision(
-        self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+        self,
+        run_id: str,
+        task_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        serves: Serves | None = None,
     ) -> Claim | None:
         run = self._runs.get(run_id)
         if run is None or not _awaiting(run) or run.awaiting_decision_task_id != task_id:
+            return None
+        if not serves_run(serves, run):
             return None
         requested = run.wake_requested_at
         claim = self._lease(
@@ -544,11 +560,16 @@ class MemoryStore:
     async def delete_schedule(self, schedule_id: str) -> bool:
         return self._schedules.pop(schedule_id, None) is not None
 
-    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
+    async def due_schedules(
+        self, now: datetime, limit: int, *, workflows: Collection[str] | None = None
+    ) -> list[StoredSchedule]:
         due = [
             s
             for s in self._schedules.values()
-            if not s.paused and s.next_fire_at is not None and s.next_fire_at <= now
+            if not s.paused
+            and s.next_fire_at is not None
+            and s.next_fire_at <= now
+            and (workflows is None or s.definition.get("workflow") in workflows)
         ]
         return sorted(due, key=lambda s: (s.next_fire_at, s.id))[:limit]
 
@@ -670,6 +691,33 @@ class MemoryStore:
     async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
         active = (r for r in self._runs.values() if r.status in ACTIVE_STATUSES)
         return dict(Counter((r.workflow, r.status) for r in active))
+
+    async def active_code_counts(self) -> dict[tuple[str, str], int]:
+        active = (r for r in self._runs.values() if r.status in ACTIVE_STATUSES)
+        return dict(Counter((r.workflow, r.version) for r in active))
+
+    # ---------------------------------------------------------------- engines
+
+    async def announce_engine(self, info: EngineInfo) -> None:
+        self._engines[info.id] = info
+
+    async def beat_engine(self, engine_id: str, at: datetime) -> bool:
+        info = self._engines.get(engine_id)
+        if info is not None:
+            self._engines[engine_id] = replace(info, last_beat_at=at)
+        return info is not None
+
+    async def remove_engine(self, engine_id: str) -> None:
+        self._engines.pop(engine_id, None)
+
+    async def list_engines(self) -> list[EngineInfo]:
+        return sorted(self._engines.values(), key=lambda e: (e.started_at, e.id))
+
+    async def prune_engines(self, before: datetime) -> int:
+        gone = [i for i, e in self._engines.items() if e.last_beat_at < before]
+        for engine_id in gone:
+            del self._engines[engine_id]
+        return len(gone)
 
     async def lane_runs(self) -> list[Run]:
         gated = [

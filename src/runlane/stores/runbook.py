@@ -21,6 +21,7 @@ from ..models import (
     Run,
     RunSpec,
     RunStatus,
+    Serves,
     Settlement,
     SettleResult,
     Started,
@@ -33,6 +34,7 @@ from ..models import (
     ready_ids,
     refused_handler,
     run_from_spec,
+    serves_run,
     settled_run,
     waiting_run,
 )
@@ -109,6 +111,7 @@ class ClaimRules:
     singleton_retry: RetryTimer
     max_recoveries: int | None
     dead_letters: Collection[str]
+    serves: Serves | None = None
 
 
 def create(
@@ -258,7 +261,10 @@ def _full(rows: RunRows, run: Run) -> bool:
 
 def claim(rows: RunRows, run: Run, lease: Lease, now: datetime, rules: ClaimRules) -> ClaimOutcome:
     """Claim ``run``, claimable at ``now``: recover it if its lease expired, admit it if it
-    waits for a slot of its key, and lease it; or settle it, or park it blocked."""
+    waits for a slot of its key, and lease it; or settle it, or park it blocked. A run of a
+    code the claimer does not serve is left as it is."""
+    if not serves_run(rules.serves, run):
+        return ClaimOutcome(unserved=True)
     if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
         run = replace(run, recoveries=run.recoveries + 1)
         rows.save(run)
@@ -348,6 +354,8 @@ def _hand_over(
     waiter = next((w for w in map(rows.get, woken) if w.singleton_key == key), None)
     if waiter is None or waiter.status not in (RunStatus.PENDING, *_WAITING):
         return None
+    if not serves_run(successor.serves, waiter):
+        return None  # woken: an engine that serves it claims it
     return rows.lease(replace(waiter, holds_slot=True, handoff_at=None), successor, now)
 
 

@@ -68,9 +68,25 @@ def needs_run_queue(transport: Transport) -> None:
         pytest.skip(f"{type(transport).__name__} has no run queue")
 
 
-def runs(*specs: tuple[str, int], namespace: str | None = None) -> list[dict[str, Any]]:
+CODE = "flow@1"
+"""The code (``names.code``) of the runs these tests send: workflow ``flow``, version 1."""
+
+
+def runs(
+    *specs: tuple[str, int],
+    namespace: str | None = None,
+    workflow: str = "flow",
+    version: str = "1",
+) -> list[dict[str, Any]]:
     return [
-        {"run_id": run_id, "namespace": namespace, "priority": priority, "reason": "start"}
+        {
+            "run_id": run_id,
+            "namespace": namespace,
+            "workflow": workflow,
+            "version": version,
+            "priority": priority,
+            "reason": "start",
+        }
         for run_id, priority in specs
     ]
 
@@ -129,7 +145,9 @@ async def test_runs_are_taken_most_urgent_first_then_oldest(transport: Transport
     await transport.enqueue_runs(runs(("low-1", 0), ("high-1", 5), ("low-2", 0), ("mid", 1)))
     await transport.enqueue_runs(runs(("high-2", 5)))
 
-    taken = await transport.take_runs([None], 3, 1.0) + await transport.take_runs(None, 10, 1.0)
+    taken = await transport.take_runs([None], [CODE], 3, 1.0) + await transport.take_runs(
+        None, [CODE], 10, 1.0
+    )
 
     assert run_ids(taken) == ["high-1", "high-2", "mid", "low-1", "low-2"]
 
@@ -140,7 +158,7 @@ async def test_run_messages_come_back_as_sent(transport: Transport) -> None:
 
     await transport.enqueue_runs(sent)
 
-    assert await transport.take_runs(["billing"], 5, 1.0) == sent
+    assert await transport.take_runs(["billing"], [CODE], 5, 1.0) == sent
 
 
 async def test_each_run_message_goes_to_exactly_one_of_two_takers(
@@ -152,7 +170,7 @@ async def test_each_run_message_goes_to_exactly_one_of_two_takers(
 
     async def drain(t: Transport) -> list[str]:
         got: list[str] = []
-        while batch := await t.take_runs(None, 7, 0.15):
+        while batch := await t.take_runs(None, [CODE], 7, 0.15):
             got += run_ids(batch)
         return got
 
@@ -168,10 +186,45 @@ async def test_namespaces_have_their_own_run_queues(transport: Transport) -> Non
         runs(("a1", 0), namespace="a") + runs(("b1", 0), namespace="b") + runs(("n1", 0))
     )
 
-    assert run_ids(await transport.take_runs(["a"], 10, 0.5)) == ["a1"]
-    assert run_ids(await transport.take_runs([None], 10, 0.5)) == ["n1"]
-    assert await transport.take_runs(["a"], 10, 0.1) == []
-    assert run_ids(await transport.take_runs(None, 10, 0.5)) == ["b1"]
+    assert run_ids(await transport.take_runs(["a"], [CODE], 10, 0.5)) == ["a1"]
+    assert run_ids(await transport.take_runs([None], [CODE], 10, 0.5)) == ["n1"]
+    assert await transport.take_runs(["a"], [CODE], 10, 0.1) == []
+    assert run_ids(await transport.take_runs(None, [CODE], 10, 0.5)) == ["b1"]
+
+
+async def test_runs_of_a_code_go_only_to_takers_of_that_code(transport: Transport) -> None:
+    needs_run_queue(transport)
+    await transport.enqueue_runs(
+        runs(("v1", 0)) + runs(("v2", 0), version="2") + runs(("other", 0), workflow="other")
+    )
+
+    assert run_ids(await transport.take_runs(None, ["flow@2"], 10, 0.5)) == ["v2"]
+    assert await transport.take_runs(None, ["flow@3"], 10, 0.1) == []
+    assert run_ids(await transport.take_runs([None], [CODE], 10, 0.5)) == ["v1"]
+    assert run_ids(await transport.take_runs(None, ["other@1", CODE], 10, 0.5)) == ["other"]
+
+
+async def test_a_run_message_without_its_code_is_refused_at_the_send(
+    transport: Transport,
+) -> None:
+    needs_run_queue(transport)
+    message = runs(("r1", 0))[0]
+    del message["version"]
+
+    with pytest.raises(ValueError, match="workflow and version"):
+        await transport.enqueue_runs([message])
+
+
+async def test_namespaces_and_codes_never_share_a_run_queue(transport: Transport) -> None:
+    """The names keep any two (namespace, code) pairs apart, however their text overlaps."""
+    needs_run_queue(transport)
+    await transport.enqueue_runs(
+        runs(("a", 0), namespace="x:y", workflow="w")
+        + runs(("b", 0), namespace="x", workflow="y:w")
+    )
+
+    assert run_ids(await transport.take_runs(["x"], ["y:w@1"], 10, 0.5)) == ["b"]
+    assert run_ids(await transport.take_runs(["x:y"], ["w@1"], 10, 0.5)) == ["a"]
 
 
 async def test_taker_of_every_namespace_sees_a_namespace_created_while_it_waits(
@@ -179,7 +232,7 @@ async def test_taker_of_every_namespace_sees_a_namespace_created_while_it_waits(
 ) -> None:
     taker, sender = await make_transport(), await make_transport()
     needs_run_queue(taker)
-    waiting = asyncio.create_task(taker.take_runs(None, 10, 5.0))
+    waiting = asyncio.create_task(taker.take_runs(None, [CODE], 10, 5.0))
     await asyncio.sleep(0.2)
     started = time.monotonic()
 
@@ -201,7 +254,7 @@ async def test_ten_thousand_runs_go_out_in_a_few_round_trips(
 
     assert time.monotonic() - started < 3.0
     assert count is None or count[0] <= 3
-    taken = await take_all(lambda n, t: transport.take_runs(["fan"], n, t), 10_000)
+    taken = await take_all(lambda n, t: transport.take_runs(["fan"], [CODE], n, t), 10_000)
     assert sorted(run_ids(taken)) == sorted(run_ids(fan))
 
 
@@ -218,18 +271,19 @@ async def test_enqueue_of_nothing_sends_nothing(
 # -------------------------------------------------------------------- waiting
 
 
-@pytest.mark.parametrize("queue", ["runs", "tasks", "results"])
+@pytest.mark.parametrize("queue", ["runs", "tasks", "results", "decisions"])
 async def test_take_on_an_empty_queue_returns_nothing_in_time(
     transport: Transport, queue: str
 ) -> None:
     if queue == "runs" and not transport.has_run_queue:
         with pytest.raises(NotImplementedError):
-            await transport.take_runs(["ns"], 5, 0.2)
+            await transport.take_runs(["ns"], [CODE], 5, 0.2)
         return
     take: Callable[[], Awaitable[list[Any]]] = {
-        "runs": lambda: transport.take_runs(["ns"], 5, 0.2),
+        "runs": lambda: transport.take_runs(["ns"], [CODE], 5, 0.2),
         "tasks": lambda: transport.take_tasks("billing", 5, 0.2),
         "results": lambda: transport.take_results(5, 0.2),
+        "decisions": lambda: transport.take_decisions(["decisions:flow@1"], 5, 0.2),
     }[queue]
     started = time.monotonic()
 
@@ -352,6 +406,53 @@ async def test_a_result_sent_by_a_worker_is_taken_by_any_instance(
 
     assert await instance.take_results(10, 1.0) == [result]
     assert await instance.take_results(10, 0.1) == []
+
+
+def decision(run_id: str) -> dict[str, Any]:
+    return {
+        "protocol": 1,
+        "kind": "decision",
+        "task_id": f"task-{run_id}",
+        "run_id": run_id,
+        "worker": "w-1",
+        "checkpoints": [],
+        "consumed_signals": [],
+        "commands": [],
+        "outcome": {"type": "complete", "output": {"n": 1}},
+    }
+
+
+async def test_decisions_go_to_the_queue_their_task_named_oldest_first(
+    make_transport: MakeTransport,
+) -> None:
+    worker, instance = await make_transport(), await make_transport()
+    await worker.send_decision("decisions:flow@1", decision("a"))
+    await worker.send_decision("decisions:flow@2", decision("b"))
+    await worker.send_decision("decisions:flow@1", decision("c"))
+
+    assert await instance.take_decisions(["decisions:other@1"], 10, 0.1) == []
+    assert await instance.take_decisions(["decisions:flow@1"], 10, 1.0) == [
+        decision("a"),
+        decision("c"),
+    ]
+    both = ["decisions:flow@1", "decisions:flow@2"]
+    assert await instance.take_decisions(both, 10, 1.0) == [decision("b")]
+    assert await instance.take_results(10, 0.1) == []
+
+
+async def test_a_waiting_decision_taker_wakes_when_a_decision_comes(
+    make_transport: MakeTransport,
+) -> None:
+    worker, instance = await make_transport(), await make_transport()
+    await instance.take_decisions(["decisions:flow@1"], 1, 0)  # the first take starts listening
+    waiting = asyncio.create_task(instance.take_decisions(["decisions:flow@1"], 5, 5.0))
+    await asyncio.sleep(0.2)
+    started = time.monotonic()
+
+    await worker.send_decision("decisions:flow@1", decision("a"))
+
+    assert await waiting == [decision("a")]
+    assert time.monotonic() - started < 1.5
 
 
 # -------------------------------------------------------------------- heartbeats

@@ -7,13 +7,15 @@ costs latency, never correctness. Delivery is at-least-once at best and may be a
 
 Every message is a JSON object (see docs/wire.md), so a worker can be written in any language:
 
-* run message  ``{"run_id", "namespace", "priority", "reason"}`` (reason: start | wake | timer)
+* run message  ``{"run_id", "namespace", "workflow", "version", "priority", "reason"}``
+  (reason: start | wake | timer)
 * task         ``{"step_id", "run_id", "seq", "name", "group", "input", "attempt", "dispatched_at"}``
 * result       ``{"step_id", "run_id", "seq", "ok", "output", "error", "attempt", "worker"}``
 * heartbeat    ``{"step_id", "run_id", "seq", "attempt", "worker", "at"}``
 
 Queues are named the same way on every transport (:mod:`runlane.transports.names`): one run
-queue per namespace, one task queue per worker group, one results queue, one heartbeat channel.
+queue per namespace and code (``(workflow, version)``), one task queue per worker group, one
+results queue, one decisions queue per remote workflow's code, one heartbeat channel.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ class Transport(Protocol):
         """
 
     async def enqueue_runs(self, messages: Sequence[Message]) -> None:
-        """Send run messages to the run queue of each message's namespace, in one batch.
+        """Send run messages to the run queue of each message's namespace and code (its
+        ``workflow`` and ``version``), in one batch.
 
         One round trip (or pipeline / multi-row insert) for the whole batch, whatever its size.
         Raises on failure; nothing is half-sent in a way the caller must undo (a retry may
@@ -75,12 +78,18 @@ class Transport(Protocol):
         """
 
     async def take_runs(
-        self, namespaces: Sequence[str | None] | None, max_items: int, timeout: float
+        self,
+        namespaces: Sequence[str | None] | None,
+        codes: Sequence[str],
+        max_items: int,
+        timeout: float,
     ) -> list[Message]:
-        """Take up to ``max_items`` run messages, waiting up to ``timeout`` seconds for the first.
+        """Take up to ``max_items`` run messages of ``codes`` (``names.code(workflow,
+        version)``: the runs the taker can replay), waiting up to ``timeout`` seconds for the
+        first; messages of other codes stay for takers that serve them.
 
-        ``namespaces=None`` takes from every namespace; ``[None]`` only from the run queue of
-        runs without a namespace. More urgent (higher ``priority``) first within a namespace,
+        ``namespaces=None`` takes from every namespace; ``[None]`` only from the run queues of
+        runs without a namespace. More urgent (higher ``priority``) first within a run queue,
         oldest first among equals; each message is delivered to one taker. ``timeout <= 0``
         does not wait. Returns ``[]`` when nothing came in time.
         """
@@ -102,6 +111,16 @@ class Transport(Protocol):
 
     async def take_results(self, max_items: int, timeout: float) -> list[Message]:
         """Take up to ``max_items`` results, waiting up to ``timeout`` for the first."""
+
+    async def send_decision(self, queue: str, decision: Message) -> None:
+        """Send a remote workflow turn's decision to ``queue`` (the workflow task's
+        ``reply_to``: ``names.decision_queue`` of the run's code). Raises on failure."""
+
+    async def take_decisions(
+        self, queues: Sequence[str], max_items: int, timeout: float
+    ) -> list[Message]:
+        """Take up to ``max_items`` decisions from ``queues``, waiting up to ``timeout`` for
+        the first; oldest first within a queue, each delivered to one taker."""
 
     async def publish_heartbeat(self, beat: Message) -> None:
         """Broadcast a heartbeat: every subscribed feed, in every process, hears it.

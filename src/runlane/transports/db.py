@@ -20,7 +20,8 @@ from ..serialization import dumps, loads
 from ..urls import redact
 from .base import Message
 from .local import Fanout, Feed, Wakeups, wait_event
-from .names import HEARTBEATS, RESULTS, qualified, run_queue, task_queue
+from .messages import message_code
+from .names import HEARTBEATS, RESULTS, qualified, run_queue, run_topic, task_queue
 
 # (queue, topic, payload json, priority)
 Row = tuple[str, str, str, int]
@@ -40,8 +41,10 @@ class MessageTable(Protocol):
     async def insert(self, rows: Sequence[Row], channels: Sequence[str]) -> None:
         """Insert every row and notify every channel, in one transaction."""
 
-    async def claim(self, queues: Sequence[str], topic: str | None, limit: int) -> list[Message]:
-        """Delete and return up to ``limit`` payloads of ``queues`` or ``topic``, urgent first."""
+    async def claim(
+        self, queues: Sequence[str], topics: Sequence[str], limit: int
+    ) -> list[Message]:
+        """Delete and return up to ``limit`` payloads of ``queues`` or ``topics``, urgent first."""
 
     async def watch(self, channels: Sequence[str]) -> None:
         """Make sure wake-ups of the queue ``channels`` reach ``on_notify`` from now on (a
@@ -74,10 +77,6 @@ class DbTransport:
     def key(self, name: str) -> str:
         return qualified(self.prefix, name)
 
-    @property
-    def _runs_topic(self) -> str:
-        return self.key("runs:*")
-
     async def open(self) -> None:
         # An engine and its in-process workers often share one transport and open it at
         # once: the second waits for the first instead of opening a second table.
@@ -102,11 +101,11 @@ class DbTransport:
     # ---------------------------------------------------------------- sending
 
     async def enqueue_runs(self, messages: Sequence[Message]) -> None:
-        topic = self._runs_topic
-        rows = [
-            (self.key(run_queue(m.get("namespace"))), topic, dumps(m), int(m.get("priority") or 0))
-            for m in messages
-        ]
+        rows = []
+        for m in messages:
+            code = message_code(m)
+            queue, topic = self.key(run_queue(m.get("namespace"), code)), self.key(run_topic(code))
+            rows.append((queue, topic, dumps(m), int(m.get("priority") or 0)))
         await self._insert(rows)
 
     async def send_tasks(self, group: str, tasks: Sequence[Message]) -> None:
@@ -116,6 +115,10 @@ class DbTransport:
     async def send_result(self, result: Message) -> None:
         queue = self.key(RESULTS)
         await self._insert([(queue, queue, dumps(result), 0)])
+
+    async def send_decision(self, queue: str, decision: Message) -> None:
+        key = self.key(queue)
+        await self._insert([(key, key, dumps(decision), 0)])
 
     async def _insert(self, rows: Sequence[Row]) -> None:
         if not rows:
@@ -129,33 +132,43 @@ class DbTransport:
     # ---------------------------------------------------------------- taking
 
     async def take_runs(
-        self, namespaces: Sequence[str | None] | None, max_items: int, timeout: float
+        self,
+        namespaces: Sequence[str | None] | None,
+        codes: Sequence[str],
+        max_items: int,
+        timeout: float,
     ) -> list[Message]:
         if namespaces is None:
-            return await self._take([], self._runs_topic, max_items, timeout)
-        queues = [self.key(run_queue(ns)) for ns in namespaces]
-        return await self._take(queues, None, max_items, timeout)
+            topics = [self.key(run_topic(code)) for code in codes]
+            return await self._take([], topics, max_items, timeout)
+        queues = [self.key(run_queue(ns, code)) for ns in namespaces for code in codes]
+        return await self._take(queues, [], max_items, timeout)
 
     async def take_tasks(self, group: str, max_items: int, timeout: float) -> list[Message]:
-        return await self._take([self.key(task_queue(group))], None, max_items, timeout)
+        return await self._take([self.key(task_queue(group))], [], max_items, timeout)
 
     async def take_results(self, max_items: int, timeout: float) -> list[Message]:
-        return await self._take([self.key(RESULTS)], None, max_items, timeout)
+        return await self._take([self.key(RESULTS)], [], max_items, timeout)
+
+    async def take_decisions(
+        self, queues: Sequence[str], max_items: int, timeout: float
+    ) -> list[Message]:
+        return await self._take([self.key(q) for q in queues], [], max_items, timeout)
 
     async def _take(
-        self, queues: list[str], topic: str | None, max_items: int, timeout: float
+        self, queues: list[str], topics: list[str], max_items: int, timeout: float
     ) -> list[Message]:
         if self._closed:
             return []
         deadline = time.monotonic() + timeout
-        channels = [topic] if topic is not None else queues
+        channels = [*queues, *topics]
         woken = self._wakeups.register(channels)
         try:
             await self._watch(channels, deadline)
             while not self._closed:
                 # Cleared before the claim: a notification arriving after it is not missed.
                 woken.clear()
-                messages = await self._claim(queues, topic, max_items)
+                messages = await self._claim(queues, topics, max_items)
                 remaining = deadline - time.monotonic()
                 if messages or remaining <= 0:
                     return messages
@@ -171,9 +184,11 @@ class DbTransport:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._table.watch(channels), remaining)
 
-    async def _claim(self, queues: list[str], topic: str | None, limit: int) -> list[Message]:
+    async def _claim(self, queues: list[str], topics: list[str], limit: int) -> list[Message]:
+        if not queues and not topics:
+            return []
         try:
-            return await self._table.claim(queues, topic, limit)
+            return await self._table.claim(queues, topics, limit)
         except Exception:
             if self._closed:
                 return []

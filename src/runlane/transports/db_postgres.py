@@ -84,8 +84,10 @@ class PostgresMessages:
         async with self.pool.connection() as conn:
             await conn.execute(self._q["insert"].encode(), params)
 
-    async def claim(self, queues: Sequence[str], topic: str | None, limit: int) -> list[Message]:
-        params = {"queues": list(queues), "topic": topic, "limit": limit}
+    async def claim(
+        self, queues: Sequence[str], topics: Sequence[str], limit: int
+    ) -> list[Message]:
+        params = {"queues": list(queues), "topics": list(topics), "limit": limit}
         async with self.pool.connection() as conn:
             cursor = await conn.execute(self._q["claim"].encode(), params)
             rows = await cursor.fetchall()

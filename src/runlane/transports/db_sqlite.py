@@ -80,15 +80,17 @@ class SqliteMessages:
 
         await self._run(insert)
 
-    async def claim(self, queues: Sequence[str], topic: str | None, limit: int) -> list[Message]:
-        names = dumps(list(queues))
+    async def claim(
+        self, queues: Sequence[str], topics: Sequence[str], limit: int
+    ) -> list[Message]:
+        names, topic_names = dumps(list(queues)), dumps(list(topics))
 
         def claim(conn: sqlite3.Connection) -> list[Any]:
             # A read first: an empty poll must not take SQLite's write lock.
-            if conn.execute(self._q["peek"], (names, topic)).fetchone() is None:
+            if conn.execute(self._q["peek"], (names, topic_names)).fetchone() is None:
                 return []
             with _transaction(conn):
-                return conn.execute(self._q["claim"], (names, topic, limit)).fetchall()
+                return conn.execute(self._q["claim"], (names, topic_names, limit)).fetchall()
 
         rows = await self._run(claim)
         rows.sort(key=lambda row: (-row[1], row[0]))

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .base import Message
+from .names import code
 
 PROTOCOL = 1
 """The protocol version every message carries (``"protocol"``); a message without it is 1."""
@@ -68,6 +69,8 @@ _FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
         "run_id": (_text, "a non-empty string"),
         "reason": (_reason, '"start", "wake" or "timer"'),
         "namespace": (_optional_text, "a string or null"),
+        "workflow": (_text, "a non-empty string"),
+        "version": (_text, "a non-empty string"),
         "priority": (_optional_int, "an integer or null"),
     },
     "task": {
@@ -116,6 +119,16 @@ def check(kind: str, message: Any) -> Message:
     return message
 
 
+def message_code(message: Message) -> str:
+    """The code (``names.code``) of a run message: the run queue it goes to."""
+    workflow, version = message.get("workflow"), message.get("version")
+    if not isinstance(workflow, str) or not workflow or not isinstance(version, str) or not version:
+        raise ValueError(
+            f"a run message needs its run's workflow and version, got {workflow!r}, {version!r}"
+        )
+    return code(workflow, version)
+
+
 def decode_each(payloads: Iterable[str | bytes], what: str) -> list[Any]:
     """Each payload's JSON; one that is not JSON is dropped with a logged reason (the others of
     its batch are kept: a take must not lose good messages to a bad neighbour)."""
@@ -128,4 +141,4 @@ def decode_each(payloads: Iterable[str | bytes], what: str) -> list[Any]:
     return decoded
 
 
-__all__ = ["PROTOCOL", "Malformed", "check", "decode_each"]
+__all__ = ["PROTOCOL", "Malformed", "check", "decode_each", "message_code"]

@@ -2,11 +2,14 @@
 
 Keys, under a configurable prefix (``runlane`` by default):
 
-* ``<prefix>:runs[:<namespace>]``  sorted set per namespace; score ``-priority``, member
-  ``<20-digit stamp>|<json>``, popped with BZMPOP MIN: most urgent first, oldest first among equals
-* ``<prefix>:run-queues``          set of the run-queue keys, for takers of every namespace
+* ``<prefix>:runs:...``           sorted set per namespace and code (``names.run_queue``); score
+  ``-priority``, member ``<20-digit stamp>|<json>``, popped with BZMPOP MIN: most urgent first,
+  oldest first among equals
+* ``<prefix>:run-queues:<code>``   set of the run-queue keys of a code, for takers of every
+  namespace
 * ``<prefix>:tasks:<group>``       list per worker group (RPUSH, BLMPOP LEFT)
 * ``<prefix>:results``             list (RPUSH, BLMPOP LEFT)
+* ``<prefix>:decisions:<code>``    list per remote workflow's code (RPUSH, BLMPOP LEFT)
 * ``<prefix>:heartbeats``          pub/sub channel: every subscribed instance hears every beat
 """
 
@@ -27,7 +30,7 @@ from redis.exceptions import RedisError
 from ..serialization import dumps, loads
 from .base import Message
 from .local import Fanout, Feed
-from .messages import decode_each
+from .messages import decode_each, message_code
 from .names import HEARTBEATS, RESULTS, qualified, run_queue, task_queue
 
 log = logging.getLogger(__name__)
@@ -89,29 +92,42 @@ class RedisTransport:
         if not messages:
             return
         queues: dict[str, dict[str, float]] = {}
+        codes: dict[str, set[str]] = {}
         for stamp, message in zip(self._stamps(len(messages)), messages, strict=True):
-            key = self.key(run_queue(message.get("namespace")))
+            code = message_code(message)
+            key = self.key(run_queue(message.get("namespace"), code))
             member = f"{stamp:020d}|{dumps(message)}"
             queues.setdefault(key, {})[member] = -float(message.get("priority") or 0)
+            codes.setdefault(code, set()).add(key)
         pipe = self.client.pipeline(transaction=True)
         for key, members in queues.items():
             for batch in _chunks(list(members.items()), CHUNK):
                 pipe.zadd(key, dict(batch))
-        pipe.sadd(self.key("run-queues"), *queues)
+        for code, keys in codes.items():
+            pipe.sadd(self._queues_of(code), *keys)
         await pipe.execute()
 
+    def _queues_of(self, code: str) -> str:
+        return self.key(f"run-queues:{code}")
+
     async def take_runs(
-        self, namespaces: Sequence[str | None] | None, max_items: int, timeout: float
+        self,
+        namespaces: Sequence[str | None] | None,
+        codes: Sequence[str],
+        max_items: int,
+        timeout: float,
     ) -> list[Message]:
+        if not codes:
+            return await self._nothing(timeout)
         if namespaces is not None:
-            keys = [self.key(run_queue(ns)) for ns in namespaces]
+            keys = [self.key(run_queue(ns, code)) for ns in namespaces for code in codes]
             return await self._take_runs_from(keys, max_items, timeout)
         deadline = time.monotonic() + timeout
         while True:
-            # New namespaces appear while we wait, so block in slices and re-read the set.
-            known = await self.client.smembers(self.key("run-queues"))
+            # New namespaces appear while we wait, so block in slices and re-read the sets.
+            known = await self.client.sunion([self._queues_of(code) for code in codes])
             keys = sorted(str(k) for k in known)
-            keys = keys or [self.key(run_queue(None))]
+            keys = keys or [self.key(run_queue(None, code)) for code in codes]
             remaining = deadline - time.monotonic()
             messages = await self._take_runs_from(
                 keys, max_items, min(remaining, ALL_NAMESPACES_SLICE)
@@ -134,6 +150,12 @@ class RedisTransport:
         payloads = [member.partition("|")[2] for member, _score in reply[1]]
         return decode_each(payloads, "run message")
 
+    async def _nothing(self, timeout: float) -> list[Message]:
+        """A take of no queue at all: nothing comes, after the timeout (or the close)."""
+        if timeout > 0:
+            await self._until_closed(asyncio.sleep(timeout))
+        return []
+
     def _stamps(self, count: int) -> range:
         # Wall-clock nanoseconds order equal priorities oldest first, across processes too.
         start = max(time.time_ns(), self._last_stamp + 1)
@@ -153,6 +175,23 @@ class RedisTransport:
 
     async def take_results(self, max_items: int, timeout: float) -> list[Message]:
         return await self._take_list(self.key(RESULTS), max_items, timeout)
+
+    async def send_decision(self, queue: str, decision: Message) -> None:
+        await self._push(self.key(queue), [decision])
+
+    async def take_decisions(
+        self, queues: Sequence[str], max_items: int, timeout: float
+    ) -> list[Message]:
+        if not queues:
+            return await self._nothing(timeout)
+        keys = [self.key(queue) for queue in queues]
+        random.shuffle(keys)  # BLMPOP pops from the first non-empty key only
+        reply = await self._pop(
+            lambda t: self.client.blmpop(t, len(keys), *keys, direction="LEFT", count=max_items),
+            lambda: self.client.lmpop(len(keys), *keys, direction="LEFT", count=max_items),
+            timeout,
+        )
+        return decode_each(reply[1], "decision") if reply else []
 
     async def _push(self, key: str, messages: Sequence[Message]) -> None:
         if not messages:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,6 +12,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from ... import admission
 from ...models import (
     Claim,
+    EngineInfo,
     Event,
     Lease,
     RetryTimer,
@@ -18,6 +20,7 @@ from ...models import (
     RunQuery,
     RunSpec,
     RunStatus,
+    Serves,
     Settlement,
     Signal,
     Started,
@@ -53,6 +56,48 @@ def _array_element(value: str | int) -> str:
     if isinstance(value, int):
         return str(value)
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@functools.lru_cache(maxsize=64)
+def served_params(serves: Serves | None) -> Mapping[str, str | None]:
+    """The ``served`` and ``codes`` fragments' parameters: the codes an engine serves as two
+    parallel array literals (None: every code). Made once per set of codes (an engine's set
+    never changes), not at every claim."""
+    if serves is None:
+        return _EVERY_CODE
+    return {"workflows": pg_array(serves.workflows), "versions": pg_array(serves.versions)}
+
+
+_EVERY_CODE: Mapping[str, str | None] = {"workflows": None, "versions": None}
+
+
+def engine_params(info: EngineInfo) -> Row:
+    """``announce_engine``'s parameters."""
+    return {
+        "id": info.id,
+        "host": info.host,
+        "pid": info.pid,
+        "namespace": info.namespace,
+        "started_at": info.started_at,
+        "last_beat_at": info.last_beat_at,
+        "lease": info.lease,
+        "serves": dumps([list(pair) for pair in info.serves]),
+        "groups": dumps(list(info.groups)),
+    }
+
+
+def engine_from_row(row: Row) -> EngineInfo:
+    return EngineInfo(
+        id=row["id"],
+        host=row["host"],
+        pid=row["pid"],
+        namespace=row["namespace"],
+        started_at=row["started_at"],
+        last_beat_at=row["last_beat_at"],
+        lease=row["lease"],
+        serves=tuple((str(w), str(v)) for w, v in row["serves"]),
+        groups=tuple(str(g) for g in row["groups"]),
+    )
 
 
 def json_param(value: Any) -> str | None:
@@ -189,6 +234,7 @@ def settle_params(
         "now": now,
         "successor": successor.owner if successor else None,
         "successor_until": successor.until if successor else None,
+        **served_params(successor.serves if successor else None),
     }
 
 
@@ -419,6 +465,8 @@ __all__ = [
     "checkpoints_params",
     "claimable",
     "depth_first",
+    "engine_from_row",
+    "engine_params",
     "event_from_row",
     "fenced_params",
     "gate_keys",
@@ -434,6 +482,7 @@ __all__ = [
     "retry_params",
     "run_from_row",
     "schedule_from_row",
+    "served_params",
     "settle_params",
     "signal_from_row",
     "specs_params",

@@ -28,6 +28,7 @@ from ...models import (
     CancelResult,
     Claim,
     ClaimOutcome,
+    EngineInfo,
     Event,
     Lease,
     QueueSettings,
@@ -37,6 +38,7 @@ from ...models import (
     RunQuery,
     RunSpec,
     RunStatus,
+    Serves,
     Settlement,
     SettleResult,
     SingletonGate,
@@ -70,6 +72,8 @@ from .rows import (
     Row,
     claimable,
     depth_first,
+    engine_from_row,
+    engine_params,
     event_from_row,
     fenced_params,
     fires_param,
@@ -86,6 +90,7 @@ from .rows import (
     retry_params,
     run_from_row,
     schedule_from_row,
+    served_params,
     settle_params,
     signal_from_row,
     specs_params,
@@ -237,22 +242,33 @@ class PostgresStore:
 
     # ---------------------------------------------------------------- claims
 
-    async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._ids("pending_run_ids", now, limit, namespace)
+    async def pending_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
+        return await self._ids("pending_run_ids", now, limit, namespace, serves)
 
-    async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._ids("due_run_ids", now, limit, namespace)
+    async def due_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
+        return await self._ids("due_run_ids", now, limit, namespace, serves)
 
-    async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._ids("expired_run_ids", now, limit, namespace)
+    async def expired_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
+        return await self._ids("expired_run_ids", now, limit, namespace, serves)
 
     async def timed_out_run_ids(
-        self, now: datetime, limit: int, namespace: str | None
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
     ) -> list[str]:
-        return await self._ids("timed_out_run_ids", now, limit, namespace)
+        return await self._ids("timed_out_run_ids", now, limit, namespace, serves)
 
-    async def _ids(self, name: str, now: datetime, limit: int, namespace: str | None) -> list[str]:
+    async def _ids(
+        self, name: str, now: datetime, limit: int, namespace: str | None, serves: Serves | None
+    ) -> list[str]:
+        """Claim queue ``name``: of every code, or (``name_served``) of the codes served."""
         params = {"now": now, "limit": limit, "namespace": namespace}
+        if serves is not None:
+            name, params = f"{name}_served", {**params, **served_params(serves)}
         rows = await self._db.rows(name, **params)
         return [row["id"] for row in rows]
 
@@ -267,14 +283,16 @@ class PostgresStore:
         max_recoveries: int | None = None,
         handoff: bool = False,
         dead_letters: Collection[str] = (),
+        serves: Serves | None = None,
     ) -> ClaimOutcome:
         lease = {"id": run_id, "owner": owner, "now": now, "lease_until": lease_until}
         # One round trip for every claim but a recovery: the run's key lock (none without a
         # singleton key), then the plain claim (no admission needed) or the admission claim (a
         # waiter: admitted or parked), whichever applies; and the claimed run's history.
-        plain = ("claim_plain", {**lease, "handoff": handoff})
+        served = served_params(serves)
+        plain = ("claim_plain", {**lease, "handoff": handoff, **served})
         retry = retry_params(singleton_retry)
-        admit = ("claim_admit", {**lease, "handoff": handoff, **retry})
+        admit = ("claim_admit", {**lease, "handoff": handoff, **retry, **served})
         _, found, admitted, _, steps, signals = await self._db.batch(
             _lock_call((), run_id),
             plain,
@@ -293,6 +311,8 @@ class PostgresStore:
         if row is None:
             return ClaimOutcome()
         peek = _peeked(row)
+        if serves is not None and (peek["workflow"], peek["version"]) not in serves:
+            return ClaimOutcome(unserved=claimable(peek, now, handoff))
         if not _recoverable(peek, now) and not (handoff and _held(peek)):
             return ClaimOutcome()
 
@@ -378,10 +398,17 @@ class PostgresStore:
         return _claimed(runs[0], steps, signals)
 
     async def hand_off_due_runs(
-        self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+        self,
+        now: datetime,
+        limit: int,
+        namespace: str | None,
+        hold_until: datetime,
+        *,
+        serves: Serves | None = None,
     ) -> list[Run]:
         params = {"now": now, "limit": limit, "namespace": namespace, "hold_until": hold_until}
-        rows = await self._db.rows("hand_off_due", **params)
+        name = "hand_off_due" if serves is None else "hand_off_due_served"
+        rows = await self._db.rows(name, **params, **served_params(serves))
         rows.sort(key=lambda row: (row["was_due"], row["id"]))
         return [run_from_row(row) for row in rows]
 
@@ -461,9 +488,16 @@ class PostgresStore:
         _check_fence(_first(await self._db.rows("await_decision", **park)), run_id, owner)
 
     async def claim_decision(
-        self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+        self,
+        run_id: str,
+        task_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        serves: Serves | None = None,
     ) -> Claim | None:
-        lease = {"owner": owner, "lease_until": lease_until, "now": now}
+        lease = {"owner": owner, "lease_until": lease_until, "now": now, **served_params(serves)}
         rows = await self._db.rows("claim_decision", id=run_id, task_id=task_id, **lease)
         if not rows:
             return None
@@ -937,6 +971,27 @@ class PostgresStore:
         rows = await self._db.rows("active_run_counts")
         return {(row["workflow"], RunStatus(row["status"])): int(row["runs"]) for row in rows}
 
+    async def active_code_counts(self) -> dict[tuple[str, str], int]:
+        rows = await self._db.rows("active_code_counts")
+        return {(row["workflow"], row["version"]): int(row["runs"]) for row in rows}
+
+    # ---------------------------------------------------------------- engines
+
+    async def announce_engine(self, info: EngineInfo) -> None:
+        await self._db.rows("announce_engine", **engine_params(info))
+
+    async def beat_engine(self, engine_id: str, at: datetime) -> bool:
+        return bool(await self._db.rows("beat_engine", id=engine_id, at=at))
+
+    async def remove_engine(self, engine_id: str) -> None:
+        await self._db.rows("remove_engine", id=engine_id)
+
+    async def list_engines(self) -> list[EngineInfo]:
+        return [engine_from_row(row) for row in await self._db.rows("list_engines")]
+
+    async def prune_engines(self, before: datetime) -> int:
+        return len(await self._db.rows("prune_engines", before=before))
+
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]
 
@@ -978,8 +1033,11 @@ class PostgresStore:
     async def delete_schedule(self, schedule_id: str) -> bool:
         return bool(await self._db.rows("delete_schedule", id=schedule_id))
 
-    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
-        rows = await self._db.rows("due_schedules", now=now, limit=limit)
+    async def due_schedules(
+        self, now: datetime, limit: int, *, workflows: Collection[str] | None = None
+    ) -> list[StoredSchedule]:
+        names = None if workflows is None else pg_array(sorted(workflows))
+        rows = await self._db.rows("due_schedules", now=now, limit=limit, workflows=names)
         return [schedule_from_row(row) for row in rows]
 
     async def fire_schedule(

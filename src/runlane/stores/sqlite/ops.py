@@ -25,6 +25,7 @@ from ...models import (
     CancelResult,
     Claim,
     ClaimOutcome,
+    EngineInfo,
     Event,
     Lease,
     QuotaGate,
@@ -32,6 +33,7 @@ from ...models import (
     Run,
     RunSpec,
     RunStatus,
+    Serves,
     Settlement,
     SettleResult,
     SingletonGate,
@@ -45,6 +47,7 @@ from ...models import (
     claimed_run,
     requeue_spec,
     requeued_run,
+    serves_run,
     suspended_run,
 )
 from ...queues import QueueRequest
@@ -67,6 +70,7 @@ from .rows import (
     RUN_COLUMNS,
     STEP_COLUMNS,
     changed_columns,
+    engine_values,
     event_from_row,
     from_ts,
     placeholders,
@@ -173,13 +177,14 @@ def claim_run(
     max_recoveries: int | None,
     handoff: bool,
     dead_letters: Collection[str] = (),
+    serves: Serves | None = None,
 ) -> ClaimOutcome:
     run = _claimable(conn, run_id, now, handoff)
     if run is None:
         if handoff:
             conn.execute(SQL["rearm_held"], (run_id, ts(now)))
         return ClaimOutcome()
-    rules = ClaimRules(singleton_retry, max_recoveries, dead_letters)
+    rules = ClaimRules(singleton_retry, max_recoveries, dead_letters, serves)
     return runbook.claim(_Rows(conn), run, Lease(owner, lease_until), now, rules)
 
 
@@ -284,10 +289,15 @@ def renew_leases(conn: Conn, leases: dict[str, str], lease_until: datetime) -> s
 
 
 def hand_off_due_runs(
-    conn: Conn, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+    conn: Conn,
+    now: datetime,
+    limit: int,
+    namespace: str | None,
+    hold_until: datetime,
+    serves: Serves | None = None,
 ) -> list[Run]:
     # Inside BEGIN IMMEDIATE no other writer can take the same rows between read and write.
-    ids = due_run_ids(conn, now, limit, namespace)
+    ids = due_run_ids(conn, now, limit, namespace, serves)
     # An IN list as long as the batch the claim took.
     conn.execute(
         f"UPDATE runs SET wake_at = ? WHERE id IN {placeholders(ids)}", (ts(hold_until), *ids)
@@ -347,10 +357,16 @@ def await_decision(
 
 
 def claim_decision(
-    conn: Conn, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+    conn: Conn,
+    run_id: str,
+    task_id: str,
+    owner: str,
+    now: datetime,
+    lease_until: datetime,
+    serves: Serves | None = None,
 ) -> Claim | None:
     run = get_run(conn, run_id)
-    if run is None or not _awaiting(run, task_id):
+    if run is None or not _awaiting(run, task_id) or not serves_run(serves, run):
         return None
     requested = run.wake_requested_at
     claim = _lease(conn, replace(run, awaiting_decision_task_id=None), owner, lease_until, now)
@@ -597,18 +613,39 @@ def _ids_waiting_for(conn: Conn, kind: StepKind, name: str) -> list[str]:
     return [row["id"] for row in rows]
 
 
-# ---------------------------------------------------------------- reads
+# ---------------------------------------------------------------- engines
+
+
+def announce_engine(conn: Conn, info: EngineInfo) -> None:
+    conn.execute(SQL["announce_engine"], engine_values(info))
+
+
+def beat_engine(conn: Conn, engine_id: str, at: datetime) -> bool:
+    return conn.execute(SQL["beat_engine"], (ts(at), engine_id)).rowcount > 0
+
+
+def remove_engine(conn: Conn, engine_id: str) -> None:
+    conn.execute(SQL["remove_engine"], (engine_id,))
+
+
+def prune_engines(conn: Conn, before: datetime) -> int:
+    return int(conn.execute(SQL["prune_engines"], (ts(before),)).rowcount)
+
 
 __all__ = [
+    "announce_engine",
+    "beat_engine",
     "cancel_run",
     "checkpoint",
     "claim_run",
     "create_runs",
     "deliver_signal",
     "hand_off_due_runs",
+    "prune_engines",
     "publish_event",
     "record_heartbeat",
     "record_step_result",
+    "remove_engine",
     "renew_leases",
     "requeue_run",
     "settle_run",

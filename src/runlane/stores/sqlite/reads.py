@@ -9,9 +9,16 @@ import sqlite3
 from collections.abc import Sequence
 from datetime import datetime
 
-from ...models import Event, Run, RunQuery, RunStatus, Signal, StepRecord
+from ...models import EngineInfo, Event, Run, RunQuery, RunStatus, Serves, Signal, StepRecord
 from ...serialization import dumps
-from .rows import event_from_row, run_from_row, signal_from_row, step_from_row, ts
+from .rows import (
+    engine_from_row,
+    event_from_row,
+    run_from_row,
+    signal_from_row,
+    step_from_row,
+    ts,
+)
 from .statements import SQL
 
 Conn = sqlite3.Connection
@@ -48,30 +55,47 @@ def signals(conn: Conn, run_id: str) -> list[Signal]:
 
 
 def _ids(
-    conn: Conn, name: str, params: tuple[object, ...], limit: int, namespace: str | None
+    conn: Conn,
+    name: str,
+    params: tuple[object, ...],
+    limit: int,
+    namespace: str | None,
+    serves: Serves | None,
 ) -> list[str]:
-    """The ids of claim queue ``name`` (a statement of every namespace, and ``name_in`` of one)."""
-    if namespace is None:
+    """The ids of claim queue ``name``: of every code (``name``, or ``name_in`` for one
+    namespace), or of the codes ``serves`` names (``name_served``)."""
+    if serves is not None:
+        codes = dumps([list(pair) for pair in sorted(serves.pairs)])
+        rows = conn.execute(SQL[f"{name}_served"], (codes, *params, namespace, limit))
+    elif namespace is None:
         rows = conn.execute(SQL[name], (*params, limit))
     else:
         rows = conn.execute(SQL[f"{name}_in"], (*params, namespace, limit))
     return [row["id"] for row in rows]
 
 
-def pending_run_ids(conn: Conn, limit: int, namespace: str | None) -> list[str]:
-    return _ids(conn, "pending_ids", (), limit, namespace)
+def pending_run_ids(
+    conn: Conn, limit: int, namespace: str | None, serves: Serves | None = None
+) -> list[str]:
+    return _ids(conn, "pending_ids", (), limit, namespace, serves)
 
 
-def due_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    return _ids(conn, "due_ids", (ts(now),), limit, namespace)
+def due_run_ids(
+    conn: Conn, now: datetime, limit: int, namespace: str | None, serves: Serves | None = None
+) -> list[str]:
+    return _ids(conn, "due_ids", (ts(now),), limit, namespace, serves)
 
 
-def expired_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    return _ids(conn, "expired_ids", (ts(now),), limit, namespace)
+def expired_run_ids(
+    conn: Conn, now: datetime, limit: int, namespace: str | None, serves: Serves | None = None
+) -> list[str]:
+    return _ids(conn, "expired_ids", (ts(now),), limit, namespace, serves)
 
 
-def timed_out_run_ids(conn: Conn, now: datetime, limit: int, namespace: str | None) -> list[str]:
-    return _ids(conn, "timed_out_ids", (ts(now),), limit, namespace)
+def timed_out_run_ids(
+    conn: Conn, now: datetime, limit: int, namespace: str | None, serves: Serves | None = None
+) -> list[str]:
+    return _ids(conn, "timed_out_ids", (ts(now),), limit, namespace, serves)
 
 
 # The run listings filter on what the caller gave, so their WHERE clauses are assembled here.
@@ -141,6 +165,15 @@ def active_run_counts(conn: Conn) -> dict[tuple[str, RunStatus], int]:
     return {(workflow, RunStatus(status)): count for workflow, status, count in rows}
 
 
+def active_code_counts(conn: Conn) -> dict[tuple[str, str], int]:
+    rows = conn.execute(SQL["active_code_counts"])
+    return {(workflow, version): count for workflow, version, count in rows}
+
+
+def list_engines(conn: Conn) -> list[EngineInfo]:
+    return [engine_from_row(row) for row in conn.execute(SQL["list_engines"])]
+
+
 def lane_runs(conn: Conn) -> list[Run]:
     rows = conn.execute(SQL["lane_runs"])
     return [run_from_row(row) for row in rows]
@@ -166,6 +199,7 @@ def latest_event_seq(conn: Conn) -> int:
 
 __all__ = [
     "Conn",
+    "active_code_counts",
     "count_runs",
     "due_run_ids",
     "events_after",
@@ -176,6 +210,7 @@ __all__ = [
     "lane_runs",
     "latest_event_seq",
     "limited_runs",
+    "list_engines",
     "list_runs",
     "list_steps",
     "page_runs",

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...clock import utc
-from ...models import Event, Run, Signal, StepRecord, StoredSchedule
+from ...models import EngineInfo, Event, Run, Signal, StepRecord, StoredSchedule
 from ...serialization import dumps, loads
 from .. import rows as shared
 
@@ -178,9 +178,40 @@ def placeholders(values: Any) -> str:
     return "(" + ", ".join("?" for _ in values) + ")"
 
 
+def engine_from_row(row: sqlite3.Row) -> EngineInfo:
+    return EngineInfo(
+        id=row["id"],
+        host=row["host"],
+        pid=row["pid"],
+        namespace=row["namespace"],
+        started_at=from_ts(row["started_at"]),
+        last_beat_at=from_ts(row["last_beat_at"]),
+        lease=row["lease"],
+        serves=tuple((str(w), str(v)) for w, v in loads(row["serves"])),
+        groups=tuple(loads(row["groups"])),
+    )
+
+
+def engine_values(info: EngineInfo) -> tuple[Any, ...]:
+    """``announce_engine``'s parameters."""
+    return (
+        info.id,
+        info.host,
+        info.pid,
+        info.namespace,
+        ts(info.started_at),
+        ts(info.last_beat_at),
+        info.lease,
+        dumps([list(pair) for pair in info.serves]),
+        dumps(list(info.groups)),
+    )
+
+
 __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
+    "engine_from_row",
+    "engine_values",
     "event_from_row",
     "from_opt_ts",
     "from_ts",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -35,8 +35,11 @@ def list_schedules(conn: Conn) -> list[StoredSchedule]:
     return [schedule_from_row(row) for row in conn.execute(SQL["list_schedules"])]
 
 
-def due_schedules(conn: Conn, now: datetime, limit: int) -> list[StoredSchedule]:
-    rows = conn.execute(SQL["due_schedules"], (ts(now), limit))
+def due_schedules(
+    conn: Conn, now: datetime, limit: int, workflows: Collection[str] | None = None
+) -> list[StoredSchedule]:
+    names = None if workflows is None else dumps(sorted(workflows))
+    rows = conn.execute(SQL["due_schedules"], (ts(now), names, limit))
     return [schedule_from_row(row) for row in rows]
 
 

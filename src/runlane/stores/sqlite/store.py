@@ -26,6 +26,7 @@ from ...models import (
     CancelResult,
     Claim,
     ClaimOutcome,
+    EngineInfo,
     Event,
     Lease,
     QueueSettings,
@@ -35,6 +36,7 @@ from ...models import (
     RunQuery,
     RunSpec,
     RunStatus,
+    Serves,
     Settlement,
     SettleResult,
     SingletonGate,
@@ -66,6 +68,7 @@ _BULK: frozenset[Callable[..., Any]] = frozenset(
         reads.page_runs,
         reads.count_runs,
         reads.active_run_counts,
+        reads.active_code_counts,
         reads.lane_runs,
         reads.limited_runs,
         retention.prune_runs,
@@ -240,19 +243,25 @@ class SqliteStore:
 
     # ---------------------------------------------------------------- claims
 
-    async def pending_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._read(reads.pending_run_ids, limit, namespace)
+    async def pending_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
+        return await self._read(reads.pending_run_ids, limit, namespace, serves)
 
-    async def due_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._read(reads.due_run_ids, now, limit, namespace)
+    async def due_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
+        return await self._read(reads.due_run_ids, now, limit, namespace, serves)
 
-    async def expired_run_ids(self, now: datetime, limit: int, namespace: str | None) -> list[str]:
-        return await self._read(reads.expired_run_ids, now, limit, namespace)
+    async def expired_run_ids(
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
+    ) -> list[str]:
+        return await self._read(reads.expired_run_ids, now, limit, namespace, serves)
 
     async def timed_out_run_ids(
-        self, now: datetime, limit: int, namespace: str | None
+        self, now: datetime, limit: int, namespace: str | None, *, serves: Serves | None = None
     ) -> list[str]:
-        return await self._read(reads.timed_out_run_ids, now, limit, namespace)
+        return await self._read(reads.timed_out_run_ids, now, limit, namespace, serves)
 
     async def claim_run(
         self,
@@ -265,6 +274,7 @@ class SqliteStore:
         max_recoveries: int | None = None,
         handoff: bool = False,
         dead_letters: Collection[str] = (),
+        serves: Serves | None = None,
     ) -> ClaimOutcome:
         return await self._write(
             ops.claim_run,
@@ -276,15 +286,22 @@ class SqliteStore:
             max_recoveries,
             handoff,
             dead_letters,
+            serves,
         )
 
     async def renew_leases(self, leases: Mapping[str, str], lease_until: datetime) -> set[str]:
         return await self._write(ops.renew_leases, dict(leases), lease_until)
 
     async def hand_off_due_runs(
-        self, now: datetime, limit: int, namespace: str | None, hold_until: datetime
+        self,
+        now: datetime,
+        limit: int,
+        namespace: str | None,
+        hold_until: datetime,
+        *,
+        serves: Serves | None = None,
     ) -> list[Run]:
-        return await self._write(ops.hand_off_due_runs, now, limit, namespace, hold_until)
+        return await self._write(ops.hand_off_due_runs, now, limit, namespace, hold_until, serves)
 
     async def park_full_waiters(self, timers: Mapping[str, RetryTimer], now: datetime) -> list[str]:
         return await self._write(ops.park_full_waiters, timers, now)
@@ -316,9 +333,18 @@ class SqliteStore:
         await self._write(ops.await_decision, run_id, owner, task_id, deadline, now)
 
     async def claim_decision(
-        self, run_id: str, task_id: str, owner: str, now: datetime, lease_until: datetime
+        self,
+        run_id: str,
+        task_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        *,
+        serves: Serves | None = None,
     ) -> Claim | None:
-        return await self._write(ops.claim_decision, run_id, task_id, owner, now, lease_until)
+        return await self._write(
+            ops.claim_decision, run_id, task_id, owner, now, lease_until, serves
+        )
 
     async def extend_decision(self, run_id: str, task_id: str, deadline: datetime) -> bool:
         return await self._write(ops.extend_decision, run_id, task_id, deadline)
@@ -460,6 +486,26 @@ class SqliteStore:
     async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
         return await self._read(reads.active_run_counts)
 
+    async def active_code_counts(self) -> dict[tuple[str, str], int]:
+        return await self._read(reads.active_code_counts)
+
+    # ---------------------------------------------------------------- engines
+
+    async def announce_engine(self, info: EngineInfo) -> None:
+        await self._write(ops.announce_engine, info)
+
+    async def beat_engine(self, engine_id: str, at: datetime) -> bool:
+        return await self._write(ops.beat_engine, engine_id, at)
+
+    async def remove_engine(self, engine_id: str) -> None:
+        await self._write(ops.remove_engine, engine_id)
+
+    async def list_engines(self) -> list[EngineInfo]:
+        return await self._read(reads.list_engines)
+
+    async def prune_engines(self, before: datetime) -> int:
+        return await self._write(ops.prune_engines, before)
+
     async def lane_runs(self) -> list[Run]:
         return await self._read(reads.lane_runs)
 
@@ -489,8 +535,10 @@ class SqliteStore:
     async def delete_schedule(self, schedule_id: str) -> bool:
         return await self._write(schedules.delete_schedule, schedule_id)
 
-    async def due_schedules(self, now: datetime, limit: int) -> list[StoredSchedule]:
-        return await self._read(schedules.due_schedules, now, limit)
+    async def due_schedules(
+        self, now: datetime, limit: int, *, workflows: Collection[str] | None = None
+    ) -> list[StoredSchedule]:
+        return await self._read(schedules.due_schedules, now, limit, workflows)
 
     async def fire_schedule(
         self,

@@ -3,8 +3,8 @@
 
 CREATE TABLE IF NOT EXISTS runlane_messages (
     id bigserial PRIMARY KEY,
-    queue text NOT NULL,            -- <prefix>:runs[:<namespace>] | <prefix>:tasks:<group> | <prefix>:results
-    topic text NOT NULL,            -- <prefix>:runs for every run queue, else the queue itself
+    queue text NOT NULL,            -- <prefix>:runs:... | <prefix>:tasks:<group> | <prefix>:results | <prefix>:decisions:<code>
+    topic text NOT NULL,            -- <prefix>:runs:*:<code> for the run queues of a code, else the queue itself
     payload jsonb NOT NULL,
     priority integer NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT now()

@@ -14,7 +14,7 @@ SELECT pg_notify(channel, '') FROM unnest(%(channels)s::text[]) AS channel;
 DELETE FROM runlane_messages
 WHERE id IN (
     SELECT id FROM runlane_messages
-    WHERE queue = ANY(%(queues)s::text[]) OR topic = %(topic)s
+    WHERE queue = ANY(%(queues)s::text[]) OR topic = ANY(%(topics)s::text[])
     ORDER BY priority DESC, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

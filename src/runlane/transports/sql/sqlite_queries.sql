@@ -3,14 +3,14 @@ INSERT INTO runlane_messages (queue, topic, payload, priority, created_at) VALUE
 
 -- name: peek
 SELECT 1 FROM runlane_messages
-WHERE queue IN (SELECT value FROM json_each(?)) OR topic = ?
+WHERE queue IN (SELECT value FROM json_each(?)) OR topic IN (SELECT value FROM json_each(?))
 LIMIT 1;
 
 -- name: claim
 DELETE FROM runlane_messages
 WHERE id IN (
     SELECT id FROM runlane_messages
-    WHERE queue IN (SELECT value FROM json_each(?)) OR topic = ?
+    WHERE queue IN (SELECT value FROM json_each(?)) OR topic IN (SELECT value FROM json_each(?))
     ORDER BY priority DESC, id
     LIMIT ?
 )

@@ -213,6 +213,67 @@ WHERE deadline_at <= %(now)s
 ORDER BY deadline_at, id
 LIMIT %(limit)s;
 
+-- name: codes
+-- (A fragment.) The codes an engine serves, one row each, from ``workflows``/``versions``
+-- (parallel arrays).
+unnest(%(workflows)s::text[], %(versions)s::text[]) AS c (workflow, version)
+
+-- name: served
+-- (A fragment.) The run's code is one the claimer serves (``workflows`` NULL: every code).
+(%(workflows)s::text[] IS NULL
+ OR (workflow, version) IN (SELECT * FROM unnest(%(workflows)s::text[], %(versions)s::text[])))
+
+-- The claim queues of an engine that serves only some codes: each served (workflow, version)
+-- walks its own index entries (runlane_runs_*_code, the code leading) in claim order up to the
+-- limit, and the few rows found are ordered once more. Runs of other codes are never read.
+
+-- name: pending_run_ids_served
+SELECT r.id FROM {codes} CROSS JOIN LATERAL (
+    SELECT id, priority, created_at FROM runlane_runs
+    WHERE status = 'pending' AND workflow = c.workflow AND version = c.version
+      AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+    ORDER BY priority DESC, created_at, id
+    LIMIT %(limit)s
+) AS r
+ORDER BY r.priority DESC, r.created_at, r.id
+LIMIT %(limit)s;
+
+-- name: due_run_ids_served
+SELECT r.id FROM {codes} CROSS JOIN LATERAL (
+    SELECT id, wake_at FROM runlane_runs
+    WHERE status IN ('suspended', 'blocked') AND workflow = c.workflow AND version = c.version
+      AND wake_at <= %(now)s AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+    ORDER BY wake_at, id
+    LIMIT %(limit)s
+) AS r
+ORDER BY r.wake_at, r.id
+LIMIT %(limit)s;
+
+-- name: expired_run_ids_served
+SELECT r.id FROM {codes} CROSS JOIN LATERAL (
+    SELECT id, lease_expires_at FROM runlane_runs
+    WHERE status IN ('running', 'cancelling') AND workflow = c.workflow
+      AND version = c.version AND lease_expires_at <= %(now)s
+      AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+    ORDER BY lease_expires_at, id
+    LIMIT %(limit)s
+) AS r
+ORDER BY r.lease_expires_at, r.id
+LIMIT %(limit)s;
+
+-- name: timed_out_run_ids_served
+SELECT r.id FROM {codes} CROSS JOIN LATERAL (
+    SELECT id, deadline_at FROM runlane_runs
+    WHERE deadline_at IS NOT NULL
+      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+      AND workflow = c.workflow AND version = c.version AND deadline_at <= %(now)s
+      AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+    ORDER BY deadline_at, id
+    LIMIT %(limit)s
+) AS r
+ORDER BY r.deadline_at, r.id
+LIMIT %(limit)s;
+
 -- name: lock_run
 -- A row another transaction holds is "not claimable now": claimers never queue behind each other.
 SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE SKIP LOCKED;
@@ -224,11 +285,12 @@ SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE SKIP LOCKED;
 -- saw it, unlocked, so the caller can tell whether the slower path (admission or recovery,
 -- which takes the key lock first) might claim it.
 WITH peek AS (
-    SELECT id, status, wake_at, lease_expires_at, singleton_key, holds_slot
+    SELECT id, status, wake_at, lease_expires_at, singleton_key, holds_slot, begin_at, workflow,
+           version
     FROM runlane_runs WHERE id = %(id)s
 ), target AS (
     SELECT id FROM runlane_runs
-    WHERE id = %(id)s AND (singleton_key IS NULL OR holds_slot)
+    WHERE id = %(id)s AND (singleton_key IS NULL OR holds_slot) AND {served}
       AND (status = 'pending'
            OR (status IN ('suspended', 'blocked')
                AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
@@ -243,7 +305,8 @@ WITH peek AS (
 )
 SELECT c.*, p.status AS peek_status, p.wake_at AS peek_wake_at,
        p.lease_expires_at AS peek_lease_expires_at, p.singleton_key AS peek_singleton_key,
-       p.holds_slot AS peek_holds_slot
+       p.holds_slot AS peek_holds_slot, p.begin_at AS peek_begin_at,
+       p.workflow AS peek_workflow, p.version AS peek_version
 FROM peek AS p LEFT JOIN claimed AS c ON true;
 
 -- name: blocked_set
@@ -265,7 +328,7 @@ WITH target AS (
     SELECT id, singleton_key, created_at, coalesce(nullif(singleton_limit, 0), 1) AS lim,
            handoff_at
     FROM runlane_runs
-    WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot
+    WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot AND {served}
       AND (status = 'pending'
            OR (status IN ('suspended', 'blocked')
                AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
@@ -438,6 +501,30 @@ UPDATE runlane_runs AS r SET wake_at = %(hold_until)s
 FROM due WHERE r.id = due.id
 RETURNING r.*, due.was_due;
 
+-- name: hand_off_due_served
+-- ``hand_off_due`` of the served codes: the first due runs of each (as ``due_run_ids_served``
+-- finds them), then those not taken by another instance at this moment, locked.
+WITH candidates AS (
+    SELECT r.id FROM {codes} CROSS JOIN LATERAL (
+        SELECT id, wake_at FROM runlane_runs
+        WHERE status IN ('suspended', 'blocked') AND workflow = c.workflow
+          AND version = c.version AND wake_at <= %(now)s
+          AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+        ORDER BY wake_at, id
+        LIMIT %(limit)s
+    ) AS r
+    ORDER BY r.wake_at, r.id
+    LIMIT %(limit)s
+), due AS (
+    SELECT id, wake_at AS was_due FROM runlane_runs
+    WHERE id IN (SELECT id FROM candidates)
+      AND status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+UPDATE runlane_runs AS r SET wake_at = %(hold_until)s
+FROM due WHERE r.id = due.id
+RETURNING r.*, due.was_due;
+
 -- name: renew_leases
 -- Every lease an engine holds, in one statement; a run no longer held by its owner is skipped.
 UPDATE runlane_runs AS r SET lease_expires_at = %(lease_until)s
@@ -598,7 +685,7 @@ RETURNING id;
         updated_at = %(now)s
     FROM (SELECT id, status FROM waiters ORDER BY created_at, id LIMIT 1) AS first
     WHERE r.id = first.id AND %(successor)s::text IS NOT NULL
-      AND first.status IN ('pending', 'suspended', 'blocked')
+      AND first.status IN ('pending', 'suspended', 'blocked') AND {served}
       AND EXISTS (SELECT FROM finished) AND (SELECT holds_slot FROM ok)
     RETURNING r.*,
         -- A waiter that never ran and was sent nothing (the common case) needs no second read.
@@ -706,6 +793,7 @@ UPDATE runlane_runs
 SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
     wake_at = NULL, awaiting_decision_task_id = NULL, updated_at = %(now)s
 WHERE id = %(id)s AND status = 'suspended' AND awaiting_decision_task_id = %(task_id)s
+  AND {served}
 RETURNING *;
 
 -- name: extend_decision
@@ -808,6 +896,34 @@ SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
 SELECT workflow, status, count(*) AS runs FROM runlane_runs
 WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
 GROUP BY workflow, status;
+
+-- name: active_code_counts
+-- As ``active_run_counts``, by code.
+SELECT workflow, version, count(*) AS runs FROM runlane_runs
+WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+GROUP BY workflow, version;
+
+-- name: announce_engine
+INSERT INTO runlane_engines (
+    id, host, pid, namespace, started_at, last_beat_at, lease, serves, groups)
+VALUES (%(id)s, %(host)s, %(pid)s, %(namespace)s, %(started_at)s, %(last_beat_at)s, %(lease)s,
+        %(serves)s::json, %(groups)s::json)
+ON CONFLICT (id) DO UPDATE SET
+    host = excluded.host, pid = excluded.pid, namespace = excluded.namespace,
+    started_at = excluded.started_at, last_beat_at = excluded.last_beat_at,
+    lease = excluded.lease, serves = excluded.serves, groups = excluded.groups;
+
+-- name: beat_engine
+UPDATE runlane_engines SET last_beat_at = %(at)s WHERE id = %(id)s RETURNING id;
+
+-- name: remove_engine
+DELETE FROM runlane_engines WHERE id = %(id)s;
+
+-- name: list_engines
+SELECT * FROM runlane_engines ORDER BY started_at, id;
+
+-- name: prune_engines
+DELETE FROM runlane_engines WHERE last_beat_at < %(before)s RETURNING id;
 
 -- name: lane_runs
 SELECT * FROM runlane_runs
@@ -926,8 +1042,10 @@ SELECT * FROM runlane_schedules ORDER BY id;
 DELETE FROM runlane_schedules WHERE id = %(id)s RETURNING id;
 
 -- name: due_schedules
+-- ``workflows``: the schedules of those workflows only (NULL: every one).
 SELECT * FROM runlane_schedules
 WHERE NOT paused AND next_fire_at <= %(now)s
+  AND (%(workflows)s::text[] IS NULL OR definition ->> 'workflow' = ANY(%(workflows)s::text[]))
 ORDER BY next_fire_at, id
 LIMIT %(limit)s;
 

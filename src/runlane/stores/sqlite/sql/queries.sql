@@ -48,6 +48,31 @@ SELECT * FROM signals WHERE run_id = ? ORDER BY id
 SELECT workflow, status, count(*) FROM runs WHERE status IN {active}
 GROUP BY workflow, status
 
+-- name: active_code_counts
+SELECT workflow, version, count(*) FROM runs WHERE status IN {active}
+GROUP BY workflow, version
+
+-- ---------------------------------------------------------------- engines
+
+-- name: announce_engine
+-- Parameters: id, host, pid, namespace, started_at, last_beat_at, lease, serves, groups.
+INSERT OR REPLACE INTO engines (
+    id, host, pid, namespace, started_at, last_beat_at, lease, serves, groups)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: beat_engine
+-- Parameters: at, id.
+UPDATE engines SET last_beat_at = ? WHERE id = ?
+
+-- name: remove_engine
+DELETE FROM engines WHERE id = ?
+
+-- name: list_engines
+SELECT * FROM engines ORDER BY started_at, id
+
+-- name: prune_engines
+DELETE FROM engines WHERE last_beat_at < ?
+
 -- name: lane_runs
 SELECT * FROM runs WHERE status IN {active}
   AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
@@ -109,6 +134,48 @@ ORDER BY deadline_at, id LIMIT ?
 -- name: timed_out_ids_in
 SELECT id FROM runs WHERE status IN {active} AND deadline_at <= ? AND namespace = ?
 ORDER BY deadline_at, id LIMIT ?
+
+-- The same queues for an engine that serves only some codes: each served (workflow, version)
+-- walks its own index entries (runs_*_code, the code leading) in claim order up to the limit,
+-- and the few rows found are ordered once more. Runs of other codes are never read.
+-- Parameters: codes (a JSON array of [workflow, version] pairs), then the queue's own (now,
+-- when it has one), namespace (NULL: every namespace), limit.
+
+-- name: pending_ids_served
+SELECT r.id FROM json_each(?1) AS c JOIN runs AS r ON r.rowid IN (
+    SELECT p.rowid FROM runs AS p
+    WHERE p.status = 'pending' AND p.workflow = json_extract(c.value, '$[0]')
+      AND p.version = json_extract(c.value, '$[1]') AND (?2 IS NULL OR p.namespace = ?2)
+    ORDER BY p.priority DESC, p.created_at, p.id LIMIT ?3)
+ORDER BY r.priority DESC, r.created_at, r.id LIMIT ?3
+
+-- name: due_ids_served
+SELECT r.id FROM json_each(?1) AS c JOIN runs AS r ON r.rowid IN (
+    SELECT p.rowid FROM runs AS p
+    WHERE p.status IN {waiting} AND p.workflow = json_extract(c.value, '$[0]')
+      AND p.version = json_extract(c.value, '$[1]') AND p.wake_at <= ?2
+      AND (?3 IS NULL OR p.namespace = ?3)
+    ORDER BY p.wake_at, p.id LIMIT ?4)
+ORDER BY r.wake_at, r.id LIMIT ?4
+
+-- name: expired_ids_served
+SELECT r.id FROM json_each(?1) AS c JOIN runs AS r ON r.rowid IN (
+    SELECT p.rowid FROM runs AS p
+    WHERE p.status IN {leased} AND p.workflow = json_extract(c.value, '$[0]')
+      AND p.version = json_extract(c.value, '$[1]') AND p.lease_expires_at <= ?2
+      AND (?3 IS NULL OR p.namespace = ?3)
+    ORDER BY p.lease_expires_at, p.id LIMIT ?4)
+ORDER BY r.lease_expires_at, r.id LIMIT ?4
+
+-- name: timed_out_ids_served
+SELECT r.id FROM json_each(?1) AS c JOIN runs AS r ON r.rowid IN (
+    SELECT p.rowid FROM runs AS p
+    WHERE p.deadline_at IS NOT NULL AND p.status IN {active}
+      AND p.workflow = json_extract(c.value, '$[0]')
+      AND p.version = json_extract(c.value, '$[1]') AND p.deadline_at <= ?2
+      AND (?3 IS NULL OR p.namespace = ?3)
+    ORDER BY p.deadline_at, p.id LIMIT ?4)
+ORDER BY r.deadline_at, r.id LIMIT ?4
 
 -- ---------------------------------------------------------------- starts and admission
 
@@ -305,8 +372,10 @@ SELECT * FROM schedules WHERE id = ?
 SELECT * FROM schedules ORDER BY id
 
 -- name: due_schedules
-SELECT * FROM schedules WHERE NOT paused AND next_fire_at <= ?
-ORDER BY next_fire_at, id LIMIT ?
+-- Parameters: now, workflows (a JSON array of names, or NULL: every workflow), limit.
+SELECT * FROM schedules WHERE NOT paused AND next_fire_at <= ?1
+  AND (?2 IS NULL OR json_extract(definition, '$.workflow') IN (SELECT value FROM json_each(?2)))
+ORDER BY next_fire_at, id LIMIT ?3
 
 -- name: save_schedule
 -- Parameters: id, definition, paused, next_window_at, next_fire_at, created_at, updated_at.
