@@ -23,6 +23,7 @@ import click
 from rich.console import Console
 
 from .cli_tables import (
+    engines_table,
     lanes_table,
     limits_table,
     queues_table,
@@ -30,18 +31,22 @@ from .cli_tables import (
     runs_table,
     schedules_table,
     steps_table,
+    unserved_table,
 )
 from .engine import Engine
 from .errors import ConfigurationError, MissingExtraError, RunlaneError
 from .extras import needs_extra
 from .http.shapes import (
+    engine_to_dict,
     lanes_to_dict,
     run_to_dict,
     schedule_to_dict,
     step_to_dict,
+    unserved_to_list,
 )
 from .lanes import AllLanes, all_lanes
-from .models import Run, RunQuery, RunStatus, StepRecord
+from .models import EngineInfo, Run, RunQuery, RunStatus, StepRecord
+from .presence import unserved
 from .stores import open_store
 from .stores.base import Store
 from .stores.sqlite import SqliteStore
@@ -151,7 +156,7 @@ def admin_engine(db: str | None, app: str | None) -> Engine:
     try:
         if app is None:
             store = existing_store(open_store(store_url(db)))
-            return Engine(store=store, drive=False, consumers="never")
+            return Engine(store=store, drive=False, consumers="never", announce=False)
         source = load_engine(app)
         if db or os.environ.get("RUNLANE_DATABASE_URL"):
             store = open_store(store_url(db))
@@ -165,6 +170,7 @@ def admin_engine(db: str | None, app: str | None) -> Engine:
         namespace=source.namespace,
         drive=False,
         consumers="never",
+        announce=False,
     )
     # Share the registry itself so every registered version stays known (requeue needs it).
     engine.registry = source.registry
@@ -577,6 +583,35 @@ def lanes_command(db: str | None, app: str | None, as_json: bool, key: str | Non
         console.print(queues_table(found.queues))
     if found.rates or found.debounces:
         console.print(limits_table(found.rates, found.debounces))
+
+
+# ---------------------------------------------------------------- engines
+
+
+@main.command("engines")
+@_common
+def engines_command(db: str | None, app: str | None, as_json: bool) -> None:
+    """The engines announced in the store: what each serves (workflow versions and worker
+    groups), its last heartbeat, alive or gone; then the versions with active runs that no
+    live engine serves (they wait for an engine that does)."""
+
+    async def read(engine: Engine) -> tuple[list[EngineInfo], dict[tuple[str, str], int]]:
+        engines = await engine.list_engines()
+        active = await engine.read(lambda store: store.active_code_counts())
+        return engines, unserved(active, engines)
+
+    engines, waiting = with_engine(db, app, read)
+    if as_json:
+        body = {
+            "engines": [engine_to_dict(e) for e in engines],
+            "unserved": unserved_to_list(waiting),
+        }
+        click.echo(json.dumps(body, indent=2))
+        return
+    console = Console()
+    console.print(engines_table(engines) if engines else "no engine has announced itself")
+    if waiting:
+        console.print(unserved_table(waiting))
 
 
 # ---------------------------------------------------------------- db

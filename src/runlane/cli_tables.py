@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .lanes import DebounceLane, Lane, QueueLane, RateLane
-from .models import Run, StepRecord
+from .models import EngineInfo, Run, StepRecord
 from .schedules import ScheduleState
 
 
@@ -173,11 +173,34 @@ def schedules_table(found: list[ScheduleState]) -> Table:
     return table
 
 
+def engines_table(found: list[EngineInfo]) -> Table:
+    table = Table("engine", "host:pid", "state", "last beat (UTC)", "serves", "groups")
+    for engine in found:
+        serves = ", ".join(f"{w}@{v}" for w, v in engine.serves) or "nothing (a producer)"
+        table.add_row(
+            escape(engine.id),
+            escape(f"{engine.host}:{engine.pid}"),
+            "[green]alive[/green]" if engine.alive else "[red]gone[/red]",
+            _when(engine.last_beat_at),
+            escape(serves),
+            escape(", ".join(engine.groups) or "-"),
+        )
+    return table
+
+
+def unserved_table(counts: dict[tuple[str, str], int]) -> Table:
+    table = Table("workflow", "version", "active runs no live engine serves")
+    for (workflow, version), n in sorted(counts.items()):
+        table.add_row(escape(workflow), escape(version), str(n))
+    return table
+
+
 def _when(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S}"
 
 
 __all__ = [
+    "engines_table",
     "lanes_table",
     "limits_table",
     "run_details",
@@ -185,4 +208,5 @@ __all__ = [
     "schedules_table",
     "status_text",
     "steps_table",
+    "unserved_table",
 ]

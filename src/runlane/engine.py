@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 
 from . import admission
 from .clock import Clock, SystemClock
-from .definitions import Concurrency, WorkflowDefinition, as_seconds, check_tags
+from .definitions import Concurrency, WorkflowDefinition, as_seconds, check_tags, check_version
 from .errors import (
     DefinitionError,
     RunExistsError,
@@ -32,8 +32,20 @@ from .errors import (
 )
 from .execution import Execution
 from .faults import is_infrastructure, unavailable
-from .models import JSON, Claim, Run, RunSpec, RunStatus, Started, StepRecord, ready_ids
+from .models import (
+    JSON,
+    Claim,
+    EngineInfo,
+    Run,
+    RunSpec,
+    RunStatus,
+    Serves,
+    Started,
+    StepRecord,
+    ready_ids,
+)
 from .options import EngineOptions
+from .presence import judged
 from .queues import StepQueue
 from .registry import Registry
 from .retention import Pruner, Retention
@@ -177,6 +189,18 @@ class Engine:
                 self._execution.has_queues = bool(registered)
             for schedule in self._declared:
                 await self._api(functools.partial(self.schedules.declare, schedule))
+            if self.options.announce:
+                await self._announce()
+
+    async def _announce(self) -> None:
+        """This engine's record in the store: a pure producer (no loop, no consumers) serves
+        nothing, since it claims nothing."""
+        execution = self._execution
+        producer = not self.drive and self.consumers == "never"
+        serves = Serves(frozenset()) if producer else execution.serves
+        await self._api(
+            lambda: execution.presence.announce(serves, execution.groups(), self.namespace)
+        )
 
     async def __aenter__(self) -> Engine:
         await self._ready()
@@ -197,6 +221,7 @@ class Engine:
         tb: TracebackType | None,
     ) -> None:
         await self.drain()
+        await self._execution.presence.withdraw()
         if self.transport is not None and self._owns_transport:
             await self.transport.close()
         await self.store.close()
@@ -219,11 +244,16 @@ class Engine:
         priority: int = 0,
         tags: Iterable[str] = (),
         if_exists: Literal["return", "fail"] = "return",
+        version: str | None = None,
     ) -> Run:
-        """Durably enqueue a pending run (idempotent by ``run_id``) and return it."""
+        """Durably enqueue a pending run (idempotent by ``run_id``) and return it.
+
+        The run is of the latest version of ``workflow`` this engine registered, or of
+        ``version``; it keeps that version for life."""
         if if_exists not in ("return", "fail"):
             raise ValueError("if_exists must be 'return' or 'fail'")
-        definition = self.registry.workflow(workflow)
+        wanted = None if version is None else check_version(version)
+        definition = self.registry.workflow(workflow, wanted)
         value = normalise(input, f"input of workflow {definition.name!r}")
         await self._ready()
         spec = await self._execution.specs.build(
@@ -393,6 +423,12 @@ class Engine:
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         await self._ready()
         return await self._api(lambda: self.store.list_steps(run_id), retry=True)
+
+    async def list_engines(self) -> list[EngineInfo]:
+        """The engines that announced themselves in this store (this one too), oldest first:
+        what each serves, and whether it is alive (it beat within three of its leases)."""
+        engines = await self.read(lambda store: store.list_engines())
+        return judged(engines, self.now())
 
     async def read(self, query: Callable[[Store], Awaitable[T]]) -> T:
         """``query`` on the store, as the API's own reads run: after one failed try on a fresh

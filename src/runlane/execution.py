@@ -43,6 +43,7 @@ from .models import (
     dead_settlement,
 )
 from .options import EngineOptions
+from .presence import Presence
 from .registry import Registry
 from .releases import Releases
 from .remote import RemoteSteps
@@ -106,6 +107,9 @@ class Execution:
         self.outage = OutageLog(log, on_recovered=self.poll_soon)
         self.leases = LeaseKeeper(store, self.now, lambda: self.options.lease, self.outage)
         self.releases = Releases(lambda: self.store, self.now, self.outage)
+        self.presence = Presence(
+            engine_id, lambda: self.store, self.now, lambda: self.options.lease, self.outage
+        )
         self.runqueue = (
             RunQueue(self, transport) if transport is not None and transport.has_run_queue else None
         )
@@ -281,6 +285,12 @@ class Execution:
         return True
 
     # ---------------------------------------------------------------- the run queue's sink
+
+    def groups(self) -> set[str]:
+        """The worker groups this engine's remote workflows and registered remote steps use."""
+        registry = self.registry
+        workflows = {d.group for d in registry.versions if d.group is not None}
+        return workflows | {s.group for s in registry.steps if s.group is not None}
 
     def decision_queues(self) -> list[str]:
         """The decision queues of the remote workflows this engine serves."""
@@ -487,6 +497,7 @@ class Execution:
         # Runs an outage kept this engine from giving back go back before any recovery pass
         # (which would count them recovered); due now, the timer phase picks them up.
         await self.releases.retry()
+        await self.presence.beat_if_due()
         total = await self.sweep_timeouts()
         total += await self.recover_incomplete()
         total += await self.resume_due_timers()

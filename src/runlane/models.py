@@ -465,10 +465,6 @@ class EngineInfo:
     lease: float = 30.0
     alive: bool = True
 
-    def alive_at(self, now: datetime) -> bool:
-        """Whether it beat within three of its leases before ``now``."""
-        return (now - self.last_beat_at).total_seconds() <= 3 * self.lease
-
 
 @dataclass(frozen=True)
 class SettleResult:

@@ -22,6 +22,9 @@ class EngineOptions:
     singleton_retry: float = 1.0
     max_prefetch: int = 64
     max_local_runs: int = 256
+    # Whether the engine records itself in the store (``list_engines``); a command-line tool's
+    # short-lived engine does not.
+    announce: bool = True
 
     def __post_init__(self) -> None:
         for name in ("lease", "poll_interval", "singleton_retry", "reconcile_interval"):

@@ -315,7 +315,7 @@ async def test_starts_published_while_a_send_is_in_flight_still_reach_the_run_qu
     got: list[Any] = []
     deadline = time.monotonic() + 2
     while len(got) < len(ids) and time.monotonic() < deadline:
-        got += await queue.take_runs(None, 10, 0.2)
+        got += await queue.take_runs(None, ["instances.visit@1"], 10, 0.2)
     await queue.close()
     assert sorted(m["run_id"] for m in got) == ids
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from runlane import Engine
 from runlane.stores import MemoryStore
 
-# API.md's methods (start, signal, cancel, requeue, reads, waits, the loop phases, lifecycle),
+# The public methods (start, signal, cancel, requeue, reads, waits, the loop phases, lifecycle),
 # what the operations views call (read, prune, start_consumers), and the attributes API.md
 # and the command line name.
 FACADE = {
@@ -14,6 +14,7 @@ FACADE = {
     "drain",
     "fire_schedules",
     "get_run",
+    "list_engines",
     "list_runs",
     "list_steps",
     "now",

@@ -26,6 +26,7 @@ from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
 from ..lanes import all_lanes
 from ..models import Run, RunCursor
+from ..presence import unserved
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
 from .errors import HTTPError, error_response, http_exception, server_error
@@ -41,11 +42,13 @@ from .params import (
     run_query,
 )
 from .shapes import (
+    engine_to_dict,
     lanes_to_dict,
     run_summary,
     run_to_dict,
     schedule_to_dict,
     step_to_dict,
+    unserved_to_list,
 )
 
 HERE = Path(__file__).parent
@@ -107,6 +110,7 @@ class Api:
                 priority=wanted.priority,
                 tags=wanted.tags,
                 if_exists="fail",
+                version=wanted.version,
             )
         except RunExistsError:
             if wanted.if_exists == "fail":
@@ -182,6 +186,16 @@ class Api:
         found = (await self.engine.read(lambda store: all_lanes(store, now))).of_key(key)
         return JSONResponse(lanes_to_dict(found))
 
+    async def engines(self, request: Request) -> Response:
+        engines = await self.engine.list_engines()
+        active = await self.engine.read(lambda store: store.active_code_counts())
+        return JSONResponse(
+            {
+                "engines": [engine_to_dict(e) for e in engines],
+                "unserved": unserved_to_list(unserved(active, engines)),
+            }
+        )
+
     async def schedules(self, request: Request) -> Response:
         found = await self.engine.schedules.list()
         return JSONResponse({"schedules": [schedule_to_dict(state) for state in found]})
@@ -221,6 +235,7 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/runs/{run_id}/signal/{name}", api.signal, "POST"),
         ("/events/{name}", api.event, "POST"),
         ("/lanes", api.lanes, "GET"),
+        ("/engines", api.engines, "GET"),
         ("/schedules", api.schedules, "GET"),
         ("/schedules/{schedule_id}/{action}", api.schedule_action, "POST"),
     ]
@@ -228,6 +243,7 @@ def routes(api: Api) -> list[BaseRoute]:
         Route("/", page("runs.html"), methods=["GET"]),
         Route("/ui/runs/{run_id}", page("run.html"), methods=["GET"]),
         Route("/ui/lanes", page("lanes.html"), methods=["GET"]),
+        Route("/ui/engines", page("engines.html"), methods=["GET"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     api_routes: list[BaseRoute] = [Route(p, guarded(h), methods=[m]) for p, h, m in json_routes]

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 from ..engine import Engine
 from ..lanes import lanes, queue_lanes
 from ..models import ACTIVE_STATUSES
+from ..presence import unserved
 from ..stats import Histogram
 
 GAUGE_TTL = 5.0
@@ -38,6 +39,9 @@ class Gauges:
     active: dict[tuple[str, str], int] = field(default_factory=dict)  # (workflow, status)
     # (key, kind, workflow) -> (waiting, holding); a step queue's key is its name
     lanes: dict[tuple[str, str, str], tuple[int, int]] = field(default_factory=dict)
+    # (workflow, version) -> active runs no live engine serves
+    unserved: dict[tuple[str, str], int] = field(default_factory=dict)
+    engines: dict[str, int] = field(default_factory=dict)  # "alive" / "gone" -> engines
 
 
 class StoreGauges:
@@ -69,7 +73,10 @@ class StoreGauges:
         for queue in queue_lanes(views, engine.now()):
             found[queue.name, "queue", ""] = (len(queue.waiters), queue.usage)
         active = {(workflow, str(status)): n for (workflow, status), n in counts.items()}
-        return Gauges(active, found)
+        engines = await engine.list_engines()
+        codes = await engine.read(lambda store: store.active_code_counts())
+        states = {"alive": sum(e.alive for e in engines), "gone": sum(not e.alive for e in engines)}
+        return Gauges(active, found, unserved(codes, engines), states)
 
 
 class RunlaneCollector(Collector):
@@ -147,6 +154,25 @@ class RunlaneCollector(Collector):
             waiting.add_metric(list(labels), waiters)
             holding.add_metric(list(labels), holders)
         yield from (active, waiting, holding)
+        yield from self._fleet_gauges(gauges)
+
+    def _fleet_gauges(self, gauges: Gauges) -> Iterator[Metric]:
+        unserved_runs = GaugeMetricFamily(
+            "runlane_runs_unserved",
+            "Active runs of a (workflow, version) that no live engine serves: they wait for an"
+            " engine with that code.",
+            labels=["workflow", "version"],
+        )
+        for (workflow, version), n in sorted(gauges.unserved.items()):
+            unserved_runs.add_metric([workflow, version], n)
+        engines = GaugeMetricFamily(
+            "runlane_engines",
+            "Engines announced in the store: alive (beat within three leases) or gone.",
+            labels=["state"],
+        )
+        for state, n in sorted(gauges.engines.items()):
+            engines.add_metric([state], n)
+        yield from (unserved_runs, engines)
 
 
 def _buckets(histogram: Histogram) -> tuple[list[tuple[str, float]], float]:

@@ -145,6 +145,11 @@ _SCHEMAS: JSONObject = {
                 "enum": ["return", "fail"],
                 "description": "an existing run_id: answer it (200) or refuse (409)",
             },
+            version={
+                "type": "string",
+                "minLength": 1,
+                "description": "the workflow's version (default: the latest registered)",
+            },
         ),
         "additionalProperties": False,
     },
@@ -166,6 +171,24 @@ _SCHEMAS: JSONObject = {
             ),
         ]
     },
+    "Engine": _object(
+        ["id", "host", "pid", "started_at", "last_beat_at", "alive", "serves", "groups"],
+        id={"type": "string"},
+        host={"type": "string"},
+        pid={"type": "integer"},
+        namespace={"type": ["string", "null"]},
+        started_at=_TIME,
+        last_beat_at=_TIME,
+        alive={"type": "boolean", "description": "it beat within three of its leases"},
+        serves={
+            "type": "array",
+            "items": _object(
+                ["workflow", "version"], workflow={"type": "string"}, version={"type": "string"}
+            ),
+            "description": "the (workflow, version) pairs whose runs it claims",
+        },
+        groups={"type": "array", "items": {"type": "string"}},
+    ),
     "Schedule": _object(
         ["id", "workflow", "paused", "next_fire_at", "last_fire_at", "last_run_id", "last_error"],
         id={"type": "string"},
@@ -522,6 +545,32 @@ def _operations() -> JSONObject:
                     },
                     "404",
                     "429",
+                ),
+            }
+        },
+        "/engines": {
+            "get": {
+                "summary": "the engines announced in the store, what each serves, and the "
+                "active runs of codes no live engine serves",
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["engines", "unserved"],
+                                engines={"type": "array", "items": _ref("Engine")},
+                                unserved={
+                                    "type": "array",
+                                    "items": _object(
+                                        ["workflow", "version", "runs"],
+                                        workflow={"type": "string"},
+                                        version={"type": "string"},
+                                        runs={"type": "integer"},
+                                    ),
+                                },
+                            ),
+                            "every engine record, oldest first",
+                        )
+                    }
                 ),
             }
         },

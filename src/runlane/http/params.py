@@ -108,6 +108,7 @@ class StartRequest:
     tags: tuple[str, ...] = ()
     priority: int = 0
     if_exists: Literal["return", "fail"] = "return"
+    version: str | None = None
 
     @classmethod
     def parse(cls, body: Any) -> StartRequest:
@@ -126,7 +127,14 @@ class StartRequest:
             tags=_tags(body.get("tags")),
             priority=_priority(body.get("priority", 0)),
             if_exists=_if_exists(body.get("if_exists", "return")),
+            version=_version(body.get("version")),
         )
+
+
+def _version(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise invalid('"version" must be a non-empty string', field="version")
 
 
 def _run_id(value: Any) -> str | None:

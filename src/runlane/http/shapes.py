@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..lanes import AllLanes, DebounceLane, Lane, QueueLane, RateLane
-from ..models import Run, StepRecord
+from ..models import EngineInfo, Run, StepRecord
 from ..queues import QueueEntry
 from ..schedules import ScheduleState
 
@@ -143,6 +143,29 @@ def _entry(entry: QueueEntry) -> dict[str, Any]:
         "admitted_at": jsonable(entry.admitted_at),
         "denials": entry.denials,
     }
+
+
+def engine_to_dict(info: EngineInfo) -> dict[str, Any]:
+    """An engine's record as ``GET /engines`` and ``runlane engines --json`` show it."""
+    shown: dict[str, Any] = jsonable(
+        {
+            "id": info.id,
+            "host": info.host,
+            "pid": info.pid,
+            "namespace": info.namespace,
+            "started_at": info.started_at,
+            "last_beat_at": info.last_beat_at,
+            "alive": info.alive,
+            "serves": [{"workflow": w, "version": v} for w, v in info.serves],
+            "groups": list(info.groups),
+        }
+    )
+    return shown
+
+
+def unserved_to_list(counts: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+    """The active runs of each code no live engine serves, as ``GET /engines`` shows them."""
+    return [{"workflow": w, "version": v, "runs": n} for (w, v), n in sorted(counts.items())]
 
 
 def schedule_to_dict(state: ScheduleState) -> dict[str, Any]:
