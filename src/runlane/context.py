@@ -241,6 +241,29 @@ class Context:
         turn.park(seq, StepKind.EVENT, name, deadline, record, input={"after": after})
         raise AssertionError("unreachable")  # pragma: no cover
 
+    # ---------------------------------------------------------------- changing code under runs
+
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the branch of the code change ``change_id``: the way to
+        change a workflow's code while runs recorded by the old code are in flight.
+
+        Reached with no recorded history left (the run is new to this point), it records a
+        ``patch`` marker here and returns True; replaying a history with that marker here, it
+        returns True; replaying one recorded before the change (another operation here), it
+        returns False and records nothing, so the old branch replays as it ran. Asked again
+        for the same ``change_id``, it answers as it did the first time::
+
+            if ctx.patched("send-receipt"):
+                await ctx.step(send_receipt, order)   # new runs
+            await ctx.step(ship, order)               # every run
+        """
+        return self._turn.patched(_change_id(change_id))
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Mark the change ``change_id`` as one every run in flight already took, once its old
+        branch is deleted: records nothing, and replays a history with or without the marker."""
+        self._turn.deprecate_patch(_change_id(change_id))
+
     # ---------------------------------------------------------------- recorded values
 
     def now(self) -> datetime:
@@ -272,6 +295,12 @@ class Context:
     def continue_as_new(self, input: JSON = None) -> NoReturn:
         """End this run now; a fresh run ``<id>~N`` continues with ``input``."""
         raise ContinueAsNew(normalise(input, "continue_as_new input"))
+
+
+def _change_id(change_id: object) -> str:
+    if not isinstance(change_id, str) or not change_id:
+        raise DefinitionError(f"a patch needs a change id (a non-empty string), got {change_id!r}")
+    return change_id
 
 
 __all__ = ["ChildOp", "Context", "Operation", "StepOp"]

@@ -158,6 +158,8 @@ class Turn:
         self.unreleased: list[int] = []
         self.awaited: list[tuple[str, int]] = []  # event waits left pending (see ``find_event``)
         self.denied = False  # a step queue did not admit a step: the run suspends ``blocked``
+        self.patches: dict[str, bool] = {}  # each change id's answer (``patched``), this turn
+        self._last_recorded = max(self.records, default=0)
         self._seq = 0
         self._lock = asyncio.Lock()
 
@@ -191,6 +193,31 @@ class Turn:
             )
             raise self.diverged
         return record
+
+    def patched(self, change_id: str) -> bool:
+        """``ctx.patched``: the marker at the next position, or no history left there (the
+        new code runs fresh: the marker is recorded), takes the patched branch; any other
+        operation there (a history from before the change) takes the old one and leaves the
+        position to it."""
+        if change_id in self.patches:
+            return self.patches[change_id]
+        seq = self._seq + 1
+        record = self.staged.get(seq) or self.records.get(seq)
+        fresh = record is None and seq > self._last_recorded
+        marked = record is not None and record.kind == StepKind.PATCH and record.name == change_id
+        if fresh:
+            self.complete(seq, StepKind.PATCH, change_id, None, None)
+        if fresh or marked:
+            self._seq = seq
+        self.patches[change_id] = fresh or marked
+        return fresh or marked
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """``ctx.deprecate_patch``: the marker of ``change_id`` at the next position, if the
+        history has one there, is passed over; nothing is recorded either way."""
+        record = self.staged.get(self._seq + 1) or self.records.get(self._seq + 1)
+        if record is not None and record.kind == StepKind.PATCH and record.name == change_id:
+            self._seq += 1
 
     def stage(self, record: StepRecord) -> None:
         self.staged[record.seq] = record

@@ -45,6 +45,7 @@ from runlane.models import (
     CancelResult,
     ClaimOutcome,
     DebounceGate,
+    EngineInfo,
     Lease,
     QueueSettings,
     QuotaGate,
@@ -55,6 +56,7 @@ from runlane.models import (
     RunQuery,
     RunSpec,
     RunStatus,
+    Serves,
     Settlement,
     SingletonGate,
     StepKind,
@@ -129,6 +131,7 @@ async def claim(
     max_recoveries: int | None = None,
     handoff: bool = False,
     dead_letters: frozenset[str] = frozenset(),
+    serves: Serves | None = None,
 ) -> ClaimOutcome:
     return await store.claim_run(
         run_id,
@@ -139,6 +142,7 @@ async def claim(
         max_recoveries=max_recoveries,
         handoff=handoff,
         dead_letters=dead_letters,
+        serves=serves,
     )
 
 
@@ -2503,6 +2507,169 @@ async def test_active_run_counts_are_by_workflow_and_status_without_settled_runs
         ("wf", RunStatus.RUNNING): 1,
         ("other", RunStatus.PENDING): 1,
     }
+
+
+# ---------------------------------------------------------------- routing by code
+
+V1 = Serves(frozenset({("wf", "1")}))
+V2 = Serves(frozenset({("wf", "2")}))
+NOTHING = Serves(frozenset())
+
+
+def v2(run_id: str, **fields: Any) -> RunSpec:
+    """A run of version 2 of ``wf`` (an engine serving ``V1`` cannot replay it)."""
+    return replace(spec(run_id, **fields), version="2")
+
+
+async def test_claim_queues_hold_only_the_runs_of_the_codes_served_in_their_order(
+    store: Store,
+) -> None:
+    await create(
+        store,
+        spec("a", created=3),
+        v2("b", created=2),
+        spec("c", created=1, workflow="other"),
+        spec("d", created=4, priority=2),
+    )
+    both = Serves(frozenset({("wf", "2"), ("other", "1")}))
+    assert await store.pending_run_ids(T0, 10, None, serves=V1) == ["d", "a"]
+    assert await store.pending_run_ids(T0, 10, None, serves=both) == ["c", "b"]
+    assert await store.pending_run_ids(T0, 1, None, serves=both) == ["c"]
+    assert await store.pending_run_ids(T0, 10, None, serves=NOTHING) == []
+    assert await store.pending_run_ids(T0, 10, None) == ["d", "c", "b", "a"]
+
+
+async def test_due_expired_and_timed_out_queues_hold_only_the_codes_served(store: Store) -> None:
+    await create(store, spec("s1"), v2("s2"), spec("l1"), v2("l2"))
+    await create(store, spec("t1", deadline_at=at(5)), v2("t2", deadline_at=at(5)))
+    await suspend(store, "s1", at(1))
+    await suspend(store, "s2", at(1))
+    await lease(store, "l1")
+    await lease(store, "l2")
+    assert await store.due_run_ids(at(2), 10, None, serves=V1) == ["s1"]
+    assert await store.due_run_ids(at(2), 10, "elsewhere", serves=V2) == []
+    assert await store.expired_run_ids(at(31), 10, None, serves=V2) == ["l2"]
+    assert await store.timed_out_run_ids(at(5), 10, None, serves=V1) == ["t1"]
+    assert await store.timed_out_run_ids(at(5), 10, None, serves=NOTHING) == []
+
+
+async def test_a_claim_of_a_run_not_served_writes_nothing_and_says_why(store: Store) -> None:
+    await create(store, v2("b"))
+    assert await claim(store, "b", serves=V1) == ClaimOutcome(unserved=True)
+    run = await run_of(store, "b")
+    assert (run.status, run.lease_owner, run.recoveries) == (RunStatus.PENDING, None, 0)
+    claimed = await claim(store, "b", serves=V2)
+    assert claimed.claim is not None and claimed.claim.run.version == "2"
+    assert await claim(store, "b", serves=V1) == ClaimOutcome()  # leased now: not claimable
+
+
+async def test_an_unserved_run_whose_lease_expired_is_never_recovered_nor_made_dead(
+    store: Store,
+) -> None:
+    await create(store, v2("b"), v2("w", singleton=key()), v2("x", created=1, singleton=key()))
+    for run_id in ("b", "w"):
+        await lease(store, run_id)
+    for _ in range(3):  # engines without its code find it again and again
+        outcome = await claim(store, "b", now=at(31), max_recoveries=0, serves=V1)
+        assert outcome == ClaimOutcome(unserved=True)
+    assert await claim(store, "x", now=at(31), serves=V1) == ClaimOutcome(unserved=True)
+    run = await run_of(store, "b")
+    assert (run.status, run.recoveries, run.lease_owner) == (RunStatus.RUNNING, 0, "owner-1")
+    assert (await run_of(store, "x")).admission_retries == 1  # as created: not parked again
+    recovered = await claim(store, "b", now=at(31), max_recoveries=2, serves=V2)
+    assert recovered.claim is not None and recovered.claim.run.recoveries == 1
+
+
+async def test_a_settlement_hands_its_slot_only_to_a_waiter_its_successor_serves(
+    store: Store,
+) -> None:
+    gate = key()
+    await create(store, spec("holder", singleton=gate), v2("waiter", created=1, singleton=gate))
+    await create(store, spec("third", created=2, singleton=gate))
+    await lease(store, "holder")
+    result = await store.settle_run(
+        "holder", "owner-1", Writes(), DONE, at(10), successor=Lease("heir", at(40), V1)
+    )
+    assert result.successor is None and result.woken == ["waiter"]
+    waiter = await run_of(store, "waiter")
+    assert waiter.lease_owner is None and not waiter.holds_slot
+    handed = await claim(store, "waiter", now=at(11), serves=V2)
+    assert handed.claim is not None and handed.claim.run.holds_slot
+    result = await store.settle_run(
+        "waiter", "owner-1", Writes(), DONE, at(12), successor=Lease("heir", at(40), V1)
+    )
+    assert result.successor is not None and result.successor.run.id == "third"
+
+
+async def test_a_decision_is_claimed_only_by_an_engine_that_serves_the_run(
+    store: Store,
+) -> None:
+    await create(store, v2("a"))
+    await lease(store, "a")
+    await store.await_decision("a", "owner-1", "t1", at(60), T0)
+    assert await store.claim_decision("a", "t1", "owner-2", at(1), at(31), serves=V1) is None
+    assert (await run_of(store, "a")).awaiting_decision_task_id == "t1"
+    claim = await store.claim_decision("a", "t1", "owner-2", at(1), at(31), serves=V2)
+    assert claim is not None and claim.run.lease_owner == "owner-2"
+
+
+async def test_due_runs_are_handed_off_only_by_an_engine_that_serves_them(store: Store) -> None:
+    await create(store, spec("a"), v2("b"))
+    await suspend(store, "a", at(1))
+    await suspend(store, "b", at(1))
+    taken = await store.hand_off_due_runs(at(2), 10, None, at(40), serves=V2)
+    assert [r.id for r in taken] == ["b"]
+    assert (await run_of(store, "a")).wake_at == at(1)
+
+
+async def test_active_code_counts_are_by_workflow_and_version(store: Store) -> None:
+    await create(store, spec("a"), v2("b"), v2("c"), spec("d", workflow="other"), spec("e"))
+    await settle(store, "e")
+    assert await store.active_code_counts() == {("wf", "1"): 1, ("wf", "2"): 2, ("other", "1"): 1}
+
+
+# ---------------------------------------------------------------- engines
+
+
+def engine_info(engine_id: str, *, started: float = 0.0, **fields: Any) -> EngineInfo:
+    given: dict[str, Any] = {
+        "host": "host-a",
+        "pid": 4711,
+        "started_at": at(started),
+        "last_beat_at": at(started),
+        "serves": (("wf", "1"), ("wf", "2")),
+        "groups": ("billing",),
+        **fields,
+    }
+    return EngineInfo(id=engine_id, **given)
+
+
+async def test_an_engine_is_announced_beaten_listed_and_removed(store: Store) -> None:
+    await store.announce_engine(engine_info("e2", started=2, namespace="eu", lease=10.0))
+    await store.announce_engine(engine_info("e1", started=1, serves=()))
+    assert await store.beat_engine("e2", at(5))
+    assert not await store.beat_engine("gone", at(5))
+    listed = await store.list_engines()
+    assert [e.id for e in listed] == ["e1", "e2"]
+    assert listed[1] == engine_info("e2", started=2, namespace="eu", lease=10.0, last_beat_at=at(5))
+    assert listed[0].serves == ()
+    await store.remove_engine("e1")
+    await store.remove_engine("e1")  # idempotent
+    assert [e.id for e in await store.list_engines()] == ["e2"]
+
+
+async def test_announcing_again_replaces_the_record(store: Store) -> None:
+    await store.announce_engine(engine_info("e1"))
+    await store.announce_engine(engine_info("e1", started=9, serves=(("wf", "3"),)))
+    [record] = await store.list_engines()
+    assert record.serves == (("wf", "3"),) and record.started_at == at(9)
+
+
+async def test_engines_silent_since_before_a_moment_are_pruned(store: Store) -> None:
+    await store.announce_engine(engine_info("old", started=1))
+    await store.announce_engine(engine_info("new", started=5))
+    assert await store.prune_engines(at(5)) == 1
+    assert [e.id for e in await store.list_engines()] == ["new"]
 
 
 __all__ = export_tests(globals(), "store")

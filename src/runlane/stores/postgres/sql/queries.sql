@@ -1016,7 +1016,7 @@ SELECT queue, fairness_key, served FROM runlane_queue_keys;
 
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
-    runlane_queues, runlane_queue_entries, runlane_queue_keys
+    runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines
     RESTART IDENTITY;
 
 -- name: save_schedule
