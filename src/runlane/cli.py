@@ -36,16 +36,18 @@ from .cli_tables import (
 from .engine import Engine
 from .errors import ConfigurationError, MissingExtraError, RunlaneError
 from .extras import needs_extra
+from .history import ReplayReport, history_doc, replay_stored
 from .http.shapes import (
     engine_to_dict,
     lanes_to_dict,
+    replay_to_dict,
     run_to_dict,
     schedule_to_dict,
     step_to_dict,
     unserved_to_list,
 )
 from .lanes import AllLanes, all_lanes
-from .models import EngineInfo, Run, RunQuery, RunStatus, StepRecord
+from .models import ACTIVE_STATUSES, EngineInfo, Run, RunQuery, RunStatus, StepRecord
 from .presence import unserved
 from .stores import open_store
 from .stores.base import Store
@@ -383,6 +385,28 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
     console.print(steps_table(steps))
 
 
+@runs.command("export")
+@click.option("--db", default=None, help=DB_HELP)
+@click.option("--app", default=None, help=APP_HELP)
+@click.argument("run_id")
+def runs_export(db: str | None, app: str | None, run_id: str) -> None:
+    """Print RUN_ID's history as JSON (the run, its step records, its signals not consumed
+    yet): keep it beside your tests and replay it with runlane.testing.replay."""
+
+    async def read(engine: Engine) -> dict[str, Any] | None:
+        run = await engine.get_run(run_id)
+        if run is None:
+            return None
+        steps = await engine.list_steps(run_id)
+        signals = await engine.read(lambda store: store.list_signals(run_id))
+        return history_doc(run, steps, signals)
+
+    doc = with_engine(db, app, read)
+    if doc is None:
+        raise click.ClickException(f"no run with id {run_id!r}")
+    click.echo(json.dumps(doc, indent=2))
+
+
 @runs.command("cancel")
 @_common
 @click.argument("run_id")
@@ -583,6 +607,56 @@ def lanes_command(db: str | None, app: str | None, as_json: bool, key: str | Non
         console.print(queues_table(found.queues))
     if found.rates or found.debounces:
         console.print(limits_table(found.rates, found.debounces))
+
+
+# ---------------------------------------------------------------- replay
+
+
+@main.command("replay")
+@click.argument("app")
+@click.option("--db", default=None, help=DB_HELP + " Default: the app's own store.")
+@click.option("--workflow", default=None, help="Only the runs of this workflow.")
+@click.option(
+    "--status",
+    type=click.Choice(["active", "all"]),
+    default="active",
+    show_default=True,
+    help="The runs still in flight, or every stored run.",
+)
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(min=1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")
+def replay_command(
+    app: str, db: str | None, workflow: str | None, status: str, limit: int, as_json: bool
+) -> None:
+    """Replay the stored runs of APP's workflows against APP's code, writing nothing: exit 1
+    naming every run the code cannot replay (its position, the recorded and the new
+    operation). Run it before a deploy, against the new code and the live store."""
+    statuses = [None] if status == "all" else sorted(ACTIVE_STATUSES)
+
+    async def check(engine: Engine) -> ReplayReport:
+        return await engine.read(
+            lambda store: replay_stored(
+                store, engine.registry, workflow=workflow, statuses=statuses, limit=limit
+            )
+        )
+
+    report = with_engine(db, app, check)
+    if as_json:
+        click.echo(json.dumps(replay_to_dict(report), indent=2))
+    else:
+        _print_replay(report)
+    if report.diverged:
+        sys.exit(1)
+
+
+def _print_replay(report: ReplayReport) -> None:
+    for run, error in report.diverged:
+        click.echo(f"run {run.id} ({run.workflow}@{run.version}): {error}", err=True)
+    for run, reason in report.skipped:
+        click.echo(f"run {run.id} ({run.workflow}@{run.version}) not checked: {reason}")
+    verdict = "cannot be replayed" if report.diverged else "replay with this code"
+    bad = len(report.diverged)
+    click.echo(f"{report.checked} runs checked: {bad or 'all'} {verdict}")
 
 
 # ---------------------------------------------------------------- engines

@@ -7,7 +7,6 @@ operations in list order on every replay.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Generator, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -284,11 +283,7 @@ class Context:
         record = turn.recorded(seq, StepKind.SIDE_EFFECT, "side_effect")
         if record is not None and record.status == StepStatus.COMPLETED:
             return record.output
-        await turn.flush()
-        result = fn()
-        if inspect.isawaitable(result):
-            result = await result
-        value = normalise(result, "side_effect result")
+        value = normalise(await turn.side_effect(fn), "side_effect result")
         turn.complete(seq, StepKind.SIDE_EFFECT, "side_effect", value, record)
         return value
 

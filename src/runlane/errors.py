@@ -173,7 +173,24 @@ class FatalError(RunlaneError):
 
 
 class NonDeterminismError(RunlaneError):
-    """The workflow body diverged from its recorded history on replay."""
+    """The workflow body diverged from its recorded history on replay.
+
+    ``seq`` is the position (the operation's sequence number), ``recorded`` what the history
+    holds there and ``new`` what the code now does, each as ``<kind> '<name>'``."""
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        run_id: str | None = None,
+        seq: int | None = None,
+        recorded: str | None = None,
+        new: str | None = None,
+    ) -> None:
+        self.run_id, self.seq, self.recorded, self.new = run_id, seq, recorded, new
+        if message is None and seq is not None:
+            message = f"run {run_id!r} op #{seq}: history has {recorded}, the code now does {new}"
+        super().__init__(message)
 
 
 class SignalTimeoutError(RunlaneError, TimeoutError):

@@ -8,6 +8,7 @@ always before the next side effect starts, so a crash re-executes at most the st
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -159,7 +160,7 @@ class Turn:
         self.awaited: list[tuple[str, int]] = []  # event waits left pending (see ``find_event``)
         self.denied = False  # a step queue did not admit a step: the run suspends ``blocked``
         self.patches: dict[str, bool] = {}  # each change id's answer (``patched``), this turn
-        self._last_recorded = max(self.records, default=0)
+        self.last_recorded = max(self.records, default=0)
         self._seq = 0
         self._lock = asyncio.Lock()
 
@@ -182,14 +183,21 @@ class Turn:
         self._seq += 1
         return self._seq
 
+    @property
+    def position(self) -> int:
+        """The last position the body took (its operations so far, patches included)."""
+        return self._seq
+
     def recorded(self, seq: int, kind: StepKind, name: str) -> StepRecord | None:
         record = self.staged.get(seq) or self.records.get(seq)
         if record is None:
             return None
         if record.kind != kind or record.name != name:
             self.diverged = NonDeterminismError(
-                f"run {self.run.id!r} op #{seq}: history has {record.kind} {record.name!r},"
-                f" the code now does {kind} {name!r}"
+                run_id=self.run.id,
+                seq=seq,
+                recorded=f"{record.kind} {record.name!r}",
+                new=f"{kind} {name!r}",
             )
             raise self.diverged
         return record
@@ -203,7 +211,7 @@ class Turn:
             return self.patches[change_id]
         seq = self._seq + 1
         record = self.staged.get(seq) or self.records.get(seq)
-        fresh = record is None and seq > self._last_recorded
+        fresh = record is None and seq > self.last_recorded
         marked = record is not None and record.kind == StepKind.PATCH and record.name == change_id
         if fresh:
             self.complete(seq, StepKind.PATCH, change_id, None, None)
@@ -218,6 +226,15 @@ class Turn:
         record = self.staged.get(self._seq + 1) or self.records.get(self._seq + 1)
         if record is not None and record.kind == StepKind.PATCH and record.name == change_id:
             self._seq += 1
+
+    async def side_effect(self, fn: Callable[[], Any]) -> Any:
+        """Call a side effect's ``fn`` (awaiting what it returns), once what is staged is
+        written: a crash after it re-runs nothing before it."""
+        await self.flush()
+        result = fn()
+        if inspect.isawaitable(result):
+            result = await result
+        return result
 
     def stage(self, record: StepRecord) -> None:
         self.staged[record.seq] = record

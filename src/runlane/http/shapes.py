@@ -9,6 +9,7 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
+from ..history import ReplayReport
 from ..lanes import AllLanes, DebounceLane, Lane, QueueLane, RateLane
 from ..models import EngineInfo, Run, StepRecord
 from ..queues import QueueEntry
@@ -166,6 +167,30 @@ def engine_to_dict(info: EngineInfo) -> dict[str, Any]:
 def unserved_to_list(counts: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
     """The active runs of each code no live engine serves, as ``GET /engines`` shows them."""
     return [{"workflow": w, "version": v, "runs": n} for (w, v), n in sorted(counts.items())]
+
+
+def replay_to_dict(report: ReplayReport) -> dict[str, Any]:
+    """``runlane replay --json``: the runs checked, each one the code diverges from (where,
+    what the history holds there, what the code does), and each one not checked (why)."""
+    return {
+        "checked": report.checked,
+        "diverged": [
+            {
+                "run_id": run.id,
+                "workflow": run.workflow,
+                "version": run.version,
+                "seq": error.seq,
+                "recorded": error.recorded,
+                "new": error.new,
+                "message": str(error),
+            }
+            for run, error in report.diverged
+        ],
+        "skipped": [
+            {"run_id": run.id, "workflow": run.workflow, "version": run.version, "why": why}
+            for run, why in report.skipped
+        ],
+    }
 
 
 def schedule_to_dict(state: ScheduleState) -> dict[str, Any]:

@@ -58,6 +58,7 @@ from ..models import (
     Serves,
     Settlement,
     SettleResult,
+    Signal,
     SingletonGate,
     Started,
     StepRecord,
@@ -725,4 +726,9 @@ class Store(Protocol):
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         """The run's step records by seq; ``[]`` for an unknown run."""
+        ...
+
+    async def list_signals(self, run_id: str) -> list[Signal]:
+        """The signals delivered to the run and not consumed yet, oldest first; ``[]`` for an
+        unknown run."""
         ...

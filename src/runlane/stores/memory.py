@@ -743,6 +743,9 @@ class MemoryStore:
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)
 
+    async def list_signals(self, run_id: str) -> list[Signal]:
+        return list(self._signals.get(run_id, []))
+
 
 class _MemoryQueues:
     """The memory store's queue tables (a ``queues.QueueBook``)."""

@@ -2672,4 +2672,19 @@ async def test_engines_silent_since_before_a_moment_are_pruned(store: Store) -> 
     assert [e.id for e in await store.list_engines()] == ["new"]
 
 
+async def test_the_signals_not_consumed_yet_are_listed_oldest_first(store: Store) -> None:
+    await create(store, spec("a"))
+    await store.deliver_signal("a", "first", 1, T0)
+    await store.deliver_signal("a", "second", {"n": 2}, at(1))
+    assert [(s.name, s.payload) for s in await store.list_signals("a")] == [
+        ("first", 1),
+        ("second", {"n": 2}),
+    ]
+    await lease(store, "a")
+    [first, _] = await store.list_signals("a")
+    await store.suspend_run("a", "owner-1", Writes(consumed_signals=(first.id,)), None, at(2))
+    assert [s.name for s in await store.list_signals("a")] == ["second"]
+    assert await store.list_signals("nobody") == []
+
+
 __all__ = export_tests(globals(), "store")

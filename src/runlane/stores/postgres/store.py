@@ -41,6 +41,7 @@ from ...models import (
     Serves,
     Settlement,
     SettleResult,
+    Signal,
     SingletonGate,
     Started,
     StepRecord,
@@ -1124,6 +1125,10 @@ class PostgresStore:
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         rows = await self._db.rows("steps_of", id=run_id)
         return [step_from_row(row) for row in rows]
+
+    async def list_signals(self, run_id: str) -> list[Signal]:
+        rows = await self._db.rows("signals_of", id=run_id)
+        return [signal_from_row(row) for row in rows]
 
 
 def _event_calls(

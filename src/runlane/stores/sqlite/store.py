@@ -39,6 +39,7 @@ from ...models import (
     Serves,
     Settlement,
     SettleResult,
+    Signal,
     SingletonGate,
     Started,
     StepRecord,
@@ -517,6 +518,9 @@ class SqliteStore:
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         return await self._read(reads.get_step, run_id, seq)
+
+    async def list_signals(self, run_id: str) -> list[Signal]:
+        return await self._read(reads.signals, run_id)
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return await self._read(reads.list_steps, run_id)
