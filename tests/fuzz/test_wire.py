@@ -26,7 +26,14 @@ from runlane.serialization import dumps
 from runlane.stores.sqlite import SqliteStore
 from runlane.transports import DbTransport, RedisTransport, Transport
 from runlane.transports.messages import Malformed, check
-from runlane.transports.names import RESULTS, code, run_queue, run_topic, task_queue
+from runlane.transports.names import (
+    RESULTS,
+    code,
+    decision_queue,
+    run_queue,
+    run_topic,
+    task_queue,
+)
 from runlane.worker import Worker
 from runlane.workflow_tasks import (
     check_workflow_task,
@@ -392,8 +399,11 @@ async def test_malformed_turn_messages_are_dropped_and_remote_workflows_go_on(
     assert (before.status, before.output) == (RunStatus.COMPLETED, 2), before.error
     steps = await engine.list_steps("turned-before")
     decisions, tasks, beats = _mangled_turn_messages("turned-before")
-    for message in decisions:
-        await transport.send_result(message)
+    for i, message in enumerate(decisions):  # on the queue tasks name, and on the old one
+        if i % 2:
+            await transport.send_result(message)
+        else:
+            await transport.send_decision(decision_queue(code("wire.turned", "1")), message)
     await transport.send_tasks("wire", tasks)
     for beat in beats:
         await transport.publish_heartbeat(beat)
@@ -433,7 +443,7 @@ async def test_every_replayed_message_kind_changes_nothing_the_first_did_not(
     if replayed == "run message" and not engine._execution.runqueue:
         pytest.skip("the in-process transport has no run queue")
     if replayed == "decision":
-        _twice(worker.transport, "send_result")
+        _twice(worker.transport, "send_decision")
     elif replayed == "run message":
         _twice(transport, "enqueue_runs")
     else:

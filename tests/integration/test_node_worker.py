@@ -116,11 +116,52 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
     ]
     assert [(s.seq, s.kind, s.status) for s in steps] == [
         (1, "step", "completed"),
-        (2, "step", "completed"),
-        (3, "sleep", "completed"),
-        (4, "signal", "completed"),
-        (5, "child", "completed"),
+        (2, "patch", "completed"),
+        (3, "step", "completed"),
+        (4, "sleep", "completed"),
+        (5, "signal", "completed"),
+        (6, "child", "completed"),
     ]
+
+
+async def test_a_node_worker_replays_a_history_from_before_a_patch_down_the_old_branch(
+    prefix: str, node_worker: subprocess.Popen[str]
+) -> None:
+    """A turn of a run recorded before ``ctx.patched("remote-shout")`` existed: the worker
+    takes the old branch (no marker, no remote step) and answers on the task's reply queue."""
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    await transport.open()
+    done = "2026-05-01T12:00:00.000000+00:00"
+    history = [
+        {"seq": 1, "kind": "step", "name": "js.greet", "status": "completed", "input": "ada",
+         "output": "hello ada", "error": None, "attempts": 1, "started_at": done,
+         "finished_at": done, "wake_at": None},
+        {"seq": 2, "kind": "sleep", "name": "sleep", "status": "completed", "input": None,
+         "output": None, "error": None, "attempts": 0, "started_at": done, "finished_at": done,
+         "wake_at": done},
+    ]  # fmt: skip
+    task = {
+        "protocol": 1, "kind": "workflow", "task_id": "t-old", "run_id": "old-1",
+        "workflow": "js-order", "version": "1", "group": "node-wf", "input": {"name": "ada"},
+        "attempt": 1, "priority": 0, "history": history,
+        "signals": [{"id": 7, "name": "ship", "payload": "by air"}], "children": {},
+        "trace": None, "dispatched_at": done, "expires_at": "2999-01-01T00:00:00+00:00",
+        "reply_to": "decisions:js-order@1",
+    }  # fmt: skip
+    try:
+        await transport.send_tasks("node-wf", [task])
+        decisions = await transport.take_decisions(["decisions:js-order@1"], 1, 15.0)
+        assert await transport.take_results(1, 0.2) == []  # not on the results queue
+    finally:
+        await transport.purge()
+        await transport.close()
+    [decision] = decisions
+    assert decision["task_id"] == "t-old" and decision["consumed_signals"] == [7]
+    assert [(c["kind"], c["seq"]) for c in decision["checkpoints"]] == [("signal", 3)]
+    assert [(c["type"], c["seq"], c["input"]) for c in decision["commands"]] == [
+        ("child", 4, "by air")
+    ]
+    assert decision["outcome"] == {"type": "suspend", "wake_at": None}
 
 
 async def _until_waiting_for_signal(

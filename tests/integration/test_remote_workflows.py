@@ -156,7 +156,16 @@ async def queued(ctx: runlane.Context, local: bool) -> int:
     return int(await ctx.step(inc if local else double, 1, queue="slots"))
 
 
-WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks, queued]
+@runlane.workflow(name="patching", group="wf")
+async def patching(ctx: runlane.Context, x: int) -> int:
+    if ctx.patched("double-it"):
+        x = int(await ctx.step(double, x))
+    await ctx.sleep(0.01)
+    ctx.deprecate_patch("nothing-here")
+    return x
+
+
+WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks, queued, patching]
 NAMES = (
     "tour",
     "child-wf",
@@ -168,6 +177,7 @@ NAMES = (
     "where",
     "marks",
     "queued",
+    "patching",
 )
 LOCAL_STEPS = [inc, slow, where_async, where_sync, mark]
 DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
@@ -182,10 +192,12 @@ def _fresh_calls() -> None:
 class Duplicating(InProcessTransport):
     """Sends every decision twice: the second must be dropped."""
 
-    async def send_result(self, result: Message) -> None:
-        await super().send_result(result)
-        if result.get("kind") == "decision":
-            await super().send_result(dict(result))
+    sent_twice = 0
+
+    async def send_decision(self, queue: str, decision: Message) -> None:
+        await super().send_decision(queue, decision)
+        await super().send_decision(queue, dict(decision))
+        self.sent_twice += 1
 
 
 @contextlib.asynccontextmanager
@@ -253,12 +265,25 @@ async def _waits_for_signal(engine: Engine, run_id: str) -> bool:
 
 
 async def test_a_duplicate_decision_is_dropped(store: Store) -> None:
-    async with fleet(store, Duplicating()) as (engine, _, _):
+    duplicating = Duplicating()
+    async with fleet(store, duplicating) as (engine, _, _):
         await engine.start("fan", 5, run_id="f1")
         done = await engine.wait_for_run("f1", timeout=15)
     assert done.status == RunStatus.COMPLETED, done.error
     assert done.output == 2 * sum(range(10))
     assert calls["double"] == 10  # each remote step dispatched exactly once
+    assert duplicating.sent_twice >= 2  # every turn's decision came twice
+
+
+async def test_a_remote_workflow_records_its_patch_markers_through_its_decisions(
+    store: Store,
+) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("patching", 4, run_id="p1")
+        done = await engine.wait_for_run("p1", timeout=15)
+    assert done.status == RunStatus.COMPLETED and done.output == 8, done.error
+    kinds = [(s.kind, s.name) for s in await engine.list_steps("p1")]
+    assert kinds == [("patch", "double-it"), ("step", "math.double"), ("sleep", "sleep")]
 
 
 async def test_a_fan_of_remote_steps_across_turns_is_dispatched_exactly_once(

@@ -16,7 +16,10 @@ const workflows = {
 
   "js-order": async (ctx, input) => {
     const greeting = await ctx.step("js.greet", input.name); // local: runs inside the turn
-    const loud = await ctx.step("js.shout", greeting, { group: "node-steps" }); // remote step
+    // A change made while runs were in flight: the runs recorded before it shout in the turn.
+    const loud = ctx.patched("remote-shout")
+      ? await ctx.step("js.shout", greeting, { group: "node-steps" }) // remote step
+      : greeting.toUpperCase();
     await ctx.sleep(0.2);
     const said = await ctx.waitForSignal("ship");
     const child = await ctx.child("js-child", said);

@@ -55,6 +55,8 @@ class Turn {
     this.signals = [...(task.signals ?? [])];
     this.children = task.children ?? {};
     this.seq = 0;
+    this.lastRecorded = Math.max(0, ...this.history.keys());
+    this.patches = new Map();
     this.written = new Map();
     this.consumed = [];
     this.commands = [];
@@ -111,7 +113,31 @@ class Turn {
       startChild: (workflow, input = null, options = {}) =>
         turn.child(workflow, input, options, "start_child"),
       now: () => turn.now(),
+      patched: (changeId) => turn.patched(changeId),
+      deprecatePatch: (changeId) => turn.deprecatePatch(changeId),
     };
+  }
+
+  // A code change under runs in flight (docs/wire.md, "Patches"): the marker at the next
+  // position, or no history left there, takes the new branch (recording the marker when
+  // fresh); any other operation there is a history from before the change: the old branch,
+  // and the position stays that operation's. Same answer for a change id all turn long.
+  patched(changeId) {
+    if (this.patches.has(changeId)) return this.patches.get(changeId);
+    const seq = this.seq + 1;
+    const record = this.written.get(seq) ?? this.history.get(seq);
+    const fresh = !record && seq > this.lastRecorded;
+    const marked = record?.kind === "patch" && record.name === changeId;
+    if (fresh) this.write(seq, "patch", changeId, "completed");
+    if (fresh || marked) this.seq = seq;
+    this.patches.set(changeId, fresh || marked);
+    return fresh || marked;
+  }
+
+  // A change every run in flight took, its old branch deleted: skip its marker if it is here.
+  deprecatePatch(changeId) {
+    const record = this.written.get(this.seq + 1) ?? this.history.get(this.seq + 1);
+    if (record?.kind === "patch" && record.name === changeId) this.seq += 1;
   }
 
   async step(name, input, { group = null, retry = null } = {}) {
@@ -339,13 +365,14 @@ export class Worker {
       }
       return new Turn(task, this.steps).decide(body);
     });
+    // To the queue the task names (only the engines that serve the run's code take it).
     await this.send({
       protocol: PROTOCOL, kind: "decision", task_id: task.task_id, run_id: task.run_id,
       worker: this.name, ...decision,
-    });
+    }, task.reply_to ?? "results");
   }
 
-  async send(message) {
-    await this.sender.rPush(this.key("results"), JSON.stringify(message));
+  async send(message, queue = "results") {
+    await this.sender.rPush(this.key(queue), JSON.stringify(message));
   }
 }
