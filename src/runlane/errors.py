@@ -279,6 +279,22 @@ class Suspend(_ControlFlow):
     """The turn cannot go further now: the run suspends until something wakes it."""
 
 
+class NewerCode(Suspend):
+    """The history holds a patch marker this code does not know: newer code (deployed to
+    another engine or worker) recorded it. The run is left for code that has the patch: it
+    suspends, due again a little later, and is never failed for it."""
+
+    def __init__(self, run_id: str, seq: int, change_id: str) -> None:
+        super().__init__()
+        self.run_id, self.seq, self.change_id = run_id, seq, change_id
+
+    def __str__(self) -> str:
+        return (
+            f"run {self.run_id!r} op #{self.seq}: its history has patch {self.change_id!r},"
+            " which this code does not know (newer code recorded it)"
+        )
+
+
 class ContinueAsNew(_ControlFlow):
     """The body asked to end this run and continue in a fresh one."""
 

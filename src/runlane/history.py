@@ -165,7 +165,10 @@ class _CheckHost(WorkerHost):
 
 
 class _CheckTurn(DecisionTurn):
-    """A replay that stops where the history ends (see the module's docstring)."""
+    """A replay that stops where the history ends (see the module's docstring). A patch
+    marker the code lacks is a divergence here: the code checked is the code to deploy."""
+
+    waits_for_newer_code = False
 
     def next_seq(self) -> int:
         seq = super().next_seq()

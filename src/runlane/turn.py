@@ -26,6 +26,7 @@ from .errors import (
     FatalError,
     GatherError,
     LeaseLostError,
+    NewerCode,
     NonDeterminismError,
     RunCancelling,
     RunlaneError,
@@ -75,6 +76,10 @@ turn's records), or None when it suspends."""
 
 BATCH = 500
 """Children are started and checked in batches of this many, so wide fans stay few writes."""
+
+NEWER_CODE_RETRY = 2.0
+"""Seconds a run whose history this code cannot replay for want of a patch (``NewerCode``)
+waits before another turn: mid-deploy, an engine or worker with the new code takes it then."""
 
 
 class TurnHost(Protocol):
@@ -138,6 +143,10 @@ class TurnOutcome:
 
 
 class Turn:
+    waits_for_newer_code = True
+    """A patch marker this code does not know suspends the run for newer code (``NewerCode``)
+    rather than failing it: the engines of a rolling deploy run old code and new."""
+
     def __init__(
         self, host: TurnHost, claim: Claim, owner: str, definition: WorkflowDefinition
     ) -> None:
@@ -193,6 +202,8 @@ class Turn:
         if record is None:
             return None
         if record.kind != kind or record.name != name:
+            if record.kind == StepKind.PATCH and self.waits_for_newer_code:
+                raise NewerCode(self.run.id, seq, record.name)
             self.diverged = NonDeterminismError(
                 run_id=self.run.id,
                 seq=seq,
@@ -804,6 +815,10 @@ class Turn:
                 raise self.diverged
             value = normalise(output, f"output of workflow {self.run.workflow!r}")
             return Settlement(RunStatus.COMPLETED, value), False
+        except NewerCode as newer:
+            log.warning("%s; left for an engine that has it", newer)
+            self.wake_by(self.now() + timedelta(seconds=NEWER_CODE_RETRY))
+            return None
         except Suspend:
             if self.diverged is not None:
                 return Settlement(RunStatus.FAILED, None, error_dict(self.diverged)), False

@@ -176,6 +176,27 @@ async def test_a_history_no_branch_can_follow_fails_the_run_naming_the_position(
     assert "receipt:old" not in done
 
 
+async def test_old_code_leaves_a_run_the_new_code_patched_to_an_engine_that_has_the_patch(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    """Mid-deploy, a run patched by an engine on the new code comes to one on the old code:
+    that engine cannot replay the marker, so it gives the run back for a little while, and
+    never fails it; the new code takes it then."""
+    after = await make_engine(order_patched, steps=STEPS)
+    await after.start("order", "r", run_id="r")
+    await after.tick()
+    before = await make_engine(order_before, steps=STEPS)
+    await before.signal("r", "go")
+    await before.tick()
+    run = await before.get_run("r")
+    assert run is not None and run.status == RunStatus.SUSPENDED and run.error is None
+    assert run.wake_at == clock.now() + timedelta(seconds=2)
+    assert await before.tick() == 0  # not due yet: no busy loop between old engines
+    clock.advance(2)
+    assert (await finished(after, clock, "r")).output == "shipped r"
+    assert done == ["reserve:r", "receipt:r", "ship:r"]
+
+
 async def test_patched_answers_the_same_for_a_change_id_all_run_long(
     make_engine: Any, clock: ManualClock
 ) -> None:

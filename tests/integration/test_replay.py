@@ -122,6 +122,23 @@ async def test_a_history_the_code_cannot_follow_is_named_where_it_diverges(
     assert ended.value.seq == 3 and ended.value.new == "nothing: the workflow ended"
 
 
+async def test_a_history_with_a_patch_the_code_lacks_does_not_replay(tmp_path: Path) -> None:
+    """Code to deploy that lacks a patch live runs took (a roll back too far) is reported."""
+    doc = await a_history(tmp_path, signal=False)
+    patched = {**doc, "history": [dict(r) for r in doc["history"]]}
+    charged = patched["history"][1]
+    patched["history"][2:2] = [
+        {**charged, "kind": "patch", "name": "notify", "input": None, "output": None},
+        {**charged, "name": "replay.notify", "output": "sent"},
+    ]
+    for i, record in enumerate(patched["history"], start=1):
+        record["seq"] = i
+    replay(checkout_patched, patched)
+    with pytest.raises(NonDeterminismError) as diverged:
+        replay(checkout, patched)
+    assert (diverged.value.seq, diverged.value.recorded) == (3, "patch 'notify'")
+
+
 def test_replay_reads_a_history_file_and_refuses_what_is_not_one(tmp_path: Path) -> None:
     doc = asyncio.run(a_history(tmp_path, signal=False))
     path = tmp_path / "o-1.json"
