@@ -37,6 +37,7 @@ export class StepFailed extends Error {
   }
 }
 
+const NEWER_CODE_RETRY = 2.0; // seconds
 const iso = (ms) => new Date(ms).toISOString().replace("Z", "+00:00");
 const TERMINAL = new Set(["completed", "failed", "cancelled", "dead"]);
 
@@ -70,6 +71,11 @@ class Turn {
 
   recorded(seq, kind, name) {
     const record = this.written.get(seq) ?? this.history.get(seq);
+    if (record && record.kind === "patch" && kind !== "patch") {
+      // Newer code (mid-deploy) recorded a patch this code does not know: leave the run to a
+      // worker that has it, due again in 2 s, rather than fail it.
+      this.wait(iso(Date.now() + NEWER_CODE_RETRY * 1000));
+    }
     if (record && (record.kind !== kind || record.name !== name)) {
       throw new NonDeterminismError(
         `run ${JSON.stringify(this.task.run_id)} op #${seq}: history has ${record.kind} ` +
