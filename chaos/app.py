@@ -4,6 +4,12 @@ python -m chaos.app engine CONFIG     -> an engine instance (PostgreSQL, RedisTr
 python -m chaos.app worker CONFIG     -> a remote step and workflow-turn worker, until SIGTERM
 python -m chaos.app producer CONFIG   -> the workload's producer (see chaos.workload), until done
 
+``RUNLANE_CHAOS_RELEASE`` (``1`` by default) is the code a member runs: the "deploy" fault
+restarts a member on release 2, which patches ``c.plain`` and the remote workflow ``c.rwf``
+(``ctx.patched(DEPLOY_PATCH)``: one local step more), registers a version 2 of ``c.leaf``
+(the fans of a release-2 engine start it: it starts a ``c.fresh`` child) and ``c.fresh``, a
+workflow only release 2 has.
+
 Every step execution appends one line to its process's side-effect log (``effects-<pid>.log``):
 ``<run> <label> <pid> <kind> <lane> <start> <end> <token>``. ``label`` names the step within its
 run, ``lane`` is ``s:<key>`` (a singleton key, limit 1), ``c:<key>`` (a quota key), ``q:<name>``
@@ -42,6 +48,9 @@ from tests.servers import serve_until_terminated
 from .config import GROUP, LEASE, Config
 
 QUOTA_LIMIT = 2
+RELEASE = os.environ.get("RUNLANE_CHAOS_RELEASE", "1")
+"""The release of the code this process runs (see the module's docstring)."""
+DEPLOY_PATCH = "chaos-deploy"
 
 # Step queues with little room, so that steps wait for it: ``cq.slots`` admits local and remote
 # steps two at a time; ``cq.metered`` at most 4 per fixed 1 s window, 3 at a time, fair across
@@ -132,6 +141,13 @@ async def plain(ctx: runlane.Context, _: Any) -> dict[str, Any]:
     return {"tokens": await _tokens(ctx, "abc")}
 
 
+@runlane.workflow(name="c.plain")
+async def plain_2(ctx: runlane.Context, _: Any) -> dict[str, Any]:
+    """Release 2's ``c.plain``: a run that reaches the patch on this code runs a step more."""
+    extra = {"p": await _step(ctx, local, "p")} if ctx.patched(DEPLOY_PATCH) else {}
+    return {"tokens": {**extra, **await _tokens(ctx, "abc")}}
+
+
 @runlane.workflow(name="c.sleepy")
 async def sleepy(ctx: runlane.Context, input: Any) -> dict[str, Any]:
     first = await _tokens(ctx, "a")
@@ -169,6 +185,32 @@ async def remote_workflow(ctx: runlane.Context, input: Any) -> dict[str, Any]:
 @runlane.workflow(name="c.leaf")
 async def leaf(ctx: runlane.Context, _: Any) -> dict[str, Any]:
     return {"tokens": await _tokens(ctx, "a")}
+
+
+@runlane.workflow(name="c.fresh")
+async def fresh(ctx: runlane.Context, _: Any) -> dict[str, Any]:
+    """A workflow only release 2 has: an engine of release 1 must never claim it."""
+    return {"tokens": await _tokens(ctx, "a")}
+
+
+@runlane.workflow(name="c.leaf", version="2")
+async def leaf_2(ctx: runlane.Context, _: Any) -> dict[str, Any]:
+    """Release 2's new version of ``c.leaf``, started by the fans of a release-2 engine."""
+    tokens = await _tokens(ctx, "a")
+    await ctx.start_child(fresh, {})
+    return {"tokens": tokens}
+
+
+@runlane.workflow(name="c.rwf", group=GROUP)
+async def remote_workflow_2(ctx: runlane.Context, input: Any) -> dict[str, Any]:
+    """Release 2's ``c.rwf`` (on the workers): patched like ``c.plain``."""
+    tokens = await _tokens(ctx, "a")
+    if ctx.patched(DEPLOY_PATCH):
+        tokens["p"] = await _step(ctx, local, "p")
+    tokens["r"] = await _step(ctx, remote, "r")
+    await ctx.sleep(float(input["sleep"]))
+    payload = await ctx.wait_for_signal("go")
+    return {"tokens": {**tokens, **await _tokens(ctx, "bc")}, "signal": payload}
 
 
 @runlane.workflow(name="c.fan")
@@ -293,13 +335,18 @@ WORKFLOWS = [
     debounced,
 ]
 STEPS = [local, remote, remote_timed, doom]
+RELEASES = {
+    "1": WORKFLOWS,
+    "2": [plain_2 if w is plain else w for w in WORKFLOWS] + [leaf_2, fresh],
+}
+REMOTE_BODIES = {"1": remote_workflow, "2": remote_workflow_2}
 
 
 def engine(config: Config, **options: Any) -> Engine:
     return Engine(
         PostgresStore(config.pg_url),
         transport=RedisTransport(config.redis_url, prefix=config.prefix),
-        workflows=WORKFLOWS,
+        workflows=RELEASES[RELEASE],
         steps=STEPS,
         queues=list(QUEUES.values()),
         **options,
@@ -308,9 +355,8 @@ def engine(config: Config, **options: Any) -> Engine:
 
 def worker(config: Config) -> Worker:
     transport = RedisTransport(config.redis_url, prefix=config.prefix)
-    return Worker(
-        GROUP, transport, steps=STEPS, workflows=[remote_workflow], heartbeat_interval=0.3
-    )
+    body = REMOTE_BODIES[RELEASE]
+    return Worker(GROUP, transport, steps=STEPS, workflows=[body], heartbeat_interval=0.3)
 
 
 async def serve(role: str, config: Config) -> None:

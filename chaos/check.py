@@ -49,6 +49,9 @@ INVARIANTS = {
     "debounce": "debounced runs begun early, a key with two runs not begun at once, a start "
     "folded into a begun run, or a run without its last start's input",
     "members_died": "engine, worker or producer processes that died or hung on SIGTERM",
+    "deploy": "runs run by code that did not have them: a patched branch taken or skipped "
+    "against the code that reached the patch, a release-2 workflow or version executed by "
+    "release 1",
 }
 
 # Operations (checkpoints) per completed run, by workflow; c.chain's first runs continue after 1.
@@ -59,6 +62,7 @@ OPERATIONS = {
     "c.remote": 4,
     "c.rwf": 6,
     "c.leaf": 1,
+    "c.fresh": 1,
     "c.fan": 4,
     "c.chain": 2,
     "c.queue": 4,
@@ -127,6 +131,7 @@ class Evidence:
     died: list[tuple[str, int, int]]
     admissions: list[QueueAdmission] = field(default_factory=list)  # every step queue's
     entries: list[QueueEntry] = field(default_factory=list)  # left when the fleet stopped
+    releases: dict[int, str] = field(default_factory=dict)  # each member process's code
 
 
 @dataclass
@@ -178,6 +183,7 @@ def check(evidence: Evidence) -> Findings:
     _rate_limits(evidence, findings)
     _throttles(evidence, findings)
     _debounces(evidence, findings)
+    _deploys(evidence, findings)
     for name, pid, code in evidence.died:
         findings.add("members_died", f"{name} (pid {pid}) exit code {code}")
     return findings
@@ -195,7 +201,7 @@ def _existence(evidence: Evidence, findings: Findings) -> None:
         if continued:
             expected.add(continued)
         for record in evidence.steps.get(run.id, []):
-            if record.kind == "child" and isinstance(record.input, dict):
+            if record.kind in ("child", "start_child") and isinstance(record.input, dict):
                 expected.add(str(record.input["child_id"]))
     for run_id in sorted(expected - set(runs)):
         findings.add("lost", run_id)
@@ -268,13 +274,45 @@ def _checkpoints(evidence: Evidence, findings: Findings) -> None:
         if run.status != RunStatus.COMPLETED:
             continue
         continued = isinstance(run.output, dict) and "continued_as" in run.output
-        want = 1 if continued else OPERATIONS[run.workflow]
+        want = 1 if continued else operations(run, records)
         if sorted(seqs) != list(range(1, want + 1)) or any(
             r.status != "completed" for r in records
         ):
             shown = [(r.seq, r.status) for r in records]
             findings.add("checkpoints", f"{run.id}: {shown}, expected 1..{want} completed")
         _consumed(run, records, evidence, findings)
+
+
+def operations(run: Run, records: list[StepRecord]) -> int:
+    """The checkpoints of a completed run: its workflow's, and release 2's additions (a patch
+    marker and its step; the child a version 2 leaf starts)."""
+    patched = 2 if any(r.kind == "patch" for r in records) else 0
+    started_child = 1 if (run.workflow, run.version) == ("c.leaf", "2") else 0
+    return OPERATIONS[run.workflow] + patched + started_child
+
+
+def _deploys(evidence: Evidence, findings: Findings) -> None:
+    """Each run ran on code that has it. The patched step ``p`` ran on release 2 only; a
+    ``c.plain`` run (its patch comes before any step) is patched exactly when the process that
+    ran its first step was on release 2; a workflow or version only release 2 has ran on
+    release 2 only."""
+    releases = evidence.releases
+    first: dict[str, Execution] = {}
+    ran_on: defaultdict[str, set[str]] = defaultdict(set)
+    for e in sorted(evidence.executions, key=lambda e: e.start):
+        first.setdefault(e.run, e)
+        ran_on[e.run].add(releases.get(e.pid, "?"))
+        if e.label == "p" and releases.get(e.pid) != "2":
+            findings.add("deploy", f"{e.run}: its patched step ran on release 1 (pid {e.pid})")
+    for run in evidence.runs.values():
+        opener = first.get(run.id)
+        if run.workflow == "c.plain" and opener is not None and run.is_terminal:
+            marked = any(r.kind == "patch" for r in evidence.steps.get(run.id, []))
+            if marked != (releases.get(opener.pid) == "2"):
+                shown = "patched" if marked else "not patched"
+                findings.add("deploy", f"{run.id}: {shown}, first step by pid {opener.pid}")
+        if (run.workflow == "c.fresh" or run.version == "2") and ran_on[run.id] - {"2"}:
+            findings.add("deploy", f"{run.id} ({run.workflow}@{run.version}): ran on release 1")
 
 
 def _consumed(run: Run, records: list[StepRecord], evidence: Evidence, findings: Findings) -> None:

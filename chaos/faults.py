@@ -31,6 +31,7 @@ KINDS = (
     "restart-postgres",
     "delay-transport",
     "drop-transport",
+    "deploy",
 )
 GAP = (2.0, 5.0)
 """Seconds between two faults, drawn uniformly."""
@@ -113,6 +114,13 @@ class Injector:
             time.sleep(DOWN)
             self.pg.start()
             return {}
+        if kind == "deploy":
+            # Forward only, one member at a time, as a rolling deploy goes: a member still on
+            # release 1 moves to 2; once all have, a member is deployed again on 2.
+            behind = sorted(n for n, r in self.fleet.releases.items() if r == "1")
+            name = self.rng.choice(behind or sorted(self.fleet.members))
+            old, new = self.fleet.deploy(name, "2")
+            return {"member": name, "pid": old, "new_pid": new, "release": "2"}
         if kind in ("delay-transport", "drop-transport"):
             drop = kind == "drop-transport"
             self.proxy.hold(DROP if drop else DELAY, drop=drop)

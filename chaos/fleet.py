@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,11 +22,18 @@ class Fleet:
     members: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     # Members found exited that nobody stopped: name, pid, exit code.
     died: list[tuple[str, int, int]] = field(default_factory=list)
+    # The release of the code each member runs (``chaos.app``; a deploy moves it to "2"), and
+    # of each process ever started (the checker holds each execution to its process's code).
+    releases: dict[str, str] = field(default_factory=dict)
+    release_of: dict[int, str] = field(default_factory=dict)
 
     def spawn(self, name: str) -> int:
         role = name.split("-", 1)[0]
+        release = self.releases.setdefault(name, "1")
         command = [sys.executable, "-m", "chaos.app", role, str(self.config)]
-        self.members[name] = spawn_ready(command, self.root / f"{name}.out")
+        env = {**os.environ, "RUNLANE_CHAOS_RELEASE": release}
+        self.members[name] = spawn_ready(command, self.root / f"{name}.out", env=env)
+        self.release_of[self.members[name].pid] = release
         return self.members[name].pid
 
     def start(self, engines: int, workers: int) -> None:
@@ -42,6 +50,21 @@ class Fleet:
         proc = self.members[name]
         proc.kill()
         proc.wait()
+        return proc.pid, self.spawn(name)
+
+    def deploy(self, name: str, release: str) -> tuple[int, int]:
+        """A member stopped as a deploy stops it (SIGTERM: it drains) and started again on
+        ``release``: the old pid and the new one. One that does not stop in time is killed,
+        and counted among the members that hung on SIGTERM."""
+        proc = self.members[name]
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            self.died.append((name, proc.pid, -9))
+        self.releases[name] = release
         return proc.pid, self.spawn(name)
 
     def freeze(self, name: str, seconds: float) -> tuple[int, float, float]:

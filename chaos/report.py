@@ -118,6 +118,8 @@ def _faults(injector: Injector) -> str:
         "restart-postgres": f"stopped as in a crash (immediate), down for {DOWN:.0f} s",
         "delay-transport": f"every Redis message held {DELAY:.0f} s, then delivered",
         "drop-transport": f"every Redis message of {DROP:.0f} s dropped, connections reset",
+        "deploy": "a member stopped (SIGTERM, it drains) and started on release 2: a patched "
+        "`c.plain` and `c.rwf`, a version 2 of `c.leaf`, a workflow `c.fresh` of its own",
     }
     rows = ["| fault | injected | |", "|---|---|---|"]
     rows += [f"| {kind} | {injector.counts[kind]} | {detail.get(kind, '')} |" for kind in KINDS]

@@ -110,6 +110,7 @@ def _run(config: Config, injector: Injector) -> tuple[Findings, Evidence, float 
         executions=read_executions(config.root),
         record=read_record(config.root),
         freezes=[Freeze(*f) for f in injector.freezes],
+        releases=dict(fleet.release_of),
         died=fleet.died,
         admissions=_admissions(config.pg_url),
         entries=_entries(config.pg_url),

@@ -20,6 +20,7 @@ from runlane import Engine, NonDeterminismError
 from runlane.cli import main
 from runlane.history import history_doc
 from runlane.testing import ManualClock, replay
+from tests.unit.test_protocol_schemas import validator
 
 executed: list[str] = []
 
@@ -104,6 +105,12 @@ async def test_an_exported_history_replays_against_its_own_code_and_a_patched_on
         replay(checkout, doc)
         replay(checkout_patched, json.dumps(doc))  # an old history takes the old branch
     assert executed == []  # a replay runs no step and calls no side effect
+
+
+async def test_an_exported_history_follows_its_json_schema(tmp_path: Path) -> None:
+    for signal in (False, True):
+        doc = await a_history(tmp_path / str(signal), signal=signal)
+        validator("history").validate(json.loads(json.dumps(doc)))
 
 
 async def test_a_history_the_code_cannot_follow_is_named_where_it_diverges(

@@ -366,3 +366,30 @@ def test_a_member_that_died_or_hung_fails_the_run_and_is_named() -> None:
     assert findings.failed and _counts(evidence) == {"members_died": 2}
     shown = offenders(findings)
     assert "members_died: 2" in shown and "engine-1 (pid 4242) exit code -11" in shown
+
+
+def _patched_plain(run_id: str, pid: int) -> tuple[Run, list[StepRecord], list[Execution]]:
+    """A completed release-2 c.plain run: its patch marker, the patched step p, then a b c."""
+    tokens = {label: f"{run_id}-{label}" for label in "pabc"}
+    run = _run(run_id, "c.plain", output={"tokens": tokens})
+    marker = StepRecord(run_id, 1, "chaos-deploy", "patch", "completed")
+    records = [marker] + [_step(run_id, i + 2, x, tokens[x]) for i, x in enumerate("pabc")]
+    log = [_exec(run_id, x, 1.0 + i, token=tokens[x], pid=pid) for i, x in enumerate("pabc")]
+    return run, records, log
+
+
+def test_a_run_on_code_that_does_not_have_it_breaks_the_deploy_invariant() -> None:
+    run, records, log = _patched_plain("p1", pid=2)
+    evidence = _evidence([run], {"p1": records}, log)
+    evidence.releases = {2: "2"}
+    assert _counts(evidence) == {}
+    evidence.releases = {2: "1"}  # the patch and its step on release 1: twice wrong
+    assert _counts(evidence) == {"deploy": 2}
+    old, old_records, old_log = _plain("p2")
+    unpatched = _evidence([old], {"p2": old_records}, old_log)
+    unpatched.releases = {1: "2"}  # release 2 reached the patch and skipped it
+    assert _counts(unpatched) == {"deploy": 1}
+    fresh = _run("f1", "c.fresh", output={"tokens": {"a": "f1-a"}})
+    ran = _evidence([fresh], {"f1": [_step("f1", 1, "a", "f1-a")]}, [_exec("f1", "a", 1.0)])
+    ran.releases = {1: "1"}
+    assert _counts(ran) == {"deploy": 1}
