@@ -150,6 +150,26 @@ class RateLimitError(RunlaneError):
         )
 
 
+class KeyFunctionError(RunlaneError, ValueError):
+    """A gate's key function (a singleton's, a quota's, a rate limit's or a debounce's
+    ``key``) raised on a start's input, or gave no usable key: the input does not fit the
+    workflow, and nothing was written.
+
+    ``workflow`` names the workflow, ``gate`` the rule (``"singleton"``, ``"concurrency"``,
+    ``"rate limit"``, ``"debounce"``), ``reason`` what went wrong (``"KeyError: 'store'"``);
+    the key function's own exception, if it raised, is ``__cause__``.
+    """
+
+    def __init__(self, workflow: str, gate: str, reason: str) -> None:
+        self.workflow = workflow
+        self.gate = gate
+        self.reason = reason
+        super().__init__(
+            f"the {gate} key of workflow {workflow!r} cannot be worked out from this input:"
+            f" {reason}"
+        )
+
+
 class MissingExtraError(RunlaneError, ImportError):
     """A feature needs an optional dependency that is not installed."""
 
@@ -360,6 +380,7 @@ _REBUILDABLE: dict[str, type[Exception]] = {
         ConcurrencyLimitError,
         SingletonQueueFullError,
         RateLimitError,
+        KeyFunctionError,
         UnknownWorkflowError,
         FatalError,
         NonDeterminismError,

@@ -182,6 +182,19 @@ async def test_a_start_that_folds_into_a_debounced_run_answers_that_run(
     assert (body["created"], body["debounced"], body["input_differs"]) == (False, True, False)
 
 
+async def test_a_key_function_that_raises_on_the_input_is_a_422_naming_workflow_and_error(
+    client: httpx.AsyncClient,
+) -> None:
+    refused = await client.post("/runs", json={"workflow": "nightly", "input": {"shop": "n"}})
+    assert refused.status_code == 422
+    body = refused.json()
+    assert (body["type"], body["error"]) == ("invalid_input", "KeyFunctionError")
+    assert (body["workflow"], body["gate"]) == ("nightly", "singleton")
+    assert body["reason"] == "KeyError: 'store'"
+    assert "nightly" in body["message"] and "KeyError" in body["message"]
+    assert (await client.get("/runs")).json()["runs"] == []
+
+
 @pytest.mark.parametrize(
     ("body", "status", "kind"),
     [
