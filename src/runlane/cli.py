@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from .cli_tables import (
     lanes_table,
@@ -30,9 +31,16 @@ from .cli_tables import (
     runs_table,
     schedules_table,
     steps_table,
+    tracebacks,
 )
 from .engine import Engine
-from .errors import ConfigurationError, MissingExtraError, RunlaneError
+from .errors import (
+    ConfigurationError,
+    MissingExtraError,
+    RunExistsError,
+    RunlaneError,
+    RunNotFoundError,
+)
 from .extras import needs_extra
 from .http.shapes import (
     lanes_to_dict,
@@ -310,6 +318,14 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--db", default=None, help=DB_HELP)(fn)
 
 
+def json_argument(text: str | None, name: str) -> Any:
+    """A command's JSON argument (None when not given); bad JSON is a usage error."""
+    try:
+        return json.loads(text) if text is not None else None
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from exc
+
+
 def say(as_json: bool, body: dict[str, Any], text: str) -> None:
     """A command's result: ``body`` as JSON with --json, else ``text``."""
     click.echo(json.dumps(body, indent=2) if as_json else text)
@@ -375,15 +391,70 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
     console = Console()
     console.print(run_details(run))
     console.print(steps_table(steps))
+    for heading, text in tracebacks(run, steps):
+        console.print(f"[bold]{escape(heading)}[/]")
+        console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+
+
+@runs.command("start")
+@_common
+@click.argument("workflow")
+@click.argument("input", required=False)
+@click.option("--run-id", default=None, help="The run's id (default: a new one); idempotent.")
+@click.option("--tag", "tags", multiple=True, help="A tag for the run; repeat for several.")
+@click.option("--priority", default=0, show_default=True, type=int)
+def runs_start(
+    db: str | None,
+    app: str | None,
+    as_json: bool,
+    workflow: str,
+    input: str | None,
+    run_id: str | None,
+    tags: tuple[str, ...],
+    priority: int,
+) -> None:
+    """Start a run of WORKFLOW with an optional JSON INPUT; a RUN_ID that exists returns its run.
+
+    Needs --app: the workflow's definition (its gates) must be known.
+    """
+    value = json_argument(input, "INPUT")
+    if app is None:
+        raise click.UsageError(
+            "start needs --app module:attribute: the workflow's definition must be known"
+        )
+
+    async def start(engine: Engine) -> tuple[Run, bool]:
+        # "fail" always: the refusal is how an existing run is told from a new one.
+        try:
+            run = await engine.start(
+                workflow, value, run_id, priority=priority, tags=tags, if_exists="fail"
+            )
+        except RunExistsError as exists:
+            found = await engine.get_run(exists.run_id)
+            if found is None:  # pragma: no cover - a run is never deleted under a start
+                raise
+            return found, False
+        return run, True
+
+    run, created = with_engine(db, app, start)
+    body = {**run_to_dict(run), "created": created}
+    told = "started" if created else "already exists:"
+    say(as_json, body, f"{told} {run.id} ({run.workflow}, {run.status})")
 
 
 @runs.command("cancel")
 @_common
 @click.argument("run_id")
 def runs_cancel(db: str | None, app: str | None, as_json: bool, run_id: str) -> None:
-    """Cancel a run and its children."""
-    cancelled = with_engine(db, app, lambda e: e.cancel(run_id))
-    text = f"nothing to cancel: {run_id} is unknown or already finished"
+    """Cancel a run and its children (exit 1 when there is no such run)."""
+
+    async def cancel(engine: Engine) -> bool:
+        if await engine.get_run(run_id) is None:
+            raise RunNotFoundError(run_id)
+        return await engine.cancel(run_id)
+
+    cancelled = with_engine(db, app, cancel)
+    text = f"nothing to cancel: {run_id} is already finished"
     say(
         as_json,
         {"run_id": run_id, "cancelled": cancelled},
@@ -416,10 +487,7 @@ def runs_signal(
     db: str | None, app: str | None, as_json: bool, run_id: str, name: str, payload: str | None
 ) -> None:
     """Send signal NAME to a run, with an optional JSON PAYLOAD."""
-    try:
-        value = json.loads(payload) if payload is not None else None
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="PAYLOAD") from exc
+    value = json_argument(payload, "PAYLOAD")
     with_engine(db, app, lambda e: e.signal(run_id, name, value))
     say(as_json, {"run_id": run_id, "signal": name}, f"signalled {run_id}: {name}")
 

@@ -28,8 +28,16 @@ APP_SOURCE = textwrap.dedent(
         answer = await ctx.wait_for_signal("go")
         return {"hello": input["name"], "answer": answer}
 
+    @runlane.step(name="explode", retry=runlane.Retry(max_attempts=2, backoff=0.01))
+    def explode(input):
+        raise ValueError("boom: " + input)
+
+    @runlane.workflow(name="blow-up")
+    async def blow_up(ctx, input):
+        return await ctx.step(explode, input)
+
     def build():
-        return runlane.Engine(store="sqlite:///{db}", workflows=[greet], drive=False)
+        return runlane.Engine(store="sqlite:///{db}", workflows=[greet, blow_up], drive=False)
 
     engine = build()
     driving = runlane.Engine(store="sqlite:///{db}", workflows=[greet], poll_interval=0.1)
@@ -161,6 +169,62 @@ def test_runs_cancel_then_retry_with_the_app(db: str, app: str, waiting_run: str
     retried = cli("runs", "retry", "r2", "--app", f"{app}:engine")
     assert retried.exit_code == 0, retried.output
     assert "requeued r2 (pending)" in retried.output
+
+
+def test_runs_cancel_of_an_unknown_run_exits_1(db: str, waiting_run: str) -> None:
+    result = cli("runs", "cancel", "nosuch", "--db", db)
+    assert result.exit_code == 1
+    assert "no run with id 'nosuch'" in result.output
+
+
+def test_runs_start_starts_a_run_of_the_apps_workflow_with_a_json_input(
+    db: str, app: str, waiting_run: str
+) -> None:
+    started = cli(
+        "runs", "start", "greet", '{"name": "cy"}', "--run-id", "s1", "--tag", "cli",
+        "--app", f"{app}:engine",
+    )  # fmt: skip
+    assert started.exit_code == 0, started.output
+    assert started.output.strip() == "started s1 (greet, pending)"
+    again = cli("runs", "start", "greet", '{"name": "cy"}', "--run-id", "s1", "--app",
+                f"{app}:engine", "--json")  # fmt: skip
+    assert again.exit_code == 0, again.output
+    body = json.loads(again.output)
+    assert (body["id"], body["created"], body["input"], body["tags"]) == (
+        "s1", False, {"name": "cy"}, ["cli"],
+    )  # fmt: skip
+    [run] = run_in_engine(app, ("get_run", ("s1",)))
+    assert run.input == {"name": "cy"}
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("greet", "{nope"), 2, "not valid JSON"),
+        (("greet",), 2, "start needs --app"),
+        (("nosuch", "--app", "{app}:engine"), 1, "unknown workflow 'nosuch'"),
+    ],
+)
+def test_runs_start_refuses_what_it_cannot_start(
+    db: str, app: str, waiting_run: str, args: tuple[str, ...], code: int, message: str
+) -> None:
+    given = [arg.replace("{app}", app) for arg in args]
+    result = cli("runs", "start", *given, "--db", db)
+    assert result.exit_code == code, result.output
+    assert message in " ".join(result.output.split())
+
+
+def test_runs_show_prints_tracebacks_as_lines(db: str, app: str) -> None:
+    run_in_engine(app, ("start", ("blow-up", "x", "b1")), ("tick", ()))
+    time.sleep(0.05)
+    [_, run] = run_in_engine(app, ("tick", ()), ("get_run", ("b1",)))
+    assert run.status == "failed"
+    shown = cli("runs", "show", "b1", "--db", db)
+    assert shown.exit_code == 0, shown.output
+    assert "\\n" not in shown.output
+    lines = [line.strip() for line in shown.output.splitlines()]
+    assert "Traceback (most recent call last):" in lines
+    assert "ValueError: boom: x" in lines
 
 
 def test_runs_show_of_an_unknown_run_fails_clearly(db: str, waiting_run: str) -> None:
