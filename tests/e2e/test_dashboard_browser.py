@@ -34,6 +34,16 @@ def charge(input: dict[str, Any]) -> dict[str, Any]:
     return {"charged": input["amount"]}
 
 
+@runlane.step(name="explode", retry=runlane.Retry(max_attempts=2, backoff=0.01))
+def explode(input: str) -> None:
+    raise ValueError(f"boom: {input}")
+
+
+@runlane.workflow(name="blow-up")
+async def blow_up(ctx: runlane.Context, input: str) -> None:
+    await ctx.step(explode, input)
+
+
 @runlane.workflow(name="order")
 async def order(ctx: runlane.Context, input: dict[str, Any]) -> Any:
     receipt = await ctx.step(charge, input)
@@ -68,8 +78,8 @@ class Served:
 
         engine = runlane.Engine(
             SqliteStore(db),
-            workflows=[order, sync, digest, reindex],
-            steps=[charge],
+            workflows=[order, sync, digest, reindex, blow_up],
+            steps=[charge, explode],
             poll_interval=0.05,
         )
         self.url = f"http://127.0.0.1:{free_port()}"
@@ -187,3 +197,37 @@ def test_an_operator_filters_opens_a_run_sees_its_steps_and_cancels_it(
         expect(debounce).to_contain_text("fires")
         page.screenshot(path=tmp_path / "lanes-limits.png", full_page=True)
         browser.close()
+
+
+def signed_in(p: Any, served: httpx.Client, path: str) -> Any:
+    """A page of a fresh browser at ``path``, its token given."""
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    page = browser.new_page()
+    page.goto(f"{served.base_url}{path}")
+    page.get_by_label("API token").fill(TOKEN)
+    page.get_by_role("button", name="Use token").click()
+    return page
+
+
+def test_a_runs_address_opened_in_a_browser_shows_the_page_not_a_cached_json_error(
+    served: httpx.Client,
+) -> None:
+    # The page at /runs/{id} fetched its JSON from the same address: without Vary: Accept the
+    # browser answered that fetch with the page it had cached ("Unexpected token '<'").
+    with playwright.sync_playwright() as p:
+        page = signed_in(p, served, "/runs/order-0")
+        playwright.expect(page.locator("#status")).to_have_text("completed")
+        page.wait_for_timeout(2500)  # past a refresh
+        playwright.expect(page.locator("#problem")).to_have_text("")
+        page.reload()
+        playwright.expect(page.locator("#status")).to_have_text("completed")
+        playwright.expect(page.locator("#problem")).to_have_text("")
+
+
+def test_a_runs_json_and_its_page_never_share_a_cache_entry(served: httpx.Client) -> None:
+    page = served.get("/runs/order-0", headers={"Accept": "text/html"}, follow_redirects=False)
+    data = served.get("/runs/order-0")
+    assert data.headers["content-type"] == "application/json"
+    for answer in (page, data):
+        assert "accept" in answer.headers["vary"].lower()
+        assert "no-store" in answer.headers["cache-control"]

@@ -190,7 +190,10 @@ async def test_a_run_detail_has_its_steps_and_children(
 
 async def test_a_run_address_opened_in_a_browser_is_its_page(client: httpx.AsyncClient) -> None:
     await client.post("/runs", json={"workflow": "job", "input": "ok", "run_id": "x"})
-    page = await client.get("/runs/x", headers={"Accept": "text/html,application/xhtml+xml"})
+    html = {"Accept": "text/html,application/xhtml+xml"}
+    moved = await client.get("/runs/x", headers=html)
+    assert (moved.status_code, moved.headers["location"]) == (303, "/ui/runs/x")
+    page = await client.get("/runs/x", headers=html, follow_redirects=True)
     assert page.headers["content-type"].startswith("text/html")
     assert "Steps" in page.text
     data = await client.get("/runs/x", headers={"Accept": "application/json"})

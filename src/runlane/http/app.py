@@ -13,12 +13,13 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -55,21 +56,31 @@ MAX_CHILDREN = 100  # children listed in a run's detail, newest first
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+# An answer of the API is never stored by a browser, and says that it depends on Accept: a
+# run's address answers a browser with its page and a script with its JSON, and a cached page
+# must never answer the page's own request for the JSON (or the other way round).
+UNCACHED = {"Cache-Control": "no-store", "Vary": "Accept"}
+
+
 def guarded(handler: Handler) -> Handler:
-    """Map runlane and request errors to JSON error responses."""
+    """Map runlane and request errors to JSON error responses; nothing is cached."""
 
     async def wrapper(request: Request) -> Response:
         try:
-            return await handler(request)
+            response = await handler(request)
         except (HTTPError, RunlaneError, ValueError) as exc:
-            return error_response(exc)
+            response = error_response(exc)
+        response.headers.update(UNCACHED)
+        return response
 
     return wrapper
 
 
 def page(name: str) -> Handler:
     async def serve(request: Request) -> Response:
-        return FileResponse(PAGES / name, media_type="text/html")
+        # Revalidated at each visit: an upgrade's new page is seen at once.
+        headers = {"Cache-Control": "no-cache"}
+        return FileResponse(PAGES / name, media_type="text/html", headers=headers)
 
     return serve
 
@@ -136,9 +147,10 @@ class Api:
         return JSONResponse({"counts": by_status, "total": sum(counts.values())})
 
     async def show(self, request: Request) -> Response:
-        if wants_html(request):
-            return await page("run.html")(request)
         run_id = request.path_params["run_id"]
+        if wants_html(request):
+            # The page lives at an address of its own, so its JSON's address holds only JSON.
+            return RedirectResponse(f"/ui/runs/{quote(run_id, safe='')}", 303)
         run = await self.engine.get_run(run_id)
         if run is None:
             raise RunNotFoundError(run_id)

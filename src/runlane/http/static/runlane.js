@@ -26,7 +26,8 @@ async function api(path, options = {}) {
   const headers = { Accept: "application/json", ...(options.headers || {}) };
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers.Authorization = "Bearer " + token;
-  const response = await fetch(path, { ...options, headers });
+  // Never from the browser's cache: a run's address also answers browsers with its page.
+  const response = await fetch(path, { cache: "no-store", ...options, headers });
   if (response.status === 401) {
     askToken();
     throw new NeedsToken("this API needs a token");
