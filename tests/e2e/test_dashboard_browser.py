@@ -231,3 +231,13 @@ def test_a_runs_json_and_its_page_never_share_a_cache_entry(served: httpx.Client
     for answer in (page, data):
         assert "accept" in answer.headers["vary"].lower()
         assert "no-store" in answer.headers["cache-control"]
+
+
+def test_an_opened_steps_details_stay_open_across_refreshes(served: httpx.Client) -> None:
+    with playwright.sync_playwright() as p:
+        page = signed_in(p, served, "/ui/runs/order-0")
+        details = page.locator("#step-details details").first
+        details.locator("summary").click()
+        playwright.expect(details).to_have_attribute("open", "")
+        page.wait_for_timeout(4500)  # two refreshes of the page
+        playwright.expect(details).to_have_attribute("open", "")
