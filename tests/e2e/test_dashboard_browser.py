@@ -241,3 +241,15 @@ def test_an_opened_steps_details_stay_open_across_refreshes(served: httpx.Client
         playwright.expect(details).to_have_attribute("open", "")
         page.wait_for_timeout(4500)  # two refreshes of the page
         playwright.expect(details).to_have_attribute("open", "")
+
+
+def test_a_failed_runs_traceback_reads_as_lines(served: httpx.Client) -> None:
+    start(served, "blow-up", "x", "boom-1")
+    settle(served, {"boom-1": "failed"})
+    with playwright.sync_playwright() as p:
+        page = signed_in(p, served, "/ui/runs/boom-1")
+        traceback = page.locator("#error pre.traceback")
+        playwright.expect(traceback).to_contain_text("Traceback (most recent call last):")
+        text = traceback.inner_text()
+        assert "\\n" not in text
+        assert "ValueError: boom: x" in text.splitlines()

@@ -19,6 +19,16 @@ function when(iso) { return iso ? new Date(iso).toLocaleString() : ""; }
 function runLink(id) { return el("a", { href: "/ui/runs/" + encodeURIComponent(id), class: "mono" }, id); }
 function pretty(value) { return el("pre", {}, JSON.stringify(value, null, 2)); }
 
+// A stored error as people read it: its type and message, then its traceback as the lines it
+// is (JSON.stringify would show one string full of \n escapes), then its cause.
+function errorBlock(error) {
+  const block = el("div", { class: "error-block" },
+    el("div", { class: "error" }, `${error.type || "Error"}: ${error.message || ""}`));
+  if (error.traceback) block.append(el("pre", { class: "traceback" }, error.traceback));
+  if (error.cause) block.append(el("div", { class: "muted" }, "caused by"), errorBlock(error.cause));
+  return block;
+}
+
 class NeedsToken extends Error {}
 
 // A JSON request; a 401 shows the token form, which retries the page's refresh once filled.
