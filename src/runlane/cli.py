@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .cli_tables import (
+    attempt_lines,
     lanes_table,
     limits_table,
     queues_table,
@@ -391,6 +392,8 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
     console = Console()
     console.print(run_details(run))
     console.print(steps_table(steps))
+    for line in attempt_lines(steps):
+        console.print(line, markup=False, highlight=False)
     for heading, text in tracebacks(run, steps):
         console.print(f"[bold]{escape(heading)}[/]")
         console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)

@@ -53,6 +53,21 @@ def error_line(error: dict[str, Any]) -> str:
     return f"{error.get('type', 'Error')}: {error.get('message', '')}"
 
 
+def attempt_lines(steps: list[StepRecord]) -> list[str]:
+    """Each failed attempt of the steps that failed or were retried, oldest first: when it
+    began, how long it took, and its error."""
+    lines = []
+    for record in steps:
+        for attempt in (record.error or {}).get("attempts") or []:
+            began = datetime.fromisoformat(attempt["started_at"])
+            took = datetime.fromisoformat(attempt["finished_at"]) - began
+            lines.append(
+                f"attempt {attempt['attempt']} of step #{record.seq} {record.name}:"
+                f" {error_line(attempt)} (at {_when(began)}, took {took.total_seconds():.3f} s)"
+            )
+    return lines
+
+
 def tracebacks(run: Run, steps: list[StepRecord]) -> list[tuple[str, str]]:
     """The tracebacks to print after a run's tables, each under a heading, as the lines they
     are (the stored text, not its JSON escape): the run's, then each step's error."""
@@ -196,6 +211,7 @@ def _when(moment: datetime | None) -> str:
 
 
 __all__ = [
+    "attempt_lines",
     "error_line",
     "lanes_table",
     "limits_table",

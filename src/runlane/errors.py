@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import traceback
+from datetime import datetime
 from typing import Any
 
 
@@ -321,6 +322,35 @@ def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, 
     if cause is not None:
         result["cause"] = error_dict(cause, with_traceback=False)
     return result
+
+
+ATTEMPTS_KEPT = 20
+"""How many failed attempts a step's error lists at most (the latest ones)."""
+
+
+def with_attempt(
+    error: dict[str, Any],
+    earlier: dict[str, Any] | None,
+    attempt: int,
+    started_at: datetime,
+    finished_at: datetime,
+) -> dict[str, Any]:
+    """A step attempt's stored error with the history of the step's failed attempts:
+    ``attempts`` lists each one's ``attempt``, ``started_at``, ``finished_at`` (ISO-8601),
+    ``type`` and ``message``, oldest first, the earlier ones carried over from ``earlier`` (the
+    error the step's record held), at most ``ATTEMPTS_KEPT``. A step record holds only its
+    latest attempt's times; this is where a retried step's others are kept."""
+    history = list((earlier or {}).get("attempts") or [])
+    history.append(
+        {
+            "attempt": attempt,
+            "started_at": started_at.isoformat(),
+            "finished_at": finished_at.isoformat(),
+            "type": error.get("type"),
+            "message": error.get("message"),
+        }
+    )
+    return {**error, "attempts": history[-ATTEMPTS_KEPT:]}
 
 
 def _plain(value: Any) -> bool:

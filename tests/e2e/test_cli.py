@@ -214,7 +214,7 @@ def test_runs_start_refuses_what_it_cannot_start(
     assert message in " ".join(result.output.split())
 
 
-def test_runs_show_prints_tracebacks_as_lines(db: str, app: str) -> None:
+def test_runs_show_prints_tracebacks_as_lines_and_each_failed_attempt(db: str, app: str) -> None:
     run_in_engine(app, ("start", ("blow-up", "x", "b1")), ("tick", ()))
     time.sleep(0.05)
     [_, run] = run_in_engine(app, ("tick", ()), ("get_run", ("b1",)))
@@ -225,6 +225,10 @@ def test_runs_show_prints_tracebacks_as_lines(db: str, app: str) -> None:
     lines = [line.strip() for line in shown.output.splitlines()]
     assert "Traceback (most recent call last):" in lines
     assert "ValueError: boom: x" in lines
+    attempts = [line for line in lines if line.startswith("attempt ")]
+    assert [line.split(" (at ")[0] for line in attempts] == [
+        f"attempt {n} of step #1 explode: ValueError: boom: x" for n in (1, 2)
+    ]
 
 
 def test_runs_show_of_an_unknown_run_fails_clearly(db: str, waiting_run: str) -> None:

@@ -8,6 +8,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +254,27 @@ def test_a_failed_runs_traceback_reads_as_lines(served: httpx.Client) -> None:
         text = traceback.inner_text()
         assert "\\n" not in text
         assert "ValueError: boom: x" in text.splitlines()
+
+
+def test_a_step_that_failed_twice_shows_its_attempts_and_its_whole_duration(
+    served: httpx.Client,
+) -> None:
+    start(served, "blow-up", "y", "boom-2")
+    settle(served, {"boom-2": "failed"})
+    step = served.get("/runs/boom-2").json()["steps"][0]
+    [first, _] = step["error"]["attempts"]
+    with playwright.sync_playwright() as p:
+        page = signed_in(p, served, "/ui/runs/boom-2")
+        row = page.locator("#steps tr").first
+        playwright.expect(row).to_contain_text("failed")
+        took = float(row.locator("td").nth(6).inner_text().removesuffix(" s"))
+        began, ended = (
+            datetime.fromisoformat(t) for t in (first["started_at"], step["finished_at"])
+        )
+        assert took == pytest.approx((ended - began).total_seconds(), abs=0.006) and took > 0
+        details = page.locator("#step-details details").first
+        details.locator("summary").click()
+        attempts = details.locator("ol.attempts li")
+        playwright.expect(attempts).to_have_count(2)
+        playwright.expect(attempts.first).to_contain_text("attempt 1")
+        playwright.expect(attempts.nth(1)).to_contain_text("ValueError: boom: y")
