@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import itertools
 import json
+import logging
 import os
 import signal
 import sys
@@ -59,6 +60,7 @@ from .worker import Worker
 
 T = TypeVar("T")
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DB_HELP = "Store URL (sqlite:///path, postgresql://...); default $RUNLANE_DATABASE_URL."
 APP_HELP = "module:attribute of an Engine (or a callable returning one), for its workflows."
 
@@ -275,9 +277,12 @@ def worker(app: str) -> None:
     Engines execute runs (and consume their transport's run queue), even one built as a
     producer (drive=False, consumers="never"): its loop and consumers are turned on here.
     Workers execute the remote steps of their group. On SIGTERM or Ctrl-C both drain: nothing
-    in flight is lost.
+    in flight is lost. Logs go to stderr from INFO up: a run that fails is one WARNING line.
     """
-    run_async(_work(load_runnables(app)))
+    items = load_runnables(app)
+    if not logging.getLogger().handlers:  # the application may have set up its own
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    run_async(_work(items))
 
 
 async def _work(items: list[Engine | Worker]) -> None:

@@ -40,7 +40,9 @@ APP_SOURCE = textwrap.dedent(
         return runlane.Engine(store="sqlite:///{db}", workflows=[greet, blow_up], drive=False)
 
     engine = build()
-    driving = runlane.Engine(store="sqlite:///{db}", workflows=[greet], poll_interval=0.1)
+    driving = runlane.Engine(
+        store="sqlite:///{db}", workflows=[greet, blow_up], poll_interval=0.1
+    )
     producer = runlane.Engine(
         store="sqlite:///{db}", workflows=[greet], drive=False, consumers="never",
         poll_interval=0.1,
@@ -323,6 +325,29 @@ def test_worker_runs_the_engine_until_sigterm_then_drains(
         _, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
     assert "stopped" in err
+
+
+def test_worker_logs_each_run_that_fails(db: str, app: str) -> None:
+    run_in_engine(app, ("start", ("blow-up", "x", "b1")))
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "from runlane.cli import main; main()", "worker", f"{app}:driving"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            [run] = run_in_engine(app, ("get_run", ("b1",)))
+            if run.is_terminal:
+                break
+            time.sleep(0.1)
+        assert run.status == "failed"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=20)
+    assert worker.returncode == 0, err
+    [line] = [line for line in err.splitlines() if "b1" in line]
+    assert "WARNING runlane.engine: run b1 (blow-up@1) failed: ValueError: boom: x" in line
 
 
 def test_serve_refuses_a_public_address_without_a_token(
