@@ -247,11 +247,14 @@ def demo(fresh: bool, directory: Path | None, speed: float, db: str | None) -> N
 
 
 @main.command()
-@click.argument("app")
+@click.argument("app", required=False)
+@click.option("--db", default=None, help="Serve this store without an APP. " + DB_HELP)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
-def serve(app: str, host: str, port: int) -> None:
-    """Serve the HTTP API and the dashboard for the engine APP (module:attribute).
+def serve(app: str | None, db: str | None, host: str, port: int) -> None:
+    """Serve the HTTP API and the dashboard for the engine APP (module:attribute), or for the
+    store --db names (no APP: runs can be read, cancelled and signalled, not started or
+    retried, and nothing executes in this process).
 
     With RUNLANE_API_TOKEN set, every request but GET /healthz (and the dashboard's pages,
     which hold no data) needs Authorization: Bearer <token>. Serving on an address other than
@@ -266,7 +269,16 @@ def serve(app: str, host: str, port: int) -> None:
     problem = exposure_problem(host, api_token())
     if problem is not None:
         raise click.UsageError(problem)
-    uvicorn.run(create_app(load_engine(app)), host=host, port=port)
+    uvicorn.run(create_app(served_engine(app, db)), host=host, port=port)
+
+
+def served_engine(app: str | None, db: str | None) -> Engine:
+    """The engine ``runlane serve`` serves: the app's, or a producer on the store --db names."""
+    if app is not None:
+        return load_engine(app)
+    if db is None and not os.environ.get("RUNLANE_DATABASE_URL"):
+        raise click.UsageError("serve needs an APP (module:attribute) or --db URL")
+    return admin_engine(db, None)
 
 
 @main.command()
