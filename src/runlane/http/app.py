@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -25,10 +26,11 @@ from starlette.staticfiles import StaticFiles
 
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
-from ..lanes import all_lanes
-from ..models import Run, RunCursor
+from ..lanes import AllLanes, all_lanes
+from ..models import Run, RunCursor, RunStatus
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
+from .console import engine_view, heard_workers, overview
 from .errors import HTTPError, error_response, http_exception, server_error
 from .metrics import Metrics
 from .openapi import openapi
@@ -41,13 +43,16 @@ from .params import (
     read_json,
     run_query,
 )
+from .sampler import LaneSampler
 from .shapes import (
+    jsonable,
     lanes_to_dict,
     run_summary,
     run_to_dict,
     schedule_to_dict,
     step_to_dict,
 )
+from .waiting import waiting_for
 
 HERE = Path(__file__).parent
 PAGES = HERE / "templates"
@@ -103,6 +108,8 @@ class Api:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.prometheus = Metrics(engine)
+        self.sampler = LaneSampler(engine)
+        self.started_at = engine.now()
 
     async def start(self, request: Request) -> Response:
         wanted = StartRequest.parse(await read_json(request))
@@ -158,13 +165,22 @@ class Api:
         children = await self.engine.read(
             lambda store: store.list_runs(parent_id=run_id, limit=MAX_CHILDREN)
         )
+        now = self.engine.now()
+        # Only a blocked run's wait needs the lanes (its place in line).
+        lanes = await self._lanes(now) if run.status == RunStatus.BLOCKED else None
         return JSONResponse(
             {
                 **run_to_dict(run),
-                "steps": [step_to_dict(s) for s in steps],
+                "steps": [{**step_to_dict(s), "wake_at": jsonable(s.wake_at)} for s in steps],
                 "children": [run_summary(c) for c in children],
+                "waiting_for": waiting_for(run, steps, lanes, self.engine.registry, now),
             }
         )
+
+    async def _lanes(self, now: datetime) -> AllLanes:
+        found = await self.engine.read(lambda store: all_lanes(store, now))
+        self.sampler.note(found, now)
+        return found
 
     async def cancel(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -190,9 +206,21 @@ class Api:
 
     async def lanes(self, request: Request) -> Response:
         key = request.query_params.get("key") or None
-        now = self.engine.now()
-        found = (await self.engine.read(lambda store: all_lanes(store, now))).of_key(key)
+        found = (await self._lanes(self.engine.now())).of_key(key)
         return JSONResponse(lanes_to_dict(found))
+
+    async def lanes_history(self, request: Request) -> Response:
+        return JSONResponse(self.sampler.history())
+
+    async def overview(self, request: Request) -> Response:
+        return JSONResponse(await overview(self.engine, self.engine.now()))
+
+    async def workers(self, request: Request) -> Response:
+        body = {
+            "engine": engine_view(self.engine, self.started_at),
+            "workers": heard_workers(self.engine),
+        }
+        return JSONResponse(jsonable(body))
 
     async def schedules(self, request: Request) -> Response:
         found = await self.engine.schedules.list()
@@ -233,6 +261,9 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/runs/{run_id}/signal/{name}", api.signal, "POST"),
         ("/events/{name}", api.event, "POST"),
         ("/lanes", api.lanes, "GET"),
+        ("/lanes/history", api.lanes_history, "GET"),
+        ("/overview", api.overview, "GET"),
+        ("/workers", api.workers, "GET"),
         ("/schedules", api.schedules, "GET"),
         ("/schedules/{schedule_id}/{action}", api.schedule_action, "POST"),
     ]
@@ -255,19 +286,22 @@ def create_app(
     dashboard's pages needs ``Authorization: Bearer <token>``.
     """
 
+    api = Api(engine)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if not manage_engine:
-            yield
-            return
-        async with engine:
+        async with contextlib.AsyncExitStack() as stack:
+            if manage_engine:
+                await stack.enter_async_context(engine)
+            api.sampler.start()
+            stack.push_async_callback(api.sampler.stop)
             yield
 
     secret = api_token(token)
     middleware = [Middleware(TokenAuth, token=secret)] if secret else []
     handlers: dict[Any, Any] = {HTTPException: http_exception, Exception: server_error}
     app = Starlette(
-        routes=routes(Api(engine)),
+        routes=routes(api),
         middleware=middleware,
         exception_handlers=handlers,
         lifespan=lifespan,

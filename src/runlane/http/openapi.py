@@ -85,6 +85,14 @@ _FILTERS = [
 ]
 
 _SCHEMAS: JSONObject = {
+    "LaneSeries": _object(
+        ["name", "kind", "key", "limit", "points"],
+        name={"type": "string"},
+        kind={"type": "string"},
+        key={"type": "string"},
+        limit={"type": ["integer", "null"]},
+        points={"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+    ),
     "Error": _object(
         ["type", "error", "message"],
         type={"type": "string", "description": "what went wrong, for programs: run_not_found, ..."},
@@ -393,9 +401,18 @@ def _operations() -> JSONObject:
                                 "allOf": [
                                     _ref("Run"),
                                     _object(
-                                        ["steps", "children"],
+                                        ["steps", "children", "waiting_for"],
                                         steps={"type": "array", "items": _ref("Step")},
                                         children={"type": "array", "items": _ref("RunSummary")},
+                                        waiting_for={
+                                            "type": ["object", "null"],
+                                            "description": "what an active run waits for:"
+                                            " kind (sleep, signal, event, child, retry, worker,"
+                                            " slot, queue, throttle, debounce, remote_turn,"
+                                            " turn, engine, admission, all), reason, and"
+                                            " the kind's fields (until, name, lane, position,"
+                                            " ...); null once settled",
+                                        },
                                     ),
                                 ]
                             },
@@ -522,6 +539,66 @@ def _operations() -> JSONObject:
                     },
                     "404",
                     "429",
+                ),
+            }
+        },
+        "/lanes/history": {
+            "get": {
+                "summary": "each lane's usage and waiters over time, as this server sampled"
+                " them (every interval seconds, the last keep samples, since it started)",
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["interval", "keep", "times", "lanes"],
+                                interval={"type": "number"},
+                                keep={"type": "integer"},
+                                times={"type": "array", "items": _TIME},
+                                lanes={"type": "array", "items": _ref("LaneSeries")},
+                            ),
+                            "the samples' times, and each lane's points [sample, usage, waiting]",
+                        )
+                    }
+                ),
+            }
+        },
+        "/overview": {
+            "get": {
+                "summary": "the last hour from the store: runs started and settled each minute,"
+                " failures, latency; the active runs by status",
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["since", "until", "totals", "active", "latency", "minutes"],
+                                since=_TIME,
+                                until=_TIME,
+                                totals={"type": "object"},
+                                active={"type": "object"},
+                                latency={"type": "object"},
+                                minutes={"type": "array", "items": {"type": "object"}},
+                            ),
+                            "the overview",
+                        )
+                    }
+                ),
+            }
+        },
+        "/workers": {
+            "get": {
+                "summary": "this server's engine (what it serves, its turns in flight) and the"
+                " workers its transport heard announce themselves",
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["engine", "workers"],
+                                engine={"type": "object"},
+                                workers={"type": "array", "items": {"type": "object"}},
+                            ),
+                            "the engine and the workers (their descriptors, docs/wire.md)",
+                        )
+                    }
                 ),
             }
         },
