@@ -9,9 +9,10 @@ Every error is JSON with a ``type`` (see :mod:`runlane.http.errors`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -28,6 +29,7 @@ from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
 from ..lanes import AllLanes, all_lanes
 from ..models import Run, RunCursor, RunStatus
+from ..schedules import ScheduleState
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
 from .console import engine_view, heard_workers, overview
@@ -43,6 +45,7 @@ from .params import (
     read_json,
     run_query,
 )
+from .sampler import INTERVAL as SAMPLE_EVERY
 from .sampler import LaneSampler
 from .shapes import (
     jsonable,
@@ -57,6 +60,14 @@ from .waiting import waiting_for
 HERE = Path(__file__).parent
 PAGES = HERE / "templates"
 MAX_CHILDREN = 100  # children listed in a run's detail, newest first
+CONSOLE_PAGES = (
+    "/",
+    "/ui/runs",
+    "/ui/runs/{run_id}",
+    "/ui/lanes",
+    "/ui/schedules",
+    "/ui/engines",
+)
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -105,10 +116,10 @@ def _started(
 class Api:
     """The endpoints, bound to one engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, sample_every: float = SAMPLE_EVERY) -> None:
         self.engine = engine
         self.prometheus = Metrics(engine)
-        self.sampler = LaneSampler(engine)
+        self.sampler = LaneSampler(engine, sample_every)
         self.started_at = engine.now()
 
     async def start(self, request: Request) -> Response:
@@ -224,7 +235,9 @@ class Api:
 
     async def schedules(self, request: Request) -> Response:
         found = await self.engine.schedules.list()
-        return JSONResponse({"schedules": [schedule_to_dict(state) for state in found]})
+        now = self.engine.now()
+        shown = [{**schedule_to_dict(s), "next_fires": next_fires(s, now)} for s in found]
+        return JSONResponse({"schedules": shown})
 
     async def schedule_action(self, request: Request) -> Response:
         schedule_id, action = request.path_params["schedule_id"], request.path_params["action"]
@@ -247,6 +260,18 @@ class Api:
         return JSONResponse(openapi())
 
 
+NEXT_FIRES = 3
+
+
+def next_fires(state: ScheduleState, now: datetime) -> list[str]:
+    """The schedule's next windows from its next fire on (none while it is paused)."""
+    if state.paused or state.next_fire_at is None:
+        return []
+    after = max(state.next_fire_at, now) - timedelta(microseconds=1)
+    windows = itertools.islice(state.schedule.windows_after(after), NEXT_FIRES)
+    return [jsonable(window) for window in windows]
+
+
 def routes(api: Api) -> list[BaseRoute]:
     json_routes: list[tuple[str, Handler, str]] = [
         ("/healthz", api.healthz, "GET"),
@@ -267,10 +292,10 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/schedules", api.schedules, "GET"),
         ("/schedules/{schedule_id}/{action}", api.schedule_action, "POST"),
     ]
+    # One page shell for the console: its script draws the page the address names.
+    console = page("console.html")
     pages: list[BaseRoute] = [
-        Route("/", page("runs.html"), methods=["GET"]),
-        Route("/ui/runs/{run_id}", page("run.html"), methods=["GET"]),
-        Route("/ui/lanes", page("lanes.html"), methods=["GET"]),
+        *(Route(path, console, methods=["GET"]) for path in CONSOLE_PAGES),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     api_routes: list[BaseRoute] = [Route(p, guarded(h), methods=[m]) for p, h, m in json_routes]
@@ -278,15 +303,20 @@ def routes(api: Api) -> list[BaseRoute]:
 
 
 def create_app(
-    engine: Engine, *, manage_engine: bool = True, token: str | None = None
+    engine: Engine,
+    *,
+    manage_engine: bool = True,
+    token: str | None = None,
+    sample_every: float = SAMPLE_EVERY,
 ) -> Starlette:
     """A Starlette app serving ``engine``; with ``manage_engine`` its lifespan runs the engine.
 
     ``token`` (default ``$RUNLANE_API_TOKEN``): every request but ``GET /healthz`` and the
-    dashboard's pages needs ``Authorization: Bearer <token>``.
+    console's pages needs ``Authorization: Bearer <token>``. ``sample_every``: seconds between
+    two samples of the lanes for the console's charts (``GET /lanes/history``).
     """
 
-    api = Api(engine)
+    api = Api(engine, sample_every)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
