@@ -45,7 +45,9 @@ async def order(ctx: runlane.Context, input: dict[str, Any]) -> Any:
     return {"receipt": receipt, "shipped": shipped, "pages": pages}
 
 
-@runlane.workflow(name="shop.sync", singleton=runlane.Singleton(key=lambda i: f"store:{i['store']}"))
+@runlane.workflow(
+    name="shop.sync", singleton=runlane.Singleton(key=lambda i: f"store:{i['store']}")
+)
 async def sync(ctx: runlane.Context, input: dict[str, Any]) -> str:
     await ctx.wait_for_signal("done")
     return "synced"

@@ -204,3 +204,14 @@ def _s(seconds: float) -> Any:
     from datetime import timedelta
 
     return timedelta(seconds=seconds)
+
+
+async def test_runs_are_found_by_id_when_the_other_filters_match(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    await engine.start(quick, False, "q1")
+    ids = [
+        [r["id"] for r in (await client.get(f"/runs?{query}")).json()["runs"]]
+        for query in ("id=q1", "id=q1&workflow=console.quick", "id=q1&status=failed", "id=q2")
+    ]
+    assert ids == [["q1"], ["q1"], [], []]

@@ -28,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
 from ..lanes import AllLanes, all_lanes
-from ..models import Run, RunCursor, RunStatus
+from ..models import Run, RunCursor, RunQuery, RunStatus
 from ..schedules import ScheduleState
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
@@ -151,12 +151,21 @@ class Api:
     async def list_runs(self, request: Request) -> Response:
         query = run_query(request)
         limit = query_int(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+        run_id = request.query_params.get("id")
+        if run_id:
+            return await self._run_by_id(run_id, query)
         # One more than asked: whether a next page exists, without a count.
         found = await self.engine.read(lambda store: store.page_runs(query, limit + 1))
         shown, more = found[:limit], len(found) > limit
         last = shown[-1] if more else None
         cursor = encode_cursor(RunCursor(last.created_at, last.id)) if last else None
         return JSONResponse({"runs": [run_to_dict(r) for r in shown], "next_cursor": cursor})
+
+    async def _run_by_id(self, run_id: str, query: RunQuery) -> Response:
+        """An id names one run: looked up as it is (the other filters must match too)."""
+        run = await self.engine.get_run(run_id)
+        shown = [run] if run is not None and query.matches(run) else []
+        return JSONResponse({"runs": [run_to_dict(r) for r in shown], "next_cursor": None})
 
     async def counts(self, request: Request) -> Response:
         query = run_query(request, cursor=False)

@@ -325,6 +325,7 @@ def _operations() -> JSONObject:
             "get": {
                 "summary": "runs, newest first, a page at a time",
                 "parameters": [
+                    _query("id", {"type": "string"}, "only the run of this id (if it matches)"),
                     *_FILTERS,
                     _query(
                         "limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "page size"

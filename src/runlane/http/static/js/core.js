@@ -168,7 +168,8 @@ export function folded(label, value, key, open = false) {
   return el("details", { class: "folded", dataset: { key }, open },
     el("summary", {}, el("span", { class: "label" }, label), " ",
       el("code", { class: "preview" }, text.length > 80 ? text.slice(0, 77) + "…" : text)),
-    el("div", { class: "fold-body" }, copyButton(text, label), el("pre", { class: "code" }, text)));
+    el("div", { class: "fold-body" }, copyButton(text, label),
+      el("pre", { class: "code", tabindex: 0, "aria-label": label }, text)));
 }
 
 // A stored error as people read it: type and message, the traceback as the lines it is, the cause.
@@ -177,7 +178,8 @@ export function errorBlock(error) {
     el("p", { class: "error-line" }, el("strong", {}, error.type || "Error"), ": ", error.message || ""));
   if (error.traceback) {
     block.append(el("div", { class: "trace-head" }, el("span", { class: "muted" }, "traceback"),
-      copyButton(error.traceback, "traceback")), el("pre", { class: "traceback" }, error.traceback));
+      copyButton(error.traceback, "traceback")),
+    el("pre", { class: "traceback", tabindex: 0, "aria-label": "traceback" }, error.traceback));
   }
   if (error.handler_error) block.append(el("p", { class: "muted" }, "its failure handler could not start:"), errorBlock(error.handler_error));
   if (error.cause) block.append(el("p", { class: "muted" }, "caused by"), errorBlock(error.cause));
@@ -186,6 +188,11 @@ export function errorBlock(error) {
 
 export function empty(text) {
   return el("p", { class: "empty" }, text);
+}
+
+// The same, as the one item of an empty list.
+export function emptyItem(text) {
+  return el("li", { class: "empty" }, text);
 }
 
 // ------------------------------------------------------------------ confirmations and notes
@@ -212,18 +219,19 @@ export function note(text, kind = "info") {
 
 // ------------------------------------------------------------------ keyed redraws
 
-// The children of `container` become one node per item, by key: a node whose item did not
-// change is left as it is (what the reader opened, focused or selected in it stays), a changed
-// one is rebuilt with its open <details> kept open, and the order follows the items.
+// The children of `container` become one node per item, by key (its data-item): a node whose
+// item did not change is left as it is (what the reader opened, focused or selected in it
+// stays), a changed one is rebuilt with its open <details> kept open, and the order follows
+// the items.
 export function sync(container, items, keyOf, build) {
-  const old = new Map([...container.children].filter((n) => n.dataset.key != null).map((n) => [n.dataset.key, n]));
+  const old = new Map([...container.children].filter((n) => n.dataset.item != null).map((n) => [n.dataset.item, n]));
   const nodes = items.map((item) => {
     const key = String(keyOf(item));
     const signature = JSON.stringify(item);
     const existing = old.get(key);
     if (existing && existing.__signature === signature) return existing;
     const node = build(item);
-    node.dataset.key = key;
+    node.dataset.item = key;
     node.__signature = signature;
     if (existing) keepOpen(existing, node);
     return node;

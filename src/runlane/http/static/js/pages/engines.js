@@ -17,7 +17,7 @@ export default function engines() {
     el("section", { class: "card", "aria-labelledby": "workers-title" },
       el("h2", { id: "workers-title" }, "Workers heard"),
       el("p", { class: "muted" }, "Workers announce themselves on the transport when they start and every ten heartbeats; this server's engine keeps what it heard."),
-      el("div", { class: "table-wrap" }, el("table", {},
+      el("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": "table" }, el("table", {},
         el("caption", { class: "sr-only" }, "Workers, newest announcement first"),
         el("thead", {}, el("tr", {}, ...["worker", "group", "runs", "concurrency", "speaks", "last heard"].map((h) => el("th", { scope: "col" }, h)))),
         el("tbody", { id: "workers" })))));

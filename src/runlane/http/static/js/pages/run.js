@@ -2,8 +2,8 @@
 // input, output and error, the run's own, its children, its history to download, and the
 // actions an operator takes on it, each confirmed.
 import {
-  $, ACTIVE, TERMINAL, absolute, api, badge, confirmAction, duration, el, empty, errorBlock, fill,
-  folded, json, live, note, post, runLink, shell, sync, took, when,
+  $, ACTIVE, TERMINAL, absolute, api, badge, confirmAction, duration, el, emptyItem, errorBlock,
+  fill, folded, json, live, note, post, runLink, shell, sync, took, when,
 } from "../core.js";
 
 const REQUEUEABLE = ["failed", "dead", "cancelled"];
@@ -124,10 +124,10 @@ function draw(run) {
   const span = spanOf(run);
   sync($("#timeline"), run.steps.map((step) => ({ step, span })), ({ step }) => step.seq, ({ step }) => gantt(step, span));
   sync($("#steps"), run.steps, (step) => `step-${step.seq}`, stepDetails);
-  if (!run.steps.length) fill($("#steps"), empty("No step recorded yet."));
+  if (!run.steps.length) fill($("#steps"), emptyItem("No step recorded yet."));
   sync($("#data"), dataOf(run), (part) => part.key, (part) => part.node());
   sync($("#children"), run.children, (child) => child.id, childNode);
-  if (!run.children.length) fill($("#children"), empty("No children."));
+  if (!run.children.length) fill($("#children"), emptyItem("No children."));
 }
 
 function fact(label, ...value) {
@@ -241,7 +241,7 @@ function childNode(child) {
     details.dataset.loaded = "1";
     const body = await api("/runs/" + encodeURIComponent(child.id));
     const list = details.querySelector("ul");
-    fill(list, ...(body.children.length ? body.children.map(childNode) : [empty("No children.")]));
+    fill(list, ...(body.children.length ? body.children.map(childNode) : [emptyItem("No children.")]));
   });
   return el("li", {}, details);
 }

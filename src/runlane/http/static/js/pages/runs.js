@@ -23,7 +23,7 @@ export default function runs() {
       el("span", { id: "selection", class: "muted" }, "none selected"),
       el("button", { type: "button", id: "bulk-cancel", class: "danger", disabled: true, onclick: () => bulk("cancel") }, "Cancel selected"),
       el("button", { type: "button", id: "bulk-retry", disabled: true, onclick: () => bulk("retry") }, "Retry selected")),
-    el("div", { class: "table-wrap" }, el("table", { class: "runs" },
+    el("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": "table" }, el("table", { class: "runs" },
       el("caption", { class: "sr-only" }, "Runs, newest first"),
       el("thead", {}, el("tr", {},
         el("th", { scope: "col", class: "check" }, el("input", { type: "checkbox", id: "select-all", "aria-label": "Select every run shown", onchange: selectAll })),
@@ -97,12 +97,7 @@ function nextPage() {
 async function load() {
   const params = filters();
   const id = params.get("id");
-  if (id) {
-    // An id names one run: looked up as it is, the other filters aside.
-    const found = await api("/runs/" + encodeURIComponent(id)).catch(() => null);
-    return { runs: found ? [found] : [], next_cursor: null, counts: null, byId: id };
-  }
-  params.delete("id");
+  if (id) return { ...(await api("/runs?" + params)), counts: null, byId: id };
   const counts = await api("/stats/runs?" + params);
   params.set("limit", String(PAGE));
   if (cursors.length) params.set("cursor", cursors.at(-1));
@@ -143,7 +138,7 @@ function row(run) {
 function selectAll(event) {
   for (const box of document.querySelectorAll("#runs input.pick")) {
     box.checked = event.target.checked;
-    const id = box.closest("tr").dataset.key;
+    const id = box.closest("tr").dataset.item;
     event.target.checked ? selected.add(id) : selected.delete(id);
   }
   showSelection();
@@ -151,7 +146,7 @@ function selectAll(event) {
 
 function selectedRuns() {
   return [...document.querySelectorAll("#runs input.pick:checked")].map((box) =>
-    ({ id: box.closest("tr").dataset.key, status: box.dataset.status }));
+    ({ id: box.closest("tr").dataset.item, status: box.dataset.status }));
 }
 
 function showSelection() {
