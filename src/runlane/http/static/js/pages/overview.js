@@ -51,7 +51,8 @@ function draw({ overview, lanes }) {
     [{ key: "completed", class: "completed" }, { key: "failed", class: "failed" }, { key: "cancelled", class: "cancelled" }],
     { label: `Runs settled each minute of the last hour: ${settled} in all, ${t.failed} failed` }),
   bars(points, [{ key: "started", class: "started" }],
-    { label: `Runs started each minute of the last hour: ${t.started} in all`, height: 40 }));
+    { label: `Runs started each minute of the last hour: ${t.started} in all`, height: 40 }),
+  el("div", { class: "axis muted small", "aria-hidden": "true" }, el("span", {}, "an hour ago"), el("span", {}, "now")));
   fill($("#latency"), latencyTable(overview.latency));
   fill($("#active"), activeRuns(overview.active));
   fill($("#busy"), busyLanes(lanes.lanes));
