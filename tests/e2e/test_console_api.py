@@ -17,6 +17,8 @@ from runlane.stores.sqlite import SqliteStore
 from runlane.testing import ManualClock
 from runlane.transports import InProcessTransport
 
+from ..helpers import api_client
+
 
 @runlane.step(name="console.flaky", retry=runlane.Retry(max_attempts=3, backoff=30))
 def flaky(_: Any) -> None:
@@ -72,8 +74,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[runlane.Engine]:
 
 @pytest.fixture
 async def client(engine: runlane.Engine) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(engine, manage_engine=False))
-    async with httpx.AsyncClient(transport=transport, base_url="http://runlane") as client:
+    async with api_client(engine) as client:
         yield client
 
 

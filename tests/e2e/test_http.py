@@ -14,6 +14,8 @@ import runlane
 from runlane.http import create_app
 from runlane.stores.sqlite import SqliteStore
 
+from ..helpers import api_client
+
 
 @runlane.workflow(name="approval")
 async def approval(ctx: runlane.Context, input: dict[str, Any]) -> dict[str, Any]:
@@ -68,8 +70,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[runlane.Engine]:
 
 @pytest.fixture
 async def client(engine: runlane.Engine) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(engine, manage_engine=False))
-    async with httpx.AsyncClient(transport=transport, base_url="http://runlane") as client:
+    async with api_client(engine) as client:
         yield client
 
 

@@ -54,6 +54,13 @@ def _responses(ok: dict[str, JSONObject], *errors: str) -> JSONObject:
     return found
 
 
+def _read(summary: str, schema: JSONObject, description: str) -> JSONObject:
+    """A GET without parameters that answers ``schema``."""
+    return {
+        "get": {"summary": summary, "responses": _responses({"200": _json(schema, description)})}
+    }
+
+
 def _path_param(name: str, description: str) -> JSONObject:
     schema = {"type": "string", "minLength": 1}
     return {
@@ -543,66 +550,42 @@ def _operations() -> JSONObject:
                 ),
             }
         },
-        "/lanes/history": {
-            "get": {
-                "summary": "each lane's usage and waiters over time, as this server sampled"
-                " them (every interval seconds, the last keep samples, since it started)",
-                "responses": _responses(
-                    {
-                        "200": _json(
-                            _object(
-                                ["interval", "keep", "times", "lanes"],
-                                interval={"type": "number"},
-                                keep={"type": "integer"},
-                                times={"type": "array", "items": _TIME},
-                                lanes={"type": "array", "items": _ref("LaneSeries")},
-                            ),
-                            "the samples' times, and each lane's points [sample, usage, waiting]",
-                        )
-                    }
-                ),
-            }
-        },
-        "/overview": {
-            "get": {
-                "summary": "the last hour from the store: runs started and settled each minute,"
-                " failures, latency; the active runs by status",
-                "responses": _responses(
-                    {
-                        "200": _json(
-                            _object(
-                                ["since", "until", "totals", "active", "latency", "minutes"],
-                                since=_TIME,
-                                until=_TIME,
-                                totals={"type": "object"},
-                                active={"type": "object"},
-                                latency={"type": "object"},
-                                minutes={"type": "array", "items": {"type": "object"}},
-                            ),
-                            "the overview",
-                        )
-                    }
-                ),
-            }
-        },
-        "/workers": {
-            "get": {
-                "summary": "this server's engine (what it serves, its turns in flight) and the"
-                " workers its transport heard announce themselves",
-                "responses": _responses(
-                    {
-                        "200": _json(
-                            _object(
-                                ["engine", "workers"],
-                                engine={"type": "object"},
-                                workers={"type": "array", "items": {"type": "object"}},
-                            ),
-                            "the engine and the workers (their descriptors, docs/wire.md)",
-                        )
-                    }
-                ),
-            }
-        },
+        "/lanes/history": _read(
+            "each lane's usage and waiters over time, as this server sampled them (every"
+            " interval seconds, the last keep samples, since it started)",
+            _object(
+                ["interval", "keep", "times", "lanes"],
+                interval={"type": "number"},
+                keep={"type": "integer"},
+                times={"type": "array", "items": _TIME},
+                lanes={"type": "array", "items": _ref("LaneSeries")},
+            ),
+            "the samples' times, and each lane's points [sample, usage, waiting]",
+        ),
+        "/overview": _read(
+            "the last hour from the store: runs started and settled each minute, failures,"
+            " latency; the active runs by status",
+            _object(
+                ["since", "until", "totals", "active", "latency", "minutes"],
+                since=_TIME,
+                until=_TIME,
+                totals={"type": "object"},
+                active={"type": "object"},
+                latency={"type": "object"},
+                minutes={"type": "array", "items": {"type": "object"}},
+            ),
+            "the overview",
+        ),
+        "/workers": _read(
+            "this server's engine (what it serves, its turns in flight) and the workers its"
+            " transport heard announce themselves",
+            _object(
+                ["engine", "workers"],
+                engine={"type": "object"},
+                workers={"type": "array", "items": {"type": "object"}},
+            ),
+            "the engine and the workers (their descriptors, docs/wire.md)",
+        ),
         "/lanes": {
             "get": {
                 "summary": "each singleton lane, quota key and step queue: holders, waiters "

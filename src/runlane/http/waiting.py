@@ -66,17 +66,21 @@ def _slot(run: Run, lanes: AllLanes | None) -> Waiting:
     if lane is None:
         return {"kind": "slot", "reason": "a slot on its singleton lane"}
     ids = [r.id for r in lane.waiters]
-    position = ids.index(run.id) + 1 if run.id in ids else None
-    place = f", number {position} of {len(ids)} in line" if position else ""
+    line, place = _in_line(ids.index(run.id) + 1 if run.id in ids else None, len(ids))
     return {
         "kind": "slot",
         "lane": lane.key,
         "tag": lane.tag,
-        "position": position,
-        "waiting": len(ids),
         "holders": [r.id for r in lane.holders],
         "reason": f"a slot on lane {lane.key} ({lane.usage} of {lane.limit} held){place}",
+        **line,
     }
+
+
+def _in_line(position: int | None, waiting: int) -> tuple[Waiting, str]:
+    """A place in line, as fields and as the words that end a reason."""
+    place = f", number {position} of {waiting} in line" if position else ""
+    return {"position": position, "waiting": waiting}, place
 
 
 def _queue_of(run: Run, lanes: AllLanes | None) -> Waiting | None:
@@ -84,15 +88,10 @@ def _queue_of(run: Run, lanes: AllLanes | None) -> Waiting | None:
         waiters = list(queue.waiters)
         for position, entry in enumerate(waiters, 1):
             if entry.run_id == run.id:
-                return {
-                    "kind": "queue",
-                    "queue": queue.name,
-                    "seq": entry.seq,
-                    "position": position,
-                    "waiting": len(waiters),
-                    "reason": f"a slot of step queue {queue.name} for step #{entry.seq},"
-                    f" number {position} of {len(waiters)} in line",
-                }
+                line, place = _in_line(position, len(waiters))
+                what = f"a slot of step queue {queue.name} for step #{entry.seq}"
+                return {"kind": "queue", "queue": queue.name, "seq": entry.seq,
+                        "reason": what + place, **line}  # fmt: skip
     return None
 
 

@@ -318,16 +318,18 @@ export function shell(current, title) {
     el("header", { class: "top" }, nav));
 }
 
+// The theme chosen with the switch, else the system's (followed as it changes).
+const systemDark = matchMedia("(prefers-color-scheme: dark)");
+
 export function applyTheme() {
   const chosen = localStorage.getItem(THEME_KEY);
-  if (chosen) document.documentElement.dataset.theme = chosen;
+  document.documentElement.dataset.theme = chosen || (systemDark.matches ? "dark" : "light");
 }
 
+systemDark.addEventListener("change", applyTheme);
+
 function toggleTheme() {
-  const dark = document.documentElement.dataset.theme
-    ? document.documentElement.dataset.theme === "dark"
-    : matchMedia("(prefers-color-scheme: dark)").matches;
-  const next = dark ? "light" : "dark";
+  const next = document.documentElement.dataset.theme === "dark" ? "light" : "dark";
   localStorage.setItem(THEME_KEY, next);
   document.documentElement.dataset.theme = next;
 }
