@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from runlane import Engine, Run, StepRecord, StoreUnavailableError
+
+if TYPE_CHECKING:
+    import httpx
 
 
 async def settle(engine: Engine, run_id: str, *, ticks: int = 20) -> Run:
@@ -86,3 +91,15 @@ def count_claims(engine: Engine) -> list[str]:
 
     engine.store.claim_run = counted  # type: ignore[method-assign]
     return claims
+
+
+@contextlib.asynccontextmanager
+async def api_client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of ``engine``'s HTTP app, in process; the app leaves the engine to the test."""
+    import httpx
+
+    from runlane.http import create_app
+
+    transport = httpx.ASGITransport(app=create_app(engine, manage_engine=False))
+    async with httpx.AsyncClient(transport=transport, base_url="http://runlane") as client:
+        yield client

@@ -12,7 +12,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .definitions import Concurrency, WorkflowDefinition, as_seconds
-from .errors import ConcurrencyLimitError, RateLimitError, RunlaneError, SingletonQueueFullError
+from .errors import (
+    ConcurrencyLimitError,
+    KeyFunctionError,
+    RateLimitError,
+    SingletonQueueFullError,
+)
 from .models import (
     JSON,
     DebounceGate,
@@ -30,10 +35,10 @@ def singleton_gate(definition: WorkflowDefinition, input: JSON) -> SingletonGate
     rule = definition.singleton
     if rule is None:
         return None
-    key = rule.key(input)
+    key = gate_key(rule.key, input, definition.name, "singleton")
     if not isinstance(key, str) or not key:
-        raise RunlaneError(
-            f"singleton key of {definition.name!r} must be a non-empty string, got {key!r}"
+        raise KeyFunctionError(
+            definition.name, "singleton", f"the key must be a non-empty string, got {key!r}"
         )
     return SingletonGate(
         lane(rule.scope, definition.name, key),
@@ -42,6 +47,16 @@ def singleton_gate(definition: WorkflowDefinition, input: JSON) -> SingletonGate
         replace=rule.on_busy == "replace",
         user_key=key,
     )
+
+
+def gate_key(key: Callable[[Any], Any], input: JSON, workflow: str, gate: str) -> Any:
+    """What a gate's key function gives for a start's input; when it raises (the input lacks
+    what it reads), a ``KeyFunctionError`` naming the workflow and the error, from it."""
+    try:
+        return key(input)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        raise KeyFunctionError(workflow, gate, reason) from exc
 
 
 def lane(scope: str, workflow: str, key: str) -> str:
@@ -79,12 +94,12 @@ def _limit_lane(
     Rate limits and debounces are per workflow, like a singleton of the default scope."""
     if key is None:
         return f"{len(workflow)}:{workflow}", None
-    user_key = key(input)
+    user_key = gate_key(key, input, workflow, what)
     if user_key is None:
         return None
     if not isinstance(user_key, str) or not user_key:
-        raise RunlaneError(
-            f"{what} key of {workflow!r} must be a non-empty string or None, got {user_key!r}"
+        raise KeyFunctionError(
+            workflow, what, f"the key must be a non-empty string or None, got {user_key!r}"
         )
     return lane("workflow", workflow, user_key), user_key
 
@@ -118,15 +133,17 @@ def lane_tags(singleton: SingletonGate | None, quota: QuotaGate | None) -> tuple
     return tuple(tags)
 
 
-async def quota_gate(rule: Concurrency | None, input: JSON) -> QuotaGate | None:
+async def quota_gate(rule: Concurrency | None, input: JSON, workflow: str) -> QuotaGate | None:
     """A quota rule evaluated on a start's input; None for no rule or a ``None`` key."""
     if rule is None:
         return None
-    key = rule.key(input) if callable(rule.key) else rule.key
+    key = gate_key(rule.key, input, workflow, "concurrency") if callable(rule.key) else rule.key
     if key is None:
         return None
     if not isinstance(key, str):
-        raise RunlaneError(f"concurrency key must be a string or None, got {key!r}")
+        raise KeyFunctionError(
+            workflow, "concurrency", f"the key must be a string or None, got {key!r}"
+        )
     limit: Any = rule.limit(key) if callable(rule.limit) else rule.limit
     if inspect.isawaitable(limit):
         limit = await limit
@@ -144,7 +161,7 @@ async def requeue_gates(
     """
     quota = run.quota
     if quota is None and run.concurrency_key is not None:
-        rule = await quota_gate(definition.concurrency, run.input)
+        rule = await quota_gate(definition.concurrency, run.input, definition.name)
         quota = rule if rule is not None and rule.key == run.concurrency_key else None
     singleton = singleton_gate(definition, run.input)
     if singleton is None or singleton.key != run.singleton_key:

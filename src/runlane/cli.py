@@ -11,6 +11,7 @@ import asyncio
 import importlib
 import itertools
 import json
+import logging
 import os
 import signal
 import sys
@@ -21,8 +22,10 @@ from typing import Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from .cli_tables import (
+    attempt_lines,
     engines_table,
     lanes_table,
     limits_table,
@@ -31,10 +34,17 @@ from .cli_tables import (
     runs_table,
     schedules_table,
     steps_table,
+    tracebacks,
     unserved_table,
 )
 from .engine import Engine
-from .errors import ConfigurationError, MissingExtraError, RunlaneError
+from .errors import (
+    ConfigurationError,
+    MissingExtraError,
+    RunExistsError,
+    RunlaneError,
+    RunNotFoundError,
+)
 from .extras import needs_extra
 from .history import ReplayReport, history_doc, replay_stored
 from .http.shapes import (
@@ -57,6 +67,7 @@ from .worker import Worker
 
 T = TypeVar("T")
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DB_HELP = "Store URL (sqlite:///path, postgresql://...); default $RUNLANE_DATABASE_URL."
 APP_HELP = "module:attribute of an Engine (or a callable returning one), for its workflows."
 
@@ -244,11 +255,14 @@ def demo(fresh: bool, directory: Path | None, speed: float, db: str | None) -> N
 
 
 @main.command()
-@click.argument("app")
+@click.argument("app", required=False)
+@click.option("--db", default=None, help="Serve this store without an APP. " + DB_HELP)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
-def serve(app: str, host: str, port: int) -> None:
-    """Serve the HTTP API and the dashboard for the engine APP (module:attribute).
+def serve(app: str | None, db: str | None, host: str, port: int) -> None:
+    """Serve the HTTP API and the dashboard for the engine APP (module:attribute), or for the
+    store --db names (no APP: runs can be read, cancelled and signalled, not started or
+    retried, and nothing executes in this process).
 
     With RUNLANE_API_TOKEN set, every request but GET /healthz (and the dashboard's pages,
     which hold no data) needs Authorization: Bearer <token>. Serving on an address other than
@@ -263,7 +277,16 @@ def serve(app: str, host: str, port: int) -> None:
     problem = exposure_problem(host, api_token())
     if problem is not None:
         raise click.UsageError(problem)
-    uvicorn.run(create_app(load_engine(app)), host=host, port=port)
+    uvicorn.run(create_app(served_engine(app, db)), host=host, port=port)
+
+
+def served_engine(app: str | None, db: str | None) -> Engine:
+    """The engine ``runlane serve`` serves: the app's, or a producer on the store --db names."""
+    if app is not None:
+        return load_engine(app)
+    if db is None and not os.environ.get("RUNLANE_DATABASE_URL"):
+        raise click.UsageError("serve needs an APP (module:attribute) or --db URL")
+    return admin_engine(db, None)
 
 
 @main.command()
@@ -274,9 +297,12 @@ def worker(app: str) -> None:
     Engines execute runs (and consume their transport's run queue), even one built as a
     producer (drive=False, consumers="never"): its loop and consumers are turned on here.
     Workers execute the remote steps of their group. On SIGTERM or Ctrl-C both drain: nothing
-    in flight is lost.
+    in flight is lost. Logs go to stderr from INFO up: a run that fails is one WARNING line.
     """
-    run_async(_work(load_runnables(app)))
+    items = load_runnables(app)
+    if not logging.getLogger().handlers:  # the application may have set up its own
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    run_async(_work(items))
 
 
 async def _work(items: list[Engine | Worker]) -> None:
@@ -316,6 +342,14 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(fn)
     fn = click.option("--app", default=None, help=APP_HELP)(fn)
     return click.option("--db", default=None, help=DB_HELP)(fn)
+
+
+def json_argument(text: str | None, name: str) -> Any:
+    """A command's JSON argument (None when not given); bad JSON is a usage error."""
+    try:
+        return json.loads(text) if text is not None else None
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from exc
 
 
 def say(as_json: bool, body: dict[str, Any], text: str) -> None:
@@ -383,6 +417,57 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
     console = Console()
     console.print(run_details(run))
     console.print(steps_table(steps))
+    for line in attempt_lines(steps):
+        console.print(line, markup=False, highlight=False)
+    for heading, text in tracebacks(run, steps):
+        console.print(f"[bold]{escape(heading)}[/]")
+        console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+
+
+@runs.command("start")
+@_common
+@click.argument("workflow")
+@click.argument("input", required=False)
+@click.option("--run-id", default=None, help="The run's id (default: a new one); idempotent.")
+@click.option("--tag", "tags", multiple=True, help="A tag for the run; repeat for several.")
+@click.option("--priority", default=0, show_default=True, type=int)
+def runs_start(
+    db: str | None,
+    app: str | None,
+    as_json: bool,
+    workflow: str,
+    input: str | None,
+    run_id: str | None,
+    tags: tuple[str, ...],
+    priority: int,
+) -> None:
+    """Start a run of WORKFLOW with an optional JSON INPUT; a RUN_ID that exists returns its run.
+
+    Needs --app: the workflow's definition (its gates) must be known.
+    """
+    value = json_argument(input, "INPUT")
+    if app is None:
+        raise click.UsageError(
+            "start needs --app module:attribute: the workflow's definition must be known"
+        )
+
+    async def start(engine: Engine) -> tuple[Run, bool]:
+        # "fail" always: the refusal is how an existing run is told from a new one.
+        try:
+            run = await engine.start(
+                workflow, value, run_id, priority=priority, tags=tags, if_exists="fail"
+            )
+        except RunExistsError as exists:
+            found = await engine.get_run(exists.run_id)
+            if found is None:  # pragma: no cover - a run is never deleted under a start
+                raise
+            return found, False
+        return run, True
+
+    run, created = with_engine(db, app, start)
+    body = {**run_to_dict(run), "created": created}
+    told = "started" if created else "already exists:"
+    say(as_json, body, f"{told} {run.id} ({run.workflow}, {run.status})")
 
 
 @runs.command("export")
@@ -411,9 +496,15 @@ def runs_export(db: str | None, app: str | None, run_id: str) -> None:
 @_common
 @click.argument("run_id")
 def runs_cancel(db: str | None, app: str | None, as_json: bool, run_id: str) -> None:
-    """Cancel a run and its children."""
-    cancelled = with_engine(db, app, lambda e: e.cancel(run_id))
-    text = f"nothing to cancel: {run_id} is unknown or already finished"
+    """Cancel a run and its children (exit 1 when there is no such run)."""
+
+    async def cancel(engine: Engine) -> bool:
+        if await engine.get_run(run_id) is None:
+            raise RunNotFoundError(run_id)
+        return await engine.cancel(run_id)
+
+    cancelled = with_engine(db, app, cancel)
+    text = f"nothing to cancel: {run_id} is already finished"
     say(
         as_json,
         {"run_id": run_id, "cancelled": cancelled},
@@ -446,10 +537,7 @@ def runs_signal(
     db: str | None, app: str | None, as_json: bool, run_id: str, name: str, payload: str | None
 ) -> None:
     """Send signal NAME to a run, with an optional JSON PAYLOAD."""
-    try:
-        value = json.loads(payload) if payload is not None else None
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="PAYLOAD") from exc
+    value = json_argument(payload, "PAYLOAD")
     with_engine(db, app, lambda e: e.signal(run_id, name, value))
     say(as_json, {"run_id": run_id, "signal": name}, f"signalled {run_id}: {name}")
 

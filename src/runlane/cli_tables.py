@@ -41,11 +41,44 @@ def run_details(run: Run) -> Table:
         ("tags", ", ".join(run.tags)),
         ("input", json.dumps(run.input)),
         ("output", json.dumps(run.output)),
-        ("error", json.dumps(run.error) if run.error else ""),
+        ("error", error_line(run.error) if run.error else ""),
     ]
     for name, value in rows:
         table.add_row(f"[bold]{name}[/]", value if name == "status" else escape(str(value)))
     return table
+
+
+def error_line(error: dict[str, Any]) -> str:
+    """A stored error in one line: ``Type: message``."""
+    return f"{error.get('type', 'Error')}: {error.get('message', '')}"
+
+
+def attempt_lines(steps: list[StepRecord]) -> list[str]:
+    """Each failed attempt of the steps that failed or were retried, oldest first: when it
+    began, how long it took, and its error."""
+    lines = []
+    for record in steps:
+        for attempt in (record.error or {}).get("attempts") or []:
+            began = datetime.fromisoformat(attempt["started_at"])
+            took = datetime.fromisoformat(attempt["finished_at"]) - began
+            lines.append(
+                f"attempt {attempt['attempt']} of step #{record.seq} {record.name}:"
+                f" {error_line(attempt)} (at {_when(began)}, took {took.total_seconds():.3f} s)"
+            )
+    return lines
+
+
+def tracebacks(run: Run, steps: list[StepRecord]) -> list[tuple[str, str]]:
+    """The tracebacks to print after a run's tables, each under a heading, as the lines they
+    are (the stored text, not its JSON escape): the run's, then each step's error."""
+    found: list[tuple[str, str]] = []
+    if run.error and run.error.get("traceback"):
+        found.append((f"the run: {error_line(run.error)}", str(run.error["traceback"])))
+    for record in steps:
+        if record.error and record.error.get("traceback"):
+            heading = f"step #{record.seq} {record.name}, attempt {record.attempts}"
+            found.append((f"{heading}: {error_line(record.error)}", str(record.error["traceback"])))
+    return found
 
 
 def steps_table(steps: list[StepRecord]) -> Table:
@@ -200,7 +233,9 @@ def _when(moment: datetime | None) -> str:
 
 
 __all__ = [
+    "attempt_lines",
     "engines_table",
+    "error_line",
     "lanes_table",
     "limits_table",
     "run_details",
@@ -208,5 +243,6 @@ __all__ = [
     "schedules_table",
     "status_text",
     "steps_table",
+    "tracebacks",
     "unserved_table",
 ]

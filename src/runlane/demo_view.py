@@ -7,8 +7,12 @@ then the final tables once, so the output stays short.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -247,7 +251,31 @@ class DemoView:
             f" at most {self.farm.peak} at once"
         )
         self.console.print(f"all runs settled in {snap.elapsed:.1f}s of story time")
+        self.where_to_look()
+
+    def where_to_look(self) -> None:
+        """How to look at the runs the demo left in its database, from a shell or a browser."""
+        runlane = runlane_command()
+        self.console.print("[bold]look at its runs:[/]")
+        for line in (
+            f"  {runlane} runs list --db {self.db}",
+            f"  {runlane} runs show order-A-1001 --db {self.db}",
+            f"  {runlane} serve --db {self.db}   # the dashboard, at http://127.0.0.1:8080",
+        ):
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def give_up(self, snap: Snapshot) -> None:
         stuck = [f"{r.id} ({r.status})" for r in snap.runs if not r.is_terminal]
         self.console.print(f"[bold red]demo did not finish; still active:[/] {', '.join(stuck)}")
+
+
+def runlane_command() -> str:
+    """How to call the command line that runs this demo: ``runlane`` when that is the one on
+    the PATH, else the script's path (``make demo`` runs it from a venv of its own)."""
+    script = Path(sys.argv[0])
+    if script.name != "runlane" or not script.is_file():
+        return "runlane"
+    on_path = shutil.which("runlane")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "runlane"
+    return os.path.relpath(script)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 import traceback
+from datetime import datetime
 from typing import Any
 
 
@@ -147,6 +148,26 @@ class RateLimitError(RunlaneError):
         super().__init__(
             f"rate limit reached for {what}: {limit} starts per {period:g}s"
             f" (workflow {workflow!r}); retry after {retry_after:.3f}s"
+        )
+
+
+class KeyFunctionError(RunlaneError, ValueError):
+    """A gate's key function (a singleton's, a quota's, a rate limit's or a debounce's
+    ``key``) raised on a start's input, or gave no usable key: the input does not fit the
+    workflow, and nothing was written.
+
+    ``workflow`` names the workflow, ``gate`` the rule (``"singleton"``, ``"concurrency"``,
+    ``"rate limit"``, ``"debounce"``), ``reason`` what went wrong (``"KeyError: 'store'"``);
+    the key function's own exception, if it raised, is ``__cause__``.
+    """
+
+    def __init__(self, workflow: str, gate: str, reason: str) -> None:
+        self.workflow = workflow
+        self.gate = gate
+        self.reason = reason
+        super().__init__(
+            f"the {gate} key of workflow {workflow!r} cannot be worked out from this input:"
+            f" {reason}"
         )
 
 
@@ -336,6 +357,35 @@ def error_dict(exc: BaseException, *, with_traceback: bool = True) -> dict[str, 
     return result
 
 
+ATTEMPTS_KEPT = 20
+"""How many failed attempts a step's error lists at most (the latest ones)."""
+
+
+def with_attempt(
+    error: dict[str, Any],
+    earlier: dict[str, Any] | None,
+    attempt: int,
+    started_at: datetime,
+    finished_at: datetime,
+) -> dict[str, Any]:
+    """A step attempt's stored error with the history of the step's failed attempts:
+    ``attempts`` lists each one's ``attempt``, ``started_at``, ``finished_at`` (ISO-8601),
+    ``type`` and ``message``, oldest first, the earlier ones carried over from ``earlier`` (the
+    error the step's record held), at most ``ATTEMPTS_KEPT``. A step record holds only its
+    latest attempt's times; this is where a retried step's others are kept."""
+    history = list((earlier or {}).get("attempts") or [])
+    history.append(
+        {
+            "attempt": attempt,
+            "started_at": started_at.isoformat(),
+            "finished_at": finished_at.isoformat(),
+            "type": error.get("type"),
+            "message": error.get("message"),
+        }
+    )
+    return {**error, "attempts": history[-ATTEMPTS_KEPT:]}
+
+
 def _plain(value: Any) -> bool:
     if value is None or isinstance(value, str | int | float | bool):
         return True
@@ -393,6 +443,7 @@ _REBUILDABLE: dict[str, type[Exception]] = {
         ConcurrencyLimitError,
         SingletonQueueFullError,
         RateLimitError,
+        KeyFunctionError,
         UnknownWorkflowError,
         FatalError,
         NonDeterminismError,

@@ -36,6 +36,7 @@ from .models import (
     RetryTimer,
     Run,
     RunSpec,
+    RunStatus,
     Serves,
     Settlement,
     SingletonGate,
@@ -401,6 +402,8 @@ class Execution:
     def _count_settled(self, run: Run, result: TurnOutcome) -> None:
         status = result.settled.status if result.settled is not None else "unknown"
         self.stats.finished(run.workflow, str(status))
+        if result.settled is not None and status in (RunStatus.FAILED, RunStatus.DEAD):
+            _log_failure(result.settled)
         freed = list(result.woken)
         if result.successor is not None:
             freed.append(result.successor.run.id)
@@ -691,3 +694,20 @@ class _SchedulerHost:
 
 
 __all__ = ["Execution"]
+
+
+def _log_failure(run: Run) -> None:
+    """One line for a run that ended failed or dead (an operator's worker log shows it); the
+    traceback is the run's, in the store, and at DEBUG here."""
+    error = run.error or {}
+    log.warning(
+        "run %s (%s@%s) %s: %s: %s",
+        run.id,
+        run.workflow,
+        run.version,
+        run.status,
+        error.get("type", "Error"),
+        error.get("message", ""),
+    )
+    if error.get("traceback"):
+        log.debug("run %s: %s", run.id, error["traceback"])

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from .definitions import (
+    WORKFLOW_ATTR,
     StepDefinition,
     WorkflowDefinition,
     step_definition,
@@ -44,15 +47,16 @@ class Registry:
         return sorted(self._latest)
 
     def _add_handlers(self) -> None:
-        """Register the failure handlers given as workflows that are not registered by name
-        (after every workflow given, so those win), then check that every handler named is
-        registered: a run's settlement starts it."""
+        """Register the failure handlers given as workflows and the decorated children a body
+        names, unless a workflow of that name is registered (after every workflow given, so
+        those win); then check that every handler named is registered: a run's settlement
+        starts it."""
         pending = [d for versions in self._workflows.values() for d in versions.values()]
         while pending:
             definition = pending.pop()
-            for handler in definition.given_handlers:
-                if handler.name not in self._workflows:
-                    pending.append(self.add_workflow(handler))
+            for brought in (*definition.given_handlers, *named_workflows(definition.fn)):
+                if brought.name not in self._workflows:
+                    pending.append(self.add_workflow(brought))
             missing = [h for h in definition.handlers if h not in self._workflows]
             if missing:
                 raise DefinitionError(
@@ -131,3 +135,30 @@ class Registry:
     @property
     def steps(self) -> list[StepDefinition]:
         return list(self._steps.values())
+
+
+def named_workflows(fn: Callable[..., Any]) -> list[WorkflowDefinition]:
+    """The decorated workflows a workflow body names, so a child it starts is known to every
+    engine that registers it: a global or closure variable of the body (or of a comprehension
+    or function nested in it), or an attribute of a module it names (``shipping.ship_item``).
+    A child named by a string is not found: that one must be registered."""
+    names = _code_names(fn.__code__)
+    scope: dict[str, Any] = dict(getattr(fn, "__globals__", {}))
+    cells = zip(fn.__code__.co_freevars, getattr(fn, "__closure__", None) or (), strict=False)
+    for name, cell in cells:
+        with contextlib.suppress(ValueError):  # a cell not filled yet
+            scope[name] = cell.cell_contents
+    found = [scope[name] for name in names if name in scope]
+    modules = [value for value in scope.values() if isinstance(value, types.ModuleType)]
+    found += [getattr(m, name) for m in modules for name in names if hasattr(m, name)]
+    workflows = [getattr(value, WORKFLOW_ATTR, None) for value in found]
+    return [w for w in workflows if isinstance(w, WorkflowDefinition)]
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    """The global, attribute and free names a code object and those nested in it use."""
+    names = set(code.co_names) | set(code.co_freevars)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names

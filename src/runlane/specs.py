@@ -62,7 +62,8 @@ class RunSpecs:
         singleton = admission.singleton_gate(definition, input) if lane == "workflow" else lane
         if singleton is not None:  # a waiter's fallback timer, should it be created parked
             singleton = replace(singleton, retry=self.retry().delay(0))
-        quota = await admission.quota_gate(concurrency or definition.concurrency, input)
+        rule = concurrency or definition.concurrency
+        quota = await admission.quota_gate(rule, input, definition.name)
         rate = admission.rate_gate(definition, input)
         folded = admission.debounce_gate(definition, input) if debounce else None
         if (singleton or quota or rate or folded) and not self.store.atomic_admission:

@@ -33,6 +33,7 @@ from .errors import (
     Suspend,
     error_dict,
     raise_stored,
+    with_attempt,
 )
 from .faults import is_infrastructure
 from .leases import LeaseKeeper
@@ -570,32 +571,26 @@ class Turn:
         self, op: StepOp, record: StepRecord | None, attempt: int, started: datetime, exc: Exception
     ) -> Settled | None:
         retry_in = op.retry.retry_in(attempt, isinstance(exc, FatalError))
-        if retry_in is not None:
-            wake = self.now() + timedelta(seconds=retry_in)
-            self._record(
-                op.seq,
-                StepKind.STEP,
-                op.name,
-                StepStatus.PENDING,
-                record,
-                input=op.input,
-                attempts=attempt,
-                started_at=started,
-                error=error_dict(exc),
-                wake_at=wake,
-            )
-            self.wake_by(wake)
-            return None
-        error = self.fail(
+        # The record keeps this attempt's times; its error lists every failed attempt's.
+        earlier = record.error if record is not None else None
+        error = with_attempt(error_dict(exc), earlier, attempt, started, self.now())
+        wake = None if retry_in is None else self.now() + timedelta(seconds=retry_in)
+        status = StepStatus.FAILED if wake is None else StepStatus.PENDING
+        self._record(
             op.seq,
             StepKind.STEP,
             op.name,
-            exc,
+            status,
             record,
             input=op.input,
             attempts=attempt,
             started_at=started,
+            error=error,
+            wake_at=wake,
         )
+        if wake is not None:
+            self.wake_by(wake)
+            return None
         self.keep_error(op.seq, exc)
         return Settled(False, None, error)
 

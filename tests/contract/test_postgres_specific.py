@@ -494,6 +494,10 @@ _HOT = {
         {"created_from": T0, "created_until": T0 + timedelta(hours=1), "limit": 50},
     ),
     "the lanes": ("lane_runs", {}),
+    "the overview's last hour": (
+        "run_activity",
+        {"since": T0 + timedelta(hours=27), "until": T0 + timedelta(hours=28)},
+    ),
     "children of a parent": ("list_runs", {"parent_id": "run-42", "limit": 100, "offset": 0}),
     "a run tree to cancel": ("run_tree", {"id": "run-7"}),
     "due schedules": ("due_schedules", {"now": T0, "limit": 500, "workflows": None}),

@@ -92,6 +92,22 @@ async def test_the_due_schedules_query_searches_the_due_index(tmp_path: Path) ->
             assert "USING INDEX schedules_due" in plan, plan
 
 
+@pytest.mark.parametrize(
+    ("statement", "index"),
+    [("created_activity", "runs_newest"), ("settled_activity", "runs_terminal")],
+)
+async def test_the_overviews_reads_search_their_indexes(
+    tmp_path: Path, statement: str, index: str
+) -> None:
+    path = tmp_path / "plan.db"
+    await open_and_close(path)
+    span = (T0.isoformat(), (T0 + timedelta(hours=1)).isoformat())
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {SQL[statement]}", span)
+        plan = " | ".join(str(row[-1]) for row in rows)
+    assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, plan
+
+
 async def test_opening_records_the_latest_schema_version(tmp_path: Path) -> None:
     await open_and_close(tmp_path / "x.db")
     await open_and_close(tmp_path / "x.db")

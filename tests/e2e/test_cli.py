@@ -28,11 +28,21 @@ APP_SOURCE = textwrap.dedent(
         answer = await ctx.wait_for_signal("go")
         return {"hello": input["name"], "answer": answer}
 
+    @runlane.step(name="explode", retry=runlane.Retry(max_attempts=2, backoff=0.01))
+    def explode(input):
+        raise ValueError("boom: " + input)
+
+    @runlane.workflow(name="blow-up")
+    async def blow_up(ctx, input):
+        return await ctx.step(explode, input)
+
     def build():
-        return runlane.Engine(store="sqlite:///{db}", workflows=[greet], drive=False)
+        return runlane.Engine(store="sqlite:///{db}", workflows=[greet, blow_up], drive=False)
 
     engine = build()
-    driving = runlane.Engine(store="sqlite:///{db}", workflows=[greet], poll_interval=0.1)
+    driving = runlane.Engine(
+        store="sqlite:///{db}", workflows=[greet, blow_up], poll_interval=0.1
+    )
     producer = runlane.Engine(
         store="sqlite:///{db}", workflows=[greet], drive=False, consumers="never",
         poll_interval=0.1,
@@ -163,6 +173,66 @@ def test_runs_cancel_then_retry_with_the_app(db: str, app: str, waiting_run: str
     assert "requeued r2 (pending)" in retried.output
 
 
+def test_runs_cancel_of_an_unknown_run_exits_1(db: str, waiting_run: str) -> None:
+    result = cli("runs", "cancel", "nosuch", "--db", db)
+    assert result.exit_code == 1
+    assert "no run with id 'nosuch'" in result.output
+
+
+def test_runs_start_starts_a_run_of_the_apps_workflow_with_a_json_input(
+    db: str, app: str, waiting_run: str
+) -> None:
+    started = cli(
+        "runs", "start", "greet", '{"name": "cy"}', "--run-id", "s1", "--tag", "cli",
+        "--app", f"{app}:engine",
+    )  # fmt: skip
+    assert started.exit_code == 0, started.output
+    assert started.output.strip() == "started s1 (greet, pending)"
+    again = cli("runs", "start", "greet", '{"name": "cy"}', "--run-id", "s1", "--app",
+                f"{app}:engine", "--json")  # fmt: skip
+    assert again.exit_code == 0, again.output
+    body = json.loads(again.output)
+    assert (body["id"], body["created"], body["input"], body["tags"]) == (
+        "s1", False, {"name": "cy"}, ["cli"],
+    )  # fmt: skip
+    [run] = run_in_engine(app, ("get_run", ("s1",)))
+    assert run.input == {"name": "cy"}
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("greet", "{nope"), 2, "not valid JSON"),
+        (("greet",), 2, "start needs --app"),
+        (("nosuch", "--app", "{app}:engine"), 1, "unknown workflow 'nosuch'"),
+    ],
+)
+def test_runs_start_refuses_what_it_cannot_start(
+    db: str, app: str, waiting_run: str, args: tuple[str, ...], code: int, message: str
+) -> None:
+    given = [arg.replace("{app}", app) for arg in args]
+    result = cli("runs", "start", *given, "--db", db)
+    assert result.exit_code == code, result.output
+    assert message in " ".join(result.output.split())
+
+
+def test_runs_show_prints_tracebacks_as_lines_and_each_failed_attempt(db: str, app: str) -> None:
+    run_in_engine(app, ("start", ("blow-up", "x", "b1")), ("tick", ()))
+    time.sleep(0.05)
+    [_, run] = run_in_engine(app, ("tick", ()), ("get_run", ("b1",)))
+    assert run.status == "failed"
+    shown = cli("runs", "show", "b1", "--db", db)
+    assert shown.exit_code == 0, shown.output
+    assert "\\n" not in shown.output
+    lines = [line.strip() for line in shown.output.splitlines()]
+    assert "Traceback (most recent call last):" in lines
+    assert "ValueError: boom: x" in lines
+    attempts = [line for line in lines if line.startswith("attempt ")]
+    assert [line.split(" (at ")[0] for line in attempts] == [
+        f"attempt {n} of step #1 explode: ValueError: boom: x" for n in (1, 2)
+    ]
+
+
 def test_runs_show_of_an_unknown_run_fails_clearly(db: str, waiting_run: str) -> None:
     result = cli("runs", "show", "nope", "--db", db)
     assert result.exit_code == 1
@@ -257,6 +327,29 @@ def test_worker_runs_the_engine_until_sigterm_then_drains(
     assert "stopped" in err
 
 
+def test_worker_logs_each_run_that_fails(db: str, app: str) -> None:
+    run_in_engine(app, ("start", ("blow-up", "x", "b1")))
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "from runlane.cli import main; main()", "worker", f"{app}:driving"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            [run] = run_in_engine(app, ("get_run", ("b1",)))
+            if run.is_terminal:
+                break
+            time.sleep(0.1)
+        assert run.status == "failed"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, err = worker.communicate(timeout=20)
+    assert worker.returncode == 0, err
+    [line] = [line for line in err.splitlines() if "b1" in line]
+    assert "WARNING runlane.engine: run b1 (blow-up@1) failed: ValueError: boom: x" in line
+
+
 def test_serve_refuses_a_public_address_without_a_token(
     app: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -264,6 +357,25 @@ def test_serve_refuses_a_public_address_without_a_token(
     result = cli("serve", f"{app}:engine", "--host", "0.0.0.0")
     assert result.exit_code == 2
     assert "RUNLANE_API_TOKEN" in result.output
+
+
+def test_serve_without_an_app_serves_the_store_db_names_and_executes_nothing(
+    db: str, waiting_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.cli import served_engine
+
+    monkeypatch.delenv("RUNLANE_DATABASE_URL", raising=False)
+    refused = cli("serve")
+    assert refused.exit_code == 2
+    assert "serve needs an APP (module:attribute) or --db URL" in refused.output
+    engine = served_engine(None, db)
+    assert (engine.drive, engine.consumers) == (False, "never")
+
+    async def listed() -> list[str]:
+        async with engine:
+            return [run.id for run in await engine.list_runs()]
+
+    assert sorted(asyncio.run(listed())) == ["r1", "r2"]
 
 
 GATED_SOURCE = textwrap.dedent(

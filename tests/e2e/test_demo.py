@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).parents[2]
 DEMO = [sys.executable, "-c", "from runlane.cli import main; main()", "demo", "--speed", "4"]
 COMPLETED = "completed: 4/4 orders, 8/8 shipments, 22/22 store syncs, 8/8 reports"
 
@@ -31,6 +32,33 @@ def test_the_demo_runs_every_story_to_completion_and_exits_0(tmp_path: Path) -> 
     assert "card gateway timed out" in out
     assert "render farm: 8 reports rendered through its step queue, at most 2 at once" in out
     assert len(result.stdout.splitlines()) < 120, "non-terminal output must stay short"
+    # It ends saying how to look at what it ran.
+    url = f"sqlite:///{tmp_path / 'demo' / 'demo.db'}"
+    assert f"runlane runs list --db {url}" in out
+    assert f"runlane serve --db {url}" in out
+
+
+@pytest.mark.slow
+def test_make_demo_installs_the_runtime_and_not_the_development_tools(tmp_path: Path) -> None:
+    venv = tmp_path / "demo-venv"
+    made = subprocess.run(
+        ["make", "-s", f"DEMO_VENV={venv}", f"{venv}/.installed"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    code = "import importlib.util as u, sys; print(*[m for m in sys.argv[1:] if u.find_spec(m)])"
+    wanted = ["runlane", "click", "rich", "cronsim", "starlette", "uvicorn"]
+    tools = ["pytest", "playwright", "schemathesis", "mypy", "ruff", "hypothesis", "mkdocs"]
+    found = subprocess.run(
+        [venv / "bin" / "python", "-I", "-c", code, *wanted, *tools],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert found == wanted
 
 
 @pytest.mark.slow

@@ -14,6 +14,8 @@ import runlane
 from runlane.http import create_app
 from runlane.stores.sqlite import SqliteStore
 
+from ..helpers import api_client
+
 
 @runlane.workflow(name="approval")
 async def approval(ctx: runlane.Context, input: dict[str, Any]) -> dict[str, Any]:
@@ -68,8 +70,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[runlane.Engine]:
 
 @pytest.fixture
 async def client(engine: runlane.Engine) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(engine, manage_engine=False))
-    async with httpx.AsyncClient(transport=transport, base_url="http://runlane") as client:
+    async with api_client(engine) as client:
         yield client
 
 
@@ -180,6 +181,19 @@ async def test_a_start_that_folds_into_a_debounced_run_answers_that_run(
     body = folded.json()
     assert (body["id"], body["input"]) == (first.json()["id"], {"page": "home", "v": 2})
     assert (body["created"], body["debounced"], body["input_differs"]) == (False, True, False)
+
+
+async def test_a_key_function_that_raises_on_the_input_is_a_422_naming_workflow_and_error(
+    client: httpx.AsyncClient,
+) -> None:
+    refused = await client.post("/runs", json={"workflow": "nightly", "input": {"shop": "n"}})
+    assert refused.status_code == 422
+    body = refused.json()
+    assert (body["type"], body["error"]) == ("invalid_input", "KeyFunctionError")
+    assert (body["workflow"], body["gate"]) == ("nightly", "singleton")
+    assert body["reason"] == "KeyError: 'store'"
+    assert "nightly" in body["message"] and "KeyError" in body["message"]
+    assert (await client.get("/runs")).json()["runs"] == []
 
 
 @pytest.mark.parametrize(

@@ -190,9 +190,12 @@ async def test_a_run_detail_has_its_steps_and_children(
 
 async def test_a_run_address_opened_in_a_browser_is_its_page(client: httpx.AsyncClient) -> None:
     await client.post("/runs", json={"workflow": "job", "input": "ok", "run_id": "x"})
-    page = await client.get("/runs/x", headers={"Accept": "text/html,application/xhtml+xml"})
+    html = {"Accept": "text/html,application/xhtml+xml"}
+    moved = await client.get("/runs/x", headers=html)
+    assert (moved.status_code, moved.headers["location"]) == (303, "/ui/runs/x")
+    page = await client.get("/runs/x", headers=html, follow_redirects=True)
     assert page.headers["content-type"].startswith("text/html")
-    assert "Steps" in page.text
+    assert 'src="/static/js/app.js"' in page.text
     data = await client.get("/runs/x", headers={"Accept": "application/json"})
     assert data.json()["id"] == "x"
 
@@ -313,7 +316,7 @@ async def test_a_token_guards_every_request_but_healthz_and_the_pages(
         ok = await client.get("/runs", headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
         assert (await client.get("/healthz")).json() == {"ok": True}
-        for page in ("/", "/ui/lanes", "/ui/runs/x", "/static/runlane.js"):
+        for page in ("/", "/ui/lanes", "/ui/runs/x", "/ui/schedules", "/static/js/core.js"):
             assert (await client.get(page)).status_code == 200, page
         assert (await client.get("/openapi.json")).status_code == 401
 

@@ -53,7 +53,8 @@ def package_data() -> list[str]:
     """Every file of the package that is not Python source: SQL, pages, scripts, py.typed."""
     files = [p for p in PACKAGE.rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
     names = [str(p.relative_to(PACKAGE)) for p in files]
-    assert {"py.typed", "http/templates/runs.html", "http/static/runlane.js"} <= set(names)
+    console = {"http/templates/console.html", "http/static/console.css", "http/static/js/core.js"}
+    assert {"py.typed", *console, "http/static/js/pages/run.js"} <= set(names)
     assert len([n for n in names if n.endswith(".sql")]) >= 9
     return names
 

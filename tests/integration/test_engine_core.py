@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -136,6 +136,28 @@ async def test_retries_run_out_and_the_run_fails_with_the_step_error(
     assert run.error["message"] == "flaky attempt 3"
     assert "Traceback" in run.error["traceback"]
     assert calls["flaky"] == 3
+
+
+async def test_a_step_that_failed_every_attempt_keeps_each_attempts_error_and_times(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(flaky_wf)
+    await engine.start(flaky_wf, 10, run_id="r")
+    began = clock.now()
+    for _ in range(4):
+        await engine.tick()
+        clock.advance(60)
+    await settle(engine, "r")
+    [step] = await engine.list_steps("r")
+    assert (step.status, step.attempts) == ("failed", 3)
+    history = step.error["attempts"]
+    assert [(a["attempt"], a["type"], a["message"]) for a in history] == [
+        (n, "ValueError", f"flaky attempt {n}") for n in (1, 2, 3)
+    ]
+    starts = [datetime.fromisoformat(a["started_at"]) for a in history]
+    assert starts == [began + timedelta(seconds=60 * n) for n in range(3)]
+    assert all(a["finished_at"] == a["started_at"] for a in history)  # the clock stood still
+    assert step.started_at == starts[-1]
 
 
 @runlane.workflow(name="fatal-wf")

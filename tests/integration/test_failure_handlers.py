@@ -316,7 +316,8 @@ async def test_a_handler_that_cannot_be_started_is_recorded_and_the_run_still_fa
     run = await settle(engine, "p")
     assert run.status == RunStatus.FAILED
     assert run.error is not None
-    assert run.error["handler_error"]["type"] == "KeyError"
+    assert run.error["handler_error"]["type"] == "KeyFunctionError"
+    assert run.error["handler_error"]["attrs"]["gate"] == "singleton"
     assert await engine.get_run("p.failure.1") is None
 
 

@@ -209,3 +209,43 @@ async def test_a_store_without_atomic_admission_refuses_gated_starts_before_crea
     await engine.start(ungated, "plain", run_id="plain")
     assert [r.id for r in await store.inner.list_runs(limit=10)] == ["plain"]
     assert (await settle(engine, "plain")).output == "plain"
+
+
+@runlane.workflow(
+    name="gates.keyed-everywhere",
+    concurrency=Concurrency(key=lambda i: f"tenant:{i['tenant']}", limit=5),
+    rate_limit=runlane.RateLimit(10, 60, key=lambda i: i["team"]),
+    debounce=runlane.Debounce(key=lambda i: str(i["doc"]), period=5),
+)
+async def keyed_everywhere(ctx: runlane.Context, i: dict[str, Any]) -> None:
+    return None
+
+
+@runlane.workflow(name="gates.no-key", singleton=Singleton(key=lambda i: i.get("store") or ""))
+async def no_key(ctx: runlane.Context, i: dict[str, Any]) -> None:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("workflow", "input", "gate", "reason"),
+    [
+        (lane, {"shop": "A"}, "singleton", "KeyError: 'store'"),
+        (lane, None, "singleton", "TypeError: 'NoneType' object is not subscriptable"),
+        (keyed_everywhere, {"team": "t", "doc": 1}, "concurrency", "KeyError: 'tenant'"),
+        (keyed_everywhere, {"tenant": "a", "doc": 1}, "rate limit", "KeyError: 'team'"),
+        (keyed_everywhere, {"tenant": "a", "team": "t"}, "debounce", "KeyError: 'doc'"),
+        (no_key, {}, "singleton", "the key must be a non-empty string, got ''"),
+    ],
+)
+async def test_a_gate_key_function_that_fails_on_the_input_raises_a_typed_error_writing_nothing(
+    make_engine: Any, workflow: Any, input: Any, gate: str, reason: str
+) -> None:
+    engine: Engine = await make_engine(lane, keyed_everywhere, no_key)
+    name = runlane.definitions.workflow_definition(workflow).name
+    with pytest.raises(runlane.KeyFunctionError) as raised:
+        await engine.start(workflow, input, "r1")
+    error = raised.value
+    assert isinstance(error, ValueError)
+    assert (error.workflow, error.gate, error.reason) == (name, gate, reason)
+    assert name in str(error) and reason in str(error)
+    assert await engine.get_run("r1") is None

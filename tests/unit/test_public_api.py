@@ -16,6 +16,7 @@ EXPECTED = {
     "EventTimeoutError",
     "FatalError",
     "GatherError",
+    "KeyFunctionError",
     "MissingExtraError",
     "NonDeterminismError",
     "RateLimit",

@@ -80,3 +80,51 @@ def test_a_python_block_runs_as_written(
     for name, value in list(namespace.items()):
         if name.startswith("test_") and inspect.iscoroutinefunction(value):
             asyncio.run(value())
+
+
+def page_texts() -> dict[str, str]:
+    return {str(page.relative_to(ROOT)): page.read_text() for page in PAGES}
+
+
+def test_no_page_installs_runlane_from_an_index_it_is_not_published_on() -> None:
+    # `pip install runlane` (or 'runlane[http]') fails until the package is published: the
+    # pages say how to install from a clone or from a wheel built with `make dist`.
+    from_index = re.compile(r"pip\s+install\s+['\"]?runlane\b")
+    assert {name: from_index.findall(text) for name, text in page_texts().items()} == {
+        name: [] for name in page_texts()
+    }
+    installing = ROOT.joinpath("README.md").read_text().split("## Installing", 1)[1]
+    assert "pip install ." in installing and "make dist" in installing
+    assert "pip install ." in ROOT.joinpath("docs", "tutorial.md").read_text()
+
+
+def test_the_readme_names_every_dependency_of_the_bare_install() -> None:
+    import tomllib
+
+    project = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=;\[ ]", dep, maxsplit=1)[0] for dep in project["dependencies"]]
+    installing = ROOT.joinpath("README.md").read_text().split("## Installing", 1)[1]
+    bare = installing.split("The bare install depends on", 1)[1].split(".", 1)[0]
+    assert [name for name in names if f"`{name}`" not in bare] == []
+
+
+THIRD_PARTY = {"starlette": "http", "uvicorn": "http", "psycopg": "postgres", "redis": "redis"}
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.name)
+def test_a_block_that_imports_an_extras_package_names_the_extra(block: Block) -> None:
+    text = block.page.read_text()
+    before = text[: text.index(block.code)].rsplit("```", 1)[0][-400:]
+    for module, extra in THIRD_PARTY.items():
+        if re.search(rf"^(from|import) {module}\b", block.code, re.M):
+            assert f"runlane[{extra}]" in before + block.code, f"{block.name} imports {module}"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.name)
+def test_an_async_test_in_a_block_runs_in_pytest_asyncios_default_mode(block: Block) -> None:
+    # pytest-asyncio's default (strict) mode runs only marked async tests; an unmarked one
+    # would need asyncio_mode = "auto", which a reader's project may not have.
+    for match in re.finditer(r"^async def (test_\w+)", block.code, re.M):
+        head = block.code[: match.start()].rstrip().rsplit("\n", 1)[-1]
+        marked = head == "@pytest.mark.asyncio" or "pytestmark = pytest.mark.asyncio" in block.code
+        assert marked, f"{block.name}: {match[1]} is not marked for pytest-asyncio"

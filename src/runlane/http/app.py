@@ -9,26 +9,31 @@ Every error is JSON with a ``type`` (see :mod:`runlane.http.errors`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
-from ..lanes import all_lanes
-from ..models import Run, RunCursor
+from ..lanes import AllLanes, all_lanes
+from ..models import Run, RunCursor, RunQuery, RunStatus
 from ..presence import unserved
+from ..schedules import ScheduleState
 from ..serialization import normalise
 from .auth import TokenAuth, api_token, wants_html
+from .console import engine_view, heard_workers, overview
 from .errors import HTTPError, error_response, http_exception, server_error
 from .metrics import Metrics
 from .openapi import openapi
@@ -41,8 +46,11 @@ from .params import (
     read_json,
     run_query,
 )
+from .sampler import INTERVAL as SAMPLE_EVERY
+from .sampler import LaneSampler
 from .shapes import (
     engine_to_dict,
+    jsonable,
     lanes_to_dict,
     run_summary,
     run_to_dict,
@@ -50,29 +58,48 @@ from .shapes import (
     step_to_dict,
     unserved_to_list,
 )
+from .waiting import waiting_for
 
 HERE = Path(__file__).parent
 PAGES = HERE / "templates"
 MAX_CHILDREN = 100  # children listed in a run's detail, newest first
+CONSOLE_PAGES = (
+    "/",
+    "/ui/runs",
+    "/ui/runs/{run_id}",
+    "/ui/lanes",
+    "/ui/schedules",
+    "/ui/engines",
+)
 
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+# An answer of the API is never stored by a browser, and says that it depends on Accept: a
+# run's address answers a browser with its page and a script with its JSON, and a cached page
+# must never answer the page's own request for the JSON (or the other way round).
+UNCACHED = {"Cache-Control": "no-store", "Vary": "Accept"}
+
+
 def guarded(handler: Handler) -> Handler:
-    """Map runlane and request errors to JSON error responses."""
+    """Map runlane and request errors to JSON error responses; nothing is cached."""
 
     async def wrapper(request: Request) -> Response:
         try:
-            return await handler(request)
+            response = await handler(request)
         except (HTTPError, RunlaneError, ValueError) as exc:
-            return error_response(exc)
+            response = error_response(exc)
+        response.headers.update(UNCACHED)
+        return response
 
     return wrapper
 
 
 def page(name: str) -> Handler:
     async def serve(request: Request) -> Response:
-        return FileResponse(PAGES / name, media_type="text/html")
+        # Revalidated at each visit: an upgrade's new page is seen at once.
+        headers = {"Cache-Control": "no-cache"}
+        return FileResponse(PAGES / name, media_type="text/html", headers=headers)
 
     return serve
 
@@ -92,9 +119,11 @@ def _started(
 class Api:
     """The endpoints, bound to one engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, sample_every: float = SAMPLE_EVERY) -> None:
         self.engine = engine
         self.prometheus = Metrics(engine)
+        self.sampler = LaneSampler(engine, sample_every)
+        self.started_at = engine.now()
 
     async def start(self, request: Request) -> Response:
         wanted = StartRequest.parse(await read_json(request))
@@ -126,12 +155,21 @@ class Api:
     async def list_runs(self, request: Request) -> Response:
         query = run_query(request)
         limit = query_int(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+        run_id = request.query_params.get("id")
+        if run_id:
+            return await self._run_by_id(run_id, query)
         # One more than asked: whether a next page exists, without a count.
         found = await self.engine.read(lambda store: store.page_runs(query, limit + 1))
         shown, more = found[:limit], len(found) > limit
         last = shown[-1] if more else None
         cursor = encode_cursor(RunCursor(last.created_at, last.id)) if last else None
         return JSONResponse({"runs": [run_to_dict(r) for r in shown], "next_cursor": cursor})
+
+    async def _run_by_id(self, run_id: str, query: RunQuery) -> Response:
+        """An id names one run: looked up as it is (the other filters must match too)."""
+        run = await self.engine.get_run(run_id)
+        shown = [run] if run is not None and query.matches(run) else []
+        return JSONResponse({"runs": [run_to_dict(r) for r in shown], "next_cursor": None})
 
     async def counts(self, request: Request) -> Response:
         query = run_query(request, cursor=False)
@@ -140,9 +178,10 @@ class Api:
         return JSONResponse({"counts": by_status, "total": sum(counts.values())})
 
     async def show(self, request: Request) -> Response:
-        if wants_html(request):
-            return await page("run.html")(request)
         run_id = request.path_params["run_id"]
+        if wants_html(request):
+            # The page lives at an address of its own, so its JSON's address holds only JSON.
+            return RedirectResponse(f"/ui/runs/{quote(run_id, safe='')}", 303)
         run = await self.engine.get_run(run_id)
         if run is None:
             raise RunNotFoundError(run_id)
@@ -150,13 +189,32 @@ class Api:
         children = await self.engine.read(
             lambda store: store.list_runs(parent_id=run_id, limit=MAX_CHILDREN)
         )
+        now = self.engine.now()
+        # Only a blocked run's wait needs the lanes (its place in line).
+        lanes = await self._lanes(now) if run.status == RunStatus.BLOCKED else None
         return JSONResponse(
             {
                 **run_to_dict(run),
-                "steps": [step_to_dict(s) for s in steps],
+                "steps": [{**step_to_dict(s), "wake_at": jsonable(s.wake_at)} for s in steps],
                 "children": [run_summary(c) for c in children],
+                "waiting_for": waiting_for(
+                    run, steps, lanes, self.engine.registry, now, await self._served(run)
+                ),
             }
         )
+
+    async def _served(self, run: Run) -> set[tuple[str, str]]:
+        """What the live engines serve (read only for an active run: a settled one waits for
+        nothing)."""
+        if run.is_terminal:
+            return set()
+        engines = await self.engine.list_engines()
+        return {pair for e in engines if e.alive for pair in e.serves}
+
+    async def _lanes(self, now: datetime) -> AllLanes:
+        found = await self.engine.read(lambda store: all_lanes(store, now))
+        self.sampler.note(found, now)
+        return found
 
     async def cancel(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -182,8 +240,7 @@ class Api:
 
     async def lanes(self, request: Request) -> Response:
         key = request.query_params.get("key") or None
-        now = self.engine.now()
-        found = (await self.engine.read(lambda store: all_lanes(store, now))).of_key(key)
+        found = (await self._lanes(self.engine.now())).of_key(key)
         return JSONResponse(lanes_to_dict(found))
 
     async def engines(self, request: Request) -> Response:
@@ -196,9 +253,24 @@ class Api:
             }
         )
 
+    async def lanes_history(self, request: Request) -> Response:
+        return JSONResponse(self.sampler.history())
+
+    async def overview(self, request: Request) -> Response:
+        return JSONResponse(await overview(self.engine, self.engine.now()))
+
+    async def workers(self, request: Request) -> Response:
+        body = {
+            "engine": engine_view(self.engine, self.started_at),
+            "workers": heard_workers(self.engine),
+        }
+        return JSONResponse(jsonable(body))
+
     async def schedules(self, request: Request) -> Response:
         found = await self.engine.schedules.list()
-        return JSONResponse({"schedules": [schedule_to_dict(state) for state in found]})
+        now = self.engine.now()
+        shown = [{**schedule_to_dict(s), "next_fires": next_fires(s, now)} for s in found]
+        return JSONResponse({"schedules": shown})
 
     async def schedule_action(self, request: Request) -> Response:
         schedule_id, action = request.path_params["schedule_id"], request.path_params["action"]
@@ -221,6 +293,18 @@ class Api:
         return JSONResponse(openapi())
 
 
+NEXT_FIRES = 3
+
+
+def next_fires(state: ScheduleState, now: datetime) -> list[str]:
+    """The schedule's next windows from its next fire on (none while it is paused)."""
+    if state.paused or state.next_fire_at is None:
+        return []
+    after = max(state.next_fire_at, now) - timedelta(microseconds=1)
+    windows = itertools.islice(state.schedule.windows_after(after), NEXT_FIRES)
+    return [jsonable(window) for window in windows]
+
+
 def routes(api: Api) -> list[BaseRoute]:
     json_routes: list[tuple[str, Handler, str]] = [
         ("/healthz", api.healthz, "GET"),
@@ -236,14 +320,16 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/events/{name}", api.event, "POST"),
         ("/lanes", api.lanes, "GET"),
         ("/engines", api.engines, "GET"),
+        ("/lanes/history", api.lanes_history, "GET"),
+        ("/overview", api.overview, "GET"),
+        ("/workers", api.workers, "GET"),
         ("/schedules", api.schedules, "GET"),
         ("/schedules/{schedule_id}/{action}", api.schedule_action, "POST"),
     ]
+    # One page shell for the console: its script draws the page the address names.
+    console = page("console.html")
     pages: list[BaseRoute] = [
-        Route("/", page("runs.html"), methods=["GET"]),
-        Route("/ui/runs/{run_id}", page("run.html"), methods=["GET"]),
-        Route("/ui/lanes", page("lanes.html"), methods=["GET"]),
-        Route("/ui/engines", page("engines.html"), methods=["GET"]),
+        *(Route(path, console, methods=["GET"]) for path in CONSOLE_PAGES),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     api_routes: list[BaseRoute] = [Route(p, guarded(h), methods=[m]) for p, h, m in json_routes]
@@ -251,27 +337,35 @@ def routes(api: Api) -> list[BaseRoute]:
 
 
 def create_app(
-    engine: Engine, *, manage_engine: bool = True, token: str | None = None
+    engine: Engine,
+    *,
+    manage_engine: bool = True,
+    token: str | None = None,
+    sample_every: float = SAMPLE_EVERY,
 ) -> Starlette:
     """A Starlette app serving ``engine``; with ``manage_engine`` its lifespan runs the engine.
 
     ``token`` (default ``$RUNLANE_API_TOKEN``): every request but ``GET /healthz`` and the
-    dashboard's pages needs ``Authorization: Bearer <token>``.
+    console's pages needs ``Authorization: Bearer <token>``. ``sample_every``: seconds between
+    two samples of the lanes for the console's charts (``GET /lanes/history``).
     """
+
+    api = Api(engine, sample_every)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        if not manage_engine:
-            yield
-            return
-        async with engine:
+        async with contextlib.AsyncExitStack() as stack:
+            if manage_engine:
+                await stack.enter_async_context(engine)
+            api.sampler.start()
+            stack.push_async_callback(api.sampler.stop)
             yield
 
     secret = api_token(token)
     middleware = [Middleware(TokenAuth, token=secret)] if secret else []
     handlers: dict[Any, Any] = {HTTPException: http_exception, Exception: server_error}
     app = Starlette(
-        routes=routes(Api(engine)),
+        routes=routes(api),
         middleware=middleware,
         exception_handlers=handlers,
         lifespan=lifespan,

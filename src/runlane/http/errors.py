@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 from ..errors import (
     ConcurrencyLimitError,
     DefinitionError,
+    KeyFunctionError,
     RateLimitError,
     RunExistsError,
     RunFinishedError,
@@ -57,6 +58,7 @@ _MAPPING: tuple[tuple[type[Exception], int, str], ...] = (
     (RunExistsError, 409, "run_exists"),
     (RunFinishedError, 409, "run_finished"),
     (SerializationError, 422, "invalid_input"),
+    (KeyFunctionError, 422, "invalid_input"),
     (DefinitionError, 422, "invalid_input"),
     (ValueError, 422, "invalid_input"),
     (RunlaneError, 409, "conflict"),
@@ -90,6 +92,8 @@ def _details(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, RateLimitError):
         limits = {"limit": exc.limit, "period": exc.period, "retry_after": exc.retry_after}
         return {"workflow": exc.workflow, "key": exc.key, **limits}
+    if isinstance(exc, KeyFunctionError):
+        return {"workflow": exc.workflow, "gate": exc.gate, "reason": exc.reason}
     if isinstance(exc, RunExistsError | RunFinishedError):
         return {"run_id": exc.run_id, "status": str(exc.status)}
     return {}

@@ -54,6 +54,13 @@ def _responses(ok: dict[str, JSONObject], *errors: str) -> JSONObject:
     return found
 
 
+def _read(summary: str, schema: JSONObject, description: str) -> JSONObject:
+    """A GET without parameters that answers ``schema``."""
+    return {
+        "get": {"summary": summary, "responses": _responses({"200": _json(schema, description)})}
+    }
+
+
 def _path_param(name: str, description: str) -> JSONObject:
     schema = {"type": "string", "minLength": 1}
     return {
@@ -85,6 +92,14 @@ _FILTERS = [
 ]
 
 _SCHEMAS: JSONObject = {
+    "LaneSeries": _object(
+        ["name", "kind", "key", "limit", "points"],
+        name={"type": "string"},
+        kind={"type": "string"},
+        key={"type": "string"},
+        limit={"type": ["integer", "null"]},
+        points={"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+    ),
     "Error": _object(
         ["type", "error", "message"],
         type={"type": "string", "description": "what went wrong, for programs: run_not_found, ..."},
@@ -340,6 +355,7 @@ def _operations() -> JSONObject:
             "get": {
                 "summary": "runs, newest first, a page at a time",
                 "parameters": [
+                    _query("id", {"type": "string"}, "only the run of this id (if it matches)"),
                     *_FILTERS,
                     _query(
                         "limit", {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}, "page size"
@@ -416,9 +432,18 @@ def _operations() -> JSONObject:
                                 "allOf": [
                                     _ref("Run"),
                                     _object(
-                                        ["steps", "children"],
+                                        ["steps", "children", "waiting_for"],
                                         steps={"type": "array", "items": _ref("Step")},
                                         children={"type": "array", "items": _ref("RunSummary")},
+                                        waiting_for={
+                                            "type": ["object", "null"],
+                                            "description": "what an active run waits for:"
+                                            " kind (sleep, signal, event, child, retry, worker,"
+                                            " slot, queue, throttle, debounce, remote_turn,"
+                                            " turn, engine, admission, all), reason, and"
+                                            " the kind's fields (until, name, lane, position,"
+                                            " ...); null once settled",
+                                        },
                                     ),
                                 ]
                             },
@@ -574,6 +599,42 @@ def _operations() -> JSONObject:
                 ),
             }
         },
+        "/lanes/history": _read(
+            "each lane's usage and waiters over time, as this server sampled them (every"
+            " interval seconds, the last keep samples, since it started)",
+            _object(
+                ["interval", "keep", "times", "lanes"],
+                interval={"type": "number"},
+                keep={"type": "integer"},
+                times={"type": "array", "items": _TIME},
+                lanes={"type": "array", "items": _ref("LaneSeries")},
+            ),
+            "the samples' times, and each lane's points [sample, usage, waiting]",
+        ),
+        "/overview": _read(
+            "the last hour from the store: runs started and settled each minute, failures,"
+            " latency; the active runs by status",
+            _object(
+                ["since", "until", "totals", "active", "latency", "minutes"],
+                since=_TIME,
+                until=_TIME,
+                totals={"type": "object"},
+                active={"type": "object"},
+                latency={"type": "object"},
+                minutes={"type": "array", "items": {"type": "object"}},
+            ),
+            "the overview",
+        ),
+        "/workers": _read(
+            "this server's engine (what it serves, its turns in flight) and the workers its"
+            " transport heard announce themselves",
+            _object(
+                ["engine", "workers"],
+                engine={"type": "object"},
+                workers={"type": "array", "items": {"type": "object"}},
+            ),
+            "the engine and the workers (their descriptors, docs/wire.md)",
+        ),
         "/lanes": {
             "get": {
                 "summary": "each singleton lane, quota key and step queue: holders, waiters "

@@ -40,6 +40,7 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from ..activity import ActivityCount
 from ..models import (
     Admission,
     CancelResult,
@@ -699,6 +700,16 @@ class Store(Protocol):
 
     async def prune_engines(self, before: datetime) -> int:
         """Delete the records of engines whose last beat is before ``before``; how many."""
+        ...
+
+    async def run_activity(self, since: datetime, until: datetime) -> list[ActivityCount]:
+        """The runs created from ``since`` (inclusive) to ``until`` (exclusive), counted by the
+        UTC minute they were created in (``status`` and ``bucket`` None), and the runs settled
+        in that time (that are still terminal), counted by the minute they settled in, their terminal status and
+        their latency bucket (``activity.latency_bucket`` of the seconds from ``created_at`` to
+        the settlement); counts of zero are left out, in no order. Two indexed range reads (runs
+        by creation; terminal runs by status and settlement instant), never a walk of older
+        runs. A read for operators; it locks nothing."""
         ...
 
     async def lane_runs(self) -> list[Run]:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from .. import admission, queues
+from ..activity import ActivityCount, latency_bucket, minute_of
 from ..errors import (
     LeaseLostError,
     RunCancelling,
@@ -683,6 +684,17 @@ class MemoryStore:
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
         found = [r for r in self._runs.values() if query.matches(r)]
         return heapq.nlargest(limit, found, key=lambda r: (r.created_at, r.id))
+
+    async def run_activity(self, since: datetime, until: datetime) -> list[ActivityCount]:
+        counts: Counter[tuple[datetime, RunStatus | None, int | None]] = Counter()
+        for run in self._runs.values():
+            if since <= run.created_at < until:
+                counts[minute_of(run.created_at), None, None] += 1
+            # A settled run is never written again: its updated_at is its settlement's.
+            if run.is_terminal and since <= run.updated_at < until:
+                took = (run.updated_at - run.created_at).total_seconds()
+                counts[minute_of(run.updated_at), run.status, latency_bucket(took)] += 1
+        return [ActivityCount(*where, runs) for where, runs in counts.items()]
 
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
         everywhere = replace(query, after=None)

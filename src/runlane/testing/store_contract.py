@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
+from runlane.activity import ActivityCount, latency_bucket
 from runlane.errors import (
     ConcurrencyLimitError,
     DefinitionError,
@@ -1943,6 +1944,41 @@ async def test_count_runs_counts_what_the_query_matches_by_status(store: Store) 
         RunStatus.COMPLETED: 1,
     }
     assert await store.count_runs(RunQuery(workflow="none")) == {}
+
+
+async def test_run_activity_counts_starts_and_settlements_by_minute_status_and_latency(
+    store: Store,
+) -> None:
+    await create(
+        store,
+        spec("old", created=-120),  # created and settled before the hour asked for
+        spec("fast", created=5),
+        spec("slow", created=10),
+        spec("broken", created=70),
+        spec("waiting", created=75),
+        spec("dropped", created=80),
+    )
+    await settle(store, "old", now=at(-90))
+    await settle(store, "fast", now=at(5.05))  # 0.05 s: bucket 0
+    await settle(store, "slow", now=at(130))  # 120 s: bucket 6 (<= 300 s)
+    await settle(store, "broken", Settlement(RunStatus.FAILED, error=BOOM), now=at(72))  # 2 s
+    await settle(store, "dropped", Settlement(RunStatus.CANCELLED), now=at(100))  # 20 s
+    found = await store.run_activity(T0, at(3600))
+    minute = at(0)  # T0 is a minute's start
+    assert sorted(found, key=lambda c: (c.minute, c.status or "")) == [
+        ActivityCount(minute, None, None, 2),
+        ActivityCount(minute, RunStatus.COMPLETED, latency_bucket(0.05), 1),
+        ActivityCount(at(60), None, None, 3),
+        ActivityCount(at(60), RunStatus.CANCELLED, latency_bucket(20), 1),
+        ActivityCount(at(60), RunStatus.FAILED, latency_bucket(2), 1),
+        ActivityCount(at(120), RunStatus.COMPLETED, latency_bucket(120), 1),
+    ]
+    assert await store.run_activity(at(131), at(3600)) == []
+    earlier = await store.run_activity(at(-3600), at(5))
+    assert sorted(earlier, key=lambda c: c.status or "") == [
+        ActivityCount(at(-120), None, None, 1),
+        ActivityCount(at(-120), RunStatus.COMPLETED, latency_bucket(30), 1),
+    ]
 
 
 async def test_lane_runs_are_the_active_gated_runs_oldest_first(store: Store) -> None:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from ... import admission, queues
+from ...activity import ActivityCount
 from ...errors import (
     LeaseLostError,
     RunFinishedError,
@@ -967,6 +968,18 @@ class PostgresStore:
             [queues.entry_from(e, e["admitted_at"]) for e in entries],
             {(k["queue"], k["fairness_key"]): int(k["served"]) for k in keys},
         )
+
+    async def run_activity(self, since: datetime, until: datetime) -> list[ActivityCount]:
+        rows = await self._db.rows("run_activity", since=since, until=until)
+        return [
+            ActivityCount(
+                datetime.fromtimestamp(int(row["minute"]) * 60, UTC),
+                None if row["status"] is None else RunStatus(row["status"]),
+                row["bucket"],
+                int(row["runs"]),
+            )
+            for row in rows
+        ]
 
     async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
         rows = await self._db.rows("active_run_counts")

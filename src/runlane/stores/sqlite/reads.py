@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
+from ...activity import ActivityCount
 from ...models import EngineInfo, Event, Run, RunQuery, RunStatus, Serves, Signal, StepRecord
 from ...serialization import dumps
 from .rows import (
@@ -160,6 +161,21 @@ def count_runs(conn: Conn, query: RunQuery) -> dict[RunStatus, int]:
     return {RunStatus(status): count for status, count in rows}
 
 
+def run_activity(conn: Conn, since: datetime, until: datetime) -> list[ActivityCount]:
+    span = (ts(since), ts(until))
+    created = conn.execute(SQL["created_activity"], span)
+    settled = conn.execute(SQL["settled_activity"], span)
+    return [ActivityCount(_minute(m), None, None, runs) for m, runs in created] + [
+        ActivityCount(_minute(m), RunStatus(status), bucket, runs)
+        for m, status, bucket, runs in settled
+    ]
+
+
+def _minute(number: int) -> datetime:
+    """A minute counted from the epoch, as the instant it starts."""
+    return datetime.fromtimestamp(number * 60, UTC)
+
+
 def active_run_counts(conn: Conn) -> dict[tuple[str, RunStatus], int]:
     rows = conn.execute(SQL["active_run_counts"])
     return {(workflow, RunStatus(status)): count for workflow, status, count in rows}
@@ -215,6 +231,7 @@ __all__ = [
     "list_steps",
     "page_runs",
     "pending_run_ids",
+    "run_activity",
     "signals",
     "timed_out_run_ids",
 ]

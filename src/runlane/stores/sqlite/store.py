@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs
 
+from ...activity import ActivityCount
 from ...concurrency import run_in_thread
 from ...errors import RunlaneError
 from ...faults import is_infrastructure, unavailable
@@ -68,6 +69,7 @@ _BULK: frozenset[Callable[..., Any]] = frozenset(
     (
         reads.page_runs,
         reads.count_runs,
+        reads.run_activity,
         reads.active_run_counts,
         reads.active_code_counts,
         reads.lane_runs,
@@ -483,6 +485,9 @@ class SqliteStore:
 
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
         return await self._read(reads.count_runs, query)
+
+    async def run_activity(self, since: datetime, until: datetime) -> list[ActivityCount]:
+        return await self._read(reads.run_activity, since, until)
 
     async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
         return await self._read(reads.active_run_counts)

@@ -1298,3 +1298,30 @@ WITH gone AS (
     RETURNING id
 )
 SELECT ARRAY(SELECT id FROM woken WHERE id <> %(id)s ORDER BY id) AS woken;
+
+-- name: latency_bucket
+-- (A fragment.) The latency bucket (runlane.activity.LATENCY_BOUNDS) of the seconds `took`.
+CASE WHEN took <= 0.1 THEN 0 WHEN took <= 0.5 THEN 1 WHEN took <= 1 THEN 2 WHEN took <= 5 THEN 3
+  WHEN took <= 15 THEN 4 WHEN took <= 60 THEN 5 WHEN took <= 300 THEN 6 WHEN took <= 1800 THEN 7
+  WHEN took <= 3600 THEN 8 ELSE 9 END
+
+-- name: run_activity
+-- Runs created from %(since)s until %(until)s by minute (a range of runlane_runs_newest), and runs settled
+-- since then by minute, status and latency bucket (a range of runlane_runs_settled per terminal
+-- status); minutes are counted from the epoch. A run settled by an engine older than schema 16
+-- has no settled_at and is not counted.
+SELECT floor(extract(epoch FROM created_at) / 60)::bigint AS minute, NULL::text AS status,
+  NULL::int AS bucket, count(*) AS runs
+FROM runlane_runs WHERE created_at >= %(since)s AND created_at < %(until)s GROUP BY 1
+UNION ALL
+SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
+  SELECT floor(extract(epoch FROM r.settled_at) / 60)::bigint AS minute, r.status,
+    extract(epoch FROM r.settled_at - r.created_at) AS took
+  FROM unnest(ARRAY['cancelled', 'completed', 'dead', 'failed']) AS s (status)
+  CROSS JOIN LATERAL (
+    -- One range of runlane_runs_settled per status; the IN list matches its predicate.
+    SELECT r.status, r.settled_at, r.created_at FROM runlane_runs AS r
+    WHERE r.status = s.status AND r.status IN ('cancelled', 'completed', 'dead', 'failed')
+      AND r.settled_at >= %(since)s AND r.settled_at < %(until)s
+  ) AS r
+) AS settled GROUP BY 1, 2, 3;

@@ -424,3 +424,24 @@ DELETE FROM events WHERE seq IN (
       JOIN runs AS r ON r.id = s.run_id AND r.status IN {active}
       WHERE s.kind = 'event' AND s.status = 'pending'), seq)
   ORDER BY seq LIMIT ?)
+
+-- name: latency_bucket
+-- (A fragment.) The latency bucket (runlane.activity.LATENCY_BOUNDS) of the seconds `took`.
+CASE WHEN took <= 0.1 THEN 0 WHEN took <= 0.5 THEN 1 WHEN took <= 1 THEN 2 WHEN took <= 5 THEN 3
+  WHEN took <= 15 THEN 4 WHEN took <= 60 THEN 5 WHEN took <= 300 THEN 6 WHEN took <= 1800 THEN 7
+  WHEN took <= 3600 THEN 8 ELSE 9 END
+
+-- name: created_activity
+-- Runs created from ? until ?, by minute (seconds since the epoch / 60): a range of runs_newest.
+SELECT CAST(strftime('%s', created_at) AS INTEGER) / 60 AS minute, count(*) AS runs
+FROM runs WHERE created_at >= ? AND created_at < ? GROUP BY minute
+
+-- name: settled_activity
+-- Runs settled from ? until ?, by minute, status and latency bucket: a range of runs_terminal per
+-- terminal status (a settled run is never written again, so its updated_at is its settlement's).
+SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
+  SELECT CAST(strftime('%s', updated_at) AS INTEGER) / 60 AS minute, status,
+    (julianday(updated_at) - julianday(created_at)) * 86400.0 AS took
+  FROM runs WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
+    AND updated_at >= ? AND updated_at < ?
+) GROUP BY minute, status, bucket
