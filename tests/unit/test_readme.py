@@ -23,7 +23,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(
     r"(?:<!-- not run: (?P<why>.*?) -->\n)?^```python\n(?P<code>.*?)^```", re.S | re.M
 )
-INCLUDE = re.compile(r'^--8<-- "(?P<path>[^"]+)"$')
+INCLUDE = re.compile(r'^--8<-- "(?P<path>[^":]+)(?::(?P<section>[\w-]+))?"$')
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,11 @@ class Block:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
 
     @property
-    def includes(self) -> list[str] | None:
-        """The files the block includes, when including is all it does."""
+    def includes(self) -> list[tuple[str, str | None]] | None:
+        """The files (and sections of them) the block includes, when including is all it does."""
         lines = [line for line in self.code.splitlines() if line.strip()]
         found = [INCLUDE.match(line) for line in lines]
-        return [m["path"] for m in found if m] if lines and all(found) else None
+        return [(m["path"], m["section"]) for m in found if m] if lines and all(found) else None
 
 
 def blocks() -> list[Block]:
@@ -70,9 +70,13 @@ def test_a_python_block_runs_as_written(
     if block.not_run is not None:
         pytest.skip(f"marked not run: {block.not_run}")
     if block.includes is not None:
-        for path in block.includes:
+        for path, section in block.includes:
             assert (ROOT / "docs" / path).is_file(), f"{block.name} includes a missing {path}"
             assert path.startswith("examples/"), f"{block.name}: {path} is not run by the tests"
+            text = (ROOT / "docs" / path).read_text()
+            for edge in ("start", "end") if section else ():
+                marker = f"# --8<-- [{edge}:{section}]"
+                assert marker in text, f"{block.name}: {path} has no {marker}"
         return
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {"__name__": f"block_{block.line}"}
