@@ -584,6 +584,43 @@ async def test_a_decision_applied_by_another_instance_than_the_sender(
     assert done.status == RunStatus.COMPLETED and done.output == 2
 
 
+async def test_decisions_go_only_to_the_engines_that_declare_the_workflow(
+    make_store: Callable[[], Store], store_kind: str
+) -> None:
+    """Two consuming engines share the store and the transport; only one declares the remote
+    workflow. Every decision reaches it (none is taken, and lost, by the other), so a batch of
+    runs completes at once, with no turn waiting out its silence window (the lease, 30 s)."""
+    if store_kind == "memory":
+        pytest.skip("two engines share a store through a database")
+    transport = InProcessTransport()
+    declares = Engine(make_store(), transport=transport, remote_workflows=DECLARED)
+    other = Engine(make_store(), transport=transport, workflows=[], poll_interval=0.05)
+    worker = Worker("wf", transport, workflows=WORKFLOWS, steps=[inc], **FAST)
+    claimed: list[str] = []
+    async with declares:
+        await _truncated(declares.store, store_kind)
+        async with other:
+            claim_decision = other.store.claim_decision
+
+            async def spy(run_id: str, *args: Any, **kwargs: Any) -> Any:
+                claimed.append(run_id)
+                return await claim_decision(run_id, *args, **kwargs)
+
+            other.store.claim_decision = spy  # type: ignore[method-assign]
+            runner = asyncio.create_task(worker.run())
+            began = time.monotonic()
+            ids = [f"d{i}" for i in range(20)]
+            for run_id in ids:
+                await declares.start("child-wf", 1, run_id=run_id)
+            done = [await declares.wait_for_run(run_id, timeout=20) for run_id in ids]
+            took = time.monotonic() - began
+            await worker.stop()
+            await runner
+    assert [d.output for d in done] == [2] * 20
+    assert claimed == []  # the other engine never saw a decision
+    assert took < 10.0, f"a decision was lost: the batch took {took:.1f} s"
+
+
 async def _truncated(store: Store, kind: str) -> None:
     reset = getattr(store, "reset_for_tests", None)
     if kind == "postgres" and reset is not None:
