@@ -50,7 +50,7 @@ from .releases import Releases
 from .remote import RemoteSteps
 from .remote_turns import RemoteTurns, apply_decision
 from .retention import CATCH_UP_PAUSE, Pruner
-from .routing import Mode, Reason, Where, where
+from .routing import Mode, Reason, Recently, Where, where
 from .runqueue import RunQueue
 from .schedules import Scheduler
 from .settlements import Settlements
@@ -134,6 +134,9 @@ class Execution:
         )
         self._prune_task: asyncio.Task[None] | None = None
         self._serves: tuple[Registry, Serves] | None = None
+        # Expired runs this instance sent through the run queue: each once per lease, however
+        # many polls find it before an instance claims it.
+        self._recovering = Recently(lambda: self.options.lease)
 
     # ---------------------------------------------------------------- what it runs against
 
@@ -599,7 +602,17 @@ class Execution:
         return published
 
     async def recover_incomplete(self) -> int:
-        """Re-execute runs whose lease expired (their instance died mid-turn)."""
+        """Re-execute runs whose lease expired (their instance died mid-turn): in a fleet,
+        through the run queue, so the recoveries spread over every instance like any start."""
+        if self.where(Reason.RECOVERY) is Where.QUEUE and self.runqueue is not None:
+            limit = self.options.timer_batch_size
+            ids = await self.store.expired_run_ids(
+                self.now(), limit, self.namespace, serves=self.serves
+            )
+            self.loop.note_batch(ids, limit)
+            fresh = self._recovering.fresh(ids)
+            self.send(fresh, Reason.RECOVERY)
+            return len(fresh)
         limit = self._capacity()
         ids = await self.store.expired_run_ids(
             self.now(), limit, self.namespace, serves=self.serves

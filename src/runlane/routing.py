@@ -10,6 +10,8 @@ and why the run is due (:class:`Reason`): :func:`where` is that table.
 from __future__ import annotations
 
 import enum
+import time
+from collections.abc import Callable, Iterable
 
 
 class Mode(enum.Enum):
@@ -40,6 +42,8 @@ class Reason(enum.Enum):
     """Woken by a turn that ran here (a parent, new children, a freed singleton slot)."""
     TIMER = "timer"
     """Its wake time has come (the timer poll found it)."""
+    RECOVERY = "recovery"
+    """Its lease expired: the instance of its turn died mid-turn (the recovery poll found it)."""
     UNSENT = "unsent"
     """A wake the run queue failed to send."""
 
@@ -63,7 +67,7 @@ def where(mode: Mode, reason: Reason, *, room: bool) -> Where:
         return Where.HERE
     if reason is Reason.UNSENT:
         return Where.HERE if driving else Where.STORE
-    if reason in (Reason.FOLLOW_UP, Reason.TIMER):
+    if reason in (Reason.FOLLOW_UP, Reason.TIMER, Reason.RECOVERY):
         # A fleet shares them out; otherwise whoever ran the turn (or the poll) runs them.
         return Where.QUEUE if mode is Mode.FLEET else Where.HERE
     if mode in (Mode.FLEET, Mode.PRODUCER):
@@ -71,4 +75,25 @@ def where(mode: Mode, reason: Reason, *, room: bool) -> Where:
     return Where.HERE if mode is Mode.ALONE else Where.STORE
 
 
-__all__ = ["Mode", "Reason", "Where", "where"]
+class Recently:
+    """Run ids sent within the last ``window()`` seconds (monotonic time): a poll that finds
+    the same due run again before another instance took it sends it once, not every pass."""
+
+    def __init__(
+        self, window: Callable[[], float], clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._window = window
+        self._clock = clock
+        self._sent: dict[str, float] = {}
+
+    def fresh(self, run_ids: Iterable[str]) -> list[str]:
+        """The ids not sent within the window, now counted as sent."""
+        now, window = self._clock(), self._window()
+        if len(self._sent) > 10_000:
+            self._sent = {i: t for i, t in self._sent.items() if now - t < window}
+        fresh = [i for i in run_ids if now - self._sent.get(i, -window) >= window]
+        self._sent.update((i, now) for i in fresh)
+        return fresh
+
+
+__all__ = ["Mode", "Reason", "Recently", "Where", "where"]

@@ -382,3 +382,30 @@ async def test_a_run_this_instance_is_about_to_claim_is_not_handed_off_by_its_ow
     await asyncio.wait_for(task, 10)
     done = await web.wait_for_run("k", timeout=10)
     assert (done.status, done.output) == (RunStatus.COMPLETED, "landed")
+
+
+async def test_runs_a_recovery_poll_finds_travel_the_run_queue_and_spread_over_the_fleet(
+    instance: Any,
+) -> None:
+    """Six runs whose instance died holding them: one instance's recovery poll finds them
+    all, and sends them through the run queue like any start, so the fleet shares them out
+    (that instance takes only what it has room for)."""
+    web = await instance("web", consume=False)
+    ids = [f"lost-{n}" for n in range(6)]
+    await start_all(web, held, ids)
+    await purge(instance.transport())  # the start messages are lost with the dead instance
+    for run_id in ids:  # leased to an instance that dies at once: each lease is already out
+        now = web.now()
+        claimed = await web.store.claim_run(
+            run_id, "dead:1", now, now, singleton_retry=runlane.models.RetryTimer(1.0, 30.0)
+        )
+        assert claimed.claim is not None
+    finder = await instance("finder", max_local_runs=2)
+    other = await instance("other")
+    assert await finder.recover_incomplete() == 6
+    await until("all six executing", lambda: occupancy.total() == 6, lambda: occupancy)
+    assert (occupancy["finder"], occupancy["other"]) == (2, 4)
+    assert await finder.recover_incomplete() == 0  # found again: not sent again
+    events["gate"].set()
+    await all_completed(web, ids)
+    assert [(await web.get_run(i)).recoveries for i in ids] == [1] * 6  # type: ignore[union-attr]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runlane.routing import Mode, Reason, Where, where
+from runlane.routing import Mode, Reason, Recently, Where, where
 
 Q, H, S = Where.QUEUE, Where.HERE, Where.STORE
 
@@ -16,6 +16,7 @@ TABLE = {
         Reason.LANDED: (H, Q),
         Reason.FOLLOW_UP: (Q, Q),
         Reason.TIMER: (Q, Q),
+        Reason.RECOVERY: (Q, Q),
         Reason.UNSENT: (H, H),
     },
     Mode.PRODUCER: {
@@ -24,6 +25,7 @@ TABLE = {
         Reason.LANDED: (Q, Q),
         Reason.FOLLOW_UP: (H, H),
         Reason.TIMER: (H, H),
+        Reason.RECOVERY: (H, H),
         Reason.UNSENT: (S, S),
     },
     Mode.ALONE: {
@@ -32,6 +34,7 @@ TABLE = {
         Reason.LANDED: (H, H),
         Reason.FOLLOW_UP: (H, H),
         Reason.TIMER: (H, H),
+        Reason.RECOVERY: (H, H),
         Reason.UNSENT: (H, H),
     },
     Mode.IDLE: {
@@ -40,6 +43,7 @@ TABLE = {
         Reason.LANDED: (S, S),
         Reason.FOLLOW_UP: (H, H),
         Reason.TIMER: (H, H),
+        Reason.RECOVERY: (H, H),
         Reason.UNSENT: (S, S),
     },
 }
@@ -56,3 +60,13 @@ def test_a_due_run_goes_where_the_table_says(mode: Mode, reason: Reason) -> None
 def test_a_result_landing_on_a_full_fleet_member_goes_to_the_run_queue() -> None:
     # It would wait here behind a full instance while another one has room.
     assert where(Mode.FLEET, Reason.LANDED, room=False) is Where.QUEUE
+
+
+def test_a_run_found_again_within_the_window_is_sent_once() -> None:
+    now = [100.0]
+    sent = Recently(lambda: 30.0, clock=lambda: now[0])
+    assert sent.fresh(["a", "b"]) == ["a", "b"]
+    now[0] += 29.0
+    assert sent.fresh(["a", "c"]) == ["c"]
+    now[0] += 1.0
+    assert sent.fresh(["a", "c"]) == ["a"]
