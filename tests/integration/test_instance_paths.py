@@ -401,7 +401,7 @@ async def test_runs_a_recovery_poll_finds_travel_the_run_queue_and_spread_over_t
         )
         assert claimed.claim is not None
     finder = await instance("finder", max_local_runs=2)
-    other = await instance("other")
+    await instance("other")  # the rest of the fleet
     assert await finder.recover_incomplete() == 6
     await until("all six executing", lambda: occupancy.total() == 6, lambda: occupancy)
     assert (occupancy["finder"], occupancy["other"]) == (2, 4)
