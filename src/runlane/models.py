@@ -19,6 +19,7 @@ class RunStatus(StrEnum):
     RUNNING = "running"
     SUSPENDED = "suspended"
     BLOCKED = "blocked"
+    PAUSED = "paused"
     CANCELLING = "cancelling"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -36,6 +37,7 @@ ACTIVE_STATUSES = frozenset(
         RunStatus.RUNNING,
         RunStatus.SUSPENDED,
         RunStatus.BLOCKED,
+        RunStatus.PAUSED,
         RunStatus.CANCELLING,
     }
 )
@@ -98,6 +100,13 @@ class Run:
     # A remote workflow's turn is out: the task id whose decision the run waits for (meaningful
     # while the run is suspended; a decision for any other id is dropped).
     awaiting_decision_task_id: str | None = None
+    # A fork: the run and the position it was forked from (its records before that position
+    # were copied, never executed again).
+    forked_from: tuple[str, int] | None = None
+    # A pause asked while a turn held the lease: it takes effect at the turn's next write.
+    pause_requested_at: datetime | None = None
+    # A child started with ``detached=True``: its parent's cancellation leaves it running.
+    detached: bool = False
 
     @property
     def is_terminal(self) -> bool:
@@ -276,6 +285,11 @@ class RunSpec:
     quota: QuotaGate | None = None
     rate: RateGate | None = None
     debounce: DebounceGate | None = None
+    # A fork's: the records it starts with (copied from the run it forks, each ``done``), and
+    # which run and position it forks.
+    history: tuple[StepRecord, ...] = ()
+    forked_from: tuple[str, int] | None = None
+    detached: bool = False
 
     @property
     def limited(self) -> bool:
@@ -553,6 +567,8 @@ def run_from_spec(spec: RunSpec) -> Run:
         concurrency_key=quota.key if quota else None,
         concurrency_limit=quota.limit if quota else None,
         concurrency_statuses=quota.count_statuses if quota else None,
+        forked_from=spec.forked_from,
+        detached=spec.detached,
     )
 
 

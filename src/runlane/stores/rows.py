@@ -64,7 +64,14 @@ def run_from_row(row: Any, decode: Decode) -> Run:
         begin_at=moment(row["begin_at"]),
         debounce_key=row["debounce_key"],
         awaiting_decision_task_id=row["awaiting_decision_task_id"],
+        forked_from=_forked_from(decode.json(row["forked_from"])),
+        pause_requested_at=moment(row["pause_requested_at"]),
+        detached=bool(row["detached"]),
     )
+
+
+def _forked_from(value: Any) -> tuple[str, int] | None:
+    return None if value is None else (str(value[0]), int(value[1]))
 
 
 def _statuses(names: list[str] | None) -> frozenset[RunStatus] | None:

@@ -128,6 +128,8 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "lease_owner": lease.owner if lease else None,
             "lease_until": _iso(lease.until) if lease else None,
             "wait_first": s.singleton.retry if s.singleton and not s.singleton.replace else None,
+            "forked_from": dumps(list(s.forked_from)) if s.forked_from else None,
+            "detached": s.detached,
         }
         for s in specs
     ]

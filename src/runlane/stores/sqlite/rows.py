@@ -51,7 +51,7 @@ RUN_COLUMNS = (
     " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at,"
     " concurrency_limit, concurrency_statuses, admission_retries, queued, failures, rate_key,"
     " rate_at, begin_at, debounce_key, awaiting_decision_task_id, rate_limit, rate_until,"
-    " handoff_at"
+    " handoff_at, forked_from, pause_requested_at, detached"
 )
 
 
@@ -68,6 +68,8 @@ _STORED: dict[str, Callable[[Any], Any]] = {
     "tags": lambda tags: dumps(list(tags)),
     "holds_slot": int,
     "queued": int,
+    "detached": int,
+    "forked_from": lambda forked: None if forked is None else dumps(list(forked)),
     "concurrency_statuses": _statuses,
     **dict.fromkeys(
         (
@@ -81,11 +83,12 @@ _STORED: dict[str, Callable[[Any], Any]] = {
             "begin_at",
             "rate_until",
             "handoff_at",
+            "pause_requested_at",
         ),
         ts,
     ),
 }
-_DOCUMENTS = frozenset({"input", "output", "error", "tags", "concurrency_statuses"})
+_DOCUMENTS = frozenset({"input", "output", "error", "tags", "concurrency_statuses", "forked_from"})
 # Each column of RUN_COLUMNS (the run's attribute of that name) with how it is kept.
 _RUN_FIELDS = tuple(
     (name, _STORED.get(name)) for name in (column.strip() for column in RUN_COLUMNS.split(","))

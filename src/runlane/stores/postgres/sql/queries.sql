@@ -2,6 +2,11 @@
 -- Lock order, everywhere: per-key advisory locks first (in hash order), then run rows. A
 -- transaction that holds a row never waits for a key, so the two kinds of lock cannot deadlock.
 
+-- name: active
+-- (A fragment.) The statuses of a run that is not finished (models.ACTIVE_STATUSES): a paused
+-- run is active (it keeps its slots, it counts against its quota).
+('pending', 'running', 'suspended', 'blocked', 'paused', 'cancelling')
+
 -- name: lock_keys
 -- Admission locks: the given keys plus the singleton key of one run (reading that key
 -- unlocked is safe, a run's key never changes). Taken in hash order, so two transactions never
@@ -31,7 +36,8 @@ SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
     id text, workflow text, version text, input text, tags text, created_at timestamptz,
     parent_id text, namespace text, priority integer, singleton_key text, singleton_limit integer,
     concurrency_key text, concurrency_limit integer, concurrency_statuses text[],
-    deadline_at timestamptz, lease_owner text, lease_until timestamptz, wait_first float8)
+    deadline_at timestamptz, lease_owner text, lease_until timestamptz, wait_first float8,
+    forked_from text, detached boolean)
 
 -- name: unlimited
 -- (A fragment.) What ``insert_given`` reads of a start under no rate limit or debounce (a
@@ -50,7 +56,8 @@ INSERT INTO runlane_runs (
     id, workflow, version, status, input, tags, created_at, updated_at, parent_id, namespace,
     priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
     concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot, rate_key,
-    rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until, admission_retries)
+    rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until, admission_retries,
+    forked_from, detached)
 SELECT id, workflow, version,
        CASE WHEN claimed THEN 'running'
             WHEN begin_at IS NOT NULL OR waits_until IS NOT NULL THEN 'blocked'
@@ -62,7 +69,8 @@ SELECT id, workflow, version,
        CASE WHEN claimed THEN lease_owner END, CASE WHEN claimed THEN lease_until END,
        claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at,
        coalesce(begin_at, waits_until), debounce_key, rate_limit, rate_until,
-       CASE WHEN waits_until IS NOT NULL AND begin_at IS NULL THEN 1 ELSE 0 END
+       CASE WHEN waits_until IS NOT NULL AND begin_at IS NULL THEN 1 ELSE 0 END,
+       forked_from::json, coalesce(detached, false)
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -181,7 +189,7 @@ FROM runlane_limited_start_counts(
 -- name: active_of_key
 SELECT id, status FROM runlane_runs
 WHERE singleton_key = %(key)s
-  AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+  AND status IN {active}
 ORDER BY created_at, id
 FOR NO KEY UPDATE;
 
@@ -208,7 +216,7 @@ LIMIT %(limit)s;
 -- name: timed_out_run_ids
 SELECT id FROM runlane_runs
 WHERE deadline_at <= %(now)s
-  AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+  AND status IN {active}
   AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 ORDER BY deadline_at, id
 LIMIT %(limit)s;
@@ -265,7 +273,7 @@ LIMIT %(limit)s;
 SELECT r.id FROM {codes} CROSS JOIN LATERAL (
     SELECT id, deadline_at FROM runlane_runs
     WHERE deadline_at IS NOT NULL
-      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+      AND status IN {active}
       AND workflow = c.workflow AND version = c.version AND deadline_at <= %(now)s
       AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
     ORDER BY deadline_at, id
@@ -469,7 +477,7 @@ WHERE run_id = %(id)s AND seq = %(seq)s;
 -- The share lock waits out a concurrent settlement of the run, then sees it terminal.
 WITH run AS (
     SELECT id FROM runlane_runs
-    WHERE id = %(id)s AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    WHERE id = %(id)s AND status IN {active}
     FOR SHARE
 )
 UPDATE runlane_steps AS s SET last_heartbeat_at = %(at)s
@@ -698,7 +706,7 @@ RETURNING id;
         handoff_at = CASE WHEN id IN (SELECT id FROM waiters) THEN %(now)s ELSE handoff_at END
     WHERE id IN (SELECT id FROM waiters UNION ALL SELECT parent_id FROM ok)
       AND id NOT IN (SELECT id FROM handed)
-      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+      AND status IN {active}
     RETURNING id
 )
 SELECT h.*, fence.status AS fence_status, fence.parent_id AS fence_parent_id,
@@ -742,7 +750,7 @@ WITH given AS (
 ), woken AS (
     UPDATE runlane_runs {wake_set}
     WHERE id IN (SELECT f.parent_id FROM fence AS f JOIN ok ON ok.id = f.id)
-      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+      AND status IN {active}
     RETURNING id
 )
 SELECT g.id, f.status, ok.id IS NOT NULL AS written, f.queued AS fence_queued,
@@ -767,7 +775,7 @@ SET wake_at = CASE WHEN status IN ('suspended', 'blocked') AND NOT awaits_decisi
 -- name: wake
 UPDATE runlane_runs {wake_set}
 WHERE id = ANY(%(ids)s::text[])
-  AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+  AND status IN {active}
 RETURNING id, awaits_decision;
 
 -- name: await_decision
@@ -864,7 +872,7 @@ RETURNING *;
 
 -- name: event_waiters
 SELECT id FROM runlane_runs
-WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+WHERE status IN {active}
   AND id IN (
     SELECT run_id FROM runlane_steps
     WHERE kind = 'event' AND name = %(name)s AND status = 'pending')
@@ -894,13 +902,13 @@ SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
 -- name: active_run_counts
 -- An index walk of the active statuses (runlane_runs_status_newest), never of settled runs.
 SELECT workflow, status, count(*) AS runs FROM runlane_runs
-WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+WHERE status IN {active}
 GROUP BY workflow, status;
 
 -- name: active_code_counts
 -- As ``active_run_counts``, by code.
 SELECT workflow, version, count(*) AS runs FROM runlane_runs
-WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+WHERE status IN {active}
 GROUP BY workflow, version;
 
 -- name: announce_engine
@@ -927,7 +935,7 @@ DELETE FROM runlane_engines WHERE last_beat_at < %(before)s RETURNING id;
 
 -- name: lane_runs
 SELECT * FROM runlane_runs
-WHERE status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+WHERE status IN {active}
   AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
 ORDER BY created_at, id;
 
@@ -980,7 +988,7 @@ RETURNING r.id;
 -- name: active_children
 -- (A fragment.) The unsettled children of the run ``r``.
 SELECT 1 FROM runlane_runs AS k
-WHERE k.parent_id = r.id AND k.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+WHERE k.parent_id = r.id AND k.status IN {active}
 
 -- name: prune_events
 -- Retention of the event log: at most %(limit)s events published before %(before)s, lowest seq
@@ -993,7 +1001,7 @@ USING (
       AND seq <= coalesce((
           SELECT min((s.input->>'after')::bigint) FROM runlane_steps AS s
           JOIN runlane_runs AS r ON r.id = s.run_id
-            AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+            AND r.status IN {active}
           WHERE s.kind = 'event' AND s.status = 'pending'), seq)
     ORDER BY seq
     LIMIT %(limit)s
@@ -1008,7 +1016,7 @@ SELECT * FROM runlane_queues;
 -- The entries of unsettled runs, by arrival (a settled run's may linger until it is pruned).
 SELECT e.* FROM runlane_queue_entries AS e
 JOIN runlane_runs AS r ON r.id = e.run_id
-    AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+    AND r.status IN {active}
 ORDER BY e.id;
 
 -- name: queue_keys
@@ -1197,7 +1205,7 @@ WITH q AS (
                    SELECT count(*) FROM runlane_queue_entries AS h
                    JOIN runlane_runs AS r ON r.id = h.run_id
                    WHERE h.queue = q.name AND h.admitted_at IS NOT NULL
-                     AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')),
+                     AND r.status IN {active}),
                    4611686018427387904),
                coalesce(q.rate_limit - CASE WHEN q.window_start >= q.win THEN q.window_count
                                             ELSE 0 END,
@@ -1208,7 +1216,7 @@ WITH q AS (
     JOIN runlane_runs AS r ON r.id = w.run_id
     LEFT JOIN runlane_queue_keys AS k ON k.queue = w.queue AND k.fairness_key = w.fairness_key
     WHERE w.queue = q.name AND w.admitted_at IS NULL
-      AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+      AND r.status IN {active}
     ORDER BY {queue_order}
     LIMIT (SELECT free FROM room)
 ), decision AS (
@@ -1238,7 +1246,7 @@ WITH q AS (
     UPDATE runlane_runs {wake_set}
     WHERE id IN (SELECT run_id FROM first WHERE run_id <> %(id)s)
       AND EXISTS (SELECT FROM decision WHERE NOT admit)
-      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+      AND status IN {active}
     RETURNING id
 )
 SELECT d.admit, d.denials, room.win, room.used, q.rate_limit, q.rate_period,
@@ -1274,7 +1282,7 @@ WITH gone AS (
             JOIN runlane_runs AS r ON r.id = h.run_id
             WHERE h.queue = q.name AND h.admitted_at IS NOT NULL
               AND h.id NOT IN (SELECT id FROM gone)
-              AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')),
+              AND r.status IN {active}),
             4611686018427387904),
         coalesce(q.rate_limit - CASE WHEN q.window_start >= {queue_window} THEN q.window_count
                                      ELSE 0 END,
@@ -1287,14 +1295,14 @@ WITH gone AS (
         LEFT JOIN runlane_queue_keys AS k
           ON k.queue = w.queue AND k.fairness_key = w.fairness_key
         WHERE w.queue = q.name AND w.admitted_at IS NULL AND w.id NOT IN (SELECT id FROM gone)
-          AND r.status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+          AND r.status IN {active}
         ORDER BY {queue_order}
         LIMIT q.free
     ) AS n
 ), woken AS (
     UPDATE runlane_runs {wake_set}
     WHERE id IN (SELECT run_id FROM nexts)
-      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling')
+      AND status IN {active}
     RETURNING id
 )
 SELECT ARRAY(SELECT id FROM woken WHERE id <> %(id)s ORDER BY id) AS woken;

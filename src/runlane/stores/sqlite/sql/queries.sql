@@ -5,8 +5,9 @@
 -- whole run row) are assembled in Python, each with a comment saying why.
 
 -- name: active
--- (A fragment.) The statuses of a run that is not finished (models.ACTIVE_STATUSES).
-('blocked', 'cancelling', 'pending', 'running', 'suspended')
+-- (A fragment.) The statuses of a run that is not finished (models.ACTIVE_STATUSES): a paused
+-- run is active (it keeps its slots, it counts against its quota).
+('blocked', 'cancelling', 'paused', 'pending', 'running', 'suspended')
 
 -- name: leased
 -- (A fragment.) The statuses of a run a lease holds.

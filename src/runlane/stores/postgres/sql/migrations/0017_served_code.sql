@@ -14,7 +14,7 @@ CREATE INDEX runlane_runs_leases_code ON runlane_runs (workflow, version, lease_
     WHERE status IN ('running', 'cancelling');
 CREATE INDEX runlane_runs_deadlines_code ON runlane_runs (workflow, version, deadline_at, id)
     WHERE deadline_at IS NOT NULL
-      AND status IN ('pending', 'running', 'suspended', 'blocked', 'cancelling');
+      AND status IN ('pending', 'running', 'suspended', 'blocked', 'paused', 'cancelling');
 DROP INDEX runlane_runs_pickup;
 DROP INDEX runlane_runs_due;
 DROP INDEX runlane_runs_leases;

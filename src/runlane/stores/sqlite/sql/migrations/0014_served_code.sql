@@ -17,7 +17,7 @@ CREATE INDEX runs_leases_code ON runs (workflow, version, lease_expires_at, id)
     WHERE status IN ('cancelling', 'running');
 CREATE INDEX runs_deadlines_code ON runs (workflow, version, deadline_at, id)
     WHERE deadline_at IS NOT NULL
-      AND status IN ('blocked', 'cancelling', 'pending', 'running', 'suspended');
+      AND status IN ('blocked', 'cancelling', 'paused', 'pending', 'running', 'suspended');
 
 -- Engines announce themselves: what each serves (JSON arrays), and its heartbeat.
 CREATE TABLE engines (
