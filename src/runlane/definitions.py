@@ -69,9 +69,16 @@ class Singleton:
         return 0 if self.on_busy == "reject" else self.max_queue_depth
 
 
+DEFAULT_CONCURRENCY_STATUSES: frozenset[RunStatus] = ACTIVE_STATUSES
+"""The statuses a quota counts when its ``Concurrency`` names none: every status of a run that
+is not finished (a run parked on a signal or waiting for a slot still holds its share)."""
+# ``paused`` belongs here too once RunStatus has it (it will be one of ACTIVE_STATUSES).
+
+
 @dataclass(frozen=True)
 class Concurrency:
-    """A reject-fast quota: at most ``limit`` counted runs share ``key``, across workflows."""
+    """A reject-fast quota: at most ``limit`` counted runs share ``key``, across workflows.
+    ``count_statuses`` defaults to :data:`DEFAULT_CONCURRENCY_STATUSES`."""
 
     key: str | Callable[[Any], str | None] | None
     limit: LimitSource
@@ -93,7 +100,9 @@ class Concurrency:
 
     @property
     def statuses(self) -> frozenset[RunStatus]:
-        return frozenset(self.count_statuses) if self.count_statuses else ACTIVE_STATUSES  # type: ignore[arg-type]
+        if not self.count_statuses:
+            return DEFAULT_CONCURRENCY_STATUSES
+        return frozenset(RunStatus(s) for s in self.count_statuses)
 
 
 MAX_LIMIT = 2**31 - 1

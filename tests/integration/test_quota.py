@@ -88,6 +88,38 @@ async def test_narrowed_count_statuses_stop_counting_runs_parked_on_a_signal(
     assert (await engine.start(parked, {"tenant": "t"}, run_id="b")).status == RunStatus.PENDING
 
 
+def test_the_default_count_statuses_are_every_unfinished_status() -> None:
+    default = runlane.DEFAULT_CONCURRENCY_STATUSES
+    assert {str(s) for s in default} == {"pending", "running", "suspended", "blocked", "cancelling"}
+    assert Concurrency(key="k", limit=1).statuses == runlane.DEFAULT_CONCURRENCY_STATUSES
+    narrowed = Concurrency(key="k", limit=1, count_statuses=["running"])
+    assert narrowed.statuses == {RunStatus.RUNNING}
+
+
+@runlane.workflow(
+    name="queued-report",
+    singleton=Singleton(key=lambda i: "one-at-a-time"),
+    concurrency=Concurrency(key=tenant, limit=2),
+)
+async def queued_report(ctx: runlane.Context, i: dict[str, Any]) -> Any:
+    return await ctx.wait_for_signal("done")
+
+
+async def test_by_default_a_suspended_run_and_a_blocked_waiter_both_count(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(queued_report)
+    await engine.start(queued_report, {"tenant": "t"}, run_id="holder")
+    clock.advance(0.001)
+    await engine.start(queued_report, {"tenant": "t"}, run_id="waiter")
+    await engine.tick()
+    statuses = [(await engine.get_run(i)).status for i in ("holder", "waiter")]
+    assert statuses == [RunStatus.SUSPENDED, RunStatus.BLOCKED]
+    with pytest.raises(ConcurrencyLimitError) as refused:
+        await engine.start(queued_report, {"tenant": "t"}, run_id="third")
+    assert refused.value.active == 2
+
+
 async def test_a_none_key_is_unlimited(make_engine: Any) -> None:
     engine = await make_engine(report)
     for n in range(10):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import runlane
 
 EXPECTED = {
+    "DEFAULT_CONCURRENCY_STATUSES",
     "ChildFailedError",
     "Concurrency",
     "ConcurrencyLimitError",
