@@ -244,6 +244,8 @@ class WorkflowDefinition:
     dead_letter: str | None = None
     # A remote workflow: its turns run on Workers of this group, never in the engine.
     group: str | None = None
+    # A remote workflow's own silence window (seconds): see ``RemoteWorkflow``.
+    turn_timeout: float | None = None
     # The handlers given as decorated workflows: an engine that registers this workflow
     # registers them too, unless it registers a workflow of that name itself.
     given_handlers: tuple[WorkflowDefinition, ...] = field(default=(), compare=False, repr=False)
@@ -372,16 +374,23 @@ def RemoteWorkflow(
     singleton: Singleton | None = None,
     concurrency: Concurrency | None = None,
     on_failure: str | None = None,
+    turn_timeout: Seconds | None = None,
     dead_letter: str | None = None,
 ) -> WorkflowDefinition:
     """A remote workflow declared by an engine that does not have its code: its turns go to
     the Workers of ``group``, which register the decorated body under the same name.
-    ``on_failure`` and ``dead_letter`` name handler workflows, as on ``@workflow``."""
+    ``on_failure`` and ``dead_letter`` name handler workflows, as on ``@workflow``.
+
+    ``turn_timeout`` is this workflow's silence window: a turn with neither a decision nor a
+    worker's heartbeat for that long is sent again. Where the engine's
+    ``remote_advance_silence`` is set too, the shorter of the two wins; with neither, the
+    window is the engine's lease."""
     if not isinstance(name, str) or not name:
         raise DefinitionError(f"a RemoteWorkflow needs a name, got {name!r}")
     if group is None:
         raise DefinitionError(f"RemoteWorkflow {name!r} needs a group")
     _check_group(group)
+    window = _turn_timeout(name, turn_timeout)
     for option, handler in (("on_failure", on_failure), ("dead_letter", dead_letter)):
         if handler is not None and (not isinstance(handler, str) or not handler):
             raise DefinitionError(f"{option}= takes a workflow name")
@@ -396,7 +405,21 @@ def RemoteWorkflow(
         on_failure=on_failure,
         dead_letter=dead_letter,
         group=group,
+        turn_timeout=window,
     )
+
+
+def _turn_timeout(name: str, value: Seconds | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        raise DefinitionError(
+            f"RemoteWorkflow {name!r}: turn_timeout must be seconds or a timedelta, got {value!r}"
+        )
+    window = as_seconds(value)
+    if not math.isfinite(window) or window <= 0:
+        raise DefinitionError(f"RemoteWorkflow {name!r}: turn_timeout must be positive")
+    return window
 
 
 def _handler(

@@ -34,7 +34,7 @@ class Registry:
         """Register the failure handlers given as workflows that are not registered by name
         (after every workflow given, so those win), then check that every handler named is
         registered: a run's settlement starts it."""
-        pending = [d for versions in self._workflows.values() for d in versions.values()]
+        pending = self.every_version
         while pending:
             definition = pending.pop()
             for handler in definition.given_handlers:
@@ -102,6 +102,11 @@ class Registry:
     @property
     def workflows(self) -> list[WorkflowDefinition]:
         return list(self._latest.values())
+
+    @property
+    def every_version(self) -> list[WorkflowDefinition]:
+        """Every registered definition: each version of each workflow."""
+        return [d for versions in self._workflows.values() for d in versions.values()]
 
     @property
     def steps(self) -> list[StepDefinition]:

@@ -9,12 +9,17 @@ and then runs the decision's commands through the same :class:`~runlane.turn.Tur
 local workflow's turn uses: remote steps through ``settle_remote_step`` (so a seq already
 dispatched is never dispatched twice), children through ``settle_children``.
 
-A turn with no decision and no beat for ``remote_advance_silence`` seconds is due again (its
-``wake_at`` is that deadline), and the next claim of the run sends it under a fresh task id.
+A turn with no decision and no beat for its silence window is due again (its ``wake_at`` is
+that deadline), and the next claim of the run sends it under a fresh task id. The window is the
+workflow's ``turn_timeout`` or the engine's ``remote_advance_silence``, the shorter of the two
+(the lease when neither is set). An instance that hears a beat for a turn another instance sent
+reads the run once to learn its workflow's window, but only when some workflow it knows has a
+window of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -24,9 +29,17 @@ from typing import Protocol
 
 from .context import ChildOp, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
-from .errors import Cancelled, LeaseLostError, NonDeterminismError, RunCancelling, error_dict
+from .errors import (
+    Cancelled,
+    LeaseLostError,
+    NonDeterminismError,
+    RunCancelling,
+    UnknownWorkflowError,
+    error_dict,
+)
 from .faults import OutageLog, is_infrastructure
 from .models import Claim, RunStatus, Settlement, StepKind
+from .registry import Registry
 from .retry import NO_RETRY, Retry
 from .transports.base import Message, Transport
 from .transports.messages import Malformed
@@ -35,7 +48,7 @@ from .workflow_tasks import Decision, awaited_children, parse_decision, workflow
 
 log = logging.getLogger("runlane.remote")
 
-PERSISTED_KEEP = 10_000  # task ids whose last persisted beat is remembered
+PERSISTED_KEEP = 10_000  # task ids whose last persisted beat (and window) is remembered
 
 
 class TurnsHost(TurnHost, Protocol):
@@ -44,6 +57,11 @@ class TurnsHost(TurnHost, Protocol):
     @property
     def outage(self) -> OutageLog:
         """Where a workflow beat the store could not take is reported."""
+        ...
+
+    @property
+    def registry(self) -> Registry:
+        """The workflows this instance knows (a turn's window is its workflow's)."""
         ...
 
     async def apply_decision(self, decision: Decision) -> None:
@@ -58,10 +76,15 @@ class RemoteTurns:
         self.host = host
         self.transport = transport
         self._persisted: dict[str, float] = {}  # task id -> monotonic time of the last write
+        self._windows: dict[str, float] = {}  # task id -> its silence window, once known
 
-    def silence(self) -> float:
+    def silence(self, definition: WorkflowDefinition | None = None) -> float:
+        """Seconds without a decision or a beat after which a turn of ``definition`` is sent
+        again: its ``turn_timeout`` or ``remote_advance_silence``, the shorter; else the lease."""
         options = self.host.options
-        return options.remote_advance_silence or options.lease
+        own = definition.turn_timeout if definition is not None else None
+        given = [w for w in (options.remote_advance_silence, own) if w is not None]
+        return min(given) if given else options.lease
 
     # ---------------------------------------------------------------- sending a turn
 
@@ -72,7 +95,8 @@ class RemoteTurns:
         group = str(definition.group)
         try:
             children = await store.get_runs(awaited_children(claim.steps))
-            deadline = now + timedelta(seconds=self.silence())
+            window = self.silence(definition)
+            deadline = now + timedelta(seconds=window)
             trace = self.host.tracing.carrier()  # the sending turn's span, when tracing
             task = workflow_task(
                 task_id, run, group, claim.steps, claim.signals, children, now, deadline, trace
@@ -88,6 +112,7 @@ class RemoteTurns:
                 raise
             # The lease expires and the recovery sends the turn again.
             return TurnOutcome("abandoned", outage=exc)
+        self._remember(self._windows, task_id, window)
         try:
             await self.transport.send_tasks(group, [task])
         except Exception as exc:
@@ -105,6 +130,7 @@ class RemoteTurns:
             log.warning("dropping a malformed decision: %s", exc)
             return
         self._persisted.pop(decision.task_id, None)
+        self._windows.pop(decision.task_id, None)
         await self.host.apply_decision(decision)
 
     async def heard_beat(self, beat: Message) -> None:
@@ -114,20 +140,41 @@ class RemoteTurns:
         if not isinstance(task_id, str) or not isinstance(run_id, str):
             log.warning("dropping a malformed workflow heartbeat: %.200r", beat)
             return
-        window = self.silence()
-        if time.monotonic() - self._persisted.get(task_id, -window) < window / 2:
-            return
-        if len(self._persisted) > PERSISTED_KEEP:
-            self._persisted.clear()
-        self._persisted[task_id] = time.monotonic()
-        deadline = self.host.now() + timedelta(seconds=window)
         try:
+            window = await self._window_of(task_id, run_id)
+            if time.monotonic() - self._persisted.get(task_id, -window) < window / 2:
+                return
+            self._remember(self._persisted, task_id, time.monotonic())
+            deadline = self.host.now() + timedelta(seconds=window)
             await self.host.store.extend_decision(run_id, task_id, deadline)
         except Exception as exc:
-            del self._persisted[task_id]
+            self._persisted.pop(task_id, None)
             if not is_infrastructure(exc):
                 raise
             self.host.outage.failed(exc, "recording a workflow heartbeat")
+
+    async def _window_of(self, task_id: str, run_id: str) -> float:
+        """The silence window of a turn out: known when this instance sent it; else that of
+        the run's workflow, read once, when some workflow here has a window of its own."""
+        known = self._windows.get(task_id)
+        if known is not None:
+            return known
+        if not any(w.turn_timeout is not None for w in self.host.registry.every_version):
+            return self.silence()
+        run = await self.host.store.get_run(run_id)
+        definition = None
+        if run is not None:
+            with contextlib.suppress(UnknownWorkflowError):  # not ours: the engine's window
+                definition = self.host.registry.workflow(run.workflow, run.version)
+        window = self.silence(definition)
+        self._remember(self._windows, task_id, window)
+        return window
+
+    @staticmethod
+    def _remember(book: dict[str, float], task_id: str, value: float) -> None:
+        if len(book) > PERSISTED_KEEP:
+            book.clear()
+        book[task_id] = value
 
 
 async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bool] | None:

@@ -195,11 +195,12 @@ async def fleet(
     *,
     workers: int = 1,
     start_workers: bool = True,
+    declared: Sequence[Any] = DECLARED,
     **options: Any,
 ) -> AsyncIterator[tuple[Engine, list[Worker], Transport]]:
     transport = transport or InProcessTransport()
     options.setdefault("poll_interval", 0.05)
-    engine = Engine(store, transport=transport, remote_workflows=DECLARED, **options)
+    engine = Engine(store, transport=transport, remote_workflows=list(declared), **options)
     crew = [
         Worker("wf", transport, workflows=WORKFLOWS, steps=LOCAL_STEPS, **FAST)
         for _ in range(workers)
@@ -346,6 +347,89 @@ async def test_a_silent_turn_is_sent_again_under_a_fresh_task_id(store: Store) -
         await runner
     assert done.status == RunStatus.FAILED and done.error is not None
     assert done.error["type"] == "ValueError" and calls["inc"] == 1
+
+
+def _declared_with(name: str, **options: Any) -> list[Any]:
+    """The declarations of every test workflow, ``name``'s with ``options``."""
+    return [
+        RemoteWorkflow(d, group="wf", **options) if d == name else RemoteWorkflow(d, group="wf")
+        for d in NAMES
+    ]
+
+
+def _window_of(task: Message) -> float:
+    from datetime import datetime
+
+    sent = datetime.fromisoformat(str(task["dispatched_at"]))
+    return (datetime.fromisoformat(str(task["expires_at"])) - sent).total_seconds()
+
+
+@pytest.mark.parametrize(
+    ("engine_silence", "turn_timeout"), [(None, 0.4), (0.4, 30.0), (30.0, 0.4)]
+)
+async def test_a_turn_is_sent_again_after_the_shorter_of_its_workflows_window_and_the_engines(
+    store: Store, engine_silence: float | None, turn_timeout: float
+) -> None:
+    transport = InProcessTransport()
+    declared = _declared_with("fails", turn_timeout=turn_timeout)
+    async with fleet(
+        store,
+        transport,
+        start_workers=False,
+        declared=declared,
+        remote_advance_silence=engine_silence,
+    ) as (engine, crew, _):
+        await engine.start("fails", None, run_id="s1")
+        lost = await until(lambda: transport.take_tasks("wf", 1, 0.05), "the turn went out")
+        assert _window_of(lost[0]) == pytest.approx(0.4)
+        runner = asyncio.create_task(crew[0].run())
+        # The engine's lease is 30 s: only a 0.4 s window sends the lost turn again this soon.
+        done = await settled(engine, "s1", timeout=5)
+        await crew[0].stop()
+        await runner
+    assert done.status == RunStatus.FAILED and done.error is not None
+    assert done.error["type"] == "ValueError" and calls["inc"] == 1
+
+
+def test_a_turn_timeout_must_be_a_positive_duration() -> None:
+    from datetime import timedelta
+
+    assert RemoteWorkflow("x", group="wf", turn_timeout=timedelta(seconds=2)).turn_timeout == 2.0
+    for bad in (0, -1, float("nan"), "5", True):
+        with pytest.raises(runlane.DefinitionError, match="turn_timeout"):
+            RemoteWorkflow("x", group="wf", turn_timeout=bad)  # type: ignore[arg-type]
+
+
+async def test_an_instance_that_did_not_send_the_turn_pushes_its_deadline_by_its_window(
+    make_store: Callable[[], Store], store_kind: str
+) -> None:
+    # Only the listener hears the worker's beats; it did not send the turn, so it reads the
+    # run's workflow to push the deadline by that workflow's 0.8 s, not the 30 s lease.
+    transport = InProcessTransport()
+    declared = _declared_with("patient", turn_timeout=0.8)
+    shared = make_store()
+    second = shared if store_kind == "memory" else make_store()
+    listener = Engine(
+        second, transport=transport, remote_workflows=declared, drive=False, consumers="always"
+    )
+    deadlines: list[float] = []
+    async with fleet(shared, transport, declared=declared) as (engine, _, _):
+        await _truncated(engine.store, store_kind)
+        await engine._execution.remote.stop()  # type: ignore[union-attr]  # deaf to the beats
+        async with listener:
+            await engine.start("patient", 1.5, run_id="p1")
+            await until(lambda: _calls_of("slow"), "the worker is replaying the turn")
+            while len(deadlines) < 20:  # a second of the 1.5 s turn
+                run = await engine.get_run("p1")
+                assert run is not None and run.awaiting_decision_task_id is not None, run
+                assert run.wake_at is not None
+                deadlines.append((run.wake_at - engine.now()).total_seconds())
+                await asyncio.sleep(0.05)
+            await until(lambda: _waits_for_signal(engine, "p1"), "the long turn decided", 15)
+            await engine.signal("p1", "go", 1)
+            done = await settled(listener, "p1", timeout=15)
+    assert done.status == RunStatus.COMPLETED and calls["slow"] == 1  # never sent again
+    assert max(deadlines) <= 0.8 + 0.1, deadlines
 
 
 async def test_a_beating_worker_is_never_re_driven(store: Store) -> None:
