@@ -237,6 +237,40 @@ async def test_a_worker_that_dies_after_taking_a_task_is_detected_within_the_ste
     assert "no result or heartbeat" in done.error["message"]
 
 
+async def test_a_dispatcher_that_heard_the_last_beat_itself_gets_no_persist_allowance(
+    fleet: Any,
+) -> None:
+    # Two engines: whichever did not dispatch the step persists the doomed worker's one beat.
+    # The dispatcher heard that beat too, so the 5 s persist throttle buys the dead worker
+    # nothing: its attempt fails within the step's 0.5 s window, as on a single instance.
+    engine = await fleet("a", heartbeat_persist_throttle=5.0)
+    await fleet("b", heartbeat_persist_throttle=5.0)
+    doomed: Any = fleet.transport()
+    await doomed.open()
+    try:
+        await engine.start(checkout_watched, {"amount": 1, "timeout": 0.5}, run_id="dead-2")
+        first = await take_task(doomed, 1)
+        await doomed.publish_heartbeat(beat_for(first))
+        beat = time.monotonic()
+        await until_persisted(engine, "dead-2")
+        await take_task(doomed, 2)  # attempt 1 was failed and retried
+        failed_after = time.monotonic() - beat
+    finally:
+        await doomed.close()
+    assert failed_after < 0.5 + 1.5, f"attempt 1 was failed after {failed_after:.2f}s"
+
+
+async def until_persisted(engine: Engine, run_id: str) -> None:
+    """Until some instance wrote the step's beat (the one that did not dispatch it)."""
+    seen: list[Any] = []
+    for _ in range(100):
+        seen = await engine.list_steps(run_id)
+        if any(s.last_heartbeat_at is not None or s.attempts > 1 for s in seen):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no instance persisted the beat; steps {seen}")
+
+
 async def test_a_task_queued_longer_than_its_timeout_runs_once_a_worker_comes(fleet: Any) -> None:
     engine = await fleet("solo")
     await engine.start(checkout_watched, {"amount": 4, "timeout": 0.3}, run_id="queued-1")
