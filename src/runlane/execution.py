@@ -174,13 +174,14 @@ class Execution:
         """Stop taking new work and wait up to ``timeout`` seconds for turns in flight.
 
         The run-queue consumer stops first; runs it took but had not started go back to the
-        queue; then the turns in flight finish (a turn still running at the timeout is cancelled
+        queue, and runs waiting here for a turn's slot are dropped (they stay due in the store);
+        then the turns in flight finish (a turn still running at the timeout is cancelled
         and its lease expires, so another instance recovers it), and the wakes taken for those
         runs meanwhile go back too, now that another instance can claim them.
         """
         self._accepting = False
         self._consuming = False
-        in_flight = set(self._local.inflight) if self._local is not None else set()
+        in_flight = set(self._local.running) if self._local is not None else set()
         if self.runqueue is not None:
             await self.runqueue.stop_consuming()
             await self.runqueue.hand_back(keep=in_flight)
