@@ -263,6 +263,11 @@ class WorkflowDefinition:
     def handlers(self) -> tuple[str, ...]:
         return tuple(h for h in (self.on_failure, self.dead_letter) if h is not None)
 
+    @property
+    def has_body(self) -> bool:
+        """Whether the body is here: a ``RemoteWorkflow`` declaration has none."""
+        return self.fn is not _remote_body
+
 
 def check_tags(tags: Iterable[str]) -> tuple[str, ...]:
     result = tuple(tags)

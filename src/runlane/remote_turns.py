@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from .context import ChildOp, StepOp
@@ -40,15 +40,23 @@ from .errors import (
 from .faults import OutageLog, is_infrastructure
 from .models import Claim, RunStatus, Settlement, StepKind
 from .registry import Registry
+from .replay import WorkerHost, failed_decision, replay
 from .retry import NO_RETRY, Retry
 from .transports.base import Message, Transport
 from .transports.messages import Malformed
 from .turn import Turn, TurnHost, TurnOutcome
-from .workflow_tasks import Decision, awaited_children, parse_decision, workflow_task
+from .workflow_tasks import (
+    Decision,
+    awaited_children,
+    decision_doc,
+    parse_decision,
+    workflow_task,
+)
 
 log = logging.getLogger("runlane.remote")
 
 PERSISTED_KEEP = 10_000  # task ids whose last persisted beat (and window) is remembered
+IN_PROCESS = "in-process"  # the worker a decision made by the engine itself names
 
 
 class TurnsHost(TurnHost, Protocol):
@@ -88,19 +96,24 @@ class RemoteTurns:
 
     # ---------------------------------------------------------------- sending a turn
 
+    def decides_here(self, definition: WorkflowDefinition) -> bool:
+        """Whether this engine decides the workflow's turns itself (``in_process_turns``, and
+        the body is here) rather than send them to its group."""
+        return self.host.options.in_process_turns and definition.has_body
+
     async def send(self, claim: Claim, owner: str, definition: WorkflowDefinition) -> TurnOutcome:
-        """Mark the leased run as awaiting a fresh task, release it, then send the task."""
+        """Mark the leased run as awaiting a fresh task, release it, then send the task; or,
+        for a workflow decided here, replay and apply the turn under this lease."""
+        if self.decides_here(definition):
+            turn = Turn(self.host, claim, owner, definition)
+            return await turn.execute(drive=self._decide_here)
         run, store, now = claim.run, self.host.store, self.host.now()
         task_id = uuid.uuid4().hex
         group = str(definition.group)
         try:
-            children = await store.get_runs(awaited_children(claim.steps))
             window = self.silence(definition)
             deadline = now + timedelta(seconds=window)
-            trace = self.host.tracing.carrier()  # the sending turn's span, when tracing
-            task = workflow_task(
-                task_id, run, group, claim.steps, claim.signals, children, now, deadline, trace
-            )
+            task = await self._task(task_id, definition, claim, now, deadline)
             await store.await_decision(run.id, owner, task_id, deadline, now)
         except RunCancelling:
             turn = Turn(self.host, claim, owner, definition)
@@ -119,6 +132,49 @@ class RemoteTurns:
             # The run is parked until its deadline, when the turn is sent again.
             log.warning("sending workflow task %s of run %s failed (%s)", task_id, run.id, exc)
         return TurnOutcome("suspended", wake_at=deadline)
+
+    async def _task(
+        self,
+        task_id: str,
+        definition: WorkflowDefinition,
+        claim: Claim,
+        now: datetime,
+        deadline: datetime,
+    ) -> Message:
+        """The workflow task of the run's next turn (the children it waits for read first)."""
+        children = await self.host.store.get_runs(awaited_children(claim.steps))
+        trace = self.host.tracing.carrier()  # the sending turn's span, when tracing
+        group = str(definition.group)
+        history, signals = claim.steps, claim.signals
+        return workflow_task(
+            task_id, claim.run, group, history, signals, children, now, deadline, trace
+        )
+
+    # ---------------------------------------------------------------- deciding here
+
+    async def _decide_here(self, turn: Turn) -> tuple[Settlement, bool] | None:
+        """The ``drive`` of a turn decided in process: the same task a worker would get, the
+        same replay, and its decision parsed and applied as a worker's is, under this turn's
+        lease (no release, no transport)."""
+        now = turn.now()
+        deadline = now + timedelta(seconds=self.silence(turn.definition))
+        claim = Claim(turn.run, list(turn.records.values()), turn.signals)
+        task = await turn.io(self._task(uuid.uuid4().hex, turn.definition, claim, now, deadline))
+        host = WorkerHost(
+            {d.name: d for d in self.host.registry.steps},
+            pulse=_LeaseHeld(turn),
+            clock=self.host.now,
+            stats=self.host.stats,
+            tracing=self.host.tracing,
+        )
+        try:
+            decided = await replay(task, self.host.registry, host.steps, host=host)
+        except Exception as exc:
+            log.exception("deciding a turn of run %s in process failed", turn.run.id)
+            decided = failed_decision(task, exc)
+        # Through the wire format and back: a decision made here passes the checks a worker's
+        # does, and is applied by the very same code.
+        return await apply_decision(turn, parse_decision(decision_doc(decided, IN_PROCESS)))
 
     # ---------------------------------------------------------------- decisions
 
@@ -175,6 +231,18 @@ class RemoteTurns:
         if len(book) > PERSISTED_KEEP:
             book.clear()
         book[task_id] = value
+
+
+class _LeaseHeld:
+    """A turn decided in process is live while this engine's lease is (by its clock): past
+    it, the replay starts no further local step, as a worker whose beats lapsed does."""
+
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
+
+    def live(self) -> bool:
+        turn = self._turn
+        return not turn.host.leases.expired(turn.run.id, turn.now())
 
 
 async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bool] | None:

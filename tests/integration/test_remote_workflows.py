@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -22,7 +23,7 @@ from runlane import Engine, RemoteWorkflow, RunStatus, StepQueue, Worker
 from runlane.stores.base import Store
 from runlane.transports import InProcessTransport
 from runlane.transports.base import Message, Transport
-from tests.helpers import Calls, settled
+from tests.helpers import Calls, settle, settled
 
 calls = Calls()
 FAST: dict[str, Any] = {"poll_timeout": 0.05, "heartbeat_interval": 0.05}
@@ -680,6 +681,141 @@ async def test_a_step_naming_a_queue_fails_its_remote_run_rather_than_pass_the_q
             assert done.status == RunStatus.FAILED and done.error is not None, local
             assert "step queues are not available to remote workflows" in done.error["message"]
     assert calls["double"] == 0 and calls["inc"] == 0
+
+
+class TaskLog(InProcessTransport):
+    """Notes the groups every task went to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups: list[str] = []
+
+    async def send_tasks(self, group: str, tasks: Sequence[Message]) -> None:
+        self.groups += [group] * len(tasks)
+        await super().send_tasks(group, tasks)
+
+
+seen_by_step: list[Any] = []
+stores: dict[str, Store] = {}
+
+
+@runlane.step(name="wf.look")
+async def look(run_id: str) -> str:
+    run = await stores["engine"].get_run(run_id)
+    seen_by_step.append(run)
+    return "looked"
+
+
+@runlane.workflow(name="looks", group="wf")
+async def looks(ctx: runlane.Context, _: Any) -> str:
+    await ctx.step(look, ctx.run_id)
+    return str(await ctx.wait_for_signal("go"))
+
+
+@contextlib.asynccontextmanager
+async def deciding_here(store: Store) -> AsyncIterator[tuple[Engine, TaskLog]]:
+    """An engine that has the workflows' code and decides their turns itself; only the math
+    group's remote steps go to a worker."""
+    transport = TaskLog()
+    engine = Engine(
+        store,
+        transport=transport,
+        workflows=[*WORKFLOWS, looks],
+        steps=[*LOCAL_STEPS, look],
+        poll_interval=0.05,
+        in_process_turns=True,
+    )
+    stores["engine"] = store
+    math = Worker("math", transport, steps=[double], **FAST)
+    runner = asyncio.create_task(math.run())
+    try:
+        async with engine:
+            yield engine, transport
+    finally:
+        await math.stop()
+        await runner
+
+
+async def test_an_engine_decides_a_remote_workflows_turns_in_process_under_its_lease(
+    store: Store,
+) -> None:
+    seen_by_step.clear()
+    async with deciding_here(store) as (engine, transport):
+        await engine.start("tour", 3, run_id="t1")
+        await engine.start("looks", None, run_id="l1")
+        for run_id in ("t1", "l1"):
+            await until(functools.partial(_waits_for_signal, engine, run_id), f"{run_id} waits")
+            await engine.signal(run_id, "go", "yes")
+        done = await settled(engine, "t1", timeout=15)
+        looked = await settled(engine, "l1", timeout=15)
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert done.output == {"a": 4, "b": 8, "said": "yes", "c": 9}
+    assert looked.output == "yes"
+    assert calls["inc"] == 2 and calls["double"] == 1
+    assert set(transport.groups) == {"math"}, transport.groups  # no turn went to "wf"
+    # The local step ran while the engine held the run's lease: no turn was out meanwhile.
+    [during] = seen_by_step
+    assert during.status == RunStatus.RUNNING and during.awaiting_decision_task_id is None
+    assert during.lease_owner is not None and during.lease_owner.startswith(engine.id)
+
+
+async def test_turns_decided_in_process_fail_continue_as_new_and_start_children(
+    store: Store,
+) -> None:
+    async with deciding_here(store) as (engine, transport):
+        await engine.start("fails", None, run_id="f1")
+        await engine.start("counter", 0, run_id="k")
+        failed = await settled(engine, "f1", timeout=15)
+        await until(lambda: engine.get_run("k~3.child.1"), "the last run started its child")
+        last = await settled(engine, "k~3", timeout=15)
+        child_run = await settled(engine, "k~3.child.1", timeout=15)
+    assert failed.status == RunStatus.FAILED and failed.error is not None
+    assert failed.error["type"] == "ValueError" and failed.error["message"] == "no good"
+    assert last.output == {"n": 3, "started": "k~3.child.1"} and child_run.output == 4
+    assert transport.groups == []
+
+
+@runlane.step(name="wf.freeze")
+async def freeze(seconds: float) -> str:
+    calls.hit("freeze")
+    frozen["clock"].advance(seconds)  # the engine "freezes" past its lease in this step
+    return "thawed"
+
+
+@runlane.step(name="wf.after")
+async def after_freeze() -> str:
+    calls.hit("after")
+    return "after"
+
+
+@runlane.workflow(name="freezes", group="wf")
+async def freezes(ctx: runlane.Context, seconds: float) -> list[str]:
+    return [str(await ctx.step(freeze, seconds)), str(await ctx.step(after_freeze))]
+
+
+frozen: dict[str, Any] = {}
+
+
+async def test_a_turn_decided_in_process_starts_no_step_once_its_lease_ran_out(
+    make_engine: Callable[..., Any], clock: Any
+) -> None:
+    frozen["clock"] = clock
+    engine = await make_engine(
+        freezes,
+        steps=[freeze, after_freeze],
+        transport=InProcessTransport(),
+        in_process_turns=True,
+        lease=30.0,
+    )
+    await engine.start(freezes, 31.0, run_id="fz")
+    await engine.tick()
+    # The first step outlasted the lease: the turn ended after it, due again at once.
+    assert (calls["freeze"], calls["after"]) == (1, 0)
+    [step] = await engine.list_steps("fz")
+    assert (step.name, step.status) == ("wf.freeze", "completed")
+    run = await settle(engine, "fz")
+    assert (run.status, run.output) == (RunStatus.COMPLETED, ["thawed", "after"])
+    assert (calls["freeze"], calls["after"]) == (1, 1)
 
 
 def test_a_remote_workflow_needs_a_transport() -> None:
