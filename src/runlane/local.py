@@ -18,9 +18,9 @@ from .models import Claim
 
 log = logging.getLogger("runlane.engine")
 
-Execute = Callable[[str, bool, Claim | None], Awaitable[list[str]]]
+Execute = Callable[[str, bool, Claim | None, bool], Awaitable[list[str]]]
 """Claim a run (or use the claim given) and drive one turn; returns the woken runs.
-``handoff`` marks the wake of a handed-off timer."""
+``handoff`` marks the wake of a handed-off timer; ``polled``, a run a poll found (not a wake)."""
 
 
 class LocalRuns:
@@ -67,7 +67,7 @@ class LocalRuns:
                 self._claims[run_id] = claim
             return task
         task = asyncio.create_task(
-            self._drive(run_id, handoff, claim), name=f"runlane-run-{run_id}"
+            self._drive(run_id, handoff, claim, poll), name=f"runlane-run-{run_id}"
         )
         self.inflight[run_id] = task
         return task
@@ -97,7 +97,7 @@ class LocalRuns:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
 
-    async def _drive(self, run_id: str, handoff: bool, claim: Claim | None) -> None:
+    async def _drive(self, run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> None:
         followups: list[asyncio.Task[None]] = []
         try:
             again = True
@@ -113,10 +113,10 @@ class LocalRuns:
                     self._handoffs.discard(run_id)
                     self.running.add(run_id)
                     try:
-                        woken = await self._execute(run_id, handoff, claim)
+                        woken = await self._execute(run_id, handoff, claim, polled)
                     finally:
                         self.running.discard(run_id)
-                handoff, claim = False, self._claims.pop(run_id, None)
+                handoff, claim, polled = False, self._claims.pop(run_id, None), False
                 # While draining, woken runs stay due in the store for another instance (or
                 # the next start) to pick up; taking them here would keep the drain busy.
                 accepting = self._accepting()

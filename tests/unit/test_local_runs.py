@@ -17,7 +17,7 @@ async def test_a_handed_off_timer_arriving_mid_turn_makes_the_next_claim_a_hand_
     calls: list[tuple[str, bool]] = []
     first_turn = asyncio.Event()
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         calls.append((run_id, handoff))
         if len(calls) == 1:
             await first_turn.wait()
@@ -39,7 +39,7 @@ async def test_a_hand_off_made_before_the_turn_claims_makes_its_first_claim_a_ha
     # run not due, and nothing else claims it for a whole lease.
     calls: list[tuple[str, bool]] = []
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         calls.append((run_id, handoff))
         return []
 
@@ -54,7 +54,7 @@ async def test_a_poll_that_saw_the_turn_running_asks_for_no_second_turn() -> Non
     calls: list[tuple[str, bool]] = []
     release = asyncio.Event()
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         calls.append((run_id, handoff))
         await release.wait()
         return []
@@ -76,7 +76,7 @@ async def test_two_runs_waking_each_other_mid_turn_both_end() -> None:
     gates = {("a", 1): asyncio.Event(), ("c", 1): asyncio.Event(), ("a", 2): asyncio.Event()}
     turns: list[tuple[str, int]] = []
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         turn = (run_id, 1 + sum(r == run_id for r, _ in turns))
         turns.append(turn)
         if turn in gates:
@@ -102,7 +102,7 @@ async def test_once_draining_a_run_waiting_for_a_slot_is_dropped_but_a_leased_on
     accepting = True
     turns: list[str] = []
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         turns.append(run_id)
         if run_id == "running":
             await release.wait()
