@@ -179,6 +179,35 @@ async def test_a_remote_step_runs_on_a_worker_and_its_result_lands_on_another_in
     assert step.status == "completed" and step.attempts == 1
 
 
+async def test_a_result_another_instance_recorded_resolves_the_dispatchers_wait_in_memory(
+    fleet: Any,
+) -> None:
+    # The step has a timeout: its turn waits in memory on the dispatcher, which takes no
+    # results and hears no beats. The other instance takes the result and records it; the
+    # dispatcher's wait finds it in the checkpoint when its window runs out.
+    dispatcher = await fleet("dispatcher", heartbeat_persist_throttle=0.5)
+    other = await fleet("other", drive=False, consumers="never", heartbeat_persist_throttle=0.5)
+    assert dispatcher._execution.remote is not None and other._execution.remote is not None
+    await dispatcher._execution.remote.stop()
+    other._execution.remote.start()  # results and beats only: it takes no runs
+    recorded: list[str] = []
+    record = other.store.record_step_result
+
+    async def recording(run_id: str, *args: Any) -> Any:
+        recorded.append(run_id)
+        return await record(run_id, *args)
+
+    setattr(other.store, "record_step_result", recording)  # noqa: B010 (a spy for the test)
+    await fleet.worker()
+    order = {"amount": 6, "timeout": 0.5, "seconds": 0.3}
+    await dispatcher.start(checkout_watched, order, run_id="elsewhere-1")
+    done = await dispatcher.wait_for_run("elsewhere-1", timeout=20)
+    assert (done.status, done.output) == (RunStatus.COMPLETED, {"charged": 6}), done.error
+    [step] = await dispatcher.list_steps("elsewhere-1")
+    assert (step.status, step.attempts) == ("completed", 1)
+    assert recorded == ["elsewhere-1"]
+
+
 async def test_the_instance_that_takes_a_result_resumes_the_run_itself(fleet: Any) -> None:
     # The dispatcher takes no results: "other" records each one and, rather than publishing a
     # wake to the run queue (a second hop, which either instance could take), resumes the run

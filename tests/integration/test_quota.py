@@ -171,6 +171,34 @@ async def test_a_refused_child_start_fails_in_the_parent_and_can_be_caught(
     assert await engine.get_run("kid-2") is None
 
 
+@runlane.workflow(name="starts-one")
+async def starts_one(ctx: runlane.Context, _: Any) -> Any:
+    try:
+        await ctx.start_child(report, {"tenant": "small"}, run_id="detached")
+    except ChildFailedError as exc:
+        cause = exc.__cause__
+        assert isinstance(cause, ConcurrencyLimitError)
+        return {"refused": exc.child_id, "key": cause.key, "active": cause.active}
+    return "started"
+
+
+async def test_a_quota_refused_start_child_fails_in_the_parent_and_creates_nothing(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(starts_one, report)
+    await engine.start(report, {"tenant": "small"}, run_id="holds-the-quota")
+    await engine.start(starts_one, None, run_id="p")
+    run = await settle(engine, "p")
+    assert run.output == {"refused": "detached", "key": "tenant:small", "active": 1}
+    assert await engine.get_run("detached") is None
+    [record] = await engine.list_steps("p")
+    assert (record.kind, record.status) == ("start_child", "failed")
+    await engine.signal("holds-the-quota", "done")
+    await settle(engine, "holds-the-quota")
+    await engine.start(starts_one, None, run_id="p2")  # the quota has room again
+    assert (await settle(engine, "p2")).output == "started"
+
+
 @runlane.workflow(
     name="both",
     singleton=Singleton(key=lambda i: "lane"),

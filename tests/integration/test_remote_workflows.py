@@ -818,6 +818,37 @@ async def test_a_turn_decided_in_process_starts_no_step_once_its_lease_ran_out(
     assert (calls["freeze"], calls["after"]) == (1, 1)
 
 
+async def test_a_remote_workflows_declared_singleton_and_quota_gate_its_starts(
+    store: Store,
+) -> None:
+    gated = _declared_with(
+        "patient",
+        singleton=runlane.Singleton(key=lambda i: "one-patient"),
+        concurrency=runlane.Concurrency(key="patients", limit=2),
+    )
+    async with fleet(store, declared=gated) as (engine, _, _):
+        await engine.start("patient", 0.0, run_id="p1")
+        await until(lambda: _waits_for_signal(engine, "p1"), "the holder waits for its signal")
+        await engine.start("patient", 0.0, run_id="p2")
+        with pytest.raises(runlane.ConcurrencyLimitError) as refused:
+            await engine.start("patient", 0.0, run_id="p3")
+        assert (refused.value.key, refused.value.active) == ("patients", 2)
+        assert await engine.get_run("p3") is None
+        holder, waiter = [await engine.get_run(i) for i in ("p1", "p2")]
+        assert holder is not None and waiter is not None
+        assert holder.holds_slot and (waiter.status, waiter.holds_slot) == (
+            RunStatus.BLOCKED,
+            False,
+        )
+        assert calls["slow"] == 1  # the waiter's body never ran on the worker
+        await engine.signal("p1", "go", 1)
+        await engine.signal("p2", "go", 2)  # buffered until its turn
+        first = await settled(engine, "p1", timeout=15)
+        second = await settled(engine, "p2", timeout=15)
+    assert (first.output, second.output) == (1, 2)
+    assert calls["slow"] == 2
+
+
 def test_a_remote_workflow_needs_a_transport() -> None:
     with pytest.raises(runlane.DefinitionError, match="transport"):
         Engine("memory://", remote_workflows=[RemoteWorkflow("x", group="wf")])
