@@ -236,9 +236,12 @@ class Execution:
             self._local.spawn_all(ids)
 
     def cancelled(self, result: CancelResult) -> None:
-        """A cancellation made in the store: its waiters hear of the runs it settled, and the
-        runs it woke (a freed slot's waiters, parents) run now, not at the next timer poll."""
+        """A cancellation made in the store: its waiters hear of the runs it settled, turns
+        here waiting in memory for a remote step of a cancelled run stop waiting, and the runs
+        it woke (a freed slot's waiters, parents) run now, not at the next timer poll."""
         self.settlements.notify(result.changed)
+        if self.remote is not None:
+            self.remote.interrupt(result.changed)
         self.send(result.woken)
 
     def wake(self, run_ids: Iterable[str]) -> None:

@@ -21,9 +21,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import StepTimeoutError, error_dict, is_fatal, raise_stored
+from .errors import Abandon, Cancelled, StepTimeoutError, error_dict, is_fatal, raise_stored
 from .faults import OutageLog, is_infrastructure
-from .models import JSON, Settled, StepKind, StepRecord, StepStatus
+from .models import JSON, RunStatus, Settled, StepKind, StepRecord, StepStatus
 from .routing import Reason
 from .runqueue import RateLimitedLog
 from .stores.base import Store
@@ -155,6 +155,16 @@ class RemoteSteps:
             self._waiters.pop(key, None)
             self._heard.pop(key, None)
             self._beats.pop(key, None)
+
+    def interrupt(self, run_ids: Iterable[str]) -> None:
+        """Runs this instance cancelled: their turns waiting here in memory for a remote step
+        stop waiting and end the run cancelled (the step's result, if it ever comes, is
+        dropped with the run). Without this a cancelled run waited for its step, and for ever
+        when no worker took the task."""
+        cancelled = set(run_ids)
+        for key, waiter in self._waiters.items():
+            if _run_of(key) in cancelled and not waiter.done():
+                waiter.set_exception(Cancelled())
 
     def heard_at(self, key: Key) -> float:
         return self._heard.get(key, 0.0)
@@ -331,6 +341,10 @@ def _key(message: Message) -> Key:
     return (str(message.get("step_id")), int(message.get("attempt") or 0))
 
 
+def _run_of(key: Key) -> str:
+    return key[0].rsplit(":", 1)[0]  # a step id is "<run id>:<seq>"
+
+
 # ---------------------------------------------------------------- the turn's side
 
 
@@ -496,7 +510,8 @@ class _Watch:
         """The worker's (or the checkpoint's) result; None when the worker fell silent.
 
         Each time the wait runs out the checkpoint is read first: a result another instance
-        recorded ends the wait even while beats keep it going.
+        recorded ends the wait even while beats keep it going, and so does a cancellation made
+        elsewhere (one made here interrupts the wait at once: ``RemoteSteps.interrupt``).
         """
         wait = first
         while True:
@@ -510,6 +525,7 @@ class _Watch:
                 return _stored_result(stored)
             if waiter.done():  # it landed while the checkpoint was read
                 return waiter.result()
+            await self._still_ours()
             if self._taken(stored):
                 wait = self._alive_for(stored)
                 if wait <= 0:
@@ -519,6 +535,16 @@ class _Watch:
                 if queued is None:
                     return self._not_taken()
                 wait = queued
+
+    async def _still_ours(self) -> None:
+        """Waiting on is pointless for a run cancelled meanwhile (it settles cancelled now) or
+        taken over by another instance (this turn's writes would be refused)."""
+        turn = self.turn
+        run = await turn.io(turn.host.store.get_run(turn.run.id))
+        if run is None or run.lease_owner != turn.owner:
+            raise Abandon()
+        if run.status == RunStatus.CANCELLING:
+            raise Cancelled()
 
     def _taken(self, stored: StepRecord | None) -> bool:
         if self.remote.taken(self.key):

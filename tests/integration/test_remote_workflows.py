@@ -157,7 +157,14 @@ async def queued(ctx: runlane.Context, local: bool) -> int:
     return int(await ctx.step(inc if local else double, 1, queue="slots"))
 
 
-WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks, queued]
+@runlane.workflow(name="stranded", group="wf")
+async def stranded(ctx: runlane.Context, timeout: float) -> Any:
+    """Waits for a signal, then for a remote step no worker serves."""
+    said = await ctx.wait_for_signal("go")
+    return [said, await ctx.step("far.away", said, group="nobody", timeout=timeout)]
+
+
+WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks, queued, stranded]
 NAMES = (
     "tour",
     "child-wf",
@@ -169,6 +176,7 @@ NAMES = (
     "where",
     "marks",
     "queued",
+    "stranded",
 )
 LOCAL_STEPS = [inc, slow, where_async, where_sync, mark]
 DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
@@ -546,6 +554,45 @@ async def test_a_run_cancelled_while_its_turn_is_out_drops_the_decision(store: S
         run = await engine.get_run("c1")
     assert run is not None and run.status == RunStatus.CANCELLED
     assert await engine.list_steps("c1") == []
+
+
+async def _dispatched(engine: Engine, run_id: str) -> bool:
+    return any(s.name == "far.away" for s in await engine.list_steps(run_id))
+
+
+async def test_a_run_cancelled_while_its_turn_waits_for_a_remote_step_ends_cancelled(
+    store: Store,
+) -> None:
+    # The decision's remote step has a 30 s timeout and no worker takes it: the turn applying
+    # the decision waits in memory. Cancelled then, the run used to stay cancelling until the
+    # step ended (never, here: the task is only sent again after 300 s, then again and again).
+    async with fleet(store) as (engine, _, _):
+        await engine.start("stranded", 30.0, run_id="s1")
+        await until(lambda: _waits_for_signal(engine, "s1"), "the run waits for its signal")
+        await engine.signal("s1", "go", "now")
+        await until(lambda: _dispatched(engine, "s1"), "the remote step was sent")
+        assert await engine.cancel("s1") is True
+        done = await settled(engine, "s1", timeout=5)
+        [step] = [s for s in await engine.list_steps("s1") if s.name == "far.away"]
+    assert (done.status, done.output) == (RunStatus.CANCELLED, None)
+    assert step.status == "running"  # whatever a worker would say now is dropped
+
+
+async def test_a_cancel_made_by_another_instance_ends_a_wait_for_a_remote_step(
+    make_store: Callable[[], Store], store_kind: str
+) -> None:
+    shared = make_store()
+    second = shared if store_kind == "memory" else make_store()
+    other = Engine(second, transport=InProcessTransport(), drive=False, consumers="never")
+    async with fleet(shared) as (engine, _, _), other:
+        await _truncated(engine.store, store_kind)
+        await engine.start("stranded", 1.0, run_id="s2")
+        await until(lambda: _waits_for_signal(engine, "s2"), "the run waits for its signal")
+        await engine.signal("s2", "go", "now")
+        await until(lambda: _dispatched(engine, "s2"), "the remote step was sent")
+        assert await other.cancel("s2") is True  # the waiting turn is not on this instance
+        done = await settled(engine, "s2", timeout=5)  # noticed when its 1 s window runs out
+    assert (done.status, done.output) == (RunStatus.CANCELLED, None)
 
 
 async def test_a_remote_run_continues_as_new_and_starts_children_it_does_not_wait_for(
