@@ -149,15 +149,20 @@ async def test_an_idempotent_restart_is_never_rejected(make_engine: Any) -> None
     assert again.id == "only"
 
 
+def refusal(exc: ChildFailedError) -> dict[str, Any]:
+    """What a parent saw of a child start its quota refused."""
+    cause = exc.__cause__
+    assert isinstance(cause, ConcurrencyLimitError)
+    return {"refused": exc.child_id, "key": cause.key, "limit": cause.limit, "active": cause.active}
+
+
 @runlane.workflow(name="fanout")
 async def fanout(ctx: runlane.Context, _: Any) -> Any:
     await ctx.start_child(report, {"tenant": "small"}, run_id="kid-1")
     try:
         await ctx.child(report, {"tenant": "small"}, run_id="kid-2")
     except ChildFailedError as exc:
-        cause = exc.__cause__
-        assert isinstance(cause, ConcurrencyLimitError)
-        return {"refused": exc.child_id, "key": cause.key, "limit": cause.limit}
+        return refusal(exc)
     return None
 
 
@@ -167,7 +172,7 @@ async def test_a_refused_child_start_fails_in_the_parent_and_can_be_caught(
     engine = await make_engine(fanout, report)
     await engine.start(fanout, None, run_id="p")
     run = await settle(engine, "p")
-    assert run.output == {"refused": "kid-2", "key": "tenant:small", "limit": 1}
+    assert run.output == {"refused": "kid-2", "key": "tenant:small", "limit": 1, "active": 1}
     assert await engine.get_run("kid-2") is None
 
 
@@ -176,9 +181,7 @@ async def starts_one(ctx: runlane.Context, _: Any) -> Any:
     try:
         await ctx.start_child(report, {"tenant": "small"}, run_id="detached")
     except ChildFailedError as exc:
-        cause = exc.__cause__
-        assert isinstance(cause, ConcurrencyLimitError)
-        return {"refused": exc.child_id, "key": cause.key, "active": cause.active}
+        return refusal(exc)
     return "started"
 
 
@@ -189,7 +192,7 @@ async def test_a_quota_refused_start_child_fails_in_the_parent_and_creates_nothi
     await engine.start(report, {"tenant": "small"}, run_id="holds-the-quota")
     await engine.start(starts_one, None, run_id="p")
     run = await settle(engine, "p")
-    assert run.output == {"refused": "detached", "key": "tenant:small", "active": 1}
+    assert run.output == {"refused": "detached", "key": "tenant:small", "limit": 1, "active": 1}
     assert await engine.get_run("detached") is None
     [record] = await engine.list_steps("p")
     assert (record.kind, record.status) == ("start_child", "failed")
