@@ -23,6 +23,7 @@ from .clock import Clock
 from .definitions import Concurrency, StepDefinition, WorkflowDefinition
 from .errors import ExecutionTimeoutError, error_dict
 from .faults import OutageLog, is_infrastructure
+from .leased_wakes import LeasedWakes
 from .leases import LeaseKeeper
 from .local import LocalRuns
 from .loop import Loop
@@ -115,7 +116,7 @@ class Execution:
         self._decisions: dict[str, Decision] = {}
         self._tokens = itertools.count(1)
         self._local: LocalRuns | None = None
-        self.refused_wakes = RefusedWakes(self)
+        self.leased_wakes = LeasedWakes(self)
         self._accepting = True
         self._consuming = False
         self.loop = Loop(
@@ -182,7 +183,7 @@ class Execution:
         """
         self._accepting = False
         self._consuming = False
-        self.refused_wakes.drop()  # their runs stay in the store, for the lease's expiry
+        self.leased_wakes.drop()  # their runs stay in the store, for the lease's expiry
         in_flight = set(self._local.running) if self._local is not None else set()
         if self.runqueue is not None:
             await self.runqueue.stop_consuming()
@@ -331,7 +332,7 @@ class Execution:
             claim = outcome.claim
             if claim is None:
                 if not (polled or outcome.parked or outcome.settled):
-                    await self.refused_wakes.refused(run_id)
+                    await self.leased_wakes.refused(run_id)
                 return []
             if outcome.dying:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
@@ -605,60 +606,6 @@ class Execution:
             return len(tasks)
         await asyncio.gather(*tasks, return_exceptions=True)
         return len(tasks)
-
-
-class RefusedWakes:
-    """Wakes whose claim found the run leased by a turn elsewhere, tried again in memory.
-
-    A wake that lands while a turn holds the run is stamped in the store (``wake_requested_at``)
-    and the turn's suspension leaves the run due, so a live holder takes it itself. A holder
-    that died never suspends: its run would wait for some instance's recovery poll after the
-    lease expired. So the instance whose claim was refused keeps the wake and claims again when
-    the lease runs out, and again at each later expiry while the lease is renewed (the holder's
-    turn still runs); once the run is no longer leased, its holder has taken the wake or left
-    the run due, and the retry ends (the claim is refused, or it takes the run).
-    """
-
-    def __init__(self, execution: Execution) -> None:
-        self._execution = execution
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-
-    def __len__(self) -> int:
-        return len(self._timers)
-
-    async def refused(self, run_id: str) -> None:
-        """The claim of a wake of ``run_id`` was refused: retry it when the run's lease ends."""
-        execution = self._execution
-        if not execution.accepting:
-            return  # draining: the run stays in the store for another instance
-        try:
-            run = await execution.store.get_run(run_id)
-        except Exception as exc:
-            if not is_infrastructure(exc):
-                raise
-            return  # the lease, when it expires, is the recovery poll's
-        now = execution.now()
-        expires = run.lease_expires_at if run is not None else None
-        if run is None or run.is_terminal or expires is None or expires <= now:
-            return
-        self._cancel(run_id)
-        delay = (expires - now).total_seconds()
-        loop = asyncio.get_running_loop()
-        self._timers[run_id] = loop.call_later(delay, self._retry, run_id)
-
-    def _retry(self, run_id: str) -> None:
-        self._timers.pop(run_id, None)
-        if self._execution.accepting:
-            self._execution.wake_here(run_id)
-
-    def _cancel(self, run_id: str) -> None:
-        timer = self._timers.pop(run_id, None)
-        if timer is not None:
-            timer.cancel()
-
-    def drop(self) -> None:
-        for run_id in list(self._timers):
-            self._cancel(run_id)
 
 
 class _SchedulerHost:

@@ -103,10 +103,10 @@ async def test_a_wake_refused_by_a_dead_holders_lease_is_tried_again_when_the_le
         assert held.claim is not None  # an instance claimed it and died before its turn
         await engine.signal("w", "go", "again")  # a wake for the run, refused: the lease is held
         for _ in range(100):
-            if len(engine._execution.refused_wakes):
+            if len(engine._execution.leased_wakes):
                 break
             await asyncio.sleep(0.01)
-        assert len(engine._execution.refused_wakes) == 1, "the wake was not refused and kept"
+        assert len(engine._execution.leased_wakes) == 1, "the wake was not refused and kept"
         began = time.monotonic()
         done = await engine.wait_for_run("w", timeout=10)
         took = time.monotonic() - began
