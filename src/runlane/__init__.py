@@ -5,6 +5,7 @@ from __future__ import annotations
 from ._version import __version__ as __version__
 from .context import Context
 from .definitions import (
+    DEFAULT_CONCURRENCY_STATUSES,
     Concurrency,
     Debounce,
     RateLimit,
@@ -47,6 +48,7 @@ from .schedules import Schedule, ScheduleState
 from .worker import Worker
 
 __all__ = [
+    "DEFAULT_CONCURRENCY_STATUSES",
     "ChildFailedError",
     "Concurrency",
     "ConcurrencyLimitError",

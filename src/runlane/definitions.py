@@ -69,9 +69,16 @@ class Singleton:
         return 0 if self.on_busy == "reject" else self.max_queue_depth
 
 
+DEFAULT_CONCURRENCY_STATUSES: frozenset[RunStatus] = ACTIVE_STATUSES
+"""The statuses a quota counts when its ``Concurrency`` names none: every status of a run that
+is not finished (a run parked on a signal or waiting for a slot still holds its share)."""
+# ``paused`` belongs here too once RunStatus has it (it will be one of ACTIVE_STATUSES).
+
+
 @dataclass(frozen=True)
 class Concurrency:
-    """A reject-fast quota: at most ``limit`` counted runs share ``key``, across workflows."""
+    """A reject-fast quota: at most ``limit`` counted runs share ``key``, across workflows.
+    ``count_statuses`` defaults to :data:`DEFAULT_CONCURRENCY_STATUSES`."""
 
     key: str | Callable[[Any], str | None] | None
     limit: LimitSource
@@ -93,7 +100,9 @@ class Concurrency:
 
     @property
     def statuses(self) -> frozenset[RunStatus]:
-        return frozenset(self.count_statuses) if self.count_statuses else ACTIVE_STATUSES  # type: ignore[arg-type]
+        if not self.count_statuses:
+            return DEFAULT_CONCURRENCY_STATUSES
+        return frozenset(RunStatus(s) for s in self.count_statuses)
 
 
 MAX_LIMIT = 2**31 - 1
@@ -235,6 +244,8 @@ class WorkflowDefinition:
     dead_letter: str | None = None
     # A remote workflow: its turns run on Workers of this group, never in the engine.
     group: str | None = None
+    # A remote workflow's own silence window (seconds): see ``RemoteWorkflow``.
+    turn_timeout: float | None = None
     # The handlers given as decorated workflows: an engine that registers this workflow
     # registers them too, unless it registers a workflow of that name itself.
     given_handlers: tuple[WorkflowDefinition, ...] = field(default=(), compare=False, repr=False)
@@ -253,8 +264,8 @@ class WorkflowDefinition:
         return tuple(h for h in (self.on_failure, self.dead_letter) if h is not None)
 
     @property
-    def has_code(self) -> bool:
-        """Whether the body is here (a ``RemoteWorkflow`` declares one whose code is not)."""
+    def has_body(self) -> bool:
+        """Whether the body is here: a ``RemoteWorkflow`` declaration has none."""
         return self.fn is not _remote_body
 
 
@@ -379,16 +390,23 @@ def RemoteWorkflow(
     singleton: Singleton | None = None,
     concurrency: Concurrency | None = None,
     on_failure: str | None = None,
+    turn_timeout: Seconds | None = None,
     dead_letter: str | None = None,
 ) -> WorkflowDefinition:
     """A remote workflow declared by an engine that does not have its code: its turns go to
     the Workers of ``group``, which register the decorated body under the same name.
-    ``on_failure`` and ``dead_letter`` name handler workflows, as on ``@workflow``."""
+    ``on_failure`` and ``dead_letter`` name handler workflows, as on ``@workflow``.
+
+    ``turn_timeout`` is this workflow's silence window: a turn with neither a decision nor a
+    worker's heartbeat for that long is sent again. Where the engine's
+    ``remote_advance_silence`` is set too, the shorter of the two wins; with neither, the
+    window is the engine's lease."""
     if not isinstance(name, str) or not name:
         raise DefinitionError(f"a RemoteWorkflow needs a name, got {name!r}")
     if group is None:
         raise DefinitionError(f"RemoteWorkflow {name!r} needs a group")
     _check_group(group)
+    window = _turn_timeout(name, turn_timeout)
     for option, handler in (("on_failure", on_failure), ("dead_letter", dead_letter)):
         if handler is not None and (not isinstance(handler, str) or not handler):
             raise DefinitionError(f"{option}= takes a workflow name")
@@ -403,7 +421,21 @@ def RemoteWorkflow(
         on_failure=on_failure,
         dead_letter=dead_letter,
         group=group,
+        turn_timeout=window,
     )
+
+
+def _turn_timeout(name: str, value: Seconds | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        raise DefinitionError(
+            f"RemoteWorkflow {name!r}: turn_timeout must be seconds or a timedelta, got {value!r}"
+        )
+    window = as_seconds(value)
+    if not math.isfinite(window) or window <= 0:
+        raise DefinitionError(f"RemoteWorkflow {name!r}: turn_timeout must be positive")
+    return window
 
 
 def _handler(

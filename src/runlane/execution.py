@@ -24,6 +24,7 @@ from .clock import Clock
 from .definitions import Concurrency, StepDefinition, WorkflowDefinition
 from .errors import ExecutionTimeoutError, error_dict
 from .faults import OutageLog, is_infrastructure
+from .leased_wakes import LeasedWakes
 from .leases import LeaseKeeper
 from .local import LocalRuns
 from .loop import Loop
@@ -123,6 +124,7 @@ class Execution:
         self._decisions: dict[str, Decision] = {}
         self._tokens = itertools.count(1)
         self._local: LocalRuns | None = None
+        self.leased_wakes = LeasedWakes(self)
         self._accepting = True
         self._consuming = False
         self.loop = Loop(
@@ -194,13 +196,15 @@ class Execution:
         """Stop taking new work and wait up to ``timeout`` seconds for turns in flight.
 
         The run-queue consumer stops first; runs it took but had not started go back to the
-        queue; then the turns in flight finish (a turn still running at the timeout is cancelled
+        queue, and runs waiting here for a turn's slot are dropped (they stay due in the store);
+        then the turns in flight finish (a turn still running at the timeout is cancelled
         and its lease expires, so another instance recovers it), and the wakes taken for those
         runs meanwhile go back too, now that another instance can claim them.
         """
         self._accepting = False
         self._consuming = False
-        in_flight = set(self._local.inflight) if self._local is not None else set()
+        self.leased_wakes.drop()  # their runs stay in the store, for the lease's expiry
+        in_flight = set(self._local.running) if self._local is not None else set()
         if self.runqueue is not None:
             await self.runqueue.stop_consuming()
             await self.runqueue.hand_back(keep=in_flight)
@@ -253,9 +257,12 @@ class Execution:
             self._local.spawn_all(ids)
 
     def cancelled(self, result: CancelResult) -> None:
-        """A cancellation made in the store: its waiters hear of the runs it settled, and the
-        runs it woke (a freed slot's waiters, parents) run now, not at the next timer poll."""
+        """A cancellation made in the store: its waiters hear of the runs it settled, turns
+        here waiting in memory for a remote step of a cancelled run stop waiting, and the runs
+        it woke (a freed slot's waiters, parents) run now, not at the next timer poll."""
         self.settlements.notify(result.changed)
+        if self.remote is not None:
+            self.remote.interrupt(result.changed)
         self.send(result.woken)
 
     def wake(self, run_ids: Iterable[str]) -> None:
@@ -293,12 +300,12 @@ class Execution:
     def groups(self) -> set[str]:
         """The worker groups this engine's remote workflows and registered remote steps use."""
         registry = self.registry
-        workflows = {d.group for d in registry.versions if d.group is not None}
+        workflows = {d.group for d in registry.every_version if d.group is not None}
         return workflows | {s.group for s in registry.steps if s.group is not None}
 
     def decision_queues(self) -> list[str]:
         """The decision queues of the remote workflows this engine serves."""
-        remote = (d for d in self.registry.versions if d.group is not None)
+        remote = (d for d in self.registry.every_version if d.group is not None)
         return sorted({decision_queue(code(d.name, d.version)) for d in remote})
 
     def room(self) -> int:
@@ -315,6 +322,15 @@ class Execution:
     def executing(self, run_id: str) -> bool:
         return self._local is not None and run_id in self._local.inflight
 
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def wake_here(self, run_id: str) -> None:
+        """A wake to try on a local task of this instance (a refused wake tried again)."""
+        if self._local is not None:
+            self._local.spawn(run_id)
+
     def _spawn(
         self, run_id: str, *, handoff: bool = False, poll: bool = False
     ) -> asyncio.Task[None]:
@@ -327,9 +343,14 @@ class Execution:
         return f"{self.id}:{next(self._tokens)}"
 
     async def _execute(
-        self, run_id: str, handoff: bool = False, claim: Claim | None = None
+        self,
+        run_id: str,
+        handoff: bool = False,
+        claim: Claim | None = None,
+        polled: bool = False,
     ) -> list[str]:
-        """Claim the run (or use ``claim``) and drive one turn; returns runs to execute next."""
+        """Claim the run (or use ``claim``) and drive one turn; returns runs to execute next.
+        ``polled``: a poll found the run (a refused claim then means another instance has it)."""
         verdict = None
         released = None
         if claim is None:
@@ -345,6 +366,8 @@ class Execution:
             if claim is None:
                 if outcome.unserved:
                     self._unserved(run_id)
+                elif not (polled or outcome.parked or outcome.settled):
+                    await self.leased_wakes.refused(run_id)
                 return []
             if outcome.dying:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)

@@ -252,7 +252,7 @@ async def _replay_one(store: Store, registry: Registry, run: Run, report: Replay
     except UnknownWorkflowError:
         report.skipped.append((run, f"the app has no code for version {run.version!r}"))
         return
-    if not definition.has_code:
+    if not definition.has_body:
         report.skipped.append((run, "a remote workflow declared without its code"))
         return
     steps, signals = await store.list_steps(run.id), await store.list_signals(run.id)

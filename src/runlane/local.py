@@ -2,7 +2,10 @@
 
 Each run executes on at most one local task. A wake that arrives while its turn is in flight
 asks for one more turn after it; runs a turn woke (a freed singleton slot's waiter, a parent,
-new children) follow on at once. The bound is ``max_local_runs`` turns at a time.
+new children) follow on at once. The bound is ``max_local_runs`` turns at a time. Once the
+instance stops accepting work (a drain), a task still waiting for a turn's slot drops its run,
+which stays due in the store for another instance or the next poll; only turns already running
+finish (and runs already leased to this instance, whose lease is held here).
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from .models import Claim
 
 log = logging.getLogger("runlane.engine")
 
-Execute = Callable[[str, bool, Claim | None], Awaitable[list[str]]]
+Execute = Callable[[str, bool, Claim | None, bool], Awaitable[list[str]]]
 """Claim a run (or use the claim given) and drive one turn; returns the woken runs.
-``handoff`` marks the wake of a handed-off timer."""
+``handoff`` marks the wake of a handed-off timer; ``polled``, a run a poll found (not a wake)."""
 
 
 class LocalRuns:
@@ -33,6 +36,7 @@ class LocalRuns:
         self._accepting = accepting
         self.limit = limit
         self.inflight: dict[str, asyncio.Task[None]] = {}
+        self.running: set[str] = set()  # the runs of ``inflight`` whose turn has its slot
         self._again: set[str] = set()
         # Runs whose wake mid-turn was a handed-off timer: the next turn claims as a hand-off.
         self._handoffs: set[str] = set()
@@ -63,7 +67,7 @@ class LocalRuns:
                 self._claims[run_id] = claim
             return task
         task = asyncio.create_task(
-            self._drive(run_id, handoff, claim), name=f"runlane-run-{run_id}"
+            self._drive(run_id, handoff, claim, poll), name=f"runlane-run-{run_id}"
         )
         self.inflight[run_id] = task
         return task
@@ -93,20 +97,26 @@ class LocalRuns:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
 
-    async def _drive(self, run_id: str, handoff: bool, claim: Claim | None) -> None:
+    async def _drive(self, run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> None:
         followups: list[asyncio.Task[None]] = []
         try:
             again = True
             while again:
                 async with self._slots:
+                    if claim is None and not self._accepting():
+                        break  # draining: the run is not ours yet, and stays due in the store
                     # A wake or hand-off that came before this turn claims (during the last
                     # turn, or before the task had a slot) is this turn's; a hand-off pushed the
                     # run's wake time ahead, so the claim must say so.
                     self._again.discard(run_id)
                     handoff = handoff or run_id in self._handoffs
                     self._handoffs.discard(run_id)
-                    woken = await self._execute(run_id, handoff, claim)
-                handoff, claim = False, self._claims.pop(run_id, None)
+                    self.running.add(run_id)
+                    try:
+                        woken = await self._execute(run_id, handoff, claim, polled)
+                    finally:
+                        self.running.discard(run_id)
+                handoff, claim, polled = False, self._claims.pop(run_id, None), False
                 # While draining, woken runs stay due in the store for another instance (or
                 # the next start) to pick up; taking them here would keep the drain busy.
                 accepting = self._accepting()

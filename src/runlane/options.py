@@ -18,6 +18,8 @@ class EngineOptions:
     remote_redispatch: float | None = None
     remote_redispatch_max: int | None = None
     remote_advance_silence: float | None = None
+    # Remote workflows whose body this engine has: their turns are decided here, under the lease.
+    in_process_turns: bool = False
     max_recovery_attempts: int | None = None
     singleton_retry: float = 1.0
     max_prefetch: int = 64

@@ -51,7 +51,7 @@ class Registry:
         names, unless a workflow of that name is registered (after every workflow given, so
         those win); then check that every handler named is registered: a run's settlement
         starts it."""
-        pending = [d for versions in self._workflows.values() for d in versions.values()]
+        pending = self.every_version
         while pending:
             definition = pending.pop()
             for brought in (*definition.given_handlers, *named_workflows(definition.fn)):
@@ -122,15 +122,15 @@ class Registry:
         return list(self._latest.values())
 
     @property
-    def versions(self) -> list[WorkflowDefinition]:
-        """Every registered version of every workflow."""
+    def every_version(self) -> list[WorkflowDefinition]:
+        """Every registered definition: each version of each workflow."""
         return [d for versions in self._workflows.values() for d in versions.values()]
 
     @property
     def serves(self) -> Serves:
         """The ``(workflow, version)`` pairs whose runs this registry can replay (or, for a
         remote workflow, have its workers replay)."""
-        return Serves(frozenset((d.name, d.version) for d in self.versions))
+        return Serves(frozenset((d.name, d.version) for d in self.every_version))
 
     @property
     def steps(self) -> list[StepDefinition]:

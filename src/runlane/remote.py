@@ -22,9 +22,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import StepTimeoutError, error_dict, is_fatal, raise_stored
+from .errors import Abandon, Cancelled, StepTimeoutError, error_dict, is_fatal, raise_stored
 from .faults import OutageLog, is_infrastructure
-from .models import JSON, Settled, StepKind, StepRecord, StepStatus
+from .models import JSON, RunStatus, Settled, StepKind, StepRecord, StepStatus
 from .routing import Reason
 from .runqueue import RateLimitedLog
 from .stores.base import Store
@@ -99,7 +99,9 @@ class RemoteSteps:
         self.transport = transport
         self._waiters: dict[Key, asyncio.Future[Message]] = {}
         self._heard: dict[Key, float] = {}  # monotonic time of the last beat heard, per waiter
-        self._taken: set[Key] = set()  # waiters whose task a worker took (a beat was heard)
+        # When (by the engine's clock) the last beat of a waiter's attempt was heard here: a
+        # worker took its task. Compared with a beat another instance persisted.
+        self._beats: dict[Key, datetime] = {}
         self._persisted: dict[Key, float] = {}  # monotonic time a beat was last written
         self.workers: dict[str, Message] = {}  # descriptors of the workers heard announcing
         self._tasks: list[asyncio.Task[None]] = []
@@ -173,14 +175,28 @@ class RemoteSteps:
         finally:
             self._waiters.pop(key, None)
             self._heard.pop(key, None)
-            self._taken.discard(key)
+            self._beats.pop(key, None)
+
+    def interrupt(self, run_ids: Iterable[str]) -> None:
+        """Runs this instance cancelled: their turns waiting here in memory for a remote step
+        stop waiting and end the run cancelled (the step's result, if it ever comes, is
+        dropped with the run). Without this a cancelled run waited for its step, and for ever
+        when no worker took the task."""
+        cancelled = set(run_ids)
+        for key, waiter in self._waiters.items():
+            if _run_of(key) in cancelled and not waiter.done():
+                waiter.set_exception(Cancelled())
 
     def heard_at(self, key: Key) -> float:
         return self._heard.get(key, 0.0)
 
     def taken(self, key: Key) -> bool:
         """A worker took the awaited attempt's task: one of its beats was heard here."""
-        return key in self._taken
+        return key in self._beats
+
+    def last_beat(self, key: Key) -> datetime | None:
+        """When the awaited attempt's last beat was heard here, by the engine's clock."""
+        return self._beats.get(key)
 
     # ---------------------------------------------------------------- consumers
 
@@ -325,7 +341,7 @@ class RemoteSteps:
         key = _key(beat)
         if key in self._waiters:
             self._heard[key] = time.monotonic()
-            self._taken.add(key)
+            self._beats[key] = self.host.now()
             return
         throttle = self.host.options.heartbeat_persist_throttle
         if time.monotonic() - self._persisted.get(key, -throttle) < throttle:
@@ -348,6 +364,10 @@ class RemoteSteps:
 
 def _key(message: Message) -> Key:
     return (str(message.get("step_id")), int(message.get("attempt") or 0))
+
+
+def _run_of(key: Key) -> str:
+    return key[0].rsplit(":", 1)[0]  # a step id is "<run id>:<seq>"
 
 
 # ---------------------------------------------------------------- the turn's side
@@ -515,7 +535,8 @@ class _Watch:
         """The worker's (or the checkpoint's) result; None when the worker fell silent.
 
         Each time the wait runs out the checkpoint is read first: a result another instance
-        recorded ends the wait even while beats keep it going.
+        recorded ends the wait even while beats keep it going, and so does a cancellation made
+        elsewhere (one made here interrupts the wait at once: ``RemoteSteps.interrupt``).
         """
         wait = first
         while True:
@@ -529,6 +550,7 @@ class _Watch:
                 return _stored_result(stored)
             if waiter.done():  # it landed while the checkpoint was read
                 return waiter.result()
+            await self._still_ours()
             if self._taken(stored):
                 wait = self._alive_for(stored)
                 if wait <= 0:
@@ -538,6 +560,16 @@ class _Watch:
                 if queued is None:
                     return self._not_taken()
                 wait = queued
+
+    async def _still_ours(self) -> None:
+        """Waiting on is pointless for a run cancelled meanwhile (it settles cancelled now) or
+        taken over by another instance (this turn's writes would be refused)."""
+        turn = self.turn
+        run = await turn.io(turn.host.store.get_run(turn.run.id))
+        if run is None or run.lease_owner != turn.owner:
+            raise Abandon()
+        if run.status == RunStatus.CANCELLING:
+            raise Cancelled()
 
     def _taken(self, stored: StepRecord | None) -> bool:
         if self.remote.taken(self.key):
@@ -551,7 +583,8 @@ class _Watch:
     def _alive_for(self, stored: StepRecord | None) -> float:
         """Seconds of silence the worker still has, from beats heard here or persisted elsewhere."""
         heard = self.remote.heard_at(self.key) + self.timeout - time.monotonic()
-        return max(heard, _persisted_grace(self.turn, stored, self.timeout))
+        missed = not _heard_here(self.remote.last_beat(self.key), stored)
+        return max(heard, _persisted_grace(self.turn, stored, self.timeout, allowance=missed))
 
     async def _queued(self) -> float | None:
         """Seconds until a task nobody took is looked at again (re-sent if due); None: give up."""
@@ -581,16 +614,34 @@ def _stored_result(stored: StepRecord) -> Message:
     }
 
 
-def _persisted_grace(turn: Turn, stored: StepRecord | None, timeout: float) -> float:
+SAME_BEAT = 0.5
+"""Seconds within which two instances stamp one broadcast beat (delivery and clock skew
+between them): a beat persisted no later than this after the last beat heard here is one this
+instance heard too."""
+
+
+def _heard_here(last: datetime | None, stored: StepRecord | None) -> bool:
+    """Whether the last beat persisted for the attempt (if any) was heard here as well."""
+    if stored is None or stored.last_heartbeat_at is None:
+        return True
+    return last is not None and stored.last_heartbeat_at <= last + timedelta(seconds=SAME_BEAT)
+
+
+def _persisted_grace(
+    turn: Turn, stored: StepRecord | None, timeout: float, *, allowance: bool
+) -> float:
     """Seconds of silence still allowed because another instance persisted a recent beat.
 
     That instance persists at most one beat per ``heartbeat_persist_throttle``: a worker beating
-    all along may have been heard that long after the last persisted beat (seed 003, rule 3).
+    all along may have been heard that long after the last persisted beat, so a dispatcher that
+    did not hear that beat itself allows one throttle more (seed 003, rule 3). A dispatcher that
+    heard it (every instance hears every beat) gets no ``allowance``: it knows the worker's last
+    sign of life itself, and a dead worker is detected within ``timeout``.
     """
     if stored is None or stored.last_heartbeat_at is None:
         return 0.0
-    allowance = timeout + turn.host.options.heartbeat_persist_throttle
-    return allowance - (turn.now() - stored.last_heartbeat_at).total_seconds()
+    window = timeout + (turn.host.options.heartbeat_persist_throttle if allowance else 0.0)
+    return window - (turn.now() - stored.last_heartbeat_at).total_seconds()
 
 
 def _resolve(turn: Turn, op: StepOp, record: StepRecord, result: Message | None) -> Settled | None:

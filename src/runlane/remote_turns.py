@@ -9,33 +9,54 @@ and then runs the decision's commands through the same :class:`~runlane.turn.Tur
 local workflow's turn uses: remote steps through ``settle_remote_step`` (so a seq already
 dispatched is never dispatched twice), children through ``settle_children``.
 
-A turn with no decision and no beat for ``remote_advance_silence`` seconds is due again (its
-``wake_at`` is that deadline), and the next claim of the run sends it under a fresh task id.
+A turn with no decision and no beat for its silence window is due again (its ``wake_at`` is
+that deadline), and the next claim of the run sends it under a fresh task id. The window is the
+workflow's ``turn_timeout`` or the engine's ``remote_advance_silence``, the shorter of the two
+(the lease when neither is set). An instance that hears a beat for a turn another instance sent
+reads the run once to learn its workflow's window, but only when some workflow it knows has a
+window of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from .context import ChildOp, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
-from .errors import Cancelled, LeaseLostError, NonDeterminismError, RunCancelling, error_dict
+from .errors import (
+    Cancelled,
+    LeaseLostError,
+    NonDeterminismError,
+    RunCancelling,
+    UnknownWorkflowError,
+    error_dict,
+)
 from .faults import OutageLog, is_infrastructure
 from .models import Claim, RunStatus, Settlement, StepKind
+from .registry import Registry
+from .replay import WorkerHost, failed_decision, replay
 from .retry import NO_RETRY, Retry
 from .transports.base import Message, Transport
 from .transports.messages import Malformed
 from .turn import Turn, TurnHost, TurnOutcome
-from .workflow_tasks import Decision, awaited_children, parse_decision, workflow_task
+from .workflow_tasks import (
+    Decision,
+    awaited_children,
+    decision_doc,
+    parse_decision,
+    workflow_task,
+)
 
 log = logging.getLogger("runlane.remote")
 
-PERSISTED_KEEP = 10_000  # task ids whose last persisted beat is remembered
+PERSISTED_KEEP = 10_000  # task ids whose last persisted beat (and window) is remembered
+IN_PROCESS = "in-process"  # the worker a decision made by the engine itself names
 
 
 class TurnsHost(TurnHost, Protocol):
@@ -44,6 +65,11 @@ class TurnsHost(TurnHost, Protocol):
     @property
     def outage(self) -> OutageLog:
         """Where a workflow beat the store could not take is reported."""
+        ...
+
+    @property
+    def registry(self) -> Registry:
+        """The workflows this instance knows (a turn's window is its workflow's)."""
         ...
 
     async def apply_decision(self, decision: Decision) -> None:
@@ -58,25 +84,36 @@ class RemoteTurns:
         self.host = host
         self.transport = transport
         self._persisted: dict[str, float] = {}  # task id -> monotonic time of the last write
+        self._windows: dict[str, float] = {}  # task id -> its silence window, once known
 
-    def silence(self) -> float:
+    def silence(self, definition: WorkflowDefinition | None = None) -> float:
+        """Seconds without a decision or a beat after which a turn of ``definition`` is sent
+        again: its ``turn_timeout`` or ``remote_advance_silence``, the shorter; else the lease."""
         options = self.host.options
-        return options.remote_advance_silence or options.lease
+        own = definition.turn_timeout if definition is not None else None
+        given = [w for w in (options.remote_advance_silence, own) if w is not None]
+        return min(given) if given else options.lease
 
     # ---------------------------------------------------------------- sending a turn
 
+    def decides_here(self, definition: WorkflowDefinition) -> bool:
+        """Whether this engine decides the workflow's turns itself (``in_process_turns``, and
+        the body is here) rather than send them to its group."""
+        return self.host.options.in_process_turns and definition.has_body
+
     async def send(self, claim: Claim, owner: str, definition: WorkflowDefinition) -> TurnOutcome:
-        """Mark the leased run as awaiting a fresh task, release it, then send the task."""
+        """Mark the leased run as awaiting a fresh task, release it, then send the task; or,
+        for a workflow decided here, replay and apply the turn under this lease."""
+        if self.decides_here(definition):
+            turn = Turn(self.host, claim, owner, definition)
+            return await turn.execute(drive=self._decide_here)
         run, store, now = claim.run, self.host.store, self.host.now()
         task_id = uuid.uuid4().hex
         group = str(definition.group)
         try:
-            children = await store.get_runs(awaited_children(claim.steps))
-            deadline = now + timedelta(seconds=self.silence())
-            trace = self.host.tracing.carrier()  # the sending turn's span, when tracing
-            task = workflow_task(
-                task_id, run, group, claim.steps, claim.signals, children, now, deadline, trace
-            )
+            window = self.silence(definition)
+            deadline = now + timedelta(seconds=window)
+            task = await self._task(task_id, definition, claim, now, deadline)
             await store.await_decision(run.id, owner, task_id, deadline, now)
         except RunCancelling:
             turn = Turn(self.host, claim, owner, definition)
@@ -88,12 +125,56 @@ class RemoteTurns:
                 raise
             # The lease expires and the recovery sends the turn again.
             return TurnOutcome("abandoned", outage=exc)
+        self._remember(self._windows, task_id, window)
         try:
             await self.transport.send_tasks(group, [task])
         except Exception as exc:
             # The run is parked until its deadline, when the turn is sent again.
             log.warning("sending workflow task %s of run %s failed (%s)", task_id, run.id, exc)
         return TurnOutcome("suspended", wake_at=deadline)
+
+    async def _task(
+        self,
+        task_id: str,
+        definition: WorkflowDefinition,
+        claim: Claim,
+        now: datetime,
+        deadline: datetime,
+    ) -> Message:
+        """The workflow task of the run's next turn (the children it waits for read first)."""
+        children = await self.host.store.get_runs(awaited_children(claim.steps))
+        trace = self.host.tracing.carrier()  # the sending turn's span, when tracing
+        group = str(definition.group)
+        history, signals = claim.steps, claim.signals
+        return workflow_task(
+            task_id, claim.run, group, history, signals, children, now, deadline, trace
+        )
+
+    # ---------------------------------------------------------------- deciding here
+
+    async def _decide_here(self, turn: Turn) -> tuple[Settlement, bool] | None:
+        """The ``drive`` of a turn decided in process: the same task a worker would get, the
+        same replay, and its decision parsed and applied as a worker's is, under this turn's
+        lease (no release, no transport)."""
+        now = turn.now()
+        deadline = now + timedelta(seconds=self.silence(turn.definition))
+        claim = Claim(turn.run, list(turn.records.values()), turn.signals)
+        task = await turn.io(self._task(uuid.uuid4().hex, turn.definition, claim, now, deadline))
+        host = WorkerHost(
+            {d.name: d for d in self.host.registry.steps},
+            pulse=_LeaseHeld(turn),
+            clock=self.host.now,
+            stats=self.host.stats,
+            tracing=self.host.tracing,
+        )
+        try:
+            decided = await replay(task, self.host.registry, host.steps, host=host)
+        except Exception as exc:
+            log.exception("deciding a turn of run %s in process failed", turn.run.id)
+            decided = failed_decision(task, exc)
+        # Through the wire format and back: a decision made here passes the checks a worker's
+        # does, and is applied by the very same code.
+        return await apply_decision(turn, parse_decision(decision_doc(decided, IN_PROCESS)))
 
     # ---------------------------------------------------------------- decisions
 
@@ -105,6 +186,7 @@ class RemoteTurns:
             log.warning("dropping a malformed decision: %s", exc)
             return
         self._persisted.pop(decision.task_id, None)
+        self._windows.pop(decision.task_id, None)
         await self.host.apply_decision(decision)
 
     async def heard_beat(self, beat: Message) -> None:
@@ -114,20 +196,53 @@ class RemoteTurns:
         if not isinstance(task_id, str) or not isinstance(run_id, str):
             log.warning("dropping a malformed workflow heartbeat: %.200r", beat)
             return
-        window = self.silence()
-        if time.monotonic() - self._persisted.get(task_id, -window) < window / 2:
-            return
-        if len(self._persisted) > PERSISTED_KEEP:
-            self._persisted.clear()
-        self._persisted[task_id] = time.monotonic()
-        deadline = self.host.now() + timedelta(seconds=window)
         try:
+            window = await self._window_of(task_id, run_id)
+            if time.monotonic() - self._persisted.get(task_id, -window) < window / 2:
+                return
+            self._remember(self._persisted, task_id, time.monotonic())
+            deadline = self.host.now() + timedelta(seconds=window)
             await self.host.store.extend_decision(run_id, task_id, deadline)
         except Exception as exc:
-            del self._persisted[task_id]
+            self._persisted.pop(task_id, None)
             if not is_infrastructure(exc):
                 raise
             self.host.outage.failed(exc, "recording a workflow heartbeat")
+
+    async def _window_of(self, task_id: str, run_id: str) -> float:
+        """The silence window of a turn out: known when this instance sent it; else that of
+        the run's workflow, read once, when some workflow here has a window of its own."""
+        known = self._windows.get(task_id)
+        if known is not None:
+            return known
+        if not any(w.turn_timeout is not None for w in self.host.registry.every_version):
+            return self.silence()
+        run = await self.host.store.get_run(run_id)
+        definition = None
+        if run is not None:
+            with contextlib.suppress(UnknownWorkflowError):  # not ours: the engine's window
+                definition = self.host.registry.workflow(run.workflow, run.version)
+        window = self.silence(definition)
+        self._remember(self._windows, task_id, window)
+        return window
+
+    @staticmethod
+    def _remember(book: dict[str, float], task_id: str, value: float) -> None:
+        if len(book) > PERSISTED_KEEP:
+            book.clear()
+        book[task_id] = value
+
+
+class _LeaseHeld:
+    """A turn decided in process is live while this engine's lease is (by its clock): past
+    it, the replay starts no further local step, as a worker whose beats lapsed does."""
+
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
+
+    def live(self) -> bool:
+        turn = self._turn
+        return not turn.host.leases.expired(turn.run.id, turn.now())
 
 
 async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bool] | None:

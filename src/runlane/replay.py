@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from .concurrency import run_on_loop
 from .context import ChildOp, StepOp
@@ -84,6 +84,13 @@ class _NoLeases:
         return True
 
 
+class Liveness(Protocol):
+    """Whether the turn being replayed is still the one its engine awaits: once it is not, the
+    turn starts no further local step (see ``DecisionTurn.ensure_lease``)."""
+
+    def live(self) -> bool: ...
+
+
 class Pulse:
     """Whether a turn's heartbeats keep getting out, so that the engine still awaits the turn.
 
@@ -114,7 +121,10 @@ class Pulse:
 
 
 class WorkerHost:
-    """What a replayed turn needs on a worker: its steps, a clock, no store."""
+    """What a replayed turn needs on a worker: its steps, a clock, no store.
+
+    An engine deciding a turn in process gives its own clock, liveness (its lease), counters
+    and spans; a worker has none of those and uses its wall clock."""
 
     remote = None
 
@@ -122,7 +132,11 @@ class WorkerHost:
         self,
         steps: Mapping[str, StepDefinition],
         step_loop: asyncio.AbstractEventLoop | None = None,
-        pulse: Pulse | None = None,
+        pulse: Liveness | None = None,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        stats: EngineStats | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.steps = steps
         self.step_loop = step_loop
@@ -130,12 +144,13 @@ class WorkerHost:
         self.store = cast(Store, _NoStore())
         self.options = EngineOptions()
         self.leases = cast(LeaseKeeper, _NoLeases())
+        self._clock = clock
         # A worker serves no /metrics; its step spans join the global provider's traces.
-        self.stats = EngineStats()
-        self.tracing = Tracing()
+        self.stats = stats or EngineStats()
+        self.tracing = tracing or Tracing()
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return self._clock() if self._clock is not None else datetime.now(UTC)
 
     def successor_lease(self) -> Lease | None:
         return None
@@ -310,11 +325,14 @@ async def replay(
     workflows: Registry,
     steps: Mapping[str, StepDefinition],
     step_loop: asyncio.AbstractEventLoop | None = None,
-    pulse: Pulse | None = None,
+    pulse: Liveness | None = None,
+    *,
+    host: WorkerHost | None = None,
 ) -> Decision:
     """Replay the task's workflow body against its history: the decision for the turn. Local
     step bodies run on ``step_loop`` when given (else on this loop); with ``pulse``, no local
-    step starts once the turn's beats lapsed."""
+    step starts once the turn's beats lapsed. ``host`` replaces the worker's own (an engine
+    deciding the turn in process)."""
     run_id = str(task["run_id"])
     try:
         definition = workflows.workflow(str(task["workflow"]), str(task.get("version") or "1"))
@@ -325,9 +343,19 @@ async def replay(
         [record_from_doc(run_id, doc) for doc in task.get("history") or []],
         [signal_from_doc(run_id, doc) for doc in task.get("signals") or []],
     )
-    turn = DecisionTurn(WorkerHost(steps, step_loop, pulse), claim, definition, task)
+    turn = DecisionTurn(host or WorkerHost(steps, step_loop, pulse), claim, definition, task)
     await turn.execute()
     return turn.decision
+
+
+def failed_decision(task: Message, exc: BaseException) -> Decision:
+    """The decision for a turn whose replay itself broke (not the body: its exceptions fail
+    the run through the body's own outcome): the run fails with the error."""
+    return Decision(
+        str(task["task_id"]),
+        str(task["run_id"]),
+        outcome={"type": "fail", "error": _error_dict(exc)},
+    )
 
 
 def _task_run(task: Message) -> Run:
@@ -355,4 +383,4 @@ def _failed(exc: BaseException) -> Message:
     return {"type": "fail", "error": _error_dict(exc, with_traceback=False)}
 
 
-__all__ = ["DecisionTurn", "Pulse", "WorkerHost", "replay"]
+__all__ = ["DecisionTurn", "Liveness", "Pulse", "WorkerHost", "failed_decision", "replay"]

@@ -31,14 +31,13 @@ from .concurrency import call_step_body, run_on_own_loop
 from .definitions import StepDefinition, step_definition
 from .errors import UnknownStepError, error_dict
 from .registry import Registry
-from .replay import Pulse, replay
+from .replay import Pulse, failed_decision, replay
 from .serialization import normalise
 from .tracing import Tracing
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, WORKER_KIND, Malformed, check
 from .workflow_tasks import (
     WORKFLOW_KIND,
-    Decision,
     check_workflow_task,
     decision_doc,
     expired,
@@ -205,8 +204,7 @@ class Worker:
             decision = await run_on_own_loop(main, replays)
         except Exception as exc:
             log.exception("worker %s: replaying %s failed", self.name, task.get("run_id"))
-            decision = Decision(str(task["task_id"]), str(task["run_id"]))
-            decision.outcome = {"type": "fail", "error": error_dict(exc)}
+            decision = failed_decision(task, exc)
         finally:
             done.set()
             beating.cancel()

@@ -473,3 +473,76 @@ async def test_a_waiting_remote_step_is_rechecked_within_the_reconcile_interval_
         assert run.wake_at - clock.now() <= timedelta(seconds=10), (check, run.wake_at)
         clock.advance(10)
         await engine.tick()
+
+
+# ---------------------------------------------------------------- replace, and cancel-then-start
+
+
+@runlane.step(name="conf.mark")
+async def mark(name: str) -> str:
+    calls.hit(f"mark:{name}")
+    return f"marked {name}"
+
+
+@runlane.workflow(
+    name="conf.replaced",
+    singleton=runlane.Singleton(key=lambda i: "one-report", on_busy="replace"),
+)
+async def replaced(ctx: runlane.Context, name: str) -> Any:
+    first = await ctx.step(held, name)
+    return [first, await ctx.step(mark, name)]
+
+
+async def test_a_replaced_runs_steps_never_reach_the_run_that_replaced_it(
+    make_engine: Any, clock: Any
+) -> None:
+    calls.counts.clear()
+    engine = await make_engine(replaced)
+    await engine.start(replaced, "old", run_id="old")
+    turn = await _while_step_runs(engine, "old", "old")
+    clock.advance(0.001)
+    await engine.start(replaced, "new", run_id="new")  # cancels "old", mid-step
+    assert (await engine.get_run("old")).status == RunStatus.CANCELLING
+    gate["new"] = asyncio.Event()
+    gate["new"].set()
+    gate["old"].set()  # the old step finishes; its result is discarded with its run
+    await turn
+    new = await settle(engine, "new")
+    old = await engine.get_run("old")
+    assert (old.status, old.output) == (RunStatus.CANCELLED, None)
+    assert (new.status, new.output) == (RunStatus.COMPLETED, ["new done", "marked new"])
+    steps = await engine.list_steps("new")
+    assert [(s.seq, s.input, s.output) for s in steps] == [
+        (1, "new", "new done"),
+        (2, "new", "marked new"),
+    ]
+    assert await engine.list_steps("old") == []
+    assert (calls["old"], calls["new"], calls["mark:old"], calls["mark:new"]) == (1, 1, 0, 1)
+
+
+@runlane.workflow(
+    name="conf.rejecting",
+    singleton=runlane.Singleton(key=lambda i: "one-export", on_busy="reject"),
+)
+async def rejecting(ctx: runlane.Context, name: str) -> Any:
+    return await ctx.step(held, name)
+
+
+async def test_cancel_then_start_is_refused_while_the_cancelled_run_finishes_its_step(
+    make_engine: Any,
+) -> None:
+    # The README's advice: cancel() returns while the run is still cancelling and holds its
+    # slot, so a start in reject mode right after it is refused; on_busy="replace" is the
+    # atomic alternative.
+    calls.counts.clear()
+    engine = await make_engine(rejecting)
+    await engine.start(rejecting, "first", run_id="first")
+    turn = await _while_step_runs(engine, "first", "first")
+    assert await engine.cancel("first") is True
+    assert (await engine.get_run("first")).holds_slot
+    with pytest.raises(runlane.SingletonQueueFullError):
+        await engine.start(rejecting, "second", run_id="second")
+    gate["first"].set()
+    await turn
+    assert (await settle(engine, "first")).status == RunStatus.CANCELLED
+    assert (await engine.start(rejecting, "second", run_id="second")).status == RunStatus.PENDING

@@ -179,6 +179,35 @@ async def test_a_remote_step_runs_on_a_worker_and_its_result_lands_on_another_in
     assert step.status == "completed" and step.attempts == 1
 
 
+async def test_a_result_another_instance_recorded_resolves_the_dispatchers_wait_in_memory(
+    fleet: Any,
+) -> None:
+    # The step has a timeout: its turn waits in memory on the dispatcher, which takes no
+    # results and hears no beats. The other instance takes the result and records it; the
+    # dispatcher's wait finds it in the checkpoint when its window runs out.
+    dispatcher = await fleet("dispatcher", heartbeat_persist_throttle=0.5)
+    other = await fleet("other", drive=False, consumers="never", heartbeat_persist_throttle=0.5)
+    assert dispatcher._execution.remote is not None and other._execution.remote is not None
+    await dispatcher._execution.remote.stop()
+    other._execution.remote.start()  # results and beats only: it takes no runs
+    recorded: list[str] = []
+    record = other.store.record_step_result
+
+    async def recording(run_id: str, *args: Any) -> Any:
+        recorded.append(run_id)
+        return await record(run_id, *args)
+
+    setattr(other.store, "record_step_result", recording)  # noqa: B010 (a spy for the test)
+    await fleet.worker()
+    order = {"amount": 6, "timeout": 0.5, "seconds": 0.3}
+    await dispatcher.start(checkout_watched, order, run_id="elsewhere-1")
+    done = await dispatcher.wait_for_run("elsewhere-1", timeout=20)
+    assert (done.status, done.output) == (RunStatus.COMPLETED, {"charged": 6}), done.error
+    [step] = await dispatcher.list_steps("elsewhere-1")
+    assert (step.status, step.attempts) == ("completed", 1)
+    assert recorded == ["elsewhere-1"]
+
+
 async def test_the_instance_that_takes_a_result_resumes_the_run_itself(fleet: Any) -> None:
     # The dispatcher takes no results: "other" records each one and, rather than publishing a
     # wake to the run queue (a second hop, which either instance could take), resumes the run
@@ -235,6 +264,40 @@ async def test_a_worker_that_dies_after_taking_a_task_is_detected_within_the_ste
     assert done.status == RunStatus.FAILED
     assert done.error["type"] == "StepTimeoutError", done.error
     assert "no result or heartbeat" in done.error["message"]
+
+
+async def test_a_dispatcher_that_heard_the_last_beat_itself_gets_no_persist_allowance(
+    fleet: Any,
+) -> None:
+    # Two engines: whichever did not dispatch the step persists the doomed worker's one beat.
+    # The dispatcher heard that beat too, so the 5 s persist throttle buys the dead worker
+    # nothing: its attempt fails within the step's 0.5 s window, as on a single instance.
+    engine = await fleet("a", heartbeat_persist_throttle=5.0)
+    await fleet("b", heartbeat_persist_throttle=5.0)
+    doomed: Any = fleet.transport()
+    await doomed.open()
+    try:
+        await engine.start(checkout_watched, {"amount": 1, "timeout": 0.5}, run_id="dead-2")
+        first = await take_task(doomed, 1)
+        await doomed.publish_heartbeat(beat_for(first))
+        beat = time.monotonic()
+        await until_persisted(engine, "dead-2")
+        await take_task(doomed, 2)  # attempt 1 was failed and retried
+        failed_after = time.monotonic() - beat
+    finally:
+        await doomed.close()
+    assert failed_after < 0.5 + 1.5, f"attempt 1 was failed after {failed_after:.2f}s"
+
+
+async def until_persisted(engine: Engine, run_id: str) -> None:
+    """Until some instance wrote the step's beat (the one that did not dispatch it)."""
+    seen: list[Any] = []
+    for _ in range(100):
+        seen = await engine.list_steps(run_id)
+        if any(s.last_heartbeat_at is not None or s.attempts > 1 for s in seen):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no instance persisted the beat; steps {seen}")
 
 
 async def test_a_task_queued_longer_than_its_timeout_runs_once_a_worker_comes(fleet: Any) -> None:

@@ -638,6 +638,52 @@ async def test_drain_finishes_turns_in_flight_and_takes_no_new_work(make_engine:
     assert all(s in (RunStatus.COMPLETED, RunStatus.PENDING, RunStatus.BLOCKED) for s in statuses)
 
 
+@runlane.step(name="counted-pause")
+async def counted_pause(seconds: float) -> float:
+    import asyncio
+
+    calls.hit("counted-pause")
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@runlane.workflow(name="one-pause")
+async def one_pause(ctx: runlane.Context, seconds: float) -> Any:
+    return await ctx.step(counted_pause, seconds)
+
+
+async def test_drain_drops_the_runs_waiting_for_a_local_slot_and_another_instance_runs_them(
+    make_engine: Any,
+) -> None:
+    import asyncio
+    import time
+
+    from runlane.clock import SystemClock
+
+    engine = await make_engine(
+        one_pause, drive=True, clock=SystemClock(), poll_interval=30, max_local_runs=1
+    )
+    async with engine:
+        for n in range(4):  # the first takes the one slot; three wait for it
+            await engine.start(one_pause, 0.4, run_id=f"d{n}")
+        for _ in range(200):
+            if calls["counted-pause"]:
+                break
+            await asyncio.sleep(0.01)
+        began = time.monotonic()
+        await engine.drain(timeout=10)
+        drained_in = time.monotonic() - began
+        statuses = [(await engine.get_run(f"d{n}")).status for n in range(4)]
+    assert calls["counted-pause"] == 1, "a waiting run's step began after the drain"
+    assert statuses == [RunStatus.COMPLETED] + [RunStatus.PENDING] * 3, statuses
+    assert drained_in < 0.4 + 0.3, drained_in  # the running turn only
+    other = await make_engine(one_pause, drive=True, clock=SystemClock(), poll_interval=0.05)
+    async with other:  # the dropped runs stayed due: the next instance's poll runs them
+        finals = [await other.wait_for_run(f"d{n}", timeout=10) for n in range(4)]
+    assert [run.status for run in finals] == [RunStatus.COMPLETED] * 4
+    assert calls["counted-pause"] == 4
+
+
 @runlane.workflow(name="long-step")
 async def long_step(ctx: runlane.Context, seconds: float) -> Any:
     await ctx.step(pause, seconds)

@@ -37,6 +37,7 @@ events: dict[str, asyncio.Event] = {}
 
 @pytest.fixture(autouse=True)
 def fresh_state() -> None:
+    flaky_failures.clear()
     executed.clear()
     occupancy.clear()
     peak.clear()
@@ -93,7 +94,47 @@ async def visit(ctx: runlane.Context, _: Any) -> Any:
     return await ctx.step("instances.where", {"run": ctx.run_id})
 
 
-WORKFLOWS = [checkout, held, kid, parent, visit]
+@runlane.workflow(name="instances.fails", on_failure="instances.visit")
+async def fails(ctx: runlane.Context, _: Any) -> Any:
+    await ctx.step("instances.where", {"run": ctx.run_id})
+    raise ValueError("failed for its handler")
+
+
+@runlane.workflow(name="instances.spawns")
+async def spawns(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.child(visit, None, run_id=f"{ctx.run_id}.child")
+
+
+@runlane.workflow(name="instances.continues")
+async def continues(ctx: runlane.Context, n: int) -> Any:
+    if n == 0:
+        ctx.continue_as_new(1)
+    return await ctx.step("instances.where", {"run": ctx.run_id})
+
+
+flaky_failures: list[str] = []
+
+
+@runlane.step(name="instances.flaky")
+async def flaky(run_id: str) -> str:
+    if run_id not in flaky_failures:
+        flaky_failures.append(run_id)
+        raise RuntimeError("down the first time")
+    return "up"
+
+
+@runlane.workflow(name="instances.retried")
+async def retried(ctx: runlane.Context, _: Any) -> Any:
+    await ctx.step("instances.where", {"run": ctx.run_id})
+    return await ctx.step(flaky, ctx.run_id)
+
+
+@runlane.workflow(name="instances.on-signup", on_event=("instances.signed-up",))
+async def on_signup(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.step("instances.where", {"run": ctx.run_id})
+
+
+WORKFLOWS = [checkout, held, kid, parent, visit, fails, spawns, continues, retried, on_signup]
 
 
 @pytest.fixture(params=QUEUE_KINDS)
@@ -410,3 +451,61 @@ async def test_runs_a_recovery_poll_finds_travel_the_run_queue_and_spread_over_t
     await all_completed(web, ids)
     recovered = [await web.get_run(i) for i in ids]
     assert [r.recoveries for r in recovered if r is not None] == [1] * 6
+
+
+def record_enqueued(engine: Engine) -> list[str]:
+    """The ids of the run messages ``engine`` puts on the run queue, with their reasons."""
+    transport = engine.transport
+    assert transport is not None
+    sent: list[str] = []
+    enqueue_runs = transport.enqueue_runs
+
+    async def recorded(messages: Any) -> None:
+        sent.extend(f"{m['reason']}:{m['run_id']}" for m in messages)
+        await enqueue_runs(messages)
+
+    transport.enqueue_runs = recorded  # type: ignore[method-assign]
+    return sent
+
+
+async def test_windows_subscribers_handlers_children_continuations_and_requeues_travel_the_run_queue(
+    instance: Any,
+) -> None:
+    web = await instance("web", consume=False)
+    a, b = await instance("a"), await instance("b")
+    sent = [record_enqueued(engine) for engine in (web, a, b)]
+    await web.start(fails, None, run_id="f")
+    await web.start(spawns, None, run_id="s")
+    await web.start(continues, 0, run_id="c")
+    await web.start(retried, None, run_id="r")
+    await web.publish_event("instances.signed-up", {"user": 1}, id="e1")
+    await web.schedules.upsert(runlane.Schedule("instances.every", visit, every=1))
+    windows: list[Run] = []
+
+    async def fired() -> bool:
+        await web.fire_schedules()  # the producer fires; it runs nothing itself
+        windows[:] = await web.list_runs(workflow=visit)
+        return bool(windows)
+
+    await until("a window fired", fired, lambda: windows)
+    await web.schedules.delete("instances.every")
+    assert (await web.wait_for_run("r", timeout=15)).status == RunStatus.FAILED
+    await web.requeue("r")
+    runs = {
+        "handler": "f.failure.1",
+        "child": "s.child",
+        "continuation": "c~1",
+        "requeue": "r",
+        "subscriber": "instances.on-signup:event:e1",
+        "window": windows[0].id,
+    }
+    for kind, run_id in runs.items():
+        done = await web.wait_for_run(run_id, timeout=15)
+        assert done.status == RunStatus.COMPLETED, (kind, done)
+    messages = [message for one in sent for message in one]
+    for kind, run_id in runs.items():
+        assert any(m.split(":", 1)[1] == run_id for m in messages), (kind, messages)
+    # Nobody drives a loop here: each of them ran on a consumer that took it off the queue.
+    ran = {e.split(":", 1)[1]: e.split(":", 1)[0] for e in executed}
+    for kind, run_id in runs.items():
+        assert ran.get(run_id) in ("a", "b"), (kind, ran)

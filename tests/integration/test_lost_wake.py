@@ -13,13 +13,17 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 import runlane
 from runlane import Engine, RunStatus
+from runlane.models import RetryTimer
 from runlane.stores import open_store
+from runlane.stores.base import Store
 from runlane.transports import RedisTransport
 from runlane.worker import Worker
 
@@ -68,3 +72,49 @@ async def test_no_run_waits_a_lease_for_a_wake_that_was_handed_off_mid_turn(pg_u
         await worker.transport.close()
         await transport.purge()
         await transport.close()
+
+
+# ---------------------------------------------------------------- a wake refused by a lease
+
+
+@runlane.workflow(name="lw.waits")
+async def waits(ctx: runlane.Context, _: Any) -> Any:
+    return await ctx.wait_for_signal("go")
+
+
+async def test_a_wake_refused_by_a_dead_holders_lease_is_tried_again_when_the_lease_ends(
+    make_store: Callable[[], Store], store_kind: str
+) -> None:
+    # The instance's own polls come every 30 s: only the refused wake, kept in memory and tried
+    # again when the dead holder's 1 s lease ends, runs the run within seconds.
+    first = make_store()
+    second = first if store_kind == "memory" else make_store()
+    producer = Engine(first, workflows=[waits], drive=False, consumers="never")
+    engine = Engine(second, workflows=[waits], poll_interval=30)
+    async with producer, engine:
+        await _emptied(engine.store, store_kind)
+        await producer.start(waits, None, run_id="w")
+        await producer.tick()  # the run waits for its signal
+        await producer.signal("w", "go", "late")  # due now, in the store only
+        now = datetime.now(UTC)
+        held = await engine.store.claim_run(
+            "w", "dead:1", now, now + timedelta(seconds=1), singleton_retry=RetryTimer(1, 30, 1)
+        )
+        assert held.claim is not None  # an instance claimed it and died before its turn
+        await engine.signal("w", "go", "again")  # a wake for the run, refused: the lease is held
+        for _ in range(100):
+            if len(engine._execution.leased_wakes):
+                break
+            await asyncio.sleep(0.01)
+        assert len(engine._execution.leased_wakes) == 1, "the wake was not refused and kept"
+        began = time.monotonic()
+        done = await engine.wait_for_run("w", timeout=10)
+        took = time.monotonic() - began
+    assert (done.status, done.output, done.recoveries) == (RunStatus.COMPLETED, "late", 1)
+    assert took < 1.0 + 1.5, took
+
+
+async def _emptied(store: Store, kind: str) -> None:
+    reset = getattr(store, "reset_for_tests", None)
+    if kind == "postgres" and reset is not None:
+        await reset()

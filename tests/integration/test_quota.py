@@ -88,6 +88,39 @@ async def test_narrowed_count_statuses_stop_counting_runs_parked_on_a_signal(
     assert (await engine.start(parked, {"tenant": "t"}, run_id="b")).status == RunStatus.PENDING
 
 
+def test_the_default_count_statuses_are_every_unfinished_status() -> None:
+    default = runlane.DEFAULT_CONCURRENCY_STATUSES
+    expected = {"pending", "running", "suspended", "blocked", "paused", "cancelling"}
+    assert {str(s) for s in default} == expected
+    assert Concurrency(key="k", limit=1).statuses == runlane.DEFAULT_CONCURRENCY_STATUSES
+    narrowed = Concurrency(key="k", limit=1, count_statuses=["running"])
+    assert narrowed.statuses == {RunStatus.RUNNING}
+
+
+@runlane.workflow(
+    name="queued-report",
+    singleton=Singleton(key=lambda i: "one-at-a-time"),
+    concurrency=Concurrency(key=tenant, limit=2),
+)
+async def queued_report(ctx: runlane.Context, i: dict[str, Any]) -> Any:
+    return await ctx.wait_for_signal("done")
+
+
+async def test_by_default_a_suspended_run_and_a_blocked_waiter_both_count(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(queued_report)
+    await engine.start(queued_report, {"tenant": "t"}, run_id="holder")
+    clock.advance(0.001)
+    await engine.start(queued_report, {"tenant": "t"}, run_id="waiter")
+    await engine.tick()
+    statuses = [(await engine.get_run(i)).status for i in ("holder", "waiter")]
+    assert statuses == [RunStatus.SUSPENDED, RunStatus.BLOCKED]
+    with pytest.raises(ConcurrencyLimitError) as refused:
+        await engine.start(queued_report, {"tenant": "t"}, run_id="third")
+    assert refused.value.active == 2
+
+
 async def test_a_none_key_is_unlimited(make_engine: Any) -> None:
     engine = await make_engine(report)
     for n in range(10):
@@ -117,15 +150,20 @@ async def test_an_idempotent_restart_is_never_rejected(make_engine: Any) -> None
     assert again.id == "only"
 
 
+def refusal(exc: ChildFailedError) -> dict[str, Any]:
+    """What a parent saw of a child start its quota refused."""
+    cause = exc.__cause__
+    assert isinstance(cause, ConcurrencyLimitError)
+    return {"refused": exc.child_id, "key": cause.key, "limit": cause.limit, "active": cause.active}
+
+
 @runlane.workflow(name="fanout")
 async def fanout(ctx: runlane.Context, _: Any) -> Any:
     await ctx.start_child(report, {"tenant": "small"}, run_id="kid-1")
     try:
         await ctx.child(report, {"tenant": "small"}, run_id="kid-2")
     except ChildFailedError as exc:
-        cause = exc.__cause__
-        assert isinstance(cause, ConcurrencyLimitError)
-        return {"refused": exc.child_id, "key": cause.key, "limit": cause.limit}
+        return refusal(exc)
     return None
 
 
@@ -135,8 +173,34 @@ async def test_a_refused_child_start_fails_in_the_parent_and_can_be_caught(
     engine = await make_engine(fanout, report)
     await engine.start(fanout, None, run_id="p")
     run = await settle(engine, "p")
-    assert run.output == {"refused": "kid-2", "key": "tenant:small", "limit": 1}
+    assert run.output == {"refused": "kid-2", "key": "tenant:small", "limit": 1, "active": 1}
     assert await engine.get_run("kid-2") is None
+
+
+@runlane.workflow(name="starts-one")
+async def starts_one(ctx: runlane.Context, _: Any) -> Any:
+    try:
+        await ctx.start_child(report, {"tenant": "small"}, run_id="detached")
+    except ChildFailedError as exc:
+        return refusal(exc)
+    return "started"
+
+
+async def test_a_quota_refused_start_child_fails_in_the_parent_and_creates_nothing(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(starts_one, report)
+    await engine.start(report, {"tenant": "small"}, run_id="holds-the-quota")
+    await engine.start(starts_one, None, run_id="p")
+    run = await settle(engine, "p")
+    assert run.output == {"refused": "detached", "key": "tenant:small", "limit": 1, "active": 1}
+    assert await engine.get_run("detached") is None
+    [record] = await engine.list_steps("p")
+    assert (record.kind, record.status) == ("start_child", "failed")
+    await engine.signal("holds-the-quota", "done")
+    await settle(engine, "holds-the-quota")
+    await engine.start(starts_one, None, run_id="p2")  # the quota has room again
+    assert (await settle(engine, "p2")).output == "started"
 
 
 @runlane.workflow(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import threading
 import time
@@ -22,7 +23,7 @@ from runlane import Engine, RemoteWorkflow, RunStatus, StepQueue, Worker
 from runlane.stores.base import Store
 from runlane.transports import InProcessTransport
 from runlane.transports.base import Message, Transport
-from tests.helpers import Calls, settled
+from tests.helpers import Calls, settle, settled
 
 calls = Calls()
 FAST: dict[str, Any] = {"poll_timeout": 0.05, "heartbeat_interval": 0.05}
@@ -156,6 +157,13 @@ async def queued(ctx: runlane.Context, local: bool) -> int:
     return int(await ctx.step(inc if local else double, 1, queue="slots"))
 
 
+@runlane.workflow(name="stranded", group="wf")
+async def stranded(ctx: runlane.Context, timeout: float) -> Any:
+    """Waits for a signal, then for a remote step no worker serves."""
+    said = await ctx.wait_for_signal("go")
+    return [said, await ctx.step("far.away", said, group="nobody", timeout=timeout)]
+
+
 @runlane.workflow(name="patching", group="wf")
 async def patching(ctx: runlane.Context, x: int) -> int:
     if ctx.patched("double-it"):
@@ -165,7 +173,20 @@ async def patching(ctx: runlane.Context, x: int) -> int:
     return x
 
 
-WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks, queued, patching]
+WORKFLOWS = [
+    tour,
+    child,
+    fan,
+    patient,
+    fails,
+    counter,
+    heavy,
+    where,
+    marks,
+    queued,
+    patching,
+    stranded,
+]
 NAMES = (
     "tour",
     "child-wf",
@@ -178,6 +199,7 @@ NAMES = (
     "marks",
     "queued",
     "patching",
+    "stranded",
 )
 LOCAL_STEPS = [inc, slow, where_async, where_sync, mark]
 DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
@@ -207,11 +229,12 @@ async def fleet(
     *,
     workers: int = 1,
     start_workers: bool = True,
+    declared: Sequence[Any] = DECLARED,
     **options: Any,
 ) -> AsyncIterator[tuple[Engine, list[Worker], Transport]]:
     transport = transport or InProcessTransport()
     options.setdefault("poll_interval", 0.05)
-    engine = Engine(store, transport=transport, remote_workflows=DECLARED, **options)
+    engine = Engine(store, transport=transport, remote_workflows=list(declared), **options)
     crew = [
         Worker("wf", transport, workflows=WORKFLOWS, steps=LOCAL_STEPS, **FAST)
         for _ in range(workers)
@@ -373,6 +396,89 @@ async def test_a_silent_turn_is_sent_again_under_a_fresh_task_id(store: Store) -
     assert done.error["type"] == "ValueError" and calls["inc"] == 1
 
 
+def _declared_with(name: str, **options: Any) -> list[Any]:
+    """The declarations of every test workflow, ``name``'s with ``options``."""
+    return [
+        RemoteWorkflow(d, group="wf", **options) if d == name else RemoteWorkflow(d, group="wf")
+        for d in NAMES
+    ]
+
+
+def _window_of(task: Message) -> float:
+    from datetime import datetime
+
+    sent = datetime.fromisoformat(str(task["dispatched_at"]))
+    return (datetime.fromisoformat(str(task["expires_at"])) - sent).total_seconds()
+
+
+@pytest.mark.parametrize(
+    ("engine_silence", "turn_timeout"), [(None, 0.4), (0.4, 30.0), (30.0, 0.4)]
+)
+async def test_a_turn_is_sent_again_after_the_shorter_of_its_workflows_window_and_the_engines(
+    store: Store, engine_silence: float | None, turn_timeout: float
+) -> None:
+    transport = InProcessTransport()
+    declared = _declared_with("fails", turn_timeout=turn_timeout)
+    async with fleet(
+        store,
+        transport,
+        start_workers=False,
+        declared=declared,
+        remote_advance_silence=engine_silence,
+    ) as (engine, crew, _):
+        await engine.start("fails", None, run_id="s1")
+        lost = await until(lambda: transport.take_tasks("wf", 1, 0.05), "the turn went out")
+        assert _window_of(lost[0]) == pytest.approx(0.4)
+        runner = asyncio.create_task(crew[0].run())
+        # The engine's lease is 30 s: only a 0.4 s window sends the lost turn again this soon.
+        done = await settled(engine, "s1", timeout=5)
+        await crew[0].stop()
+        await runner
+    assert done.status == RunStatus.FAILED and done.error is not None
+    assert done.error["type"] == "ValueError" and calls["inc"] == 1
+
+
+def test_a_turn_timeout_must_be_a_positive_duration() -> None:
+    from datetime import timedelta
+
+    assert RemoteWorkflow("x", group="wf", turn_timeout=timedelta(seconds=2)).turn_timeout == 2.0
+    for bad in (0, -1, float("nan"), "5", True):
+        with pytest.raises(runlane.DefinitionError, match="turn_timeout"):
+            RemoteWorkflow("x", group="wf", turn_timeout=bad)  # type: ignore[arg-type]
+
+
+async def test_an_instance_that_did_not_send_the_turn_pushes_its_deadline_by_its_window(
+    make_store: Callable[[], Store], store_kind: str
+) -> None:
+    # Only the listener hears the worker's beats; it did not send the turn, so it reads the
+    # run's workflow to push the deadline by that workflow's 0.8 s, not the 30 s lease.
+    transport = InProcessTransport()
+    declared = _declared_with("patient", turn_timeout=0.8)
+    shared = make_store()
+    second = shared if store_kind == "memory" else make_store()
+    listener = Engine(
+        second, transport=transport, remote_workflows=declared, drive=False, consumers="always"
+    )
+    deadlines: list[float] = []
+    async with fleet(shared, transport, declared=declared) as (engine, _, _):
+        await _truncated(engine.store, store_kind)
+        await engine._execution.remote.stop()  # type: ignore[union-attr]  # deaf to the beats
+        async with listener:
+            await engine.start("patient", 1.5, run_id="p1")
+            await until(lambda: _calls_of("slow"), "the worker is replaying the turn")
+            while len(deadlines) < 20:  # a second of the 1.5 s turn
+                run = await engine.get_run("p1")
+                assert run is not None and run.awaiting_decision_task_id is not None, run
+                assert run.wake_at is not None
+                deadlines.append((run.wake_at - engine.now()).total_seconds())
+                await asyncio.sleep(0.05)
+            await until(lambda: _waits_for_signal(engine, "p1"), "the long turn decided", 15)
+            await engine.signal("p1", "go", 1)
+            done = await settled(listener, "p1", timeout=15)
+    assert done.status == RunStatus.COMPLETED and calls["slow"] == 1  # never sent again
+    assert max(deadlines) <= 0.8 + 0.1, deadlines
+
+
 async def test_a_beating_worker_is_never_re_driven(store: Store) -> None:
     async with fleet(store, remote_advance_silence=0.3) as (engine, _, _):
         await engine.start("patient", 1.2, run_id="b1")
@@ -486,6 +592,45 @@ async def test_a_run_cancelled_while_its_turn_is_out_drops_the_decision(store: S
         run = await engine.get_run("c1")
     assert run is not None and run.status == RunStatus.CANCELLED
     assert await engine.list_steps("c1") == []
+
+
+async def _dispatched(engine: Engine, run_id: str) -> bool:
+    return any(s.name == "far.away" for s in await engine.list_steps(run_id))
+
+
+async def test_a_run_cancelled_while_its_turn_waits_for_a_remote_step_ends_cancelled(
+    store: Store,
+) -> None:
+    # The decision's remote step has a 30 s timeout and no worker takes it: the turn applying
+    # the decision waits in memory. Cancelled then, the run used to stay cancelling until the
+    # step ended (never, here: the task is only sent again after 300 s, then again and again).
+    async with fleet(store) as (engine, _, _):
+        await engine.start("stranded", 30.0, run_id="s1")
+        await until(lambda: _waits_for_signal(engine, "s1"), "the run waits for its signal")
+        await engine.signal("s1", "go", "now")
+        await until(lambda: _dispatched(engine, "s1"), "the remote step was sent")
+        assert await engine.cancel("s1") is True
+        done = await settled(engine, "s1", timeout=5)
+        [step] = [s for s in await engine.list_steps("s1") if s.name == "far.away"]
+    assert (done.status, done.output) == (RunStatus.CANCELLED, None)
+    assert step.status == "running"  # whatever a worker would say now is dropped
+
+
+async def test_a_cancel_made_by_another_instance_ends_a_wait_for_a_remote_step(
+    make_store: Callable[[], Store], store_kind: str
+) -> None:
+    shared = make_store()
+    second = shared if store_kind == "memory" else make_store()
+    other = Engine(second, transport=InProcessTransport(), drive=False, consumers="never")
+    async with fleet(shared) as (engine, _, _), other:
+        await _truncated(engine.store, store_kind)
+        await engine.start("stranded", 1.0, run_id="s2")
+        await until(lambda: _waits_for_signal(engine, "s2"), "the run waits for its signal")
+        await engine.signal("s2", "go", "now")
+        await until(lambda: _dispatched(engine, "s2"), "the remote step was sent")
+        assert await other.cancel("s2") is True  # the waiting turn is not on this instance
+        done = await settled(engine, "s2", timeout=5)  # noticed when its 1 s window runs out
+    assert (done.status, done.output) == (RunStatus.CANCELLED, None)
 
 
 async def test_a_remote_run_continues_as_new_and_starts_children_it_does_not_wait_for(
@@ -658,6 +803,172 @@ async def test_a_step_naming_a_queue_fails_its_remote_run_rather_than_pass_the_q
             assert done.status == RunStatus.FAILED and done.error is not None, local
             assert "step queues are not available to remote workflows" in done.error["message"]
     assert calls["double"] == 0 and calls["inc"] == 0
+
+
+class TaskLog(InProcessTransport):
+    """Notes the groups every task went to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.groups: list[str] = []
+
+    async def send_tasks(self, group: str, tasks: Sequence[Message]) -> None:
+        self.groups += [group] * len(tasks)
+        await super().send_tasks(group, tasks)
+
+
+seen_by_step: list[Any] = []
+stores: dict[str, Store] = {}
+
+
+@runlane.step(name="wf.look")
+async def look(run_id: str) -> str:
+    run = await stores["engine"].get_run(run_id)
+    seen_by_step.append(run)
+    return "looked"
+
+
+@runlane.workflow(name="looks", group="wf")
+async def looks(ctx: runlane.Context, _: Any) -> str:
+    await ctx.step(look, ctx.run_id)
+    return str(await ctx.wait_for_signal("go"))
+
+
+@contextlib.asynccontextmanager
+async def deciding_here(store: Store) -> AsyncIterator[tuple[Engine, TaskLog]]:
+    """An engine that has the workflows' code and decides their turns itself; only the math
+    group's remote steps go to a worker."""
+    transport = TaskLog()
+    engine = Engine(
+        store,
+        transport=transport,
+        workflows=[*WORKFLOWS, looks],
+        steps=[*LOCAL_STEPS, look],
+        poll_interval=0.05,
+        in_process_turns=True,
+    )
+    stores["engine"] = store
+    math = Worker("math", transport, steps=[double], **FAST)
+    runner = asyncio.create_task(math.run())
+    try:
+        async with engine:
+            yield engine, transport
+    finally:
+        await math.stop()
+        await runner
+
+
+async def test_an_engine_decides_a_remote_workflows_turns_in_process_under_its_lease(
+    store: Store,
+) -> None:
+    seen_by_step.clear()
+    async with deciding_here(store) as (engine, transport):
+        await engine.start("tour", 3, run_id="t1")
+        await engine.start("looks", None, run_id="l1")
+        for run_id in ("t1", "l1"):
+            await until(functools.partial(_waits_for_signal, engine, run_id), f"{run_id} waits")
+            await engine.signal(run_id, "go", "yes")
+        done = await settled(engine, "t1", timeout=15)
+        looked = await settled(engine, "l1", timeout=15)
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert done.output == {"a": 4, "b": 8, "said": "yes", "c": 9}
+    assert looked.output == "yes"
+    assert calls["inc"] == 2 and calls["double"] == 1
+    assert set(transport.groups) == {"math"}, transport.groups  # no turn went to "wf"
+    # The local step ran while the engine held the run's lease: no turn was out meanwhile.
+    [during] = seen_by_step
+    assert during.status == RunStatus.RUNNING and during.awaiting_decision_task_id is None
+    assert during.lease_owner is not None and during.lease_owner.startswith(engine.id)
+
+
+async def test_turns_decided_in_process_fail_continue_as_new_and_start_children(
+    store: Store,
+) -> None:
+    async with deciding_here(store) as (engine, transport):
+        await engine.start("fails", None, run_id="f1")
+        await engine.start("counter", 0, run_id="k")
+        failed = await settled(engine, "f1", timeout=15)
+        await until(lambda: engine.get_run("k~3.child.1"), "the last run started its child")
+        last = await settled(engine, "k~3", timeout=15)
+        child_run = await settled(engine, "k~3.child.1", timeout=15)
+    assert failed.status == RunStatus.FAILED and failed.error is not None
+    assert failed.error["type"] == "ValueError" and failed.error["message"] == "no good"
+    assert last.output == {"n": 3, "started": "k~3.child.1"} and child_run.output == 4
+    assert transport.groups == []
+
+
+@runlane.step(name="wf.freeze")
+async def freeze(seconds: float) -> str:
+    calls.hit("freeze")
+    frozen["clock"].advance(seconds)  # the engine "freezes" past its lease in this step
+    return "thawed"
+
+
+@runlane.step(name="wf.after")
+async def after_freeze() -> str:
+    calls.hit("after")
+    return "after"
+
+
+@runlane.workflow(name="freezes", group="wf")
+async def freezes(ctx: runlane.Context, seconds: float) -> list[str]:
+    return [str(await ctx.step(freeze, seconds)), str(await ctx.step(after_freeze))]
+
+
+frozen: dict[str, Any] = {}
+
+
+async def test_a_turn_decided_in_process_starts_no_step_once_its_lease_ran_out(
+    make_engine: Callable[..., Any], clock: Any
+) -> None:
+    frozen["clock"] = clock
+    engine = await make_engine(
+        freezes,
+        steps=[freeze, after_freeze],
+        transport=InProcessTransport(),
+        in_process_turns=True,
+        lease=30.0,
+    )
+    await engine.start(freezes, 31.0, run_id="fz")
+    await engine.tick()
+    # The first step outlasted the lease: the turn ended after it, due again at once.
+    assert (calls["freeze"], calls["after"]) == (1, 0)
+    [step] = await engine.list_steps("fz")
+    assert (step.name, step.status) == ("wf.freeze", "completed")
+    run = await settle(engine, "fz")
+    assert (run.status, run.output) == (RunStatus.COMPLETED, ["thawed", "after"])
+    assert (calls["freeze"], calls["after"]) == (1, 1)
+
+
+async def test_a_remote_workflows_declared_singleton_and_quota_gate_its_starts(
+    store: Store,
+) -> None:
+    gated = _declared_with(
+        "patient",
+        singleton=runlane.Singleton(key=lambda i: "one-patient"),
+        concurrency=runlane.Concurrency(key="patients", limit=2),
+    )
+    async with fleet(store, declared=gated) as (engine, _, _):
+        await engine.start("patient", 0.0, run_id="p1")
+        await until(lambda: _waits_for_signal(engine, "p1"), "the holder waits for its signal")
+        await engine.start("patient", 0.0, run_id="p2")
+        with pytest.raises(runlane.ConcurrencyLimitError) as refused:
+            await engine.start("patient", 0.0, run_id="p3")
+        assert (refused.value.key, refused.value.active) == ("patients", 2)
+        assert await engine.get_run("p3") is None
+        holder, waiter = [await engine.get_run(i) for i in ("p1", "p2")]
+        assert holder is not None and waiter is not None
+        assert holder.holds_slot and (waiter.status, waiter.holds_slot) == (
+            RunStatus.BLOCKED,
+            False,
+        )
+        assert calls["slow"] == 1  # the waiter's body never ran on the worker
+        await engine.signal("p1", "go", 1)
+        await engine.signal("p2", "go", 2)  # buffered until its turn
+        first = await settled(engine, "p1", timeout=15)
+        second = await settled(engine, "p2", timeout=15)
+    assert (first.output, second.output) == (1, 2)
+    assert calls["slow"] == 2
 
 
 def test_a_remote_workflow_needs_a_transport() -> None:

@@ -371,3 +371,111 @@ async def test_three_engines_hammering_one_key_never_exceed_the_limit(make_engin
     # FIFO admission up to the slot count: nobody enters before a run created two places earlier
     for pos, run_id in enumerate(admitted):
         assert created.index(run_id) <= pos + 1, (pos, run_id, admitted)
+
+
+# ---------------------------------------------------------------- paths the conformance audit named
+
+failures: dict[str, int] = {}
+
+
+@runlane.workflow(name="sync-once-failing", singleton=Singleton(key=by_store))
+async def sync_once_failing(ctx: runlane.Context, i: dict[str, Any]) -> str:
+    if i.get("fail") and not failures.get(ctx.run_id):
+        failures[ctx.run_id] = 1
+        raise ValueError("the first attempt failed")
+    await ctx.wait_for_signal("done")
+    return ctx.run_id
+
+
+async def test_a_requeued_failed_run_behind_a_holder_is_blocked_without_a_slot(
+    make_engine: Any, clock: Any
+) -> None:
+    failures.clear()
+    engine = await make_engine(sync_once_failing)
+    await engine.start(sync_once_failing, {"store": "A", "fail": True}, run_id="failed")
+    assert (await settle(engine, "failed")).status == RunStatus.FAILED
+    clock.advance(0.001)
+    await engine.start(sync_once_failing, {"store": "A"}, run_id="holder")
+    await engine.tick()
+    await engine.requeue("failed")
+    await engine.tick()
+    failed, holder = [await engine.get_run(i) for i in ("failed", "holder")]
+    assert (failed.status, failed.holds_slot) == (RunStatus.BLOCKED, False)
+    assert (holder.status, holder.holds_slot) == (RunStatus.SUSPENDED, True)
+    await engine.signal("holder", "done")
+    await engine.tick()
+    failed = await engine.get_run("failed")
+    assert (failed.status, failed.holds_slot) == (RunStatus.SUSPENDED, True)
+
+
+async def test_a_cancelling_holder_keeps_its_slot_and_is_settled_not_run_by_the_next_claim(
+    make_engine: Any, clock: Any
+) -> None:
+    engine = await make_engine(sync, lease=5)
+    await queue_up(engine, clock, ["holder", "waiter"])
+    # The holder's turn is in flight on an engine that dies: cancelled meanwhile, it is
+    # cancelling, and keeps the slot while its lease holds (its turn may still write).
+    await engine.signal("holder", "done")
+    now = clock.now()
+    held = await engine.store.claim_run(
+        "holder", "dead:1", now, now + timedelta(seconds=5), singleton_retry=NO_WAIT
+    )
+    assert held.claim is not None
+    assert await engine.cancel("holder")
+    await engine.tick()
+    assert await statuses(engine, "holder", "waiter") == ["cancelling", "blocked"]
+    assert not (await engine.get_run("waiter")).holds_slot
+    # The lease ends: the claim that finds it settles it cancelled (its body never runs again,
+    # though its signal came) and the slot passes to the waiter.
+    clock.advance(6)
+    await engine.tick()
+    holder, waiter = [await engine.get_run(i) for i in ("holder", "waiter")]
+    assert (holder.status, holder.output, holder.holds_slot) == (RunStatus.CANCELLED, None, False)
+    assert (waiter.status, waiter.holds_slot) == (RunStatus.SUSPENDED, True)
+
+
+async def test_reject_mode_starts_a_new_run_once_the_previous_one_ended(make_engine: Any) -> None:
+    engine = await make_engine(keep)
+    await engine.start(keep, {"store": "A"}, run_id="first")
+    await engine.tick()
+    await engine.signal("first", "done")
+    assert (await settle(engine, "first")).status == RunStatus.COMPLETED
+    second = await engine.start(keep, {"store": "A"}, run_id="second")
+    assert second.status == RunStatus.PENDING
+    await engine.tick()
+    run = await engine.get_run("second")
+    assert (run.status, run.holds_slot) == (RunStatus.SUSPENDED, True)
+    with pytest.raises(SingletonQueueFullError):  # and busy again while it runs
+        await engine.start(keep, {"store": "A"}, run_id="third")
+
+
+async def test_an_unscoped_store_shares_a_singleton_key_and_a_quota_across_namespaces(
+    make_engine: Any, clock: Any
+) -> None:
+    eu = await make_engine(sync, tenant_quota, namespace="eu")
+    us = await make_engine(sync, tenant_quota, namespace="us")
+    await eu.start(sync, {"store": "A"}, run_id="eu-sync")
+    clock.advance(0.001)
+    await us.start(sync, {"store": "A"}, run_id="us-sync")
+    await eu.tick()
+    await us.tick()
+    eu_run, us_run = [await eu.get_run(i) for i in ("eu-sync", "us-sync")]
+    assert (eu_run.namespace, us_run.namespace) == ("eu", "us")
+    assert eu_run.holds_slot and us_run.status == RunStatus.BLOCKED and not us_run.holds_slot
+    await eu.start(tenant_quota, {"tenant": "acme"}, run_id="eu-report")
+    with pytest.raises(runlane.ConcurrencyLimitError) as refused:
+        await us.start(tenant_quota, {"tenant": "acme"}, run_id="us-report")
+    assert (refused.value.key, refused.value.active) == ("tenant:acme", 1)
+    await eu.signal("eu-sync", "done")
+    await eu.tick()
+    await us.tick()
+    assert (await us.get_run("us-sync")).holds_slot  # the slot came from the other namespace
+
+
+@runlane.workflow(
+    name="tenant-quota",
+    concurrency=runlane.Concurrency(key=lambda i: f"tenant:{i['tenant']}", limit=1),
+)
+async def tenant_quota(ctx: runlane.Context, i: dict[str, Any]) -> str:
+    await ctx.wait_for_signal("done")
+    return ctx.run_id

@@ -363,6 +363,34 @@ async def test_cancelling_a_waiter_or_a_holder_frees_its_place(make_engine: Any)
     assert "doomed" not in slots.order
 
 
+@runlane.workflow(name="queues.keyed", singleton=runlane.Singleton(key=lambda i: "one-export"))
+async def keyed(ctx: runlane.Context, i: dict[str, Any]) -> Any:
+    return await ctx.step(work, i)
+
+
+async def test_a_singleton_holder_blocked_on_a_step_queue_keeps_its_singleton_slot(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(
+        *WORKFLOWS, keyed, drive=True, queues=[StepQueue("slots", concurrency=1)]
+    )
+    await engine.__aenter__()
+    other = await engine.start(one, {"name": "other", "hold": True})
+    await until(lambda: _true("other" in slots.inside), "the other run holds the queue")
+    holder = await engine.start(keyed, {"name": "holder"})
+    await waiting(engine, [holder.id])  # blocked on the step queue
+    waiter = await engine.start(keyed, {"name": "waiter"})
+    await waiting(engine, [waiter.id])  # blocked behind the singleton holder
+    held, queued = [await engine.get_run(i) for i in (holder.id, waiter.id)]
+    assert held is not None and queued is not None
+    assert held.holds_slot and not queued.holds_slot
+    assert [s.kind for s in await engine.list_steps(waiter.id)] == []  # never admitted
+    slots.gate("other").set()
+    done = await settled(engine, [other.id, holder.id, waiter.id])
+    assert [r.status for r in done] == [RunStatus.COMPLETED] * 3
+    assert slots.order == ["other", "holder", "waiter"] and slots.peak == 1
+
+
 async def test_a_recovered_run_gives_back_the_slot_its_lost_turn_held(
     make_engine: Any, clock: ManualClock
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from runlane.local import LocalRuns
 from runlane.models import Claim
@@ -16,7 +17,7 @@ async def test_a_handed_off_timer_arriving_mid_turn_makes_the_next_claim_a_hand_
     calls: list[tuple[str, bool]] = []
     first_turn = asyncio.Event()
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         calls.append((run_id, handoff))
         if len(calls) == 1:
             await first_turn.wait()
@@ -38,7 +39,7 @@ async def test_a_hand_off_made_before_the_turn_claims_makes_its_first_claim_a_ha
     # run not due, and nothing else claims it for a whole lease.
     calls: list[tuple[str, bool]] = []
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         calls.append((run_id, handoff))
         return []
 
@@ -53,7 +54,7 @@ async def test_a_poll_that_saw_the_turn_running_asks_for_no_second_turn() -> Non
     calls: list[tuple[str, bool]] = []
     release = asyncio.Event()
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         calls.append((run_id, handoff))
         await release.wait()
         return []
@@ -75,7 +76,7 @@ async def test_two_runs_waking_each_other_mid_turn_both_end() -> None:
     gates = {("a", 1): asyncio.Event(), ("c", 1): asyncio.Event(), ("a", 2): asyncio.Event()}
     turns: list[tuple[str, int]] = []
 
-    async def execute(run_id: str, handoff: bool, claim: Claim | None) -> list[str]:
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
         turn = (run_id, 1 + sum(r == run_id for r, _ in turns))
         turns.append(turn)
         if turn in gates:
@@ -94,3 +95,37 @@ async def test_two_runs_waking_each_other_mid_turn_both_end() -> None:
     # a's third turn is c's wake of it, which came during a's second.
     assert sorted(turns) == [("a", 1), ("a", 2), ("a", 3), ("c", 1), ("c", 2)]
     assert not runs.inflight
+
+
+async def test_once_draining_a_run_waiting_for_a_slot_is_dropped_but_a_leased_one_runs() -> None:
+    release = asyncio.Event()
+    accepting = True
+    turns: list[str] = []
+
+    async def execute(run_id: str, handoff: bool, claim: Claim | None, polled: bool) -> list[str]:
+        turns.append(run_id)
+        if run_id == "running":
+            await release.wait()
+        return []
+
+    runs = LocalRuns(execute, lambda woken: False, lambda: accepting, 1)
+    tasks = runs.spawn_all(["running", "waiting"])
+    leased = Claim(_run("leased"), [], [])
+    tasks.append(runs.spawn("leased", claim=leased))  # leased to this instance already
+    await asyncio.sleep(0)
+    accepting = False  # the drain begins while "running" holds the only slot
+    release.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 2)
+    assert turns == ["running", "leased"]
+    assert not runs.inflight
+
+
+def _run(run_id: str) -> Any:
+    from datetime import UTC, datetime
+
+    from runlane.models import Run, RunStatus
+
+    now = datetime.now(UTC)
+    return Run(
+        run_id, "w", "1", RunStatus.RUNNING, None, None, None, (), now, now, None, None, None, 0
+    )

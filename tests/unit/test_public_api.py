@@ -5,6 +5,7 @@ from __future__ import annotations
 import runlane
 
 EXPECTED = {
+    "DEFAULT_CONCURRENCY_STATUSES",
     "ChildFailedError",
     "Concurrency",
     "ConcurrencyLimitError",
@@ -86,6 +87,7 @@ def test_run_statuses_are_strings_with_active_and_terminal_sets() -> None:
         "running",
         "suspended",
         "blocked",
+        "paused",
         "cancelling",
     }
     assert {s.value for s in TERMINAL_STATUSES} == {"completed", "failed", "cancelled", "dead"}

@@ -34,4 +34,6 @@ def test_the_sqlite_status_fragments_name_the_statuses_the_models_give() -> None
     assert sql_set(ACTIVE_STATUSES) == statements.ACTIVE
     assert sql_set({RunStatus.RUNNING, RunStatus.CANCELLING}) == statements.LEASED
     assert sql_set({RunStatus.SUSPENDED, RunStatus.BLOCKED}) == statements.WAITING
-    assert sql_set(ACTIVE_STATUSES - {RunStatus.CANCELLING}) == statements.WAITERS
+    # A paused run neither waits for a slot nor holds one up (it keeps one it holds).
+    waiters = ACTIVE_STATUSES - {RunStatus.CANCELLING, RunStatus.PAUSED}
+    assert sql_set(waiters) == statements.WAITERS
