@@ -61,7 +61,7 @@ class RunSpecs:
         ``lane`` replaces the workflow's singleton gate (a schedule's overlap lane). Only starts
         from outside a run are debounced (``start``, event subscribers): a child's or a
         schedule window's run id must name a run of its own. With a ``scope``, every gate's
-        key is that namespace's own (``admission.scoped_key``)."""
+        key but a ``lane`` given is that namespace's own (``admission.scoped_key``)."""
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("run_id must be a non-empty string")
         singleton = admission.singleton_gate(definition, input) if lane == "workflow" else lane
@@ -95,7 +95,11 @@ class RunSpecs:
             rate=rate,
             debounce=folded,
         )
-        return spec if self.scope is None else admission.scoped_gates(spec, self.scope)
+        if self.scope is None:
+            return spec
+        scoped = admission.scoped_gates(spec, self.scope)
+        # A schedule's overlap lane is the schedule's, and schedules are shared by the store.
+        return scoped if lane == "workflow" else replace(scoped, singleton=spec.singleton)
 
     async def child(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
         return await self.build(self.registry.workflow(workflow), input, run_id, parent=parent)

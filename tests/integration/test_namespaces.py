@@ -24,12 +24,15 @@ from runlane import (
     RateLimitError,
     RunNotFoundError,
     RunStatus,
+    Schedule,
     Singleton,
+    SingletonQueueFullError,
 )
 from runlane.admission import key_scope
 from runlane.lanes import AllLanes, all_lanes
 from runlane.models import RunQuery
 from runlane.stores import MemoryStore
+from runlane.testing import ManualClock
 
 from ..helpers import settle
 
@@ -313,3 +316,21 @@ async def test_a_continuation_keeps_its_run_namespace_on_an_engine_without_one(
     await executor.tick()
     continued = await executor.get_run("c~1")
     assert continued is not None and continued.namespace == "eu"
+
+
+async def test_a_schedule_overlap_lane_stays_the_schedule_s_across_namespaces(
+    make_engine: Any, clock: ManualClock
+) -> None:
+    eu, us, _ = await three(make_engine)
+    await eu.schedules.upsert(Schedule("nightly", "report", every=3600, overlap="skip"))
+    first = await eu.schedules.trigger("nightly")
+    await eu.tick()
+    assert (await eu.get_run(first.id)).status == RunStatus.SUSPENDED  # type: ignore[union-attr]
+    clock.advance(1)  # a manual run's id names its instant
+    with pytest.raises(SingletonQueueFullError) as refused:
+        await us.schedules.trigger("nightly")  # the schedule's run of eu is still active
+    assert refused.value.key == "schedule:nightly"
+    await eu.signal(first.id, "go")
+    await settle(eu, first.id)
+    second = await us.schedules.trigger("nightly")
+    assert second.namespace == "us" and "concurrency:api" in second.tags  # us's own quota
