@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from .definitions import Concurrency, WorkflowDefinition, as_seconds
 from .errors import (
@@ -28,6 +29,8 @@ from .models import (
     SingletonGate,
     Started,
 )
+
+Gate = TypeVar("Gate", SingletonGate, QuotaGate, RateGate, DebounceGate)
 
 
 def singleton_gate(definition: WorkflowDefinition, input: JSON) -> SingletonGate | None:
@@ -104,9 +107,58 @@ def _limit_lane(
     return lane("workflow", workflow, user_key), user_key
 
 
+def scoped_key(namespace: str, key: str) -> str:
+    """A key of one namespace's own: ``~<length of namespace>:<namespace>:<key>``.
+
+    An engine with ``scope_reads`` stores every key of its runs so (the singleton lane, the
+    quota, rate limit and debounce keys): the stores count and lock per stored key, so the
+    namespace's key is a lane of its own, apart from another namespace's and from the shared
+    one, with no column or query of its own. No shared key reads so: a lane begins with a
+    digit or ``*``, and ``quota_gate`` refuses a quota key that does."""
+    return f"~{len(namespace)}:{namespace}:{key}"
+
+
+def key_scope(stored: str) -> tuple[str | None, str]:
+    """The namespace a stored key belongs to (None: shared by every namespace) and the key
+    without it: what is shown of a key (tags, errors, lanes, metrics)."""
+    head, colon, rest = stored.partition(":")
+    size = head[1:]
+    if not (colon and head.startswith("~") and size.isdigit() and rest[int(size) :][:1] == ":"):
+        return None, stored
+    return rest[: int(size)], rest[int(size) + 1 :]
+
+
+def shown_key(stored: str) -> str:
+    """A stored key as the rule gave it (without its namespace)."""
+    return key_scope(stored)[1]
+
+
+def scoped_gates(spec: RunSpec, namespace: str) -> RunSpec:
+    """``spec`` with every gate's key scoped to ``namespace`` (``scoped_key``); what a key is
+    shown as (``user_key``) stays the rule's."""
+    return replace(
+        spec,
+        singleton=_scoped(spec.singleton, namespace),
+        quota=_scoped(spec.quota, namespace),
+        rate=_scoped(spec.rate, namespace),
+        debounce=_scoped(spec.debounce, namespace),
+    )
+
+
+def _scoped(gate: Gate | None, namespace: str | None) -> Gate | None:
+    if gate is None or namespace is None:
+        return gate
+    return replace(gate, key=scoped_key(namespace, gate.key))
+
+
+def _scoped_like(gate: Gate | None, stored: str | None) -> Gate | None:
+    """``gate`` scoped as the stored key ``stored`` is (a run's key, kept by a requeue)."""
+    return _scoped(gate, None if stored is None else key_scope(stored)[0])
+
+
 def lane_parts(lane: str) -> tuple[str | None, str]:
-    """A lane's workflow (None for a global lane) and key."""
-    head, _, rest = lane.partition(":")
+    """A lane's workflow (None for a global lane) and key (without its namespace)."""
+    head, _, rest = shown_key(lane).partition(":")
     if head == "*" or not head.isdigit():
         return None, rest
     size = int(head)
@@ -119,7 +171,7 @@ def run_lane_tags(run: Run) -> tuple[str, ...]:
     if run.singleton_key is not None:
         tags.append(f"singleton:{lane_parts(run.singleton_key)[1]}")
     if run.concurrency_key is not None:
-        tags.append(f"concurrency:{run.concurrency_key}")
+        tags.append(f"concurrency:{shown_key(run.concurrency_key)}")
     return tuple(tags)
 
 
@@ -129,7 +181,7 @@ def lane_tags(singleton: SingletonGate | None, quota: QuotaGate | None) -> tuple
     if singleton is not None:
         tags.append(f"singleton:{singleton.shown_key}")
     if quota is not None:
-        tags.append(f"concurrency:{quota.key}")
+        tags.append(f"concurrency:{shown_key(quota.key)}")
     return tuple(tags)
 
 
@@ -144,6 +196,13 @@ async def quota_gate(rule: Concurrency | None, input: JSON, workflow: str) -> Qu
         raise KeyFunctionError(
             workflow, "concurrency", f"the key must be a string or None, got {key!r}"
         )
+    if key_scope(key)[0] is not None:
+        raise KeyFunctionError(
+            workflow,
+            "concurrency",
+            f"the key {key!r} reads as a namespace's own key (~<length>:<namespace>:<key>),"
+            " which is reserved",
+        )
     limit: Any = rule.limit(key) if callable(rule.limit) else rule.limit
     if inspect.isawaitable(limit):
         limit = await limit
@@ -157,13 +216,15 @@ async def requeue_gates(
 
     The quota is the one the run was admitted under (a per-start override included); a run
     stored before quotas were recorded gets the workflow's rule on its input. The singleton
-    backlog is the workflow's rule for the run's own lane.
+    backlog is the workflow's rule for the run's own lane. A run's keys of its namespace's own
+    (``scoped_key``) stay so, whichever engine requeues it.
     """
     quota = run.quota
     if quota is None and run.concurrency_key is not None:
         rule = await quota_gate(definition.concurrency, run.input, definition.name)
+        rule = _scoped_like(rule, run.concurrency_key)
         quota = rule if rule is not None and rule.key == run.concurrency_key else None
-    singleton = singleton_gate(definition, run.input)
+    singleton = _scoped_like(singleton_gate(definition, run.input), run.singleton_key)
     if singleton is None or singleton.key != run.singleton_key:
         singleton = None
     return quota, singleton
@@ -193,7 +254,7 @@ def last_fire(started: Sequence[Started], window: datetime | None) -> tuple[str 
 def quota_refusal(workflow: str, gate: QuotaGate, active: int) -> ConcurrencyLimitError | None:
     """The refusal for a start when ``active`` runs already count against the quota."""
     if gate.limit <= 0 or active >= gate.limit:
-        return ConcurrencyLimitError(workflow, gate.key, gate.limit, active)
+        return ConcurrencyLimitError(workflow, shown_key(gate.key), gate.limit, active)
     return None
 
 

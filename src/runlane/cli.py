@@ -8,6 +8,7 @@ shell's process.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import itertools
 import json
@@ -16,6 +17,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,6 +72,14 @@ T = TypeVar("T")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DB_HELP = "Store URL (sqlite:///path, postgresql://...); default $RUNLANE_DATABASE_URL."
 APP_HELP = "module:attribute of an Engine (or a callable returning one), for its workflows."
+NAMESPACE_HELP = (
+    "With --db (without --app): act as an engine of this namespace (--app uses the app"
+    " engine's namespace and --scope-reads)."
+)
+SCOPE_HELP = (
+    "With --namespace: see and act on that namespace's runs only (runs, lanes, counts);"
+    " a run of another namespace is not found."
+)
 
 
 # ---------------------------------------------------------------- loading APP
@@ -164,34 +174,64 @@ def existing_store(store: Store) -> Store:
     return store
 
 
-def admin_engine(db: str | None, app: str | None) -> Engine:
-    """A producer engine on ``db`` (or the app's store), knowing the app's workflows if given."""
+@dataclass(frozen=True)
+class Source:
+    """Where a command's engine comes from: the store ``--db`` names, the app ``--app`` names
+    (its workflows, its store unless ``--db`` is given, its namespace and scope), and without
+    an app, the namespace ``--namespace`` names and whether ``--scope-reads`` fences to it."""
+
+    db: str | None
+    app: str | None = None
+    namespace: str | None = None
+    scope_reads: bool = False
+
+    def check(self) -> None:
+        if self.app is not None and (self.namespace is not None or self.scope_reads):
+            raise click.UsageError(
+                "--namespace and --scope-reads go with --db alone: with --app, the app"
+                " engine's namespace and scope are used"
+            )
+        if self.scope_reads and not self.namespace:
+            raise click.UsageError("--scope-reads fences to a namespace: give --namespace NS")
+
+
+def admin_engine(source: Source) -> Engine:
+    """A producer engine on ``--db`` (or the app's store), knowing the app's workflows if given."""
+    source.check()
     try:
-        if app is None:
-            store = existing_store(open_store(store_url(db)))
-            return Engine(store=store, drive=False, consumers="never", announce=False)
-        source = load_engine(app)
-        if db or os.environ.get("RUNLANE_DATABASE_URL"):
-            store = open_store(store_url(db))
+        if source.app is None:
+            store = existing_store(open_store(store_url(source.db)))
+            return Engine(
+                store=store,
+                namespace=source.namespace,
+                scope_reads=source.scope_reads,
+                drive=False,
+                consumers="never",
+                announce=False,
+            )
+        app = load_engine(source.app)
+        if source.db or os.environ.get("RUNLANE_DATABASE_URL"):
+            store = open_store(store_url(source.db))
         else:
-            store = source.store
+            store = app.store
     except (ValueError, ConfigurationError) as exc:
         raise click.BadParameter(str(exc), param_hint="--db") from exc
     engine = Engine(
         store=existing_store(store),
-        clock=source.clock,
-        namespace=source.namespace,
+        clock=app.clock,
+        namespace=app.namespace,
+        scope_reads=app.scope_reads,
         drive=False,
         consumers="never",
         announce=False,
     )
     # Share the registry itself so every registered version stays known (requeue needs it).
-    engine.registry = source.registry
+    engine.registry = app.registry
     return engine
 
 
-def with_engine(db: str | None, app: str | None, use: Callable[[Engine], Awaitable[T]]) -> T:
-    engine = admin_engine(db, app)
+def with_engine(source: Source, use: Callable[[Engine], Awaitable[T]]) -> T:
+    engine = admin_engine(source)
 
     async def main() -> T:
         async with engine:
@@ -257,12 +297,19 @@ def demo(fresh: bool, directory: Path | None, speed: float, db: str | None) -> N
 @main.command()
 @click.argument("app", required=False)
 @click.option("--db", default=None, help="Serve this store without an APP. " + DB_HELP)
+@click.option("--namespace", default=None, help=NAMESPACE_HELP)
+@click.option("--scope-reads", is_flag=True, help=SCOPE_HELP)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8080, show_default=True, type=int)
-def serve(app: str | None, db: str | None, host: str, port: int) -> None:
+def serve(
+    app: str | None, db: str | None, namespace: str | None, scope_reads: bool, host: str, port: int
+) -> None:
     """Serve the HTTP API and the dashboard for the engine APP (module:attribute), or for the
     store --db names (no APP: runs can be read, cancelled and signalled, not started or
     retried, and nothing executes in this process).
+
+    The server serves the engine's namespace: an APP engine with scope_reads=True (or --db
+    with --namespace NS --scope-reads) shows and acts on that namespace's runs only.
 
     With RUNLANE_API_TOKEN set, every request but GET /healthz (and the dashboard's pages,
     which hold no data) needs Authorization: Bearer <token>. Serving on an address other than
@@ -277,16 +324,18 @@ def serve(app: str | None, db: str | None, host: str, port: int) -> None:
     problem = exposure_problem(host, api_token())
     if problem is not None:
         raise click.UsageError(problem)
-    uvicorn.run(create_app(served_engine(app, db)), host=host, port=port)
+    source = Source(db, app, namespace, scope_reads)
+    uvicorn.run(create_app(served_engine(source)), host=host, port=port)
 
 
-def served_engine(app: str | None, db: str | None) -> Engine:
+def served_engine(source: Source) -> Engine:
     """The engine ``runlane serve`` serves: the app's, or a producer on the store --db names."""
-    if app is not None:
-        return load_engine(app)
-    if db is None and not os.environ.get("RUNLANE_DATABASE_URL"):
+    source.check()
+    if source.app is not None:
+        return load_engine(source.app)
+    if source.db is None and not os.environ.get("RUNLANE_DATABASE_URL"):
         raise click.UsageError("serve needs an APP (module:attribute) or --db URL")
-    return admin_engine(db, None)
+    return admin_engine(source)
 
 
 @main.command()
@@ -338,10 +387,26 @@ def runs() -> None:
     """Inspect and administer runs."""
 
 
+def _sourced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--db, --app, --namespace and --scope-reads, handed to ``fn`` as one ``source``."""
+
+    @functools.wraps(fn)
+    def command(
+        db: str | None, app: str | None, namespace: str | None, scope_reads: bool, **kwargs: Any
+    ) -> Any:
+        return fn(source=Source(db, app, namespace, scope_reads), **kwargs)
+
+    wrapped: Callable[..., Any] = click.option("--scope-reads", is_flag=True, help=SCOPE_HELP)(
+        command
+    )
+    wrapped = click.option("--namespace", default=None, help=NAMESPACE_HELP)(wrapped)
+    wrapped = click.option("--app", default=None, help=APP_HELP)(wrapped)
+    return click.option("--db", default=None, help=DB_HELP)(wrapped)
+
+
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     fn = click.option("--json", "as_json", is_flag=True, help="Print JSON, for scripts.")(fn)
-    fn = click.option("--app", default=None, help=APP_HELP)(fn)
-    return click.option("--db", default=None, help=DB_HELP)(fn)
+    return _sourced(fn)
 
 
 def json_argument(text: str | None, name: str) -> Any:
@@ -368,8 +433,7 @@ def say(as_json: bool, body: dict[str, Any], text: str) -> None:
 @click.option("--interval", default=1.0, show_default=True, type=float, help="--follow's poll.")
 @click.option("--polls", default=None, type=int, hidden=True, help="Stop --follow after N polls.")
 def runs_list(
-    db: str | None,
-    app: str | None,
+    source: Source,
     workflow: str | None,
     status: str | None,
     tag: str | None,
@@ -383,11 +447,10 @@ def runs_list(
     """List runs, newest first; with --follow, then every change (Ctrl-C stops)."""
     if follow:
         query = RunQuery(workflow, RunStatus(status) if status else None, tag)
-        with_engine(db, app, lambda e: follow_runs(e, query, limit, interval, polls, as_json))
+        with_engine(source, lambda e: follow_runs(e, query, limit, interval, polls, as_json))
         return
     found = with_engine(
-        db,
-        app,
+        source,
         lambda e: e.list_runs(
             workflow=workflow, status=status, tag=tag, limit=limit, offset=offset
         ),
@@ -401,13 +464,13 @@ def runs_list(
 @runs.command("show")
 @_common
 @click.argument("run_id")
-def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> None:
+def runs_show(source: Source, run_id: str, as_json: bool) -> None:
     """Show one run and its step records."""
 
     async def read(engine: Engine) -> tuple[Run | None, list[StepRecord]]:
         return await engine.get_run(run_id), await engine.list_steps(run_id)
 
-    run, steps = with_engine(db, app, read)
+    run, steps = with_engine(source, read)
     if run is None:
         raise click.ClickException(f"no run with id {run_id!r}")
     if as_json:
@@ -432,8 +495,7 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
 @click.option("--tag", "tags", multiple=True, help="A tag for the run; repeat for several.")
 @click.option("--priority", default=0, show_default=True, type=int)
 def runs_start(
-    db: str | None,
-    app: str | None,
+    source: Source,
     as_json: bool,
     workflow: str,
     input: str | None,
@@ -446,7 +508,7 @@ def runs_start(
     Needs --app: the workflow's definition (its gates) must be known.
     """
     value = json_argument(input, "INPUT")
-    if app is None:
+    if source.app is None:
         raise click.UsageError(
             "start needs --app module:attribute: the workflow's definition must be known"
         )
@@ -464,17 +526,16 @@ def runs_start(
             return found, False
         return run, True
 
-    run, created = with_engine(db, app, start)
+    run, created = with_engine(source, start)
     body = {**run_to_dict(run), "created": created}
     told = "started" if created else "already exists:"
     say(as_json, body, f"{told} {run.id} ({run.workflow}, {run.status})")
 
 
 @runs.command("export")
-@click.option("--db", default=None, help=DB_HELP)
-@click.option("--app", default=None, help=APP_HELP)
+@_sourced
 @click.argument("run_id")
-def runs_export(db: str | None, app: str | None, run_id: str) -> None:
+def runs_export(source: Source, run_id: str) -> None:
     """Print RUN_ID's history as JSON (the run, its step records, its signals not consumed
     yet): keep it beside your tests and replay it with runlane.testing.replay."""
 
@@ -486,7 +547,7 @@ def runs_export(db: str | None, app: str | None, run_id: str) -> None:
         signals = await engine.read(lambda store: store.list_signals(run_id))
         return history_doc(run, steps, signals)
 
-    doc = with_engine(db, app, read)
+    doc = with_engine(source, read)
     if doc is None:
         raise click.ClickException(f"no run with id {run_id!r}")
     click.echo(json.dumps(doc, indent=2))
@@ -495,7 +556,7 @@ def runs_export(db: str | None, app: str | None, run_id: str) -> None:
 @runs.command("cancel")
 @_common
 @click.argument("run_id")
-def runs_cancel(db: str | None, app: str | None, as_json: bool, run_id: str) -> None:
+def runs_cancel(source: Source, as_json: bool, run_id: str) -> None:
     """Cancel a run and its children (exit 1 when there is no such run)."""
 
     async def cancel(engine: Engine) -> bool:
@@ -503,7 +564,7 @@ def runs_cancel(db: str | None, app: str | None, as_json: bool, run_id: str) -> 
             raise RunNotFoundError(run_id)
         return await engine.cancel(run_id)
 
-    cancelled = with_engine(db, app, cancel)
+    cancelled = with_engine(source, cancel)
     text = f"nothing to cancel: {run_id} is already finished"
     say(
         as_json,
@@ -515,16 +576,16 @@ def runs_cancel(db: str | None, app: str | None, as_json: bool, run_id: str) -> 
 @runs.command("retry")
 @_common
 @click.argument("run_id")
-def runs_retry(db: str | None, app: str | None, as_json: bool, run_id: str) -> None:
+def runs_retry(source: Source, as_json: bool, run_id: str) -> None:
     """Requeue a failed, dead or cancelled run from its checkpoints.
 
     Needs --app: the run's workflow definition (its gates and timeout) must be known.
     """
-    if app is None:
+    if source.app is None:
         raise click.UsageError(
             "retry needs --app module:attribute: the run's workflow definition must be known"
         )
-    run = with_engine(db, app, lambda e: e.requeue(run_id))
+    run = with_engine(source, lambda e: e.requeue(run_id))
     say(as_json, run_to_dict(run), f"requeued {run.id} ({run.status})")
 
 
@@ -533,12 +594,10 @@ def runs_retry(db: str | None, app: str | None, as_json: bool, run_id: str) -> N
 @click.argument("run_id")
 @click.argument("name")
 @click.argument("payload", required=False)
-def runs_signal(
-    db: str | None, app: str | None, as_json: bool, run_id: str, name: str, payload: str | None
-) -> None:
+def runs_signal(source: Source, as_json: bool, run_id: str, name: str, payload: str | None) -> None:
     """Send signal NAME to a run, with an optional JSON PAYLOAD."""
     value = json_argument(payload, "PAYLOAD")
-    with_engine(db, app, lambda e: e.signal(run_id, name, value))
+    with_engine(source, lambda e: e.signal(run_id, name, value))
     say(as_json, {"run_id": run_id, "signal": name}, f"signalled {run_id}: {name}")
 
 
@@ -572,7 +631,7 @@ def parse_duration(text: str) -> timedelta:
     help="Delete settled runs last updated longer ago than this: 90s, 15m, 12h, 7d, 2w.",
 )
 @click.option("--batch", default=1000, show_default=True, type=click.IntRange(min=1))
-def runs_prune(db: str | None, app: str | None, as_json: bool, older_than: str, batch: int) -> None:
+def runs_prune(source: Source, as_json: bool, older_than: str, batch: int) -> None:
     """Delete settled runs (completed, failed, cancelled, dead) with their steps and signals,
     and published events (the event log) older than the same age.
 
@@ -585,7 +644,7 @@ def runs_prune(db: str | None, app: str | None, as_json: bool, older_than: str, 
         runs = await engine.prune(period, batch=batch, events=False)
         return runs, await engine.prune_events(period, batch=batch)
 
-    deleted, events = with_engine(db, app, prune)
+    deleted, events = with_engine(source, prune)
     say(
         as_json,
         {
@@ -605,9 +664,9 @@ def schedules() -> None:
 
 @schedules.command("list")
 @_common
-def schedules_list(db: str | None, app: str | None, as_json: bool) -> None:
+def schedules_list(source: Source, as_json: bool) -> None:
     """List the schedules: next fire, last fire, last error."""
-    found = with_engine(db, app, lambda e: e.schedules.list())
+    found = with_engine(source, lambda e: e.schedules.list())
     if as_json:
         click.echo(json.dumps([schedule_to_dict(s) for s in found], indent=2))
         return
@@ -617,29 +676,29 @@ def schedules_list(db: str | None, app: str | None, as_json: bool) -> None:
 @schedules.command("pause")
 @_common
 @click.argument("schedule_id")
-def schedules_pause(db: str | None, app: str | None, as_json: bool, schedule_id: str) -> None:
+def schedules_pause(source: Source, as_json: bool, schedule_id: str) -> None:
     """Stop firing SCHEDULE_ID; windows that pass while paused never fire."""
-    state = with_engine(db, app, lambda e: e.schedules.pause(schedule_id))
+    state = with_engine(source, lambda e: e.schedules.pause(schedule_id))
     say(as_json, schedule_to_dict(state), f"paused {schedule_id}")
 
 
 @schedules.command("resume")
 @_common
 @click.argument("schedule_id")
-def schedules_resume(db: str | None, app: str | None, as_json: bool, schedule_id: str) -> None:
+def schedules_resume(source: Source, as_json: bool, schedule_id: str) -> None:
     """Fire SCHEDULE_ID again, from its first window after now."""
-    state = with_engine(db, app, lambda e: e.schedules.resume(schedule_id))
+    state = with_engine(source, lambda e: e.schedules.resume(schedule_id))
     say(as_json, schedule_to_dict(state), f"resumed {schedule_id}: next {state.next_fire_at}")
 
 
 @schedules.command("trigger")
 @_common
 @click.argument("schedule_id")
-def schedules_trigger(db: str | None, app: str | None, as_json: bool, schedule_id: str) -> None:
+def schedules_trigger(source: Source, as_json: bool, schedule_id: str) -> None:
     """Start one run of SCHEDULE_ID now. Needs --app (the workflow's gates must be known)."""
-    if app is None:
+    if source.app is None:
         raise click.UsageError("trigger needs --app module:attribute: the workflow must be known")
-    run = with_engine(db, app, lambda e: e.schedules.trigger(schedule_id))
+    run = with_engine(source, lambda e: e.schedules.trigger(schedule_id))
     say(as_json, run_to_dict(run), f"started {run.id}")
 
 
@@ -673,7 +732,7 @@ async def follow_runs(
     default=None,
     help="Only the lanes of this key (or step queue, or a limit's workflow when it has no key).",
 )
-def lanes_command(db: str | None, app: str | None, as_json: bool, key: str | None) -> None:
+def lanes_command(source: Source, as_json: bool, key: str | None) -> None:
     """Each singleton lane and quota key with active runs, and each step queue: holders,
     waiters in order, usage. Each run-level rate limit or throttle with starts in its window:
     used of its limit, when a start fits again; each debounce: its run and when it fires
@@ -683,7 +742,7 @@ def lanes_command(db: str | None, app: str | None, as_json: bool, key: str | Non
         now = engine.now()
         return await engine.read(lambda store: all_lanes(store, now))
 
-    found = with_engine(db, app, read).of_key(key)
+    found = with_engine(source, read).of_key(key)
     if as_json:
         shown = lanes_to_dict(found)
         click.echo(json.dumps(shown["lanes"] + shown["queues"] + shown["limits"], indent=2))
@@ -728,7 +787,7 @@ def replay_command(
             )
         )
 
-    report = with_engine(db, app, check)
+    report = with_engine(Source(db, app), check)
     if as_json:
         click.echo(json.dumps(replay_to_dict(report), indent=2))
     else:
@@ -752,7 +811,7 @@ def _print_replay(report: ReplayReport) -> None:
 
 @main.command("engines")
 @_common
-def engines_command(db: str | None, app: str | None, as_json: bool) -> None:
+def engines_command(source: Source, as_json: bool) -> None:
     """The engines announced in the store: what each serves (workflow versions and worker
     groups), its last heartbeat, alive or gone; then the versions with active runs that no
     live engine serves (they wait for an engine that does)."""
@@ -762,7 +821,7 @@ def engines_command(db: str | None, app: str | None, as_json: bool) -> None:
         active = await engine.read(lambda store: store.active_code_counts())
         return engines, unserved(active, engines)
 
-    engines, waiting = with_engine(db, app, read)
+    engines, waiting = with_engine(source, read)
     if as_json:
         body = {
             "engines": [engine_to_dict(e) for e in engines],

@@ -128,13 +128,18 @@ def _short(value: Any, width: int = 60) -> str:
     return escape(text if len(text) <= width else text[: width - 1] + "…")
 
 
+def _keyed(key: str, namespace: str | None) -> str:
+    """A lane's key, and the namespace whose own lane it is (none for a shared lane)."""
+    return escape(key if namespace is None else f"{key} (namespace {namespace})")
+
+
 def lanes_table(found: list[Lane]) -> Table:
     table = Table("lane", "key", "workflow", "usage", "holders", "waiters, first in line first")
     for lane in found:
         limit = "?" if lane.limit is None else str(lane.limit)
         table.add_row(
             lane.kind,
-            escape(lane.key),
+            _keyed(lane.key, lane.namespace),
             escape(lane.workflow or ("every workflow" if lane.kind == "concurrency" else "global")),
             f"{lane.usage}/{limit}",
             escape(", ".join(r.id for r in lane.holders)),
@@ -170,7 +175,7 @@ def limits_table(rates: list[RateLane], debounces: list[DebounceLane]) -> Table:
         held = f"; held: {', '.join(r.id for r in rate.held)}" if rate.held else ""
         table.add_row(
             "rate limit",
-            escape(rate.key or "(every start)"),
+            _keyed(rate.key or "(every start)", rate.namespace),
             escape(rate.workflow or "-"),
             f"{rate.used}/{rate.limit} per {rate.period:g} s",
             resets,
@@ -179,7 +184,7 @@ def limits_table(rates: list[RateLane], debounces: list[DebounceLane]) -> Table:
     for debounce in debounces:
         table.add_row(
             "debounce",
-            escape(debounce.key or "(every start)"),
+            _keyed(debounce.key or "(every start)", debounce.namespace),
             escape(debounce.workflow or "-"),
             f"since {_when(debounce.first_at)}",
             f"fires at {_when(debounce.fires_at)}",

@@ -44,6 +44,7 @@ from .models import (
     StepRecord,
     ready_ids,
 )
+from .namespaces import fenced, sees
 from .options import EngineOptions
 from .presence import judged
 from .queues import StepQueue
@@ -55,7 +56,7 @@ from .schedules import Schedule, Scheduler
 from .serialization import normalise
 from .stats import EngineStats
 from .stores import open_store
-from .stores.base import Store
+from .stores.base import Reads, Store
 from .tracing import Tracing
 from .transports import open_transport
 from .transports.base import Transport
@@ -76,6 +77,7 @@ class Engine:
         steps: Iterable[Any] = (),
         clock: Clock | None = None,
         namespace: str | None = None,
+        scope_reads: bool = False,
         drive: bool = True,
         consumers: Literal["auto", "always", "never"] = "auto",
         schedules: Iterable[Schedule] = (),
@@ -87,6 +89,7 @@ class Engine:
     ) -> None:
         if consumers not in ("auto", "always", "never"):
             raise ValueError("consumers must be 'auto', 'always' or 'never'")
+        self._scope = _scope(namespace, scope_reads)
         opened: Store = open_store(store) if isinstance(store, str) or store is None else store
         self._owns_transport = isinstance(transport, str)
         self.transport: Transport | None = (
@@ -118,6 +121,8 @@ class Engine:
             tracing=Tracing(tracer_provider),
             ready=self._ready,
         )
+        # A scoped engine's new runs get keys of its namespace's own (admission.scoped_key).
+        self._execution.specs.scope = self._scope
         self.schedules: Scheduler = self._execution.schedules
         self._opened = False
 
@@ -152,6 +157,16 @@ class Engine:
     @property
     def namespace(self) -> str | None:
         return self._execution.namespace
+
+    @property
+    def scope_reads(self) -> bool:
+        """Whether the engine's reads, admission and operations are fenced to its namespace."""
+        return self._scope is not None
+
+    @property
+    def _reads(self) -> Reads:
+        """The store's reads as this engine sees them: its namespace's runs only when scoped."""
+        return fenced(self.store, self._scope)
 
     @property
     def options(self) -> EngineOptions:
@@ -266,6 +281,9 @@ class Engine:
             debounce=True,
         )
         started, retried = await self._create(spec)
+        if started.run is not None and not sees(self._scope, started.run):
+            # The id names a run of another namespace: nothing was created, nothing is shown.
+            raise RunNotFoundError(started.run.id)
         self._execution.count_starts(definition.name, [started])
         run = self._started(started)
         # After an outage, the run found may be the one this start's first write created.
@@ -307,6 +325,7 @@ class Engine:
         """Deliver a signal to the run's waiter, or buffer it until the run waits for it."""
         value = normalise(payload, f"payload of signal {name!r}")
         await self._ready()
+        await self._fence(run_id)
         if await self._api(lambda: self.store.deliver_signal(run_id, name, value, self.now())):
             self._execution.send([run_id])
 
@@ -357,6 +376,7 @@ class Engine:
     async def cancel(self, run_id: str) -> bool:
         """Cancel a run and its children; False when there was nothing to cancel."""
         await self._ready()
+        await self._fence(run_id)
         try:
             result = await self._api(lambda: self.store.cancel_run(run_id, self.now(), None))
         except RunNotFoundError:
@@ -372,7 +392,7 @@ class Engine:
         and nothing changes.
         """
         await self._ready()
-        run = await self._api(lambda: self.store.get_run(run_id), retry=True)
+        run = await self._api(lambda: self._reads.get_run(run_id), retry=True)
         if run is None:
             raise RunNotFoundError(run_id)
         definition = self.registry.workflow(run.workflow, run.version)
@@ -393,7 +413,7 @@ class Engine:
 
     async def get_run(self, run_id: str) -> Run | None:
         await self._ready()
-        return await self._api(lambda: self.store.get_run(run_id), retry=True)
+        return await self._api(lambda: self._reads.get_run(run_id), retry=True)
 
     async def list_runs(
         self,
@@ -414,7 +434,7 @@ class Engine:
         )
         wanted = RunStatus(status) if status is not None else None
         return await self._api(
-            lambda: self.store.list_runs(
+            lambda: self._reads.list_runs(
                 workflow=name, status=wanted, tag=tag, limit=limit, offset=offset
             ),
             retry=True,
@@ -422,7 +442,7 @@ class Engine:
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         await self._ready()
-        return await self._api(lambda: self.store.list_steps(run_id), retry=True)
+        return await self._api(lambda: self._reads.list_steps(run_id), retry=True)
 
     async def list_engines(self) -> list[EngineInfo]:
         """The engines that announced themselves in this store (this one too), oldest first:
@@ -430,12 +450,22 @@ class Engine:
         engines = await self.read(lambda store: store.list_engines())
         return judged(engines, self.now())
 
-    async def read(self, query: Callable[[Store], Awaitable[T]]) -> T:
-        """``query`` on the store, as the API's own reads run: after one failed try on a fresh
-        connection, ``StoreUnavailableError``. For views (the HTTP API, the command line)
-        that read more than runs and steps."""
+    async def read(self, query: Callable[[Reads], Awaitable[T]]) -> T:
+        """``query`` on the store's reads, as the API's own reads run: after one failed try on
+        a fresh connection, ``StoreUnavailableError``. For views (the HTTP API, the command
+        line) that read more than runs and steps. An engine with ``scope_reads`` hands
+        ``query`` its namespace's reads only (``runlane.namespaces.NamespaceReads``)."""
         await self._ready()
-        return await self._api(lambda: query(self.store), retry=True)
+        return await self._api(lambda: query(self._reads), retry=True)
+
+    async def _fence(self, run_id: str) -> None:
+        """An engine fenced to its namespace acts on its namespace's runs only: a run of
+        another one raises ``RunNotFoundError`` (an unknown id is left to the operation)."""
+        if self._scope is None:
+            return
+        run = await self._api(lambda: self.store.get_run(run_id), retry=True)
+        if run is not None and not sees(self._scope, run):
+            raise RunNotFoundError(run_id)
 
     async def _api(self, call: Callable[[], Awaitable[T]], *, retry: bool = False) -> T:
         """An API call's store work. An outage raises ``StoreUnavailableError``; with ``retry``
@@ -505,7 +535,7 @@ class Engine:
         pause = 0.05
         while True:
             try:
-                run = await self.store.get_run(run_id)
+                run = await self._reads.get_run(run_id)
                 self._execution.outage.succeeded()
                 return run
             except Exception as exc:
@@ -593,6 +623,17 @@ class Engine:
             deleted += gone
             if gone < batch:
                 return deleted
+
+
+def _scope(namespace: str | None, scope_reads: bool) -> str | None:
+    """The namespace an engine is fenced to (None: its reads and keys are shared)."""
+    if not scope_reads:
+        return None
+    if not isinstance(namespace, str) or not namespace:
+        raise DefinitionError(
+            "scope_reads=True fences the engine to its namespace: give it one (namespace=...)"
+        )
+    return namespace
 
 
 def _check_remote_workflows(registry: Registry, transport: Transport | None) -> None:

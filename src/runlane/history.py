@@ -32,7 +32,7 @@ from .errors import NonDeterminismError, Suspend, UnknownWorkflowError
 from .models import JSON, Claim, Run, RunCursor, RunQuery, RunStatus, Signal, StepRecord
 from .registry import Registry
 from .replay import DecisionTurn, WorkerHost
-from .stores.base import Store
+from .stores.base import Reads, Store
 from .transports.messages import Malformed
 from .workflow_tasks import record_doc, record_from_doc, signal_from_doc
 
@@ -216,7 +216,7 @@ PAGE = 200  # runs read per page
 
 
 async def replay_stored(
-    store: Store,
+    store: Reads,
     registry: Registry,
     *,
     workflow: str | None = None,
@@ -236,7 +236,7 @@ async def replay_stored(
     return report
 
 
-async def _stored_runs(store: Store, query: RunQuery) -> AsyncIterator[Run]:
+async def _stored_runs(store: Reads, query: RunQuery) -> AsyncIterator[Run]:
     while True:
         page = await store.page_runs(query, PAGE)
         for run in page:
@@ -246,7 +246,7 @@ async def _stored_runs(store: Store, query: RunQuery) -> AsyncIterator[Run]:
         query = replace(query, after=RunCursor(page[-1].created_at, page[-1].id))
 
 
-async def _replay_one(store: Store, registry: Registry, run: Run, report: ReplayReport) -> None:
+async def _replay_one(store: Reads, registry: Registry, run: Run, report: ReplayReport) -> None:
     try:
         definition = registry.workflow(run.workflow, run.version)
     except UnknownWorkflowError:

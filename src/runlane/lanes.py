@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
-from .admission import lane_parts
+from .admission import key_scope, lane_parts
 from .models import QueueSettings, Run
 from .queues import QueueEntry, QueueView, current_window
 
 if TYPE_CHECKING:
-    from .stores.base import Store
+    from .stores.base import Reads
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,9 @@ class Lane:
     """One key's lane. ``name`` is the key as stored (a singleton lane names its workflow, see
     ``admission.lane``); ``key`` is the key as the workflow's rule gave it, the one in the run
     tags ``singleton:<key>`` and ``concurrency:<key>``. ``workflow`` is None for a global
-    singleton lane and for a quota, which every workflow shares."""
+    singleton lane and for a quota, which every workflow shares. ``namespace`` is the
+    namespace whose own lane it is (its runs were started by an engine with
+    ``scope_reads``), None for a lane every namespace shares."""
 
     kind: Literal["singleton", "concurrency"]
     name: str
@@ -37,6 +39,7 @@ class Lane:
     limit: int | None
     holders: tuple[Run, ...]
     waiters: tuple[Run, ...] = ()
+    namespace: str | None = None
 
     @property
     def usage(self) -> int:
@@ -72,12 +75,15 @@ def _singleton(name: str, runs: list[Run]) -> Lane:
         runs[-1].singleton_limit,
         holders=tuple(r for r in runs if r.holds_slot),
         waiters=tuple(r for r in runs if not r.holds_slot),
+        namespace=key_scope(name)[0],
     )
 
 
 def _quota(name: str, runs: list[Run]) -> Lane:
     counted = tuple(r for r in runs if r.quota is None or r.status in r.quota.count_statuses)
-    return Lane("concurrency", name, name, None, runs[-1].concurrency_limit, holders=counted)
+    namespace, key = key_scope(name)
+    limit = runs[-1].concurrency_limit
+    return Lane("concurrency", name, key, None, limit, holders=counted, namespace=namespace)
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,8 @@ class RateLane:
     seconds counts (``used`` of ``limit``) and the throttled starts counted ahead of time
     (``held``: they begin when the window lets them, in order). ``resets_at`` is the first
     instant a new start fits the window again (None: it fits now); ``clears_at`` the instant
-    the last start counted leaves it. ``key`` is None for a limit on the whole workflow."""
+    the last start counted leaves it. ``key`` is None for a limit on the whole workflow;
+    ``namespace`` as a :class:`Lane`'s."""
 
     name: str
     key: str | None
@@ -127,6 +134,7 @@ class RateLane:
     now: datetime
     counted: tuple[Run, ...]
     held: tuple[Run, ...]
+    namespace: str | None = None
 
     @property
     def used(self) -> int:
@@ -155,12 +163,14 @@ class RateLane:
 @dataclass(frozen=True)
 class DebounceLane:
     """A debounced key's run that has not begun: starts of the key fold into it (the last
-    input wins) until it fires at ``fires_at``; ``first_at`` is when the first of them came."""
+    input wins) until it fires at ``fires_at``; ``first_at`` is when the first of them came;
+    ``namespace`` as a :class:`Lane`'s."""
 
     name: str
     key: str | None
     workflow: str | None
     run: Run
+    namespace: str | None = None
 
     @property
     def fires_at(self) -> datetime | None:
@@ -180,7 +190,8 @@ def limit_lanes(runs: Iterable[Run], now: datetime) -> tuple[list[RateLane], lis
         if run.rate_key is not None and run.rate_until is not None and run.rate_until > now:
             rated.setdefault(run.rate_key, []).append(run)
         if run.debounce_key is not None and run.held(now):
-            debounced.append(DebounceLane(run.debounce_key, *_user_key(run.debounce_key), run))
+            key = run.debounce_key
+            debounced.append(DebounceLane(key, *_user_key(key), run, key_scope(key)[0]))
     rates = [_rate(name, members, now) for name, members in rated.items()]
     return sorted(rates, key=lambda r: r.name), sorted(debounced, key=lambda d: d.name)
 
@@ -192,7 +203,9 @@ def _rate(name: str, runs: list[Run], now: datetime) -> RateLane:
     in_order = sorted(runs, key=_counted_at)
     counted = tuple(r for r in in_order if r.rate_at is not None and r.rate_at <= now)
     held = tuple(r for r in in_order if r.rate_at is not None and r.rate_at > now)
-    return RateLane(name, *_user_key(name), newest.rate_limit or 0, period, now, counted, held)
+    limit = newest.rate_limit or 0
+    namespace = key_scope(name)[0]
+    return RateLane(name, *_user_key(name), limit, period, now, counted, held, namespace)
 
 
 def _counted_at(run: Run) -> tuple[datetime, str]:
@@ -233,7 +246,7 @@ class AllLanes:
         )
 
 
-async def all_lanes(store: Store, now: datetime) -> AllLanes:
+async def all_lanes(store: Reads, now: datetime) -> AllLanes:
     """Read every lane from ``store`` at ``now``: three reads, none of which locks anything."""
     gated, views, limited = (
         await store.lane_runs(),

@@ -180,7 +180,8 @@ class RunCursor:
 @dataclass(frozen=True)
 class RunQuery:
     """Which runs to list: every filter given must match. ``created_from`` is inclusive,
-    ``created_until`` exclusive; ``after`` asks for the runs older than a page's last one."""
+    ``created_until`` exclusive; ``after`` asks for the runs older than a page's last one;
+    ``namespace`` keeps the runs of that namespace only."""
 
     workflow: str | None = None
     status: RunStatus | None = None
@@ -188,11 +189,13 @@ class RunQuery:
     created_from: datetime | None = None
     created_until: datetime | None = None
     after: RunCursor | None = None
+    namespace: str | None = None
 
     def matches(self, run: Run) -> bool:
         """Whether ``run`` passes every filter and comes after the cursor (newest first)."""
         return (
             (self.workflow is None or run.workflow == self.workflow)
+            and (self.namespace is None or run.namespace == self.namespace)
             and (self.status is None or run.status == self.status)
             and (self.tag is None or self.tag in run.tags)
             and (self.created_from is None or run.created_at >= self.created_from)

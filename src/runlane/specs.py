@@ -31,12 +31,16 @@ class RunSpecs:
         now: Callable[[], datetime],
         namespace: str | None,
         retry: Callable[[], RetryTimer],
+        scope: str | None = None,
     ) -> None:
         self.registry = registry
         self.store = store
         self.now = now
         self.namespace = namespace
         self.retry = retry
+        # The namespace whose own keys new runs get (an engine with scope_reads), or None:
+        # their keys are shared by every namespace.
+        self.scope = scope
 
     async def build(
         self,
@@ -56,7 +60,8 @@ class RunSpecs:
 
         ``lane`` replaces the workflow's singleton gate (a schedule's overlap lane). Only starts
         from outside a run are debounced (``start``, event subscribers): a child's or a
-        schedule window's run id must name a run of its own."""
+        schedule window's run id must name a run of its own. With a ``scope``, every gate's
+        key but a ``lane`` given is that namespace's own (``admission.scoped_key``)."""
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("run_id must be a non-empty string")
         singleton = admission.singleton_gate(definition, input) if lane == "workflow" else lane
@@ -72,7 +77,7 @@ class RunSpecs:
             )
         now = self.now()
         timeout = definition.execution_timeout
-        return RunSpec(
+        spec = RunSpec(
             id=run_id,
             workflow=definition.name,
             version=definition.version,
@@ -90,6 +95,11 @@ class RunSpecs:
             rate=rate,
             debounce=folded,
         )
+        if self.scope is None:
+            return spec
+        scoped = admission.scoped_gates(spec, self.scope)
+        # A schedule's overlap lane is the schedule's, and schedules are shared by the store.
+        return scoped if lane == "workflow" else replace(scoped, singleton=spec.singleton)
 
     async def child(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
         return await self.build(self.registry.workflow(workflow), input, run_id, parent=parent)
@@ -100,7 +110,8 @@ class RunSpecs:
         # The new input may name other lanes: the run's own lane tags do not carry over.
         inherited = (*definition.tags, *admission.run_lane_tags(run))
         user_tags = tuple(t for t in run.tags if t not in inherited)
-        return await self.build(definition, input, next_id, priority=run.priority, tags=user_tags)
+        spec = await self.build(definition, input, next_id, priority=run.priority, tags=user_tags)
+        return replace(spec, namespace=run.namespace)
 
     async def handler(self, workflow: str, run: Run, settlement: Settlement) -> RunSpec:
         """The start of ``workflow`` as the failure handler of ``run`` settling so: its input

@@ -496,8 +496,13 @@ _HOT = {
     "the lanes": ("lane_runs", {}),
     "the overview's last hour": (
         "run_activity",
-        {"since": T0 + timedelta(hours=27), "until": T0 + timedelta(hours=28)},
+        {"since": T0 + timedelta(hours=27), "until": T0 + timedelta(hours=28), "namespace": None},
     ),
+    "a fenced engine's overview of its namespace": (
+        "run_activity",
+        {"since": T0 + timedelta(hours=27), "until": T0 + timedelta(hours=28), "namespace": "eu"},
+    ),
+    "a page of a namespace": ("page_runs", {"namespace": "eu", **_CURSOR, "limit": 50}),
     "children of a parent": ("list_runs", {"parent_id": "run-42", "limit": 100, "offset": 0}),
     "a run tree to cancel": ("run_tree", {"id": "run-7"}),
     "due schedules": ("due_schedules", {"now": T0, "limit": 500, "workflows": None}),

@@ -362,13 +362,13 @@ def test_serve_refuses_a_public_address_without_a_token(
 def test_serve_without_an_app_serves_the_store_db_names_and_executes_nothing(
     db: str, waiting_run: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runlane.cli import served_engine
+    from runlane.cli import Source, served_engine
 
     monkeypatch.delenv("RUNLANE_DATABASE_URL", raising=False)
     refused = cli("serve")
     assert refused.exit_code == 2
     assert "serve needs an APP (module:attribute) or --db URL" in refused.output
-    engine = served_engine(None, db)
+    engine = served_engine(Source(db))
     assert (engine.drive, engine.consumers) == (False, "never")
 
     async def listed() -> list[str]:

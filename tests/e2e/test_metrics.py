@@ -94,10 +94,10 @@ async def test_metrics_count_starts_finishes_refusals_and_step_durations(
     assert got[active, (("status", "suspended"), ("workflow", "exclusive"))] == 1
     assert got[active, (("status", "blocked"), ("workflow", "exclusive"))] == 1
     assert got[active, (("status", "running"), ("workflow", "exclusive"))] == 0
-    lane = ("key", "only"), ("kind", "singleton"), ("workflow", "exclusive")
+    lane = ("key", "only"), ("kind", "singleton"), ("namespace", ""), ("workflow", "exclusive")
     assert got["runlane_lane_waiting", lane] == 1
     assert got["runlane_lane_holding", lane] == 1
-    quota = ("key", "tenant"), ("kind", "concurrency"), ("workflow", "")
+    quota = ("key", "tenant"), ("kind", "concurrency"), ("namespace", ""), ("workflow", "")
     assert got["runlane_lane_holding", quota] == 2
 
 

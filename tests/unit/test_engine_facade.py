@@ -44,6 +44,7 @@ FACADE = {
     "pruner",
     "registry",
     "schedules",
+    "scope_reads",
     "stats",
     "store",
     "transport",

@@ -76,6 +76,7 @@ def engine_view(engine: Engine, started_at: datetime) -> dict[str, Any]:
         "started_at": jsonable(started_at),
         "drives": engine.drive,
         "namespace": engine.namespace,
+        "scope_reads": engine.scope_reads,
         "serves": sorted(f"{d.name}@{d.version}" for d in definitions),
         "groups": sorted({d.group for d in definitions if d.group is not None}),
         "turns_in_flight": len(local.inflight) if local is not None else 0,

@@ -31,14 +31,19 @@ from ..stats import Histogram
 GAUGE_TTL = 5.0
 """Seconds a read of the store's gauges serves scrapes for."""
 
+LANE_LABELS = ["key", "kind", "workflow", "namespace"]
+"""A lane gauge's labels: the key as the rule gave it, and the namespace whose own lane it is
+(empty for a lane every namespace shares), so two namespaces' lanes of one key stay apart."""
+
 
 @dataclass(frozen=True)
 class Gauges:
     """What the store said at one read."""
 
     active: dict[tuple[str, str], int] = field(default_factory=dict)  # (workflow, status)
-    # (key, kind, workflow) -> (waiting, holding); a step queue's key is its name
-    lanes: dict[tuple[str, str, str], tuple[int, int]] = field(default_factory=dict)
+    # (key, kind, workflow, namespace) -> (waiting, holding); a step queue's key is its name; the
+    # namespace is the one whose own lane it is ("" for a lane every namespace shares)
+    lanes: dict[tuple[str, str, str, str], tuple[int, int]] = field(default_factory=dict)
     # (workflow, version) -> active runs no live engine serves
     unserved: dict[tuple[str, str], int] = field(default_factory=dict)
     engines: dict[str, int] = field(default_factory=dict)  # "alive" / "gone" -> engines
@@ -67,11 +72,12 @@ class StoreGauges:
         counts = await engine.read(lambda store: store.active_run_counts())
         runs = await engine.read(lambda store: store.lane_runs())
         views = await engine.read(lambda store: store.queue_views())
-        found: dict[tuple[str, str, str], tuple[int, int]] = {}
+        found: dict[tuple[str, str, str, str], tuple[int, int]] = {}
         for lane in lanes(runs):
-            found[lane.key, lane.kind, lane.workflow or ""] = (len(lane.waiters), lane.usage)
+            labels = (lane.key, lane.kind, lane.workflow or "", lane.namespace or "")
+            found[labels] = (len(lane.waiters), lane.usage)
         for queue in queue_lanes(views, engine.now()):
-            found[queue.name, "queue", ""] = (len(queue.waiters), queue.usage)
+            found[queue.name, "queue", "", ""] = (len(queue.waiters), queue.usage)
         active = {(workflow, str(status)): n for (workflow, status), n in counts.items()}
         engines = await engine.list_engines()
         codes = await engine.read(lambda store: store.active_code_counts())
@@ -143,12 +149,12 @@ class RunlaneCollector(Collector):
         waiting = GaugeMetricFamily(
             "runlane_lane_waiting",
             "Runs (or, for a step queue, steps) waiting in each lane.",
-            labels=["key", "kind", "workflow"],
+            labels=LANE_LABELS,
         )
         holding = GaugeMetricFamily(
             "runlane_lane_holding",
             "Slots held in each lane (runs counted, for a quota).",
-            labels=["key", "kind", "workflow"],
+            labels=LANE_LABELS,
         )
         for labels, (waiters, holders) in sorted(gauges.lanes.items()):
             waiting.add_metric(list(labels), waiters)

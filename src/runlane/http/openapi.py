@@ -89,6 +89,12 @@ _FILTERS = [
     _query("tag", {"type": "string"}, "only runs carrying this tag (e.g. singleton:store:A)"),
     _query("created_from", _TIME, "only runs created at or after this time"),
     _query("created_until", _TIME, "only runs created before this time"),
+    _query(
+        "namespace",
+        {"type": "string"},
+        "only runs of this namespace (a server whose engine is fenced to its namespace shows"
+        " only that one's runs, and none for another)",
+    ),
 ]
 
 _SCHEMAS: JSONObject = {
@@ -228,11 +234,26 @@ _SCHEMAS: JSONObject = {
         updated_at=_TIME,
     ),
     "Lane": _object(
-        ["kind", "key", "name", "workflow", "tag", "limit", "usage", "holders", "waiters"],
+        [
+            "kind",
+            "key",
+            "name",
+            "workflow",
+            "namespace",
+            "tag",
+            "limit",
+            "usage",
+            "holders",
+            "waiters",
+        ],
         kind={"type": "string", "enum": ["singleton", "concurrency"]},
-        key={"type": "string"},
+        key={"type": "string", "description": "the key as the rule gave it"},
         name={"type": "string", "description": "the lane as stored"},
         workflow={"type": ["string", "null"]},
+        namespace={
+            "type": ["string", "null"],
+            "description": "the namespace whose own lane it is (null: shared by every namespace)",
+        },
         tag={"type": "string"},
         limit={"type": ["integer", "null"]},
         usage={"type": "integer", "description": "slots held / runs counted"},
@@ -252,6 +273,7 @@ _SCHEMAS: JSONObject = {
             "name",
             "key",
             "workflow",
+            "namespace",
             "limit",
             "period",
             "used",
@@ -265,6 +287,10 @@ _SCHEMAS: JSONObject = {
         name={"type": "string", "description": "the lane as stored"},
         key={"type": ["string", "null"], "description": "null: one limit for the workflow"},
         workflow={"type": ["string", "null"]},
+        namespace={
+            "type": ["string", "null"],
+            "description": "the namespace whose own lane it is (null: shared by every namespace)",
+        },
         limit={"type": "integer"},
         period={"type": "number", "description": "the sliding window, in seconds"},
         used={"type": "integer", "description": "starts counted in the window ending now"},
@@ -282,11 +308,15 @@ _SCHEMAS: JSONObject = {
         },
     ),
     "DebounceLane": _object(
-        ["kind", "name", "key", "workflow", "run", "first_at", "fires_at"],
+        ["kind", "name", "key", "workflow", "namespace", "run", "first_at", "fires_at"],
         kind={"type": "string", "enum": ["debounce"]},
         name={"type": "string", "description": "the lane as stored"},
         key={"type": ["string", "null"], "description": "null: one debounce for the workflow"},
         workflow={"type": ["string", "null"]},
+        namespace={
+            "type": ["string", "null"],
+            "description": "the namespace whose own lane it is (null: shared by every namespace)",
+        },
         run=_ref("RunSummary"),
         first_at=_TIME,
         fires_at=_MAYBE_TIME,

@@ -66,7 +66,7 @@ def _time(request: Request, name: str) -> datetime | None:
 
 def run_query(request: Request, *, cursor: bool = True) -> RunQuery:
     """The runs a request asks for: ``workflow``, ``status``, ``tag``, ``created_from``,
-    ``created_until`` and, with ``cursor``, where the page starts (``cursor``)."""
+    ``created_until``, ``namespace`` and, with ``cursor``, where the page starts (``cursor``)."""
     params = request.query_params
     return RunQuery(
         workflow=params.get("workflow") or None,
@@ -75,6 +75,7 @@ def run_query(request: Request, *, cursor: bool = True) -> RunQuery:
         created_from=_time(request, "created_from"),
         created_until=_time(request, "created_until"),
         after=decode_cursor(params.get("cursor")) if cursor else None,
+        namespace=params.get("namespace") or None,
     )
 
 

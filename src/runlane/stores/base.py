@@ -87,9 +87,120 @@ def window_results(
     ]
 
 
+class Reads(Protocol):
+    """What a store answers to readers: runs, their steps and signals, the lanes, the
+    engines. Every method only reads (it locks nothing a turn waits for).
+
+    An engine's reads go through this door (``Engine.read``): a store is one, and an engine
+    fenced to its namespace (``scope_reads``) reads through
+    :class:`runlane.namespaces.NamespaceReads`, which sees that namespace's runs only.
+    """
+
+    async def get_run(self, run_id: str) -> Run | None:
+        """The run, or None."""
+        ...
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        """The runs that exist among ``run_ids``, by id."""
+        ...
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: RunStatus | None = None,
+        tag: str | None = None,
+        parent_id: str | None = None,
+        namespace: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Run]:
+        """Runs matching every filter given, newest first (``created_at``, then id, descending)."""
+        ...
+
+    async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
+        """At most ``limit`` runs matching ``query``, newest first (``created_at``, then id,
+        descending), starting after ``query.after``.
+
+        Keyset paging: a page costs the same however deep it is (an index walk from the
+        cursor), and runs created meanwhile never shift the pages that follow.
+        """
+        ...
+
+    async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
+        """How many runs match ``query`` (its cursor ignored), by status; a status without
+        runs is left out."""
+        ...
+
+    async def active_run_counts(
+        self, namespace: str | None = None
+    ) -> dict[tuple[str, RunStatus], int]:
+        """How many active runs there are (of ``namespace``; None: of every namespace), by
+        ``(workflow, status)``; pairs without runs are left out. Reads the active runs only,
+        however many settled runs are kept."""
+        ...
+
+    async def active_code_counts(self, namespace: str | None = None) -> dict[tuple[str, str], int]:
+        """How many active runs there are (of ``namespace``; None: of every namespace), by
+        ``(workflow, version)``; codes without active runs are left out. Reads the active runs
+        only."""
+        ...
+
+    async def list_engines(self) -> list[EngineInfo]:
+        """Every engine record, oldest ``started_at`` first (then id); ``alive`` as stored
+        (the caller judges it from ``last_beat_at`` and ``lease``)."""
+        ...
+
+    async def run_activity(
+        self, since: datetime, until: datetime, namespace: str | None = None
+    ) -> list[ActivityCount]:
+        """The runs created from ``since`` (inclusive) to ``until`` (exclusive), counted by the
+        UTC minute they were created in (``status`` and ``bucket`` None), and the runs settled
+        in that time (that are still terminal), counted by the minute they settled in, their terminal status and
+        their latency bucket (``activity.latency_bucket`` of the seconds from ``created_at`` to
+        the settlement); counts of zero are left out, in no order. Of ``namespace``'s runs only,
+        or of every namespace's for None. Two indexed range reads (runs by creation; terminal
+        runs by status and settlement instant), never a walk of older runs. A read for
+        operators; it locks nothing."""
+        ...
+
+    async def lane_runs(self) -> list[Run]:
+        """The active runs that hold or wait for a singleton slot, or count against a quota
+        (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""
+        ...
+
+    async def limited_runs(self, now: datetime) -> list[Run]:
+        """The runs that make up the run-level rate limits and debounces at ``now``, whatever
+        their status, oldest first (``created_at``, then id): each start still inside its rate
+        key's window (``rate_until > now``, a throttled start counted ahead of time included),
+        and each debounced run that has not begun (``debounce_key`` set, ``blocked``,
+        ``begin_at > now``). One indexed read for operators; it locks nothing."""
+        ...
+
+    async def queue_views(self) -> list[QueueView]:
+        """Every registered step queue, by name: its settings and current rate window, the
+        entries of its unsettled runs (holders and waiters) by arrival, and the last served
+        count of their fairness keys. A read for operators; it locks nothing."""
+        ...
+
+    async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
+        """The run's step record at ``seq``, or None."""
+        ...
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        """The run's step records by seq; ``[]`` for an unknown run."""
+        ...
+
+    async def list_signals(self, run_id: str) -> list[Signal]:
+        """The signals delivered to the run and not consumed yet, oldest first; ``[]`` for an
+        unknown run."""
+        ...
+
+
 @runtime_checkable
-class Store(Protocol):
-    """Durable state for an engine. Every method is a single atomic unit of work."""
+class Store(Reads, Protocol):
+    """Durable state for an engine. Every method is a single atomic unit of work; its reads
+    are those of :class:`Reads`."""
 
     atomic_admission: bool
     """True when singleton admission and quotas are checked and applied atomically."""
@@ -631,53 +742,6 @@ class Store(Protocol):
         """
         ...
 
-    # ---------------------------------------------------------------- reads
-
-    async def get_run(self, run_id: str) -> Run | None:
-        """The run, or None."""
-        ...
-
-    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
-        """The runs that exist among ``run_ids``, by id."""
-        ...
-
-    async def list_runs(
-        self,
-        *,
-        workflow: str | None = None,
-        status: RunStatus | None = None,
-        tag: str | None = None,
-        parent_id: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Run]:
-        """Runs matching every filter given, newest first (``created_at``, then id, descending)."""
-        ...
-
-    async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
-        """At most ``limit`` runs matching ``query``, newest first (``created_at``, then id,
-        descending), starting after ``query.after``.
-
-        Keyset paging: a page costs the same however deep it is (an index walk from the
-        cursor), and runs created meanwhile never shift the pages that follow.
-        """
-        ...
-
-    async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
-        """How many runs match ``query`` (its cursor ignored), by status; a status without
-        runs is left out."""
-        ...
-
-    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
-        """How many active runs there are, by ``(workflow, status)``; pairs without runs are
-        left out. Reads the active runs only, however many settled runs are kept."""
-        ...
-
-    async def active_code_counts(self) -> dict[tuple[str, str], int]:
-        """How many active runs there are, by ``(workflow, version)``; codes without active
-        runs are left out. Reads the active runs only."""
-        ...
-
     # ---------------------------------------------------------------- engines
 
     async def announce_engine(self, info: EngineInfo) -> None:
@@ -693,53 +757,6 @@ class Store(Protocol):
         """Delete the engine's record (it stopped cleanly). Idempotent."""
         ...
 
-    async def list_engines(self) -> list[EngineInfo]:
-        """Every engine record, oldest ``started_at`` first (then id); ``alive`` as stored
-        (the caller judges it from ``last_beat_at`` and ``lease``)."""
-        ...
-
     async def prune_engines(self, before: datetime) -> int:
         """Delete the records of engines whose last beat is before ``before``; how many."""
-        ...
-
-    async def run_activity(self, since: datetime, until: datetime) -> list[ActivityCount]:
-        """The runs created from ``since`` (inclusive) to ``until`` (exclusive), counted by the
-        UTC minute they were created in (``status`` and ``bucket`` None), and the runs settled
-        in that time (that are still terminal), counted by the minute they settled in, their terminal status and
-        their latency bucket (``activity.latency_bucket`` of the seconds from ``created_at`` to
-        the settlement); counts of zero are left out, in no order. Two indexed range reads (runs
-        by creation; terminal runs by status and settlement instant), never a walk of older
-        runs. A read for operators; it locks nothing."""
-        ...
-
-    async def lane_runs(self) -> list[Run]:
-        """The active runs that hold or wait for a singleton slot, or count against a quota
-        (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""
-        ...
-
-    async def limited_runs(self, now: datetime) -> list[Run]:
-        """The runs that make up the run-level rate limits and debounces at ``now``, whatever
-        their status, oldest first (``created_at``, then id): each start still inside its rate
-        key's window (``rate_until > now``, a throttled start counted ahead of time included),
-        and each debounced run that has not begun (``debounce_key`` set, ``blocked``,
-        ``begin_at > now``). One indexed read for operators; it locks nothing."""
-        ...
-
-    async def queue_views(self) -> list[QueueView]:
-        """Every registered step queue, by name: its settings and current rate window, the
-        entries of its unsettled runs (holders and waiters) by arrival, and the last served
-        count of their fairness keys. A read for operators; it locks nothing."""
-        ...
-
-    async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
-        """The run's step record at ``seq``, or None."""
-        ...
-
-    async def list_steps(self, run_id: str) -> list[StepRecord]:
-        """The run's step records by seq; ``[]`` for an unknown run."""
-        ...
-
-    async def list_signals(self, run_id: str) -> list[Signal]:
-        """The signals delivered to the run and not consumed yet, oldest first; ``[]`` for an
-        unknown run."""
         ...

@@ -667,16 +667,15 @@ class MemoryStore:
         status: RunStatus | None = None,
         tag: str | None = None,
         parent_id: str | None = None,
+        namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Run]:
+        query = RunQuery(workflow, status, tag, namespace=namespace)
         runs = [
             r
             for r in self._runs.values()
-            if (workflow is None or r.workflow == workflow)
-            and (status is None or r.status == status)
-            and (tag is None or tag in r.tags)
-            and (parent_id is None or r.parent_id == parent_id)
+            if query.matches(r) and (parent_id is None or r.parent_id == parent_id)
         ]
         runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return runs[offset : offset + limit]
@@ -685,9 +684,11 @@ class MemoryStore:
         found = [r for r in self._runs.values() if query.matches(r)]
         return heapq.nlargest(limit, found, key=lambda r: (r.created_at, r.id))
 
-    async def run_activity(self, since: datetime, until: datetime) -> list[ActivityCount]:
+    async def run_activity(
+        self, since: datetime, until: datetime, namespace: str | None = None
+    ) -> list[ActivityCount]:
         counts: Counter[tuple[datetime, RunStatus | None, int | None]] = Counter()
-        for run in self._runs.values():
+        for run in self._of_namespace(namespace):
             if since <= run.created_at < until:
                 counts[minute_of(run.created_at), None, None] += 1
             # A settled run is never written again: its updated_at is its settlement's.
@@ -700,13 +701,19 @@ class MemoryStore:
         everywhere = replace(query, after=None)
         return dict(Counter(r.status for r in self._runs.values() if everywhere.matches(r)))
 
-    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
-        active = (r for r in self._runs.values() if r.status in ACTIVE_STATUSES)
+    async def active_run_counts(
+        self, namespace: str | None = None
+    ) -> dict[tuple[str, RunStatus], int]:
+        active = (r for r in self._of_namespace(namespace) if r.status in ACTIVE_STATUSES)
         return dict(Counter((r.workflow, r.status) for r in active))
 
-    async def active_code_counts(self) -> dict[tuple[str, str], int]:
-        active = (r for r in self._runs.values() if r.status in ACTIVE_STATUSES)
+    async def active_code_counts(self, namespace: str | None = None) -> dict[tuple[str, str], int]:
+        active = (r for r in self._of_namespace(namespace) if r.status in ACTIVE_STATUSES)
         return dict(Counter((r.workflow, r.version) for r in active))
+
+    def _of_namespace(self, namespace: str | None) -> Iterator[Run]:
+        """The runs of ``namespace`` (None: every run)."""
+        return (r for r in self._runs.values() if namespace is None or r.namespace == namespace)
 
     # ---------------------------------------------------------------- engines
 

@@ -1897,6 +1897,28 @@ async def test_list_runs_applies_every_filter_given(store: Store) -> None:
     assert await ids(workflow="w1", tag="blue", parent_id="a") == ["b"]
 
 
+async def test_the_run_listings_keep_the_namespace_asked_for(store: Store) -> None:
+    await create(
+        store,
+        spec("e1", namespace="eu", created=1),
+        spec("u1", namespace="us", created=2),
+        spec("n1", created=3),
+        spec("e2", namespace="eu", created=4, parent_id="e1"),
+    )
+    await settle(store, "e2")
+    assert [r.id for r in await store.list_runs(namespace="eu")] == ["e2", "e1"]
+    assert [r.id for r in await store.list_runs(namespace="eu", parent_id="e1")] == ["e2"]
+    assert [r.id for r in await store.list_runs(namespace="us")] == ["u1"]
+    assert [r.id for r in await store.list_runs()] == ["e2", "n1", "u1", "e1"]
+    assert [r.id for r in await store.page_runs(RunQuery(namespace="eu"), 10)] == ["e2", "e1"]
+    assert await store.page_runs(RunQuery(namespace="asia"), 10) == []
+    assert await store.count_runs(RunQuery(namespace="eu")) == {
+        RunStatus.PENDING: 1,
+        RunStatus.COMPLETED: 1,
+    }
+    assert await store.count_runs(RunQuery(namespace="us", status=RunStatus.COMPLETED)) == {}
+
+
 async def test_page_runs_walks_newest_first_from_the_cursor(store: Store) -> None:
     await create(store, spec("a", created=1), spec("b", created=1), spec("c", created=2))
     await create(store, spec("old", created=0))
@@ -1979,6 +2001,33 @@ async def test_run_activity_counts_starts_and_settlements_by_minute_status_and_l
         ActivityCount(at(-120), None, None, 1),
         ActivityCount(at(-120), RunStatus.COMPLETED, latency_bucket(30), 1),
     ]
+
+
+async def test_run_activity_counts_the_runs_of_the_namespace_asked_for(store: Store) -> None:
+    await create(
+        store,
+        spec("e1", namespace="eu", created=5),
+        spec("e2", namespace="eu", created=6),
+        spec("u1", namespace="us", created=7),
+        spec("n1", created=8),
+    )
+    await settle(store, "e1", now=at(10))
+    await settle(store, "u1", now=at(10))
+
+    async def counted(namespace: str | None) -> list[ActivityCount]:
+        found = await store.run_activity(T0, at(3600), namespace)
+        return sorted(found, key=lambda c: c.status or "")
+
+    assert await counted("eu") == [
+        ActivityCount(at(0), None, None, 2),
+        ActivityCount(at(0), RunStatus.COMPLETED, latency_bucket(5), 1),
+    ]
+    assert await counted("us") == [
+        ActivityCount(at(0), None, None, 1),
+        ActivityCount(at(0), RunStatus.COMPLETED, latency_bucket(3), 1),
+    ]
+    assert await counted("asia") == []
+    assert (await counted(None))[0] == ActivityCount(at(0), None, None, 4)
 
 
 async def test_lane_runs_are_the_active_gated_runs_oldest_first(store: Store) -> None:
@@ -2545,6 +2594,28 @@ async def test_active_run_counts_are_by_workflow_and_status_without_settled_runs
     }
 
 
+async def test_active_run_counts_keep_the_namespace_asked_for(store: Store) -> None:
+    await create(
+        store,
+        spec("e1", namespace="eu"),
+        spec("e2", namespace="eu"),
+        spec("u1", namespace="us", workflow="other"),
+        spec("n1"),
+    )
+    await lease(store, "e2")
+    assert await store.active_run_counts("eu") == {
+        ("wf", RunStatus.PENDING): 1,
+        ("wf", RunStatus.RUNNING): 1,
+    }
+    assert await store.active_run_counts("us") == {("other", RunStatus.PENDING): 1}
+    assert await store.active_run_counts("asia") == {}
+    assert await store.active_run_counts() == {
+        ("wf", RunStatus.PENDING): 2,
+        ("wf", RunStatus.RUNNING): 1,
+        ("other", RunStatus.PENDING): 1,
+    }
+
+
 # ---------------------------------------------------------------- routing by code
 
 V1 = Serves(frozenset({("wf", "1")}))
@@ -2662,6 +2733,13 @@ async def test_active_code_counts_are_by_workflow_and_version(store: Store) -> N
     await create(store, spec("a"), v2("b"), v2("c"), spec("d", workflow="other"), spec("e"))
     await settle(store, "e")
     assert await store.active_code_counts() == {("wf", "1"): 1, ("wf", "2"): 2, ("other", "1"): 1}
+
+
+async def test_active_code_counts_keep_the_namespace_asked_for(store: Store) -> None:
+    await create(store, spec("a", namespace="eu"), v2("b", namespace="eu"), v2("c"), spec("d"))
+    assert await store.active_code_counts("eu") == {("wf", "1"): 1, ("wf", "2"): 1}
+    assert await store.active_code_counts("us") == {}
+    assert await store.active_code_counts() == {("wf", "1"): 2, ("wf", "2"): 2}
 
 
 # ---------------------------------------------------------------- engines

@@ -334,6 +334,7 @@ QUERY_FILTERS = {
     "status": "status = %(status)s",
     "tag": "tags @> ARRAY[%(tag)s]::text[]",
     "parent_id": "parent_id = %(parent_id)s",
+    "namespace": "namespace = %(namespace)s",
     "created_from": "created_at >= %(created_from)s",
     "created_until": "created_at < %(created_until)s",
     "after_at": "(created_at, id) < (%(after_at)s, %(after_id)s)",
@@ -344,7 +345,7 @@ def query_params(query: RunQuery, *, cursor: bool) -> Row:
     """The parameters of ``query``'s given filters, by QUERY_FILTERS name."""
     given: Row = {
         name: getattr(query, name)
-        for name in ("workflow", "tag", "created_from", "created_until")
+        for name in ("workflow", "tag", "created_from", "created_until", "namespace")
         if getattr(query, name) is not None
     }
     if query.status is not None:

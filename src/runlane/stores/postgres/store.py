@@ -924,10 +924,17 @@ class PostgresStore:
         status: RunStatus | None = None,
         tag: str | None = None,
         parent_id: str | None = None,
+        namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Run]:
-        filters = {"workflow": workflow, "status": status, "tag": tag, "parent_id": parent_id}
+        filters = {
+            "workflow": workflow,
+            "status": status,
+            "tag": tag,
+            "parent_id": parent_id,
+            "namespace": namespace,
+        }
         given = {k: (str(v) if k == "status" else v) for k, v in filters.items() if v is not None}
         rows = await self._filtered("list_runs", given, limit=limit, offset=offset)
         return [run_from_row(row) for row in rows]
@@ -969,8 +976,10 @@ class PostgresStore:
             {(k["queue"], k["fairness_key"]): int(k["served"]) for k in keys},
         )
 
-    async def run_activity(self, since: datetime, until: datetime) -> list[ActivityCount]:
-        rows = await self._db.rows("run_activity", since=since, until=until)
+    async def run_activity(
+        self, since: datetime, until: datetime, namespace: str | None = None
+    ) -> list[ActivityCount]:
+        rows = await self._db.rows("run_activity", since=since, until=until, namespace=namespace)
         return [
             ActivityCount(
                 datetime.fromtimestamp(int(row["minute"]) * 60, UTC),
@@ -981,12 +990,14 @@ class PostgresStore:
             for row in rows
         ]
 
-    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
-        rows = await self._db.rows("active_run_counts")
+    async def active_run_counts(
+        self, namespace: str | None = None
+    ) -> dict[tuple[str, RunStatus], int]:
+        rows = await self._db.rows("active_run_counts", namespace=namespace)
         return {(row["workflow"], RunStatus(row["status"])): int(row["runs"]) for row in rows}
 
-    async def active_code_counts(self) -> dict[tuple[str, str], int]:
-        rows = await self._db.rows("active_code_counts")
+    async def active_code_counts(self, namespace: str | None = None) -> dict[tuple[str, str], int]:
+        rows = await self._db.rows("active_code_counts", namespace=namespace)
         return {(row["workflow"], row["version"]): int(row["runs"]) for row in rows}
 
     # ---------------------------------------------------------------- engines

@@ -109,6 +109,7 @@ def list_runs(
     status: RunStatus | None,
     tag: str | None,
     parent_id: str | None,
+    namespace: str | None,
     limit: int,
     offset: int,
 ) -> list[Run]:
@@ -117,6 +118,7 @@ def list_runs(
         "status = ?": None if status is None else str(status),
         "EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)": tag,
         "parent_id = ?": parent_id,
+        "namespace = ?": namespace,
     }
     given = {clause: value for clause, value in filters.items() if value is not None}
     where = " AND ".join(["1", *given])
@@ -135,6 +137,7 @@ def _query_where(query: RunQuery, *, cursor: bool) -> tuple[str, list[object]]:
         "EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)": query.tag,
         "created_at >= ?": ts(query.created_from),
         "created_at < ?": ts(query.created_until),
+        "namespace = ?": query.namespace,
     }
     given = {clause: value for clause, value in filters.items() if value is not None}
     params = list(given.values())
@@ -161,8 +164,10 @@ def count_runs(conn: Conn, query: RunQuery) -> dict[RunStatus, int]:
     return {RunStatus(status): count for status, count in rows}
 
 
-def run_activity(conn: Conn, since: datetime, until: datetime) -> list[ActivityCount]:
-    span = (ts(since), ts(until))
+def run_activity(
+    conn: Conn, since: datetime, until: datetime, namespace: str | None
+) -> list[ActivityCount]:
+    span = (ts(since), ts(until), namespace)
     created = conn.execute(SQL["created_activity"], span)
     settled = conn.execute(SQL["settled_activity"], span)
     return [ActivityCount(_minute(m), None, None, runs) for m, runs in created] + [
@@ -176,13 +181,13 @@ def _minute(number: int) -> datetime:
     return datetime.fromtimestamp(number * 60, UTC)
 
 
-def active_run_counts(conn: Conn) -> dict[tuple[str, RunStatus], int]:
-    rows = conn.execute(SQL["active_run_counts"])
+def active_run_counts(conn: Conn, namespace: str | None) -> dict[tuple[str, RunStatus], int]:
+    rows = conn.execute(SQL["active_run_counts"], (namespace,))
     return {(workflow, RunStatus(status)): count for workflow, status, count in rows}
 
 
-def active_code_counts(conn: Conn) -> dict[tuple[str, str], int]:
-    rows = conn.execute(SQL["active_code_counts"])
+def active_code_counts(conn: Conn, namespace: str | None) -> dict[tuple[str, str], int]:
+    rows = conn.execute(SQL["active_code_counts"], (namespace,))
     return {(workflow, version): count for workflow, version, count in rows}
 
 

@@ -461,6 +461,7 @@ class SqliteStore:
         status: RunStatus | None = None,
         tag: str | None = None,
         parent_id: str | None = None,
+        namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Run]:
@@ -470,6 +471,7 @@ class SqliteStore:
             status=status,
             tag=tag,
             parent_id=parent_id,
+            namespace=namespace,
             limit=limit,
             offset=offset,
         )
@@ -486,14 +488,18 @@ class SqliteStore:
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
         return await self._read(reads.count_runs, query)
 
-    async def run_activity(self, since: datetime, until: datetime) -> list[ActivityCount]:
-        return await self._read(reads.run_activity, since, until)
+    async def run_activity(
+        self, since: datetime, until: datetime, namespace: str | None = None
+    ) -> list[ActivityCount]:
+        return await self._read(reads.run_activity, since, until, namespace)
 
-    async def active_run_counts(self) -> dict[tuple[str, RunStatus], int]:
-        return await self._read(reads.active_run_counts)
+    async def active_run_counts(
+        self, namespace: str | None = None
+    ) -> dict[tuple[str, RunStatus], int]:
+        return await self._read(reads.active_run_counts, namespace)
 
-    async def active_code_counts(self) -> dict[tuple[str, str], int]:
-        return await self._read(reads.active_code_counts)
+    async def active_code_counts(self, namespace: str | None = None) -> dict[tuple[str, str], int]:
+        return await self._read(reads.active_code_counts, namespace)
 
     # ---------------------------------------------------------------- engines
 

@@ -900,15 +900,18 @@ LIMIT %(limit)s;
 SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
 
 -- name: active_run_counts
--- An index walk of the active statuses (runlane_runs_status_newest), never of settled runs.
+-- An index walk of the active statuses (runlane_runs_status_newest), never of settled runs; of one
+-- namespace's runs, or of every namespace's when %(namespace)s is NULL.
 SELECT workflow, status, count(*) AS runs FROM runlane_runs
 WHERE status IN {active}
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 GROUP BY workflow, status;
 
 -- name: active_code_counts
 -- As ``active_run_counts``, by code.
 SELECT workflow, version, count(*) AS runs FROM runlane_runs
 WHERE status IN {active}
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 GROUP BY workflow, version;
 
 -- name: announce_engine
@@ -1317,10 +1320,13 @@ CASE WHEN took <= 0.1 THEN 0 WHEN took <= 0.5 THEN 1 WHEN took <= 1 THEN 2 WHEN 
 -- Runs created from %(since)s until %(until)s by minute (a range of runlane_runs_newest), and runs settled
 -- since then by minute, status and latency bucket (a range of runlane_runs_settled per terminal
 -- status); minutes are counted from the epoch. A run settled by an engine older than schema 16
--- has no settled_at and is not counted.
+-- has no settled_at and is not counted. Of one namespace's runs, or of every namespace's when
+-- %(namespace)s is NULL.
 SELECT floor(extract(epoch FROM created_at) / 60)::bigint AS minute, NULL::text AS status,
   NULL::int AS bucket, count(*) AS runs
-FROM runlane_runs WHERE created_at >= %(since)s AND created_at < %(until)s GROUP BY 1
+FROM runlane_runs WHERE created_at >= %(since)s AND created_at < %(until)s
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+GROUP BY 1
 UNION ALL
 SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
   SELECT floor(extract(epoch FROM r.settled_at) / 60)::bigint AS minute, r.status,
@@ -1331,5 +1337,6 @@ SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
     SELECT r.status, r.settled_at, r.created_at FROM runlane_runs AS r
     WHERE r.status = s.status AND r.status IN ('cancelled', 'completed', 'dead', 'failed')
       AND r.settled_at >= %(since)s AND r.settled_at < %(until)s
+      AND (%(namespace)s::text IS NULL OR r.namespace = %(namespace)s)
   ) AS r
 ) AS settled GROUP BY 1, 2, 3;

@@ -46,11 +46,15 @@ SELECT * FROM steps WHERE run_id = ? ORDER BY seq
 SELECT * FROM signals WHERE run_id = ? ORDER BY id
 
 -- name: active_run_counts
+-- Parameter: the namespace (NULL: every namespace).
 SELECT workflow, status, count(*) FROM runs WHERE status IN {active}
+  AND (?1 IS NULL OR namespace = ?1)
 GROUP BY workflow, status
 
 -- name: active_code_counts
+-- Parameter: the namespace (NULL: every namespace).
 SELECT workflow, version, count(*) FROM runs WHERE status IN {active}
+  AND (?1 IS NULL OR namespace = ?1)
 GROUP BY workflow, version
 
 -- ---------------------------------------------------------------- engines
@@ -433,16 +437,19 @@ CASE WHEN took <= 0.1 THEN 0 WHEN took <= 0.5 THEN 1 WHEN took <= 1 THEN 2 WHEN 
   WHEN took <= 3600 THEN 8 ELSE 9 END
 
 -- name: created_activity
--- Runs created from ? until ?, by minute (seconds since the epoch / 60): a range of runs_newest.
+-- Runs created from ?1 until ?2, by minute (seconds since the epoch / 60): a range of runs_newest.
+-- ?3: the namespace (NULL: every namespace).
 SELECT CAST(strftime('%s', created_at) AS INTEGER) / 60 AS minute, count(*) AS runs
-FROM runs WHERE created_at >= ? AND created_at < ? GROUP BY minute
+FROM runs WHERE created_at >= ?1 AND created_at < ?2 AND (?3 IS NULL OR namespace = ?3)
+GROUP BY minute
 
 -- name: settled_activity
--- Runs settled from ? until ?, by minute, status and latency bucket: a range of runs_terminal per
+-- Runs settled from ?1 until ?2, by minute, status and latency bucket: a range of runs_terminal per
 -- terminal status (a settled run is never written again, so its updated_at is its settlement's).
+-- ?3: the namespace (NULL: every namespace).
 SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
   SELECT CAST(strftime('%s', updated_at) AS INTEGER) / 60 AS minute, status,
     (julianday(updated_at) - julianday(created_at)) * 86400.0 AS took
   FROM runs WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
-    AND updated_at >= ? AND updated_at < ?
+    AND updated_at >= ?1 AND updated_at < ?2 AND (?3 IS NULL OR namespace = ?3)
 ) GROUP BY minute, status, bucket

@@ -42,6 +42,7 @@ function drawWorkers(body) {
     fact("id", el("span", { class: "mono" }, engine.id)),
     fact("host", `${engine.host} (pid ${engine.pid})`),
     fact("serving since", when(engine.started_at)),
+    fact("namespace", engine.namespace == null ? "none (every namespace)" : engine.scope_reads ? `${engine.namespace} (reads fenced to it)` : `${engine.namespace} (reads shared)`),
     fact("executes runs", engine.drives ? "yes (its loop drives)" : "no (a producer: it reads and starts)"),
     fact("turns in flight", `${engine.turns_in_flight} of ${engine.turn_limit}`),
     fact("remote steps awaited", String(engine.remote_steps_awaited)),

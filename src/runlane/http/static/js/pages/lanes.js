@@ -68,9 +68,12 @@ function people(runs, ordered) {
     runLink(run.id), " ", badge(run.status), " ", el("span", { class: "muted" }, `${run.workflow} · since `), when(run.created_at))));
 }
 
+// A lane of one namespace's own (its engine fences reads and keys to it) says whose it is.
+const ofNamespace = (item) => item.namespace ? ` · namespace ${item.namespace}` : "";
+
 function laneCard(lane) {
   const limit = lane.limit == null ? "?" : lane.limit;
-  const scope = lane.kind === "concurrency" ? "quota (every workflow)" : lane.workflow == null ? "singleton (global)" : `singleton of ${lane.workflow}`;
+  const scope = (lane.kind === "concurrency" ? "quota (every workflow)" : lane.workflow == null ? "singleton (global)" : `singleton of ${lane.workflow}`) + ofNamespace(lane);
   return el("section", { class: "card lane", dataset: { key: lane.key, kind: lane.kind } },
     el("h3", {}, el("span", { class: "mono" }, lane.key), " ", el("span", { class: "muted" }, scope)),
     el("p", {}, usage(lane.usage, lane.limit), ` ${lane.usage} of ${limit} in use · ${lane.waiters.length} waiting · `,
@@ -100,7 +103,7 @@ function queueCard(queue) {
       el("div", {}, el("h4", {}, "waiters, first to be admitted first"), entries(queue.waiters, true))));
 }
 
-const scopeOf = (limit) => limit.key == null ? `every start of ${limit.workflow}` : `${limit.kind === "debounce" ? "debounce" : "rate limit"} of ${limit.workflow}`;
+const scopeOf = (limit) => (limit.key == null ? `every start of ${limit.workflow}` : `${limit.kind === "debounce" ? "debounce" : "rate limit"} of ${limit.workflow}`) + ofNamespace(limit);
 
 function rateCard(rate) {
   const next = rate.resets_at ? el("span", {}, "a start fits again ", when(rate.resets_at)) : "a start fits now";
