@@ -320,17 +320,17 @@ inline insert(x, e) {
     :: LIMIT > 0 ->
         admits(x);
         if
-        :: !admit -> park(x)
-        :: admit && e > 0 -> check_fifo(x); slot[x] = 1; lease(x, e)
-        :: else -> st[x] = PENDING
+        :: !admit -> park(x); printf("run %d started: parked behind a full key\n", x)
+        :: admit && e > 0 -> check_fifo(x); slot[x] = 1; lease(x, e);
+            printf("run %d started: admitted, leased to engine %d\n", x, e)
+        :: else -> st[x] = PENDING; printf("run %d started: pending\n", x)
         fi
     :: else ->
         if
-        :: e > 0 -> lease(x, e)
-        :: else -> st[x] = PENDING
+        :: e > 0 -> lease(x, e); printf("run %d started: leased to engine %d\n", x, e)
+        :: else -> st[x] = PENDING; printf("run %d started: pending\n", x)
         fi
-    fi;
-    printf("run %d started (engine %d): status %d, slot %d\n", x, e, st[x], slot[x])
+    fi
 }
 
 #if !defined(MUTANT_QUOTA) || QUOTA == 0

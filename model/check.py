@@ -55,17 +55,16 @@ class Check:
             args.append(f"-D{MUTANTS[mutant]}")
         return args
 
-    def cflags(self, mutant: str | None) -> list[str]:
+    def cflags(self, shortest: bool) -> list[str]:
         if self.ltl is not None:
             return ["-O2", "-DNFAIR=3"]
-        return ["-O2", "-DSAFETY", "-DNOFAIR", *(["-DREACH"] if mutant else [])]
+        return ["-O2", "-DSAFETY", "-DNOFAIR", *(["-DREACH"] if shortest else [])]
 
-    def pan_args(self, mutant: str | None) -> list[str]:
+    def pan_args(self, shortest: bool) -> list[str]:
         args = ["-m100000", f"-w{self.hash_bits}"]
         if self.ltl is not None:
             return [*args, "-a", "-f", "-N", self.ltl]
-        # A mutant's counterexample is shown: pan looks for a shortest one (-i, with REACH).
-        return [*args, "-i"] if mutant else args
+        return [*args, "-i"] if shortest else args
 
 
 CHECKS = [
@@ -144,22 +143,19 @@ def _violation(output: str) -> str | None:
     if not found:
         return None
     shortest = min(depth for depth, _ in found)
-    return ", ".join(dict.fromkeys(name for depth, name in found if depth == shortest))
+    return ", ".join(sorted({name for depth, name in found if depth == shortest}))
 
 
 def run_check(check: Check, mutant: str | None, workdir: Path) -> Outcome:
-    """Generate, compile and run the verifier of ``check`` in ``workdir``."""
+    """Generate, compile and run the verifier of ``check`` in ``workdir``. A safety property
+    found broken is searched again for a shortest counterexample (pan -i), the one shown."""
     shutil.copy(MODEL, workdir / MODEL.name)
     started = time.monotonic()
     spin = ["spin", *check.spin_args(mutant), "-a", MODEL.name]
     subprocess.run(spin, cwd=workdir, check=True, capture_output=True, text=True)
-    compile_pan = ["cc", *check.cflags(mutant), "-w", "-o", "pan", "pan.c"]
-    subprocess.run(compile_pan, cwd=workdir, check=True, capture_output=True)
-    result = subprocess.run(
-        ["./pan", *check.pan_args(mutant)], cwd=workdir, capture_output=True, text=True
-    )
-    output = result.stdout + result.stderr
-    errors = int(_figure(r"errors: (\d+)", output)) or int(result.returncode != 0)
+    output, errors = _verify(check, workdir, shortest=False)
+    if errors and check.ltl is None:
+        output, errors = _verify(check, workdir, shortest=True)
     return Outcome(
         check,
         errors,
@@ -172,6 +168,17 @@ def run_check(check: Check, mutant: str | None, workdir: Path) -> Outcome:
         output,
         _replay(check, mutant, workdir) if errors else [],
     )
+
+
+def _verify(check: Check, workdir: Path, *, shortest: bool) -> tuple[str, int]:
+    """Compile pan and run it: its output, and how many errors it found."""
+    compile_pan = ["cc", *check.cflags(shortest), "-w", "-o", "pan", "pan.c"]
+    subprocess.run(compile_pan, cwd=workdir, check=True, capture_output=True)
+    result = subprocess.run(
+        ["./pan", *check.pan_args(shortest)], cwd=workdir, capture_output=True, text=True
+    )
+    output = result.stdout + result.stderr
+    return output, int(_figure(r"errors: (\d+)", output)) or int(result.returncode != 0)
 
 
 def _replay(check: Check, mutant: str | None, workdir: Path) -> list[str]:
@@ -198,13 +205,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutant", choices=sorted(MUTANTS), help="check a broken protocol")
     parser.add_argument("--quick", action="store_true", help="the smallest configuration only")
     parser.add_argument("--only", action="append", help="the named check only (repeatable)")
+    parser.add_argument(
+        "--define",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set one of the model's bounds or switches in every check run (repeatable)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print pan's whole output")
     args = parser.parse_args(argv)
     if shutil.which("spin") is None:
         print("spin is not installed (Debian: apt-get install spin)", file=sys.stderr)
         return 2
+    defines = dict(_define(text) for text in args.define)
     checks = [
-        c for c in CHECKS if (c.quick or not args.quick) and (not args.only or c.name in args.only)
+        dataclasses.replace(c, defines={**c.defines, **defines})
+        for c in CHECKS
+        if (c.quick or not args.quick) and (not args.only or c.name in args.only)
     ]
     failed = 0
     for check in checks:
@@ -218,6 +235,13 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(f"    {step}" for step in outcome.counterexample), flush=True)
         failed += outcome.errors > 0
     return 1 if failed else 0
+
+
+def _define(text: str) -> tuple[str, int]:
+    name, _, value = text.partition("=")
+    if not re.fullmatch(r"[A-Z]+", name) or not value.isdigit():
+        raise SystemExit(f"--define takes NAME=VALUE, a number (got {text!r})")
+    return name, int(value)
 
 
 if __name__ == "__main__":

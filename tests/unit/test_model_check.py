@@ -46,7 +46,7 @@ def test_the_smallest_configuration_holds() -> None:
         ("fifo", "small", "fifo"),
         ("nowake", "small", "woken"),
         ("snapshot", "small", "woken"),
-        ("unlocked", "small", "fifo, exclusive"),
+        ("unlocked", "small", "exclusive, fifo"),
         ("quota", "quota", "quota_kept"),
     ],
 )
