@@ -641,4 +641,14 @@ init {
  * settles only from a lease, which a keyed run holds only with its slot, or by a cancel: so
  * every waiter is admitted in the end, unless cancelled. */
 ltl settles { <> [] (settled == RUNS) }
+
+/* Time goes on while a run is unsettled, even when nothing else can happen: a state where
+ * every other process is blocked (a waiter nobody will wake, say) then lies on a cycle, which
+ * the search under weak fairness finds. (pan -f does not count a blocked system's stutter as a
+ * fair cycle: without this process such a state would pass.) */
+active proctype Clock() {
+    do
+    :: settled < RUNS -> skip
+    od
+}
 #endif
