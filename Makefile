@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements/dev.lock
 
-.PHONY: demo test lint docs install lock dist bench chaos clean
+.PHONY: demo test lint docs install lock dist bench chaos model clean
 
 # The development environment: the exact versions of the lock file, then runlane itself
 # (editable, no dependency resolution of its own, so nothing drifts from the lock).
@@ -88,6 +88,13 @@ bench: $(STAMP) $(PEERS_VENV)/.installed $(ABSURD_VENV)/.installed
 # figures go; RELIABILITY.md by default). Exits non-zero when an invariant is broken.
 chaos: $(STAMP)
 	$(PY) -m chaos
+
+# The admission model (model/admission.pml; RELIABILITY.md, "A checked model of admission"):
+# spin searches every interleaving within its bounds and fails when a property does (about a
+# minute). MUTANT=<fifo|nowake|snapshot|unlocked|quota> checks a broken protocol instead, which
+# must fail. Needs spin and a C compiler (Debian: apt-get install spin), not the venv.
+model:
+	python3 model/check.py $(if $(MUTANT),--mutant $(MUTANT))
 
 clean:
 	rm -rf $(VENV) $(DEMO_VENV) $(PEERS_VENV) $(ABSURD_VENV) build dist *.egg-info .site
