@@ -38,12 +38,15 @@ from .errors import (
     StoreUnavailableError,
     UnknownWorkflowError,
     UnsupportedStoreError,
+    UpdateRejectedError,
+    UpdateTimeoutError,
 )
 from .models import Run, RunStatus, Settled, StepRecord
 from .queues import StepQueue
 from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
+from .updates import Update
 from .worker import Worker
 
 __all__ = [
@@ -86,6 +89,9 @@ __all__ = [
     "StoreUnavailableError",
     "UnknownWorkflowError",
     "UnsupportedStoreError",
+    "Update",
+    "UpdateRejectedError",
+    "UpdateTimeoutError",
     "Worker",
     "step",
     "workflow",
