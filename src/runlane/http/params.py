@@ -16,6 +16,8 @@ from .errors import HTTPError, invalid
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
+UPDATE_TIMEOUT = 30.0  # seconds an update waits for its reply, unless ?timeout= says
+MAX_UPDATE_TIMEOUT = 600.0
 
 
 async def read_json(request: Request) -> Any:
@@ -40,6 +42,30 @@ def query_int(request: Request, name: str, default: int, low: int, high: int) ->
     if not low <= number <= high:
         raise invalid(f"{name} must be between {low} and {high}, got {number}", field=name)
     return number
+
+
+def query_seconds(request: Request, name: str, default: float, high: float) -> float:
+    """A duration in seconds from the query: more than 0, at most ``high``."""
+    value = request.query_params.get(name)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except ValueError:
+        raise invalid(f"{name} must be a number of seconds, got {value!r}", field=name) from None
+    if not 0 < number <= high:
+        raise invalid(f"{name} must be more than 0 and at most {high:g}, got {value}", field=name)
+    return number
+
+
+async def read_payload(request: Request) -> Any:
+    """The ``payload`` of a body ``{"payload": ...}`` (None for an empty body)."""
+    body = await read_json(request)
+    if body is None:
+        return None
+    if not isinstance(body, dict) or set(body) - {"payload"}:
+        raise invalid('the body must be {"payload": <JSON>} or empty')
+    return body.get("payload")
 
 
 def run_status(value: str | None, field: str = "status") -> RunStatus | None:
