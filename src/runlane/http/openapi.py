@@ -438,8 +438,8 @@ def _operations() -> JSONObject:
                                         waiting_for={
                                             "type": ["object", "null"],
                                             "description": "what an active run waits for:"
-                                            " kind (sleep, signal, event, child, retry, worker,"
-                                            " slot, queue, throttle, debounce, remote_turn,"
+                                            " kind (sleep, signal, update, event, child, retry,"
+                                            " worker, slot, queue, throttle, debounce, remote_turn,"
                                             " turn, engine, admission, all), reason, and"
                                             " the kind's fields (until, name, lane, position,"
                                             " ...); null once settled",
