@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
 REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
 
-EMBEDDED = ["singleton", "quotas", "step_queues", "rate_limits", "schedules", "deploys"]
+EMBEDDED = ["singleton", "quotas", "step_queues", "rate_limits", "schedules", "deploys", "updates"]
 ON_SERVICES = ["fleet", "remote_workers"]
 PYTEST_MODULES = ["test_workflows", "test_my_store", "test_my_transport"]
 ON_THEIR_OWN = ["tutorial", "node_engine"]  # a test of their own below
