@@ -330,3 +330,74 @@ async def test_update_waits_with_no_limit_when_timeout_is_none(make_engine: Any)
     await engine.start(adder, 1, run_id="r")
     asking = await send(engine, "r", "add", 1, timeout=None)
     assert await answer_of(engine, asking) == 2
+
+
+GATE: dict[str, asyncio.Event] = {}
+
+
+@runlane.step(name="updates.gated")
+async def gated(name: str) -> str:
+    await GATE.setdefault(name, asyncio.Event()).wait()
+    return name
+
+
+@runlane.workflow(name="updates.busy")
+async def busy(ctx: runlane.Context, name: str) -> Any:
+    await ctx.step(gated, name)
+    update = await ctx.wait_for_update("ask")
+    await ctx.reply(update, f"after {name}")
+    return "done"
+
+
+async def test_an_update_sent_while_a_turn_runs_is_taken_by_the_next_turn(
+    make_engine: Any,
+) -> None:
+    """The turn read the run's signals when it was claimed, before the update came: its
+    suspension finds the wake the update stamped, and the run is due again at once."""
+    engine = await make_engine(busy)
+    name = f"busy-{id(engine)}"
+    await engine.start(busy, name, run_id="r")
+    turn = asyncio.create_task(engine.tick())
+    for _ in range(100):
+        if name in GATE:  # the step runs: the turn holds the run
+            break
+        await asyncio.sleep(0.01)
+    assert (await engine.get_run("r")).status == RunStatus.RUNNING
+    asking = await send(engine, "r", "ask")
+    GATE[name].set()
+    await turn
+    assert await answer_of(engine, asking) == f"after {name}"
+
+
+async def test_an_update_whose_caller_meets_a_store_outage_is_answered_once_it_is_back(
+    make_engine: Any,
+) -> None:
+    from tests.outages import FlakyStore
+
+    engine = await make_engine(adder)
+    await engine.start(adder, 1, run_id="r")
+    await engine.tick()
+    flaky = FlakyStore(engine.store)
+    caller = Engine(flaky, clock=engine.clock, drive=False)
+    asking = await send(caller, "r", "add", 2)
+    flaky.down = True
+    await engine.tick()  # the runner's own store answers: it replies
+    await asyncio.sleep(0.3)  # the caller's reads fail meanwhile
+    assert not asking.done() and flaky.fired > 0
+    flaky.down = False
+    assert await asyncio.wait_for(asking, timeout=5) == 3
+
+
+async def test_an_update_whose_store_stays_out_raises_store_unavailable_at_its_timeout(
+    make_engine: Any,
+) -> None:
+    from tests.outages import FlakyStore
+
+    engine = await make_engine(adder)
+    await engine.start(adder, 1, run_id="r")
+    flaky = FlakyStore(engine.store)
+    caller = Engine(flaky, clock=engine.clock, drive=False)
+    asking = await send(caller, "r", "add", 2, timeout=0.5)
+    flaky.down = True
+    with pytest.raises(runlane.StoreUnavailableError):
+        await asyncio.wait_for(asking, timeout=5)
