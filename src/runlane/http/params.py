@@ -5,14 +5,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from starlette.requests import Request
 
 from ..models import RunCursor, RunQuery, RunStatus
 from .errors import HTTPError, invalid
+
+N = TypeVar("N", int, float)
 
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
@@ -32,13 +35,9 @@ async def read_json(request: Request) -> Any:
 
 
 def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    value = request.query_params.get(name)
-    if value is None:
+    number = _query_number(request, name, int, "an integer")
+    if number is None:
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise invalid(f"{name} must be an integer, got {value!r}", field=name) from None
     if not low <= number <= high:
         raise invalid(f"{name} must be between {low} and {high}, got {number}", field=name)
     return number
@@ -46,16 +45,24 @@ def query_int(request: Request, name: str, default: int, low: int, high: int) ->
 
 def query_seconds(request: Request, name: str, default: float, high: float) -> float:
     """A duration in seconds from the query: more than 0, at most ``high``."""
+    number = _query_number(request, name, float, "a number of seconds")
+    if number is None:
+        return default
+    if not 0 < number <= high:
+        raise invalid(
+            f"{name} must be more than 0 and at most {high:g}, got {number:g}", field=name
+        )
+    return number
+
+
+def _query_number(request: Request, name: str, kind: Callable[[str], N], what: str) -> N | None:
     value = request.query_params.get(name)
     if value is None:
-        return default
+        return None
     try:
-        number = float(value)
+        return kind(value)
     except ValueError:
-        raise invalid(f"{name} must be a number of seconds, got {value!r}", field=name) from None
-    if not 0 < number <= high:
-        raise invalid(f"{name} must be more than 0 and at most {high:g}, got {value}", field=name)
-    return number
+        raise invalid(f"{name} must be {what}, got {value!r}", field=name) from None
 
 
 async def read_payload(request: Request) -> Any:
