@@ -113,28 +113,34 @@ class Answers:
         (None: no limit; the update stays delivered either way)."""
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         pause = POLL_FIRST
-        failure: Exception | None = None
         while True:
             # Listen before reading, so an answer written between the two is not missed.
             heard = self.listen(run_id)
             try:
-                try:
-                    answer = await _answer(store, run_id, update)
-                    failure = None
-                except Exception as exc:
-                    if not is_infrastructure(exc):
-                        raise
-                    answer, failure = None, exc  # the store is out: read again later
+                answer, outage = await _look(store, run_id, update)
                 if answer is not None:
                     return _outcome(answer, run_id, update)
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise _expired(run_id, update, timeout, failure)
+                    raise _expired(run_id, update, timeout, outage)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(heard.wait(), min(pause, left))
             finally:
                 self.forget(run_id, heard)
             pause = min(POLL_MOST, pause * 2)
+
+
+async def _look(
+    store: Store, run_id: str, update: Update
+) -> tuple[StepRecord | Run | None, Exception | None]:
+    """What the store says of the update now; or nothing, and the outage that kept it from
+    saying (the caller reads again later)."""
+    try:
+        return await _answer(store, run_id, update), None
+    except Exception as exc:
+        if not is_infrastructure(exc):
+            raise
+        return None, exc
 
 
 async def _answer(store: Store, run_id: str, update: Update) -> StepRecord | Run | None:
