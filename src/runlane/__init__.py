@@ -39,12 +39,15 @@ from .errors import (
     StoreUnavailableError,
     UnknownWorkflowError,
     UnsupportedStoreError,
+    UpdateRejectedError,
+    UpdateTimeoutError,
 )
 from .models import Run, RunStatus, Settled, StepRecord
 from .queues import StepQueue
 from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
+from .updates import Update
 from .worker import Worker
 
 __all__ = [
@@ -88,6 +91,9 @@ __all__ = [
     "StoreUnavailableError",
     "UnknownWorkflowError",
     "UnsupportedStoreError",
+    "Update",
+    "UpdateRejectedError",
+    "UpdateTimeoutError",
     "Worker",
     "step",
     "workflow",

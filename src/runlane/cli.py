@@ -601,6 +601,42 @@ def runs_signal(source: Source, as_json: bool, run_id: str, name: str, payload: 
     say(as_json, {"run_id": run_id, "signal": name}, f"signalled {run_id}: {name}")
 
 
+@runs.command("update")
+@_common
+@click.argument("run_id")
+@click.argument("name")
+@click.argument("payload", required=False)
+@click.option(
+    "--timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds to wait for the reply.",
+)
+def runs_update(
+    source: Source,
+    as_json: bool,
+    run_id: str,
+    name: str,
+    payload: str | None,
+    timeout: float,
+) -> None:
+    """Send update NAME to a run, with an optional JSON PAYLOAD, and print the workflow's reply
+    (as JSON). Exit 1 when the workflow rejects it, the run ends without answering, or no
+    answer comes within --timeout (the update stays delivered). An engine running the
+    workflow answers it; this command only sends it and waits."""
+    value = json_argument(payload, "PAYLOAD")
+
+    async def update(engine: Engine) -> Any:
+        try:
+            return await engine.update(run_id, name, value, timeout=timeout)
+        except TimeoutError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+    reply = with_engine(source, update)
+    say(as_json, {"run_id": run_id, "update": name, "reply": reply}, json.dumps(reply))
+
+
 # ---------------------------------------------------------------- schedules
 
 

@@ -16,11 +16,14 @@ from .errors import (
     ContinueAsNew,
     DefinitionError,
     EventTimeoutError,
+    RunlaneError,
     SignalTimeoutError,
+    UpdateTimeoutError,
 )
-from .models import JSON, Settled, StepKind, StepStatus
+from .models import JSON, Settled, StepKind, StepStatus, buffered_name
 from .retry import Retry
 from .serialization import normalise
+from .updates import Update, signal_name, taken, update_name
 
 if TYPE_CHECKING:
     from .turn import Turn
@@ -179,28 +182,59 @@ class Context:
 
     async def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None) -> JSON:
         """The payload of the next signal ``name``; ``SignalTimeoutError`` after ``timeout``."""
+        return await self._wait_for_message(
+            StepKind.SIGNAL, signal_name(name), timeout, SignalTimeoutError
+        )
+
+    async def wait_for_update(
+        self, name: str, *, timeout: float | timedelta | None = None
+    ) -> Update:
+        """The next update ``name`` sent to the run (``engine.update``), oldest first; its
+        caller waits until :meth:`reply` answers it. ``UpdateTimeoutError`` after ``timeout``.
+
+        An update sent before the body asks for it waits, buffered, until it does: it wakes
+        the run only when the run waits for an update of that name."""
+        message = await self._wait_for_message(
+            StepKind.UPDATE, update_name(name), timeout, UpdateTimeoutError
+        )
+        return taken(name, message)
+
+    async def reply(self, update: Update, value: JSON = None, *, error: str | None = None) -> None:
+        """Answer ``update``: its caller gets ``value``, or, with ``error`` (the reason),
+        ``UpdateRejectedError``. The answer is checkpointed before this returns, so it is
+        durable, and a replay of this call answers nothing again. An update is answered once:
+        answering it again raises ``RunlaneError``."""
+        if not isinstance(update, Update):
+            raise DefinitionError(f"reply answers an Update (from wait_for_update), not {update!r}")
+        if error is not None and (not isinstance(error, str) or value is not None):
+            raise DefinitionError("reply takes a value, or error= (a string), not both")
+        await self._turn.reply(update, value, error)
+
+    async def _wait_for_message(
+        self,
+        kind: StepKind,
+        name: str,
+        timeout: float | timedelta | None,
+        expired: type[RunlaneError],
+    ) -> JSON:
+        """The payload of the next message (a signal, an update) a ``kind`` wait takes."""
         turn = self._turn
         seq = turn.next_seq()
-        record = turn.recorded(seq, StepKind.SIGNAL, name)
+        record = turn.recorded(seq, kind, name)
         if record is not None and record.status == StepStatus.COMPLETED:
             return record.output
+        missed = f"no {kind} {name!r} within the timeout"
         if record is not None and record.status == StepStatus.FAILED:
-            raise SignalTimeoutError(f"no signal {name!r} within the timeout")
-        signal = turn.take_signal(name)
+            raise expired(missed)
+        signal = turn.take_signal(buffered_name(kind, name))
         if signal is not None:
-            turn.complete(seq, StepKind.SIGNAL, name, signal.payload, record, consumed=signal.id)
+            turn.complete(seq, kind, name, signal.payload, record, consumed=signal.id)
             return signal.payload
         deadline = turn.deadline(record, timeout)
         if deadline is not None and deadline <= turn.now():
-            turn.fail(
-                seq,
-                StepKind.SIGNAL,
-                name,
-                SignalTimeoutError(f"no signal {name!r} within the timeout"),
-                record,
-            )
-            raise SignalTimeoutError(f"no signal {name!r} within the timeout")
-        turn.park(seq, StepKind.SIGNAL, name, deadline, record)
+            turn.fail(seq, kind, name, expired(missed), record)
+            raise expired(missed)
+        turn.park(seq, kind, name, deadline, record)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def wait_for_event(

@@ -26,9 +26,11 @@ from .definitions import Concurrency, WorkflowDefinition, as_seconds, check_tags
 from .errors import (
     DefinitionError,
     RunExistsError,
+    RunFinishedError,
     RunlaneError,
     RunNotFoundError,
     StoreUnavailableError,
+    UpdateRejectedError,
 )
 from .execution import Execution
 from .faults import is_infrastructure, unavailable
@@ -41,6 +43,7 @@ from .models import (
     RunStatus,
     Serves,
     Started,
+    StepKind,
     StepRecord,
     ready_ids,
 )
@@ -60,6 +63,7 @@ from .stores.base import Reads, Store
 from .tracing import Tracing
 from .transports import open_transport
 from .transports.base import Transport
+from .updates import delivered, new_update, signal_name
 
 log = logging.getLogger("runlane.engine")
 
@@ -323,11 +327,41 @@ class Engine:
 
     async def signal(self, run_id: str, name: str, payload: JSON = None) -> None:
         """Deliver a signal to the run's waiter, or buffer it until the run waits for it."""
+        signal_name(name)
         value = normalise(payload, f"payload of signal {name!r}")
         await self._ready()
         await self._fence(run_id)
         if await self._api(lambda: self.store.deliver_signal(run_id, name, value, self.now())):
             self._execution.send([run_id])
+
+    async def update(
+        self, run_id: str, name: str, payload: JSON = None, *, timeout: float | None = 30.0
+    ) -> JSON:
+        """Send the update ``name`` to the run and return the workflow's reply to it.
+
+        Delivered durably, like a signal: the body takes it with ``ctx.wait_for_update(name)``
+        (an update sent before it asks waits for it) and answers with ``ctx.reply``.
+        ``UpdateRejectedError`` when the body rejects it, or when the run ends without
+        answering it (or had ended already); ``RunNotFoundError`` for an unknown run;
+        ``TimeoutError`` after ``timeout`` wall-clock seconds (None: no limit), the update
+        staying delivered."""
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        update = new_update(name, normalise(payload, f"payload of update {name!r}"))
+        await self._ready()
+        await self._fence(run_id)
+        message = delivered(update)
+        try:
+            woken = await self._api(
+                lambda: self.store.deliver_signal(
+                    run_id, name, message, self.now(), kind=StepKind.UPDATE
+                )
+            )
+        except RunFinishedError as finished:
+            raise UpdateRejectedError(run_id, name, str(finished)) from None
+        if woken:
+            self._execution.send([run_id])
+        return await self._execution.answers.wait(self.store, run_id, update, timeout)
 
     async def signal_with_start(
         self,

@@ -222,6 +222,23 @@ class EventTimeoutError(RunlaneError, TimeoutError):
     """No matching event arrived before the wait's timeout."""
 
 
+class UpdateTimeoutError(RunlaneError, TimeoutError):
+    """No update arrived before the wait's timeout (``ctx.wait_for_update``)."""
+
+
+class UpdateRejectedError(RunlaneError):
+    """The update was not answered with a value: the workflow rejected it
+    (``ctx.reply(update, error=...)``: ``message`` is its reason), or the run ended (completed,
+    failed, was cancelled or died) without answering it, or had ended before it was sent.
+
+    ``run_id`` and ``name`` say which update."""
+
+    def __init__(self, run_id: str, name: str, message: str | None = None) -> None:
+        self.run_id = run_id
+        self.name = name
+        super().__init__(message or f"update {name!r} of run {run_id!r} was rejected")
+
+
 class StepTimeoutError(RunlaneError, TimeoutError):
     """A step did not finish within its timeout."""
 
@@ -449,6 +466,7 @@ _REBUILDABLE: dict[str, type[Exception]] = {
         NonDeterminismError,
         SignalTimeoutError,
         EventTimeoutError,
+        UpdateTimeoutError,
         StepTimeoutError,
         ExecutionTimeoutError,
         ChildFailedError,

@@ -62,6 +62,7 @@ from .tracing import Tracing
 from .transports.base import Transport
 from .transports.names import code, decision_queue
 from .turn import Turn, TurnOutcome
+from .updates import Answers
 from .workflow_tasks import Decision
 
 log = logging.getLogger("runlane.engine")
@@ -105,7 +106,8 @@ class Execution:
         self.pruner = pruner
         self.stats = EngineStats()
         self.tracing = tracing
-        self.settlements = Settlements()
+        self.answers = Answers()
+        self.settlements = Settlements(also=self.answers.notify)
         self.outage = OutageLog(log, on_recovered=self.poll_soon)
         self.leases = LeaseKeeper(store, self.now, lambda: self.options.lease, self.outage)
         self.releases = Releases(lambda: self.store, self.now, self.outage)
@@ -268,6 +270,10 @@ class Execution:
     def wake(self, run_ids: Iterable[str]) -> None:
         """Runs the store just woke (a freed slot's waiters): see ``send``."""
         self.send(run_ids, Reason.WAKE)
+
+    def answered(self, run_id: str) -> None:
+        """A turn here wrote a reply to an update of the run: its callers here read it now."""
+        self.answers.notify([run_id])
 
     def lease(self, reason: Reason) -> Lease | None:
         """A lease for a run this instance will execute at once (written with the store call

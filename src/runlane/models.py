@@ -136,6 +136,8 @@ class StepKind(StrEnum):
     NOW = "now"
     SIDE_EFFECT = "side_effect"
     PATCH = "patch"  # a ``ctx.patched`` marker: the run took the patched branch here
+    UPDATE = "update"  # ``ctx.wait_for_update``: the update taken (its id and payload)
+    REPLY = "reply"  # ``ctx.reply``: the answer to an update (whose id is the input's)
 
 
 class StepStatus(StrEnum):
@@ -337,6 +339,17 @@ class Signal:
     name: str
     payload: JSON
     created_at: datetime
+
+
+UPDATE_SIGNALS = "$update:"
+"""Updates are buffered among a run's signals under names of their own: this prefix, then
+the update's name. No signal may be named so (``engine.signal`` refuses it)."""
+
+
+def buffered_name(kind: StepKind, name: str) -> str:
+    """The name under which a message that a wait of ``kind`` takes is buffered among the
+    run's signals: a signal's own name; an update's, ``$update:<name>``."""
+    return UPDATE_SIGNALS + name if kind == StepKind.UPDATE else name
 
 
 @dataclass(frozen=True)

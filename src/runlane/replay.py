@@ -161,6 +161,9 @@ class WorkerHost:
     def wake(self, run_ids: Iterable[str]) -> None:
         pass
 
+    def answered(self, run_id: str) -> None:
+        pass
+
     def resolve_step(
         self, fn_or_name: Callable[..., Any] | str, group: str | None
     ) -> StepDefinition:
@@ -240,6 +243,13 @@ class DecisionTurn(Turn):
             }
         )
         return None
+
+    async def answered(self) -> None:
+        """A reply is durable only once the engine applies the decision that carries it: the
+        turn ends here, due again at once, so the reply is written (and its caller answered)
+        before the body goes on, as on an engine."""
+        self.wakes.append(self.now())
+        raise Suspend()
 
     async def ensure_lease(self) -> None:
         """Before a local step starts: a turn whose beats stopped getting out for long enough

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .models import Run, RunStatus
 
@@ -24,9 +24,10 @@ class Settlements:
     """The ``wait_for_run`` callers of one engine: a future per run, resolved with the run as
     a turn here settled it, or with None when it settled elsewhere (read it then)."""
 
-    def __init__(self) -> None:
+    def __init__(self, also: Callable[[list[str]], None] | None = None) -> None:
         self._futures: dict[str, asyncio.Future[Run | None]] = {}
         self._completed: OrderedDict[str, tuple[float, Run]] = OrderedDict()
+        self._also = also  # told of every run settled here too (the update callers)
 
     def listen(self, run_id: str) -> asyncio.Future[Run | None]:
         waiter = self._futures.get(run_id)
@@ -38,6 +39,9 @@ class Settlements:
         self._futures.pop(run_id, None)
 
     def notify(self, run_ids: Iterable[str], settled: Run | None = None) -> None:
+        run_ids = list(run_ids)
+        if self._also is not None:
+            self._also(run_ids)
         for run_id in run_ids:
             waiter = self._futures.pop(run_id, None)
             if waiter is not None and not waiter.done():

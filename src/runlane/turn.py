@@ -31,6 +31,7 @@ from .errors import (
     RunCancelling,
     RunlaneError,
     Suspend,
+    UpdateRejectedError,
     error_dict,
     raise_stored,
     with_attempt,
@@ -66,6 +67,7 @@ from .serialization import normalise
 from .stats import EngineStats
 from .stores.base import Store
 from .tracing import Tracing
+from .updates import Update
 
 log = logging.getLogger("runlane.engine")
 
@@ -104,6 +106,10 @@ class TurnHost(Protocol):
     def wake(self, run_ids: Iterable[str]) -> None:
         """Make runs the store just woke execute soon (step queue waiters a slot is for, the
         singleton waiters a cancelled child's slot is for)."""
+        ...
+
+    def answered(self, run_id: str) -> None:
+        """The turn of ``run_id`` just wrote a reply to an update: its callers here read it."""
         ...
 
     def resolve_step(
@@ -170,6 +176,7 @@ class Turn:
         self.awaited: list[tuple[str, int]] = []  # event waits left pending (see ``find_event``)
         self.denied = False  # a step queue did not admit a step: the run suspends ``blocked``
         self.patches: dict[str, bool] = {}  # each change id's answer (``patched``), this turn
+        self.replied: set[str] = set()  # the updates answered so far (``reply``), this turn
         self.last_recorded = max(self.records, default=0)
         self._seq = 0
         self._lock = asyncio.Lock()
@@ -238,6 +245,28 @@ class Turn:
         record = self.staged.get(self._seq + 1) or self.records.get(self._seq + 1)
         if record is not None and record.kind == StepKind.PATCH and record.name == change_id:
             self._seq += 1
+
+    async def reply(self, update: Update, value: JSON, error: str | None) -> None:
+        """``ctx.reply``: a ``reply`` record answering ``update``, written before the body goes
+        on (``answered``); replayed, the record is there and nothing is written again."""
+        if update.id in self.replied:
+            raise RunlaneError(f"update {update.name!r} ({update.id}) was answered already")
+        self.replied.add(update.id)
+        seq = self.next_seq()
+        if self.recorded(seq, StepKind.REPLY, update.name) is not None:
+            return
+        answer = {"update": update.id}
+        if error is None:
+            output = normalise(value, f"reply to update {update.name!r}")
+            self.complete(seq, StepKind.REPLY, update.name, output, None, input=answer)
+        else:
+            rejection = UpdateRejectedError(self.run.id, update.name, error)
+            self.fail(seq, StepKind.REPLY, update.name, rejection, None, input=answer)
+        await self.answered()
+
+    async def answered(self) -> None:
+        """A reply was staged: it is written now, and this instance's callers hear of it."""
+        await self.flush()
 
     async def side_effect(self, fn: Callable[[], Any]) -> Any:
         """Call a side effect's ``fn`` (awaiting what it returns), once what is staged is
@@ -406,11 +435,14 @@ class Turn:
     async def _write(self, writes: Writes, call: Awaitable[T], freed: Sequence[int] = ()) -> T:
         """A write of this turn: ``writes`` and the slots of the steps at ``freed``."""
         try:
-            return await self.io(call)
+            result = await self.io(call)
         except Abandon as abandon:
             if abandon.outage is not None:
                 self._unwritten(writes, freed)
             raise
+        if any(record.kind == StepKind.REPLY for record in writes.steps):
+            self.host.answered(self.run.id)
+        return result
 
     async def flush(self, children: Sequence[RunSpec] = ()) -> list[Started]:
         """Write staged records (and create children) in one fenced transaction."""

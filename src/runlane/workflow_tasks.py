@@ -31,6 +31,8 @@ RECORD_KINDS = frozenset(
         StepKind.NOW,
         StepKind.SIDE_EFFECT,
         StepKind.PATCH,
+        StepKind.UPDATE,
+        StepKind.REPLY,
     }
 )
 """The records a decision may write itself (children and remote steps are commands; a

@@ -1,5 +1,5 @@
 """The engine the console's browser tests serve: runs of every kind a console shows (completed,
-failed after retries, waiting for a signal, asleep, blocked behind a singleton, parents with
+failed after retries, waiting for a signal or an update, asleep, blocked behind a singleton, parents with
 children), a step queue and a schedule."""
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ async def order(ctx: runlane.Context, input: dict[str, Any]) -> Any:
     receipt = await ctx.step(charge, input)
     if input.get("hold"):
         await ctx.wait_for_signal("approve", timeout=3600)
+    if input.get("ask"):
+        update = await ctx.wait_for_update("address")
+        if not update.payload:
+            await ctx.reply(update, error="an address is needed")
+            update = await ctx.wait_for_update("address")
+        await ctx.reply(update, {"ships_to": update.payload})
     if input.get("nap"):
         await ctx.sleep(input["nap"])
     if input.get("fail"):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,12 +38,23 @@ APP_SOURCE = textwrap.dedent(
     async def blow_up(ctx, input):
         return await ctx.step(explode, input)
 
+    @runlane.workflow(name="desk")
+    async def desk(ctx, input):
+        while True:
+            update = await ctx.wait_for_update("ask")
+            if update.payload == "bad":
+                await ctx.reply(update, error="a bad question")
+            else:
+                await ctx.reply(update, {"echo": update.payload})
+
     def build():
-        return runlane.Engine(store="sqlite:///{db}", workflows=[greet, blow_up], drive=False)
+        return runlane.Engine(
+            store="sqlite:///{db}", workflows=[greet, blow_up, desk], drive=False
+        )
 
     engine = build()
     driving = runlane.Engine(
-        store="sqlite:///{db}", workflows=[greet, blow_up], poll_interval=0.1
+        store="sqlite:///{db}", workflows=[greet, blow_up, desk], poll_interval=0.05
     )
     producer = runlane.Engine(
         store="sqlite:///{db}", workflows=[greet], drive=False, consumers="never",
@@ -158,6 +171,58 @@ def test_runs_signal_rejects_bad_json_and_finished_runs(
     late = cli("runs", "signal", "r1", "go", "--db", db)
     assert late.exit_code == 1
     assert "already completed" in late.output
+
+
+@contextlib.contextmanager
+def driving(app: str) -> Iterator[None]:
+    """The app's driving engine, running on a thread (and loop) of its own meanwhile."""
+    import importlib
+
+    stop = threading.Event()
+    ready = threading.Event()
+
+    async def drive() -> None:
+        async with importlib.import_module(app).driving:
+            ready.set()
+            while not stop.is_set():
+                await asyncio.sleep(0.02)
+
+    sys.path.insert(0, str(Path.cwd()))
+    thread = threading.Thread(target=asyncio.run, args=(drive(),))
+    thread.start()
+    try:
+        assert ready.wait(10), "the driving engine did not start"
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=20)
+        sys.path.remove(str(Path.cwd()))
+
+
+def test_runs_update_prints_the_reply_and_exits_1_when_rejected_or_unanswered(
+    db: str, app: str
+) -> None:
+    run_in_engine(app, ("start", ("desk", None, "d1")), ("start", ("greet", {"name": "x"}, "g")))
+    with driving(app):
+        answered = cli("runs", "update", "d1", "ask", '"hi"', "--db", db)
+        assert answered.exit_code == 0, answered.output
+        assert json.loads(answered.output) == {"echo": "hi"}
+        scripted = cli("runs", "update", "d1", "ask", "1", "--db", db, "--json")
+        assert json.loads(scripted.output) == {
+            "run_id": "d1",
+            "update": "ask",
+            "reply": {"echo": 1},
+        }
+        rejected = cli("runs", "update", "d1", "ask", '"bad"', "--db", db)
+        assert (rejected.exit_code, rejected.output.strip()) == (1, "Error: a bad question")
+        unanswered = cli("runs", "update", "g", "ask", "--timeout", "0.3", "--db", db)
+        assert unanswered.exit_code == 1 and "not answered within 0.3s" in unanswered.output
+    missing = cli("runs", "update", "nope", "ask", "--db", db)
+    assert missing.exit_code == 1 and "no run with id 'nope'" in missing.output
+    bad = cli("runs", "update", "d1", "ask", "{nope", "--db", db)
+    assert bad.exit_code == 2 and "not valid JSON" in bad.output
+    never = cli("runs", "update", "d1", "ask", "--timeout", "0", "--db", db)
+    assert never.exit_code == 2
 
 
 def test_runs_cancel_then_retry_with_the_app(db: str, app: str, waiting_run: str) -> None:

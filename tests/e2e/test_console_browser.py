@@ -378,12 +378,37 @@ def test_a_runs_actions_are_confirmed_cancel_retry_and_signal(
     page.locator("dialog").get_by_role("button", name="Retry").click()
     expect(page.locator("#status")).to_have_text("suspended")
     page.get_by_text("Send signal…").click()
-    page.get_by_label("signal name").fill("approve")
-    page.get_by_label("payload (JSON)").fill('{"by": "ops"}')
-    page.get_by_role("button", name="Send", exact=True).click()
+    form = page.locator("form#signal")
+    form.get_by_label("signal name").fill("approve")
+    form.get_by_label("payload (JSON)").fill('{"by": "ops"}')
+    form.get_by_role("button", name="Send", exact=True).click()
     page.locator("dialog").get_by_role("button", name="Send").click()
     expect(page.locator("#status")).to_have_text("completed")
     assert served.get("/runs/acted").json()["status"] == "completed"
+
+
+def test_an_update_is_sent_from_a_runs_page_and_its_reply_or_rejection_shown(
+    console: Console, served: httpx.Client
+) -> None:
+    start(served, "shop.order", {"amount": 3, "customer": "gus", "ask": True}, "asked")
+    settle(served, {"asked": "suspended"})
+    page = console.open("/ui/runs/asked")
+    expect(page.locator("#waiting-reason")).to_contain_text("update address")
+    form = page.locator("form#update")
+    for payload, said in (("", "update address failed: an address is needed"),
+                          ('"1 Main St"', 'update address: reply {"ships_to":"1 Main St"}')):  # fmt: skip
+        page.get_by_text("Send update…").click()
+        form.get_by_label("update name").fill("address")
+        form.get_by_label("payload (JSON)").fill(payload)
+        form.get_by_role("button", name="Send", exact=True).click()
+        dialog = page.locator("dialog")
+        expect(dialog).to_contain_text("waits for the workflow's reply")
+        dialog.get_by_role("button", name="Send").click()
+        expect(page.locator("#notes")).to_contain_text(said)
+    expect(page.locator("#status")).to_have_text("completed")
+    # The browser logs the rejection's answer (409) as a failed load: the one error expected.
+    [rejection] = [e for e in console.errors if "409 (Conflict)" in e]
+    console.errors.remove(rejection)
 
 
 def test_a_runs_children_unfold_and_its_history_downloads(console: Console) -> None:
@@ -473,5 +498,7 @@ def test_the_console_is_used_from_the_keyboard(console: Console) -> None:
     page.keyboard.press("Enter")
     expect(page.locator("details.step[data-key='step-1']")).to_have_attribute("open", "")
     page.get_by_role("button", name="Export history (JSON)").focus()
+    page.keyboard.press("Shift+Tab")
+    expect(page.get_by_text("Send update…")).to_be_focused()
     page.keyboard.press("Shift+Tab")
     expect(page.get_by_text("Send signal…")).to_be_focused()

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema_rs
 import pytest
 
 import runlane
 from runlane.http import create_app
+from runlane.http.openapi import openapi
 from runlane.stores.sqlite import SqliteStore
 
 from ..helpers import api_client
@@ -107,6 +109,78 @@ async def test_signal_over_http_completes_a_waiting_run(
     assert done["status"] == "completed"
     assert done["output"] == {"item": "x", "decision": {"by": "ops"}}
     assert done["steps"][0]["finished_at"].endswith("+00:00")
+
+
+@runlane.workflow(name="desk")
+async def desk(ctx: runlane.Context, input: Any) -> None:
+    while True:
+        update = await ctx.wait_for_update("ask")
+        if update.payload == "bad":
+            await ctx.reply(update, error="a bad question")
+        else:
+            await ctx.reply(update, {"echo": update.payload})
+
+
+@pytest.fixture
+async def driven(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of an engine that drives its runs (an update's request waits for the reply)."""
+    store = SqliteStore(tmp_path / "driven.db")
+    engine = runlane.Engine(store, workflows=[desk, approval], poll_interval=0.02)
+    async with engine, api_client(engine) as client:
+        yield client
+
+
+def documented(path: str, status: int) -> Any:
+    """A validator of the answers the OpenAPI document gives ``POST path`` for ``status``."""
+    document = openapi()
+    answer = document["paths"][path]["post"]["responses"][str(status)]
+    schema = answer["content"]["application/json"]["schema"]
+    return jsonschema_rs.validator_for({**schema, "components": document["components"]})
+
+
+async def test_an_update_over_http_answers_the_workflows_reply(
+    driven: httpx.AsyncClient,
+) -> None:
+    await driven.post("/runs", json={"workflow": "desk", "run_id": "d1"})
+    path = "/runs/{run_id}/updates/{name}"
+    answered = await driven.post("/runs/d1/updates/ask?timeout=10", json={"payload": "hi"})
+    assert answered.status_code == 200
+    assert answered.json() == {"run_id": "d1", "update": "ask", "reply": {"echo": "hi"}}
+    documented(path, 200).validate(answered.json())
+    empty = await driven.post("/runs/d1/updates/ask")  # no body: no payload
+    assert empty.json()["reply"] == {"echo": None}
+    rejected = await driven.post("/runs/d1/updates/ask", json={"payload": "bad"})
+    assert rejected.status_code == 409
+    assert rejected.json() == {
+        "type": "update_rejected",
+        "error": "UpdateRejectedError",
+        "message": "a bad question",
+        "run_id": "d1",
+        "name": "ask",
+    }
+    documented(path, 409).validate(rejected.json())
+
+
+async def test_an_unanswered_update_over_http_is_a_504_and_bad_ones_are_client_errors(
+    driven: httpx.AsyncClient,
+) -> None:
+    await driven.post("/runs", json={"workflow": "approval", "input": {"item": "x"}, "run_id": "a"})
+    late = await driven.post("/runs/a/updates/ask?timeout=0.2", json={"payload": 1})
+    assert late.status_code == 504
+    assert late.json()["type"] == "update_timeout" and "stays delivered" in late.json()["message"]
+    documented("/runs/{run_id}/updates/{name}", 504).validate(late.json())
+    assert (await driven.post("/runs/missing/updates/ask")).status_code == 404
+    for query in ("timeout=0", "timeout=-1", "timeout=soon", "timeout=601"):
+        bad = await driven.post(f"/runs/a/updates/ask?{query}")
+        assert (bad.status_code, bad.json()["type"]) == (422, "invalid_request"), query
+    for body in ([1], {"payload": 1, "more": 2}, "text"):
+        bad = await driven.post("/runs/a/updates/ask", json=body)
+        assert bad.status_code == 422, body
+    reserved = await driven.post("/runs/a/signal/$update:ask")
+    assert (reserved.status_code, reserved.json()["type"]) == (422, "invalid_input")
+    await driven.post("/runs/a/cancel")
+    finished = await driven.post("/runs/a/updates/ask")
+    assert (finished.status_code, finished.json()["type"]) == (409, "update_rejected")
 
 
 async def test_list_runs_filters_by_status_workflow_and_tag(

@@ -41,6 +41,7 @@ EMBEDDED = [
     "rate_limits",
     "schedules",
     "deploys",
+    "updates",
 ]
 ON_SERVICES = ["fleet", "remote_workers"]
 PYTEST_MODULES = ["test_workflows", "test_my_store", "test_my_transport"]

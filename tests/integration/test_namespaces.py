@@ -247,6 +247,7 @@ async def test_every_operation_on_another_namespace_run_is_not_found(make_engine
     assert (await settle(us, "u2")).status == RunStatus.FAILED
     operations: dict[str, Callable[[], Awaitable[Any]]] = {
         "signal": lambda: eu.signal("u1", "go", 1),
+        "update": lambda: eu.update("u1", "ask", 1, timeout=1),
         "cancel": lambda: eu.cancel("u1"),
         "requeue": lambda: eu.requeue("u2"),
         "start": lambda: eu.start(sync, {"store": "A"}, "u1"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runlane import Engine, RemoteWorkflow, RunStatus
+from runlane import Engine, RemoteWorkflow, RunStatus, UpdateRejectedError
 from runlane.stores.base import Store
 from runlane.transports import RedisTransport
 
@@ -112,7 +112,7 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
         "pid": node_worker.pid,
     }
     assert [(w["language"], w["protocol"], w["workflows"]) for w in announced] == [
-        ("node", 1, ["js-child", "js-order"])
+        ("node", 1, ["js-child", "js-desk", "js-order"])
     ]
     assert [(s.seq, s.kind, s.status) for s in steps] == [
         (1, "step", "completed"),
@@ -122,6 +122,36 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
         (5, "signal", "completed"),
         (6, "child", "completed"),
     ]
+
+
+async def test_a_node_worker_answers_and_rejects_updates(
+    store: Store, prefix: str, node_worker: subprocess.Popen[str]
+) -> None:
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    desk = RemoteWorkflow("js-desk", group="node-wf")
+    engine = Engine(store, transport=transport, poll_interval=0.1, remote_workflows=[desk])
+    try:
+        async with engine:
+            await engine.start("js-desk", 2, run_id="desk-1")
+            answer = await engine.update("desk-1", "ask", "why", timeout=30)
+            with pytest.raises(UpdateRejectedError, match="an empty question") as rejected:
+                await engine.update("desk-1", "ask", "", timeout=30)
+            done = await engine.wait_for_run("desk-1", timeout=30)
+            steps = await engine.list_steps("desk-1")
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert answer == "WHY"
+    assert (rejected.value.run_id, rejected.value.name) == ("desk-1", "ask")
+    assert done.status == RunStatus.COMPLETED and done.output == ["why", ""], done.error
+    assert [(s.seq, s.kind, s.status) for s in steps] == [
+        (1, "update", "completed"),
+        (2, "step", "completed"),
+        (3, "reply", "completed"),
+        (4, "update", "completed"),
+        (5, "reply", "failed"),
+    ]
+    assert steps[2].input == {"update": steps[0].output["id"]}
 
 
 async def test_a_node_worker_replays_a_history_from_before_a_patch_down_the_old_branch(

@@ -173,6 +173,20 @@ async def patching(ctx: runlane.Context, x: int) -> int:
     return x
 
 
+@runlane.workflow(name="desk", group="wf")
+async def desk(ctx: runlane.Context, after: float) -> list[Any]:
+    asked = []
+    for _ in range(2):
+        update = await ctx.wait_for_update("ask")
+        asked.append(update.payload)
+        if update.payload == "bad":
+            await ctx.reply(update, error="a bad question")
+        else:
+            await ctx.reply(update, await ctx.step(inc, update.payload))
+        await ctx.step(slow, after)  # long after the answer: the caller does not wait for it
+    return asked
+
+
 WORKFLOWS = [
     tour,
     child,
@@ -186,8 +200,10 @@ WORKFLOWS = [
     queued,
     patching,
     stranded,
+    desk,
 ]
 NAMES = (
+    "desk",
     "tour",
     "child-wf",
     "fan",
@@ -285,6 +301,22 @@ async def test_an_engine_without_the_code_runs_a_remote_workflow_to_its_end(stor
 async def _waits_for_signal(engine: Engine, run_id: str) -> bool:
     steps = await engine.list_steps(run_id)
     return any(s.kind == "signal" and s.status == "pending" for s in steps)
+
+
+async def test_a_remote_workflow_answers_updates_before_its_body_goes_on(store: Store) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("desk", 1.0, run_id="d1")
+        began = time.monotonic()
+        assert await engine.update("d1", "ask", 41, timeout=10) == 42
+        answered_in = time.monotonic() - began
+        with pytest.raises(runlane.UpdateRejectedError, match="a bad question"):
+            await engine.update("d1", "ask", "bad", timeout=10)
+        done = await settled(engine, "d1", timeout=15)
+    assert answered_in < 1.0, f"the answer waited for the step after it: {answered_in:.2f}s"
+    assert done.status == RunStatus.COMPLETED and done.output == [41, "bad"]
+    replies = [s for s in await engine.list_steps("d1") if s.kind == "reply"]
+    assert [(r.status, r.output) for r in replies] == [("completed", 42), ("failed", None)]
+    assert calls["inc"] == 1 and calls["slow"] == 2
 
 
 async def test_a_duplicate_decision_is_dropped(store: Store) -> None:

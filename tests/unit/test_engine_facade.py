@@ -6,9 +6,9 @@ from __future__ import annotations
 from runlane import Engine
 from runlane.stores import MemoryStore
 
-# The public methods (start, signal, cancel, requeue, reads, waits, the loop phases, lifecycle),
-# what the operations views call (read, prune, start_consumers), and the attributes API.md
-# and the command line name.
+# The public methods (start, signal, update, cancel, requeue, reads, waits, the loop phases,
+# lifecycle), what the operations views call (read, prune, start_consumers), and the
+# attributes API.md and the command line name.
 FACADE = {
     "cancel",
     "drain",
@@ -33,6 +33,7 @@ FACADE = {
     "start_consumers",
     "sweep_timeouts",
     "tick",
+    "update",
     "wait_for_run",
     # attributes
     "clock",

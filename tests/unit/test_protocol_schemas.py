@@ -141,6 +141,8 @@ async def proto_wf(ctx: runlane.Context, x: int) -> int:
     a = await ctx.step(local_step, x)
     b = await ctx.step(remote_step, a)
     await ctx.sleep(0.01)
+    update = await ctx.wait_for_update("bump")
+    await ctx.reply(update, int(update.payload) + 1)
     return int(b) + int(await ctx.wait_for_signal("go"))
 
 
@@ -184,6 +186,7 @@ async def test_the_messages_the_engine_and_the_worker_send_follow_the_schemas() 
     tasks = [asyncio.create_task(w.run()) for w in crew]
     async with engine:
         await engine.start("proto-wf", 2, run_id="p")
+        assert await engine.update("p", "bump", 1, timeout=10) == 2
         await engine.signal("p", "go", 10)
         done = await engine.wait_for_run("p", timeout=10)
     for worker in crew:
@@ -196,6 +199,8 @@ async def test_the_messages_the_engine_and_the_worker_send_follow_the_schemas() 
         seen.add(kind)
         validator(kind).validate(message)
     assert {"workflow-task", "decision", "step-task", "step-result", "worker-descriptor"} <= seen
+    written = {c["kind"] for m in transport.sent for c in m.get("checkpoints", [])}
+    assert {"update", "reply"} <= written
 
 
 async def test_an_engine_hears_who_joined_and_says_when_a_worker_speaks_another_protocol(

@@ -25,6 +25,18 @@ const workflows = {
     const child = await ctx.child("js-child", said);
     return { greeting, loud, said, child, pid: process.pid };
   },
+
+  // Answers updates "ask" (the question shouted back); an empty question is rejected.
+  "js-desk": async (ctx, rounds) => {
+    const asked = [];
+    for (let n = 0; n < rounds; n++) {
+      const update = await ctx.waitForUpdate("ask");
+      asked.push(update.payload);
+      if (update.payload) await ctx.reply(update, await ctx.step("js.shout", update.payload));
+      else await ctx.reply(update, null, { error: "an empty question" });
+    }
+    return asked;
+  },
 };
 
 const crew = [

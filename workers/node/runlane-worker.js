@@ -6,8 +6,8 @@
 //   await worker.run();
 //
 // A workflow body is `async (ctx, input) => output`; ctx offers step, sleep, waitForSignal,
-// child, startChild and now. An operation that cannot finish in this turn throws a Suspend,
-// which the body must not catch (it ends the turn).
+// waitForUpdate and reply, child, startChild and now. An operation that cannot finish in this
+// turn throws a Suspend, which the body must not catch (it ends the turn).
 
 import { createClient } from "redis";
 import os from "node:os";
@@ -38,6 +38,7 @@ export class StepFailed extends Error {
 }
 
 const NEWER_CODE_RETRY = 2.0; // seconds
+const UPDATE_SIGNALS = "$update:"; // an update is buffered as a signal named so (docs/wire.md)
 const iso = (ms) => new Date(ms).toISOString().replace("Z", "+00:00");
 const TERMINAL = new Set(["completed", "failed", "cancelled", "dead"]);
 
@@ -58,6 +59,7 @@ class Turn {
     this.seq = 0;
     this.lastRecorded = Math.max(0, ...this.history.keys());
     this.patches = new Map();
+    this.replied = new Set(); // the updates this body answered (each once)
     this.written = new Map();
     this.consumed = [];
     this.commands = [];
@@ -115,6 +117,8 @@ class Turn {
       step: (name, input = null, options = {}) => turn.step(name, input, options),
       sleep: (seconds) => turn.sleep(seconds),
       waitForSignal: (name) => turn.waitForSignal(name),
+      waitForUpdate: (name) => turn.waitForUpdate(name),
+      reply: (update, value = null, options = {}) => turn.reply(update, value, options),
       child: (workflow, input = null, options = {}) => turn.child(workflow, input, options, "child"),
       startChild: (workflow, input = null, options = {}) =>
         turn.child(workflow, input, options, "start_child"),
@@ -190,19 +194,53 @@ class Turn {
   }
 
   async waitForSignal(name) {
+    return this.waitFor("signal", name, name);
+  }
+
+  // The oldest update `name` sent to the run: { name, payload, id }. Its caller waits for reply.
+  async waitForUpdate(name) {
+    const message = await this.waitFor("update", name, UPDATE_SIGNALS + name);
+    return { name, payload: message?.payload ?? null, id: String(message?.id ?? "") };
+  }
+
+  // Takes the oldest buffered signal named `buffered` for a `kind` wait, or waits for one.
+  async waitFor(kind, name, buffered) {
     const seq = this.next();
-    const record = this.recorded(seq, "signal", name);
+    const record = this.recorded(seq, kind, name);
     if (record?.status === "completed") return record.output;
-    if (record?.status === "failed") throw Object.assign(new Error(`no signal ${name}`), { name: "SignalTimeoutError" });
-    const at = this.signals.findIndex((s) => s.name === name);
+    if (record?.status === "failed") {
+      const timeout = kind === "update" ? "UpdateTimeoutError" : "SignalTimeoutError";
+      throw Object.assign(new Error(`no ${kind} ${name}`), { name: timeout });
+    }
+    const at = this.signals.findIndex((s) => s.name === buffered);
     if (at >= 0) {
       const [signal] = this.signals.splice(at, 1);
-      this.write(seq, "signal", name, "completed", { output: signal.payload ?? null });
+      this.write(seq, kind, name, "completed", { output: signal.payload ?? null });
       this.consumed.push(signal.id);
       return signal.payload ?? null;
     }
-    if (!record) this.write(seq, "signal", name, "pending");
+    if (!record) this.write(seq, kind, name, "pending");
     this.wait(null);
+  }
+
+  // Answers an update with `value`, or rejects it with `{ error: "why" }` as the options. The
+  // reply is durable only once the engine applies this turn's decision: the turn ends here
+  // (due again at once), so the caller has its answer before the body goes on.
+  async reply(update, value, { error = null } = {}) {
+    if (this.replied.has(update.id)) {
+      throw new Error(`update ${JSON.stringify(update.name)} (${update.id}) was answered already`);
+    }
+    this.replied.add(update.id);
+    const seq = this.next();
+    if (this.recorded(seq, "reply", update.name)) return; // answered on an earlier turn
+    const input = { update: update.id };
+    if (error === null || error === undefined) {
+      this.write(seq, "reply", update.name, "completed", { input, output: value ?? null });
+    } else {
+      const rejection = { type: "UpdateRejectedError", message: String(error) };
+      this.write(seq, "reply", update.name, "failed", { input, error: rejection });
+    }
+    this.wait(iso(Date.now()));
   }
 
   async child(workflow, input, { runId = null } = {}, kind) {

@@ -40,10 +40,14 @@ from .openapi import openapi
 from .params import (
     DEFAULT_PAGE,
     MAX_PAGE,
+    MAX_UPDATE_TIMEOUT,
+    UPDATE_TIMEOUT,
     StartRequest,
     encode_cursor,
     query_int,
+    query_seconds,
     read_json,
+    read_payload,
     run_query,
 )
 from .sampler import INTERVAL as SAMPLE_EVERY
@@ -231,6 +235,16 @@ class Api:
         await self.engine.signal(run_id, name, await read_json(request))
         return JSONResponse({"run_id": run_id, "signal": name, "delivered": True}, 202)
 
+    async def update(self, request: Request) -> Response:
+        run_id, name = request.path_params["run_id"], request.path_params["name"]
+        timeout = query_seconds(request, "timeout", UPDATE_TIMEOUT, MAX_UPDATE_TIMEOUT)
+        payload = await read_payload(request)
+        try:
+            reply = await self.engine.update(run_id, name, payload, timeout=timeout)
+        except TimeoutError as exc:
+            raise HTTPError(504, "update_timeout", str(exc), run_id=run_id, name=name) from None
+        return JSONResponse({"run_id": run_id, "update": name, "reply": reply})
+
     async def event(self, request: Request) -> Response:
         name = request.path_params["name"]
         touched = await self.engine.publish_event(
@@ -317,6 +331,7 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/runs/{run_id}/cancel", api.cancel, "POST"),
         ("/runs/{run_id}/retry", api.retry, "POST"),
         ("/runs/{run_id}/signal/{name}", api.signal, "POST"),
+        ("/runs/{run_id}/updates/{name}", api.update, "POST"),
         ("/events/{name}", api.event, "POST"),
         ("/lanes", api.lanes, "GET"),
         ("/engines", api.engines, "GET"),

@@ -24,6 +24,7 @@ from ..errors import (
     SingletonQueueFullError,
     StoreUnavailableError,
     UnknownWorkflowError,
+    UpdateRejectedError,
 )
 
 RETRY_AFTER = "1"
@@ -57,6 +58,7 @@ _MAPPING: tuple[tuple[type[Exception], int, str], ...] = (
     (ScheduleNotFoundError, 404, "schedule_not_found"),
     (RunExistsError, 409, "run_exists"),
     (RunFinishedError, 409, "run_finished"),
+    (UpdateRejectedError, 409, "update_rejected"),
     (SerializationError, 422, "invalid_input"),
     (KeyFunctionError, 422, "invalid_input"),
     (DefinitionError, 422, "invalid_input"),
@@ -96,6 +98,8 @@ def _details(exc: Exception) -> dict[str, Any]:
         return {"workflow": exc.workflow, "gate": exc.gate, "reason": exc.reason}
     if isinstance(exc, RunExistsError | RunFinishedError):
         return {"run_id": exc.run_id, "status": str(exc.status)}
+    if isinstance(exc, UpdateRejectedError):
+        return {"run_id": exc.run_id, "name": exc.name}
     return {}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from .._version import __version__
 from ..models import RunStatus
-from .params import MAX_PAGE
+from .params import MAX_PAGE, MAX_UPDATE_TIMEOUT, UPDATE_TIMEOUT
 
 JSONObject = dict[str, Any]
 
@@ -468,8 +468,8 @@ def _operations() -> JSONObject:
                                         waiting_for={
                                             "type": ["object", "null"],
                                             "description": "what an active run waits for:"
-                                            " kind (sleep, signal, event, child, retry, worker,"
-                                            " slot, queue, throttle, debounce, remote_turn,"
+                                            " kind (sleep, signal, update, event, child, retry,"
+                                            " worker, slot, queue, throttle, debounce, remote_turn,"
                                             " turn, engine, admission, all), reason, and"
                                             " the kind's fields (until, name, lane, position,"
                                             " ...); null once settled",
@@ -535,6 +535,55 @@ def _operations() -> JSONObject:
                     "400",
                     "404",
                     "409",
+                    "422",
+                ),
+            }
+        },
+        "/runs/{run_id}/updates/{name}": {
+            "post": {
+                "summary": "send an update and answer the workflow's reply to it",
+                "description": "The run's body takes the update with ctx.wait_for_update(name)"
+                " and answers with ctx.reply. 409 update_rejected: the body rejected it (the"
+                " message is its reason), or the run ended without answering it; 504"
+                " update_timeout: no answer within the timeout (the update stays delivered).",
+                "parameters": [
+                    _RUN_ID,
+                    _path_param("name", "the update's name"),
+                    _query(
+                        "timeout",
+                        {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_UPDATE_TIMEOUT},
+                        f"seconds to wait for the reply (default {UPDATE_TIMEOUT:g})",
+                    ),
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": ["object", "null"],
+                                "properties": {"payload": _ANY},
+                                "additionalProperties": False,
+                            }
+                        }
+                    },
+                },
+                "responses": _responses(
+                    {
+                        "200": _json(
+                            _object(
+                                ["run_id", "update", "reply"],
+                                run_id={"type": "string"},
+                                update={"type": "string"},
+                                reply=_ANY,
+                            ),
+                            "the workflow's reply",
+                        ),
+                        "504": _ERROR,
+                    },
+                    "400",
+                    "404",
+                    "409",
+                    "422",
                 ),
             }
         },

@@ -5,17 +5,22 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from starlette.requests import Request
 
 from ..models import RunCursor, RunQuery, RunStatus
 from .errors import HTTPError, invalid
 
+N = TypeVar("N", int, float)
+
 DEFAULT_PAGE = 50
 MAX_PAGE = 500
+UPDATE_TIMEOUT = 30.0  # seconds an update waits for its reply, unless ?timeout= says
+MAX_UPDATE_TIMEOUT = 600.0
 
 
 async def read_json(request: Request) -> Any:
@@ -30,16 +35,44 @@ async def read_json(request: Request) -> Any:
 
 
 def query_int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    value = request.query_params.get(name)
-    if value is None:
+    number = _query_number(request, name, int, "an integer")
+    if number is None:
         return default
-    try:
-        number = int(value)
-    except ValueError:
-        raise invalid(f"{name} must be an integer, got {value!r}", field=name) from None
     if not low <= number <= high:
         raise invalid(f"{name} must be between {low} and {high}, got {number}", field=name)
     return number
+
+
+def query_seconds(request: Request, name: str, default: float, high: float) -> float:
+    """A duration in seconds from the query: more than 0, at most ``high``."""
+    number = _query_number(request, name, float, "a number of seconds")
+    if number is None:
+        return default
+    if not 0 < number <= high:
+        raise invalid(
+            f"{name} must be more than 0 and at most {high:g}, got {number:g}", field=name
+        )
+    return number
+
+
+def _query_number(request: Request, name: str, kind: Callable[[str], N], what: str) -> N | None:
+    value = request.query_params.get(name)
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise invalid(f"{name} must be {what}, got {value!r}", field=name) from None
+
+
+async def read_payload(request: Request) -> Any:
+    """The ``payload`` of a body ``{"payload": ...}`` (None for an empty body)."""
+    body = await read_json(request)
+    if body is None:
+        return None
+    if not isinstance(body, dict) or set(body) - {"payload"}:
+        raise invalid('the body must be {"payload": <JSON>} or empty')
+    return body.get("payload")
 
 
 def run_status(value: str | None, field: str = "status") -> RunStatus | None:

@@ -120,6 +120,8 @@ def _pending(record: StepRecord) -> Waiting:
         return _at("sleep", wake, "a sleep: it wakes at {at}", seq=record.seq)
     if kind == StepKind.SIGNAL:
         return _named("signal", record, f"signal {name}")
+    if kind == StepKind.UPDATE:
+        return _named("update", record, f"update {name}")
     if kind == StepKind.EVENT:
         return _named("event", record, f"event {name}")
     if kind in (StepKind.CHILD, StepKind.START_CHILD):

@@ -62,6 +62,7 @@ from ..models import (
     Signal,
     SingletonGate,
     Started,
+    StepKind,
     StepRecord,
     StoredSchedule,
     WindowFire,
@@ -587,11 +588,26 @@ class Store(Reads, Protocol):
 
     # ---------------------------------------------------------------- from outside a turn
 
-    async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
+    async def deliver_signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: object,
+        now: datetime,
+        *,
+        kind: StepKind = StepKind.SIGNAL,
+    ) -> bool:
         """Buffer a signal for a run and wake it if it waits for ``name``.
 
+        ``kind`` says which wait takes it: a signal (``wait_for_signal``), or an update
+        (``wait_for_update``: ``kind=StepKind.UPDATE``). The message is buffered among the
+        run's signals under ``buffered_name(kind, name)`` (an update's name gets the prefix
+        ``$update:``), and the run is woken when it has a pending step record of that kind
+        named ``name``. A run leased to a turn (or awaiting a remote decision) is woken all
+        the same (``wake_requested_at``): that turn may have read its signals before this one.
+
         Raises ``RunNotFoundError`` for an unknown run and ``RunFinishedError`` for a terminal
-        one, writing nothing. Returns True when the run was woken.
+        one, writing nothing. Returns True when the run was woken for its wait.
         """
         ...
 
@@ -759,4 +775,11 @@ class Store(Reads, Protocol):
 
     async def prune_engines(self, before: datetime) -> int:
         """Delete the records of engines whose last beat is before ``before``; how many."""
+        ...
+
+    async def get_reply(self, run_id: str, update_id: str) -> StepRecord | None:
+        """The run's answer to the update ``update_id``: its step record of kind ``reply``
+        whose input's ``"update"`` is that id (completed: the reply's value is its output;
+        failed: a rejection, its error's ``message`` the reason), the lowest seq if several;
+        None when there is none, or no such run."""
         ...

@@ -51,6 +51,7 @@ from ..models import (
     WindowFire,
     Writes,
     awaiting_decision,
+    buffered_name,
     cancel_result,
     claimed_run,
     requeue_spec,
@@ -429,15 +430,23 @@ class MemoryStore:
 
     # ---------------------------------------------------------------- from outside a turn
 
-    async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
+    async def deliver_signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: object,
+        now: datetime,
+        *,
+        kind: StepKind = StepKind.SIGNAL,
+    ) -> bool:
         run = self._runs.get(run_id)
         if run is None:
             raise RunNotFoundError(run_id)
         if run.is_terminal:
             raise RunFinishedError(run_id, run.status)
-        signal = Signal(next(self._ids), run_id, name, payload, now)
+        signal = Signal(next(self._ids), run_id, buffered_name(kind, name), payload, now)
         self._signals.setdefault(run_id, []).append(signal)
-        if self._waits_for(run_id, StepKind.SIGNAL, name):
+        if self._waits_for(run_id, kind, name):
             return self._wake(run_id, now)
         if run.status in _LEASED or _awaiting(run):
             self._wake(run_id, now)  # the turn in flight (here or on a worker) may have missed it
@@ -758,6 +767,16 @@ class MemoryStore:
 
     async def queue_views(self) -> list[QueueView]:
         return self._queues.views()
+
+    async def get_reply(self, run_id: str, update_id: str) -> StepRecord | None:
+        replies = (
+            record
+            for record in self._steps.get(run_id, {}).values()
+            if record.kind == StepKind.REPLY
+            and isinstance(record.input, dict)
+            and record.input.get("update") == update_id
+        )
+        return min(replies, key=lambda r: r.seq, default=None)
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return sorted(self._steps.get(run_id, {}).values(), key=lambda s: s.seq)

@@ -65,6 +65,7 @@ from runlane.models import (
     StepStatus,
     WindowFire,
     Writes,
+    buffered_name,
 )
 from runlane.queues import QueueRequest
 from runlane.stores.base import Store
@@ -1613,6 +1614,83 @@ async def test_signals_to_unknown_or_finished_runs_raise_and_store_nothing(
     with pytest.raises(RunFinishedError):
         await store.deliver_signal("a", "go", None, T0)
     assert await store.get_run("unknown") is None
+
+
+# ---------------------------------------------------------------- updates
+
+
+def waits_for_update(run_id: str, name: str) -> Writes:
+    return Writes(steps=[step(run_id, 1, StepStatus.PENDING, name=name, kind=StepKind.UPDATE)])
+
+
+async def test_an_update_wakes_only_a_run_waiting_for_an_update_of_its_name(store: Store) -> None:
+    await create(store, spec("signal-waiter"), spec("update-waiter"))
+    await suspend(store, "signal-waiter", None, writes=waits_for_signal("signal-waiter", "go"))
+    await suspend(store, "update-waiter", None, writes=waits_for_update("update-waiter", "go"))
+    assert (
+        await store.deliver_signal("signal-waiter", "go", 1, at(1), kind=StepKind.UPDATE) is False
+    )
+    assert (await run_of(store, "signal-waiter")).wake_at is None
+    assert await store.deliver_signal("update-waiter", "go", 2, at(2)) is False
+    assert (await run_of(store, "update-waiter")).wake_at is None
+    assert await store.deliver_signal("update-waiter", "go", 3, at(3), kind=StepKind.UPDATE)
+    assert (await run_of(store, "update-waiter")).wake_at == at(3)
+
+
+async def test_an_update_is_buffered_among_the_signals_under_its_own_name(store: Store) -> None:
+    await create(store, spec("a"))
+    await store.deliver_signal("a", "go", {"id": "u1"}, T0, kind=StepKind.UPDATE)
+    await store.deliver_signal("a", "go", "plain", at(1))
+    signals = await store.list_signals("a")
+    assert [(s.name, s.payload) for s in signals] == [
+        (buffered_name(StepKind.UPDATE, "go"), {"id": "u1"}),
+        ("go", "plain"),
+    ]
+    assert buffered_name(StepKind.UPDATE, "go") == "$update:go"
+
+
+async def test_updates_to_unknown_or_finished_runs_raise_and_store_nothing(store: Store) -> None:
+    await create(store, spec("a"))
+    with pytest.raises(RunNotFoundError):
+        await store.deliver_signal("unknown", "go", None, T0, kind=StepKind.UPDATE)
+    await settle(store, "a")
+    with pytest.raises(RunFinishedError):
+        await store.deliver_signal("a", "go", None, T0, kind=StepKind.UPDATE)
+    assert await store.list_signals("a") == []
+
+
+def reply(run_id: str, seq: int, update_id: str, status: str, **fields: Any) -> StepRecord:
+    answer = {"update": update_id}
+    return step(run_id, seq, status, name="ask", kind=StepKind.REPLY, input=answer, **fields)
+
+
+async def test_a_reply_is_found_by_its_update_id(store: Store) -> None:
+    await create(store, spec("a"), spec("b"))
+    await lease(store, "a")
+    records = [
+        step("a", 1, name="ask", kind=StepKind.UPDATE, output={"id": "u1", "payload": 1}),
+        reply("a", 2, "u1", StepStatus.COMPLETED, output={"answer": 42}),
+        reply("a", 3, "u2", StepStatus.FAILED, error={"type": "E", "message": "no"}),
+        step("a", 4, name="ask", kind=StepKind.STEP, input={"update": "u3"}),
+    ]
+    await store.checkpoint("a", "owner-1", Writes(steps=records), T0)
+    found = await store.get_reply("a", "u1")
+    assert found is not None and (found.seq, found.output) == (2, {"answer": 42})
+    rejected = await store.get_reply("a", "u2")
+    assert rejected is not None and rejected.status == StepStatus.FAILED
+    assert rejected.error is not None and rejected.error["message"] == "no"
+    assert await store.get_reply("a", "u3") is None  # not a reply record
+    assert await store.get_reply("b", "u1") is None  # another run's
+    assert await store.get_reply("unknown", "u1") is None
+
+
+async def test_a_reply_outlives_the_runs_settlement(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    writes = Writes(steps=[reply("a", 1, "u1", StepStatus.COMPLETED, output="yes")])
+    await store.settle_run("a", "owner-1", writes, DONE, at(1))
+    found = await store.get_reply("a", "u1")
+    assert found is not None and found.output == "yes"
 
 
 # ---------------------------------------------------------------- cancel_run

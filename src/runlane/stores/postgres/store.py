@@ -45,11 +45,13 @@ from ...models import (
     Signal,
     SingletonGate,
     Started,
+    StepKind,
     StepRecord,
     StepStatus,
     StoredSchedule,
     WindowFire,
     Writes,
+    buffered_name,
     cancel_result,
     dead_settlement,
     ready_ids,
@@ -764,7 +766,15 @@ class PostgresStore:
         [released] = await self._db.batch(_release_call(run_id, None, None, now, settled=True))
         return list(released[0]["woken"])
 
-    async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
+    async def deliver_signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: object,
+        now: datetime,
+        *,
+        kind: StepKind = StepKind.SIGNAL,
+    ) -> bool:
         async def work(conn: Conn) -> bool:
             # The row lock first, in a statement of its own (the same round trip): had the run's
             # turn just suspended it on this signal, a statement that waited for its lock would
@@ -773,7 +783,7 @@ class PostgresStore:
             _, targets = await pipeline(
                 conn,
                 ("lock_runs", {"ids": pg_array([run_id])}),
-                ("signal_target", {"id": run_id, "name": name}),
+                ("signal_target", {"id": run_id, "kind": str(kind), "name": name}),
             )
             target = _first(targets)
             if target is None:
@@ -781,7 +791,8 @@ class PostgresStore:
             status = RunStatus(target["status"])
             if status.is_terminal:
                 raise RunFinishedError(run_id, status)
-            signal = {"id": run_id, "name": name, "payload": json_param(payload), "now": now}
+            buffered = buffered_name(kind, name)
+            signal = {"id": run_id, "name": buffered, "payload": json_param(payload), "now": now}
             await execute(conn, "insert_signal", **signal)
             if target["waits"]:
                 return bool(await self._wake(conn, [run_id], now))
@@ -1144,6 +1155,10 @@ class PostgresStore:
 
     async def get_step(self, run_id: str, seq: int) -> StepRecord | None:
         row = _first(await self._db.rows("get_step", id=run_id, seq=seq))
+        return step_from_row(row) if row is not None else None
+
+    async def get_reply(self, run_id: str, update_id: str) -> StepRecord | None:
+        row = _first(await self._db.rows("reply_to", id=run_id, update=update_id))
         return step_from_row(row) if row is not None else None
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:

@@ -43,6 +43,7 @@ from ...models import (
     StepStatus,
     Writes,
     awaiting_decision,
+    buffered_name,
     cancel_result,
     claimed_run,
     requeue_spec,
@@ -523,12 +524,15 @@ def release_steps(
 # ---------------------------------------------------------------- from outside a turn
 
 
-def deliver_signal(conn: Conn, run_id: str, name: str, payload: object, now: datetime) -> bool:
+def deliver_signal(
+    conn: Conn, run_id: str, name: str, payload: object, now: datetime, kind: StepKind
+) -> bool:
     run = _existing(conn, run_id)
     if run.is_terminal:
         raise RunFinishedError(run_id, run.status)
-    conn.execute(SQL["insert_signal"], (run_id, name, dumps(payload), ts(now)))
-    if _waits_for(conn, run_id, StepKind.SIGNAL, name):
+    buffered = buffered_name(kind, name)
+    conn.execute(SQL["insert_signal"], (run_id, buffered, dumps(payload), ts(now)))
+    if _waits_for(conn, run_id, kind, name):
         return _wake(conn, run_id, now)
     if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING) or _awaiting(run):
         _wake(conn, run_id, now)  # the turn in flight (here or on a worker) may have missed it

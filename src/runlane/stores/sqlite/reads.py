@@ -47,6 +47,11 @@ def list_steps(conn: Conn, run_id: str) -> list[StepRecord]:
     return [step_from_row(row) for row in rows]
 
 
+def get_reply(conn: Conn, run_id: str, update_id: str) -> StepRecord | None:
+    row = conn.execute(SQL["get_reply"], (run_id, update_id)).fetchone()
+    return None if row is None else step_from_row(row)
+
+
 def signals(conn: Conn, run_id: str) -> list[Signal]:
     rows = conn.execute(SQL["signals"], (run_id,))
     return [signal_from_row(row) for row in rows]
@@ -225,6 +230,7 @@ __all__ = [
     "due_run_ids",
     "events_after",
     "expired_run_ids",
+    "get_reply",
     "get_run",
     "get_runs",
     "get_step",

@@ -43,6 +43,7 @@ from ...models import (
     Signal,
     SingletonGate,
     Started,
+    StepKind,
     StepRecord,
     StoredSchedule,
     WindowFire,
@@ -416,8 +417,16 @@ class SqliteStore:
 
     # ---------------------------------------------------------------- from outside a turn
 
-    async def deliver_signal(self, run_id: str, name: str, payload: object, now: datetime) -> bool:
-        return await self._write(ops.deliver_signal, run_id, name, payload, now)
+    async def deliver_signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: object,
+        now: datetime,
+        *,
+        kind: StepKind = StepKind.SIGNAL,
+    ) -> bool:
+        return await self._write(ops.deliver_signal, run_id, name, payload, now, kind)
 
     async def cancel_run(
         self, run_id: str, now: datetime, error: dict[str, object] | None
@@ -532,6 +541,9 @@ class SqliteStore:
 
     async def list_signals(self, run_id: str) -> list[Signal]:
         return await self._read(reads.signals, run_id)
+
+    async def get_reply(self, run_id: str, update_id: str) -> StepRecord | None:
+        return await self._read(reads.get_reply, run_id, update_id)
 
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         return await self._read(reads.list_steps, run_id)

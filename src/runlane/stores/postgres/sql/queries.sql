@@ -492,6 +492,11 @@ SELECT * FROM runlane_steps WHERE run_id = %(id)s AND seq = %(seq)s;
 -- name: steps_of
 SELECT * FROM runlane_steps WHERE run_id = %(id)s ORDER BY seq;
 
+-- name: reply_to
+SELECT * FROM runlane_steps
+WHERE run_id = %(id)s AND kind = 'reply' AND input->>'update' = %(update)s
+ORDER BY seq LIMIT 1;
+
 -- name: signals_of
 SELECT * FROM runlane_signals WHERE run_id = %(id)s ORDER BY id;
 
@@ -851,10 +856,11 @@ WHERE id = %(id)s
 RETURNING *;
 
 -- name: signal_target
--- Whether the run (locked by the statement before) waits for a signal of this name.
+-- Whether the run (locked by the statement before) waits for a signal of this name (or for
+-- an update: the wait's kind is %(kind)s).
 SELECT status, EXISTS (
     SELECT 1 FROM runlane_steps
-    WHERE run_id = %(id)s AND kind = 'signal' AND name = %(name)s AND status = 'pending'
+    WHERE run_id = %(id)s AND kind = %(kind)s AND name = %(name)s AND status = 'pending'
 ) AS waits, awaits_decision
 FROM runlane_runs WHERE id = %(id)s;
 

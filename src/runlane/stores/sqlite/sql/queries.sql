@@ -42,6 +42,12 @@ SELECT * FROM steps WHERE run_id = ? AND seq = ?
 -- name: list_steps
 SELECT * FROM steps WHERE run_id = ? ORDER BY seq
 
+-- name: get_reply
+-- Parameters: run id, update id.
+SELECT * FROM steps
+WHERE run_id = ? AND kind = 'reply' AND json_extract(input, '$.update') = ?
+ORDER BY seq LIMIT 1
+
 -- name: signals
 SELECT * FROM signals WHERE run_id = ? ORDER BY id
 

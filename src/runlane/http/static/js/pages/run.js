@@ -7,12 +7,12 @@ import {
 } from "../core.js";
 
 const REQUEUEABLE = ["failed", "dead", "cancelled"];
-const WAITS = ["sleep", "signal", "event", "child", "start_child"];
+const WAITS = ["sleep", "signal", "update", "event", "child", "start_child"];
 let runId;
 let path;
 
 // The actions on a run: when each applies, how it is confirmed, what it calls. An action the
-// engine gains (pause, resume, fork, update) is one more entry here.
+// engine gains (pause, resume, fork) is one more entry here.
 const ACTIONS = [
   {
     name: "cancel", label: "Cancel", danger: true,
@@ -25,6 +25,23 @@ const ACTIONS = [
     applies: (run) => REQUEUEABLE.includes(run.status),
     confirm: (run) => [`Retry ${run.id}?`, "It is requeued from its checkpoints: recorded steps are not run again."],
     call: () => post(path + "/retry"),
+  },
+];
+
+// What an operator sends a run from a form (a name and a JSON payload): a signal, delivered or
+// kept until the run waits for it; an update, answered by the workflow's reply.
+const MESSAGES = [
+  {
+    kind: "signal", label: "Send signal…",
+    also: "",
+    send: (name, payload) => post(`${path}/signal/${encodeURIComponent(name)}`, payload),
+    said: () => "done",
+  },
+  {
+    kind: "update", label: "Send update…",
+    also: " The page waits for the workflow's reply (up to 30 s).",
+    send: (name, payload) => post(`${path}/updates/${encodeURIComponent(name)}`, { payload }),
+    said: (answer) => "reply " + JSON.stringify(answer.reply),
   },
 ];
 
@@ -41,7 +58,7 @@ export default function run(id) {
     el("div", { class: "toolbar", role: "toolbar", "aria-label": "Actions" },
       ...ACTIONS.map((action) => el("button", { type: "button", id: action.name, disabled: true,
         class: action.danger ? "danger" : "", onclick: () => act(action) }, action.label)),
-      signalForm(),
+      ...MESSAGES.map(messageForm),
       el("button", { type: "button", id: "export", class: "ghost", onclick: exportHistory }, "Export history (JSON)")),
     el("section", { class: "card", "aria-labelledby": "timeline-title" },
       el("div", { class: "section-head" }, el("h2", { id: "timeline-title" }, "Timeline"),
@@ -57,29 +74,32 @@ export default function run(id) {
   live.start(() => api(path), draw, 2);
 }
 
-function signalForm() {
-  const form = el("details", { class: "popover", dataset: { key: "signal" } },
-    el("summary", { class: "button" }, "Send signal…"),
-    el("form", { id: "signal", class: "card stack" },
-      el("label", { class: "field" }, el("span", {}, "signal name"), el("input", { id: "signal-name", required: true, size: 16 })),
-      el("label", { class: "field" }, el("span", {}, "payload (JSON)"), el("textarea", { id: "signal-payload", rows: 3, placeholder: "null" })),
+function messageForm(message) {
+  const { kind } = message;
+  const form = el("details", { class: "popover", dataset: { key: kind } },
+    el("summary", { class: "button" }, message.label),
+    el("form", { id: kind, class: "card stack" },
+      el("label", { class: "field" }, el("span", {}, `${kind} name`), el("input", { id: `${kind}-name`, required: true, size: 16 })),
+      el("label", { class: "field" }, el("span", {}, "payload (JSON)"), el("textarea", { id: `${kind}-payload`, rows: 3, placeholder: "null" })),
       el("button", { type: "submit", class: "primary" }, "Send")));
-  form.querySelector("form").addEventListener("submit", sendSignal);
+  form.querySelector("form").addEventListener("submit", (event) => sendMessage(event, message));
   return form;
 }
 
-async function sendSignal(event) {
+async function sendMessage(event, message) {
   event.preventDefault();
-  const name = $("#signal-name").value.trim();
+  const { kind } = message;
+  const name = $(`#${kind}-name`).value.trim();
   let payload;
   try {
-    payload = JSON.parse($("#signal-payload").value.trim() || "null");
+    payload = JSON.parse($(`#${kind}-payload`).value.trim() || "null");
   } catch (err) {
     note("The payload is not JSON: " + err.message, "error");
     return;
   }
-  if (!await confirmAction(`Send signal ${name}?`, `To ${runId}, with payload ${JSON.stringify(payload)}.`, "Send")) return;
-  await perform(`signal ${name}`, () => post(`${path}/signal/${encodeURIComponent(name)}`, payload));
+  const text = `To ${runId}, with payload ${JSON.stringify(payload)}.${message.also}`;
+  if (!await confirmAction(`Send ${kind} ${name}?`, text, "Send")) return;
+  await perform(`${kind} ${name}`, () => message.send(name, payload), message.said);
   event.target.closest("details").open = false;
 }
 
@@ -90,10 +110,9 @@ async function act(action) {
   await perform(action.label.toLowerCase(), action.call);
 }
 
-async function perform(what, call) {
+async function perform(what, call, said = () => "done") {
   try {
-    await call();
-    note(`${what}: done`);
+    note(`${what}: ${said(await call())}`);
   } catch (err) {
     note(`${what} failed: ${err.message}`, "error");
   }
