@@ -573,6 +573,27 @@ def runs_cancel(source: Source, as_json: bool, run_id: str) -> None:
     )
 
 
+@runs.command("pause")
+@_common
+@click.argument("run_id")
+def runs_pause(source: Source, as_json: bool, run_id: str) -> None:
+    """Pause a run: the step in flight finishes, then it takes no further turn until resumed
+    (exit 1 when there is no such run)."""
+    paused = with_engine(source, lambda e: e.pause(run_id))
+    text = f"paused {run_id}" if paused else f"nothing to pause: {run_id} is not active or paused"
+    say(as_json, {"run_id": run_id, "paused": paused}, text)
+
+
+@runs.command("resume")
+@_common
+@click.argument("run_id")
+def runs_resume(source: Source, as_json: bool, run_id: str) -> None:
+    """Resume a paused run (exit 1 when there is no such run)."""
+    resumed = with_engine(source, lambda e: e.resume(run_id))
+    text = f"resumed {run_id}" if resumed else f"nothing to resume: {run_id} is not paused"
+    say(as_json, {"run_id": run_id, "resumed": resumed}, text)
+
+
 @runs.command("retry")
 @_common
 @click.argument("run_id")

@@ -418,6 +418,28 @@ class Engine:
         self._execution.cancelled(result)
         return bool(result.changed)
 
+    async def pause(self, run_id: str) -> bool:
+        """Pause a run: it finishes and records the step in flight, then takes no further turn
+        (status ``paused``, active: its singleton and quota places are kept). Timers that come
+        due, signals, events and updates are recorded meanwhile and taken up on ``resume``.
+        False when the run is not active, or paused (or asked to pause) already;
+        ``RunNotFoundError`` for an unknown run."""
+        await self._ready()
+        await self._fence(run_id)
+        return await self._api(lambda: self.store.pause_run(run_id, self.now()))
+
+    async def resume(self, run_id: str) -> bool:
+        """Resume a paused run: it is due now (a singleton waiter waits for its place again),
+        and its next turn takes up what came while it was paused. A pause asked of a turn still
+        in flight is withdrawn. False when the run is not paused; ``RunNotFoundError`` for an
+        unknown run."""
+        await self._ready()
+        await self._fence(run_id)
+        resumed = await self._api(lambda: self.store.resume_run(run_id, self.now()))
+        if resumed:
+            self._execution.send([run_id])
+        return resumed
+
     async def requeue(self, run_id: str) -> Run:
         """Retry a failed, dead or cancelled run from its checkpoints.
 

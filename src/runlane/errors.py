@@ -292,6 +292,17 @@ class RunCancelling(LeaseLostError):
     """The run was cancelled while this turn held its lease; settle it as cancelled."""
 
 
+class RunPausing(RunlaneError):
+    """The run was paused while this turn held its lease. The write that says so went through
+    (its records are kept); the turn takes no further step and parks the run ``paused``.
+    ``started`` is what the write started (children created with it)."""
+
+    def __init__(self, run_id: str, started: list[Any] | None = None) -> None:
+        self.run_id = run_id
+        self.started = started or []
+        super().__init__(f"run {run_id!r} was paused")
+
+
 class StoreUnavailableError(RunlaneError):
     """The store could not be reached (connection lost, server restarting, database locked).
 
@@ -343,6 +354,11 @@ class ContinueAsNew(_ControlFlow):
 
 class Cancelled(_ControlFlow):
     """The run was cancelled while the turn was executing."""
+
+
+class Pausing(Suspend):
+    """The run was asked to pause while the turn was executing: it takes no further step, and
+    its suspension parks it ``paused``."""
 
 
 class Abandon(_ControlFlow):

@@ -677,12 +677,15 @@ def suspended_run(
 ) -> Run:
     """The run as a suspension leaves it: lease gone, due at ``wake_at``, or at once when a wake
     was requested during the turn (the request is consumed) or the caller says it is ``due``;
-    ``blocked`` when it waits for admission (a step-queue slot)."""
+    ``blocked`` when it waits for admission (a step-queue slot); ``paused`` when a pause was
+    asked during the turn (the request is consumed: its resume makes it due)."""
+    status = RunStatus.BLOCKED if blocked else RunStatus.SUSPENDED
     return evolved(
         run,
-        status=RunStatus.BLOCKED if blocked else RunStatus.SUSPENDED,
+        status=RunStatus.PAUSED if run.pause_requested_at is not None else status,
         wake_at=now if due or run.wake_requested_at is not None else wake_at,
         wake_requested_at=None,
+        pause_requested_at=None,
         lease_owner=None,
         lease_expires_at=None,
         updated_at=now,
@@ -690,7 +693,10 @@ def suspended_run(
 
 
 def awaiting_decision(run: Run, task_id: str, deadline: datetime, now: datetime) -> Run:
-    """A remote workflow turn's run parked until its decision ``task_id`` (or ``deadline``)."""
+    """A remote workflow turn's run parked until its decision ``task_id`` (or ``deadline``);
+    one a pause was asked of during the turn is parked ``paused`` instead (no turn goes out)."""
+    if run.pause_requested_at is not None:
+        return evolved(suspended_run(run, deadline, now), awaiting_decision_task_id=None)
     return evolved(
         run,
         status=RunStatus.SUSPENDED,
@@ -698,6 +704,55 @@ def awaiting_decision(run: Run, task_id: str, deadline: datetime, now: datetime)
         wake_at=deadline,
         lease_owner=None,
         lease_expires_at=None,
+        updated_at=now,
+    )
+
+
+def pausable(run: Run) -> bool:
+    """Whether a pause applies to ``run``: active, neither paused nor asked to pause yet, and
+    not being cancelled."""
+    return (
+        not run.is_terminal
+        and run.status not in (RunStatus.PAUSED, RunStatus.CANCELLING)
+        and run.pause_requested_at is None
+    )
+
+
+def paused_run(run: Run, now: datetime) -> Run:
+    """``run`` (pausable) as a pause leaves it: a run a turn holds (or whose remote turn is
+    out) is asked to pause, and pauses at that turn's next write; any other is ``paused`` now,
+    its wake time and its slots kept."""
+    if run.status == RunStatus.RUNNING or run.awaiting_decision_task_id is not None:
+        return evolved(run, pause_requested_at=now)
+    return evolved(run, status=RunStatus.PAUSED, updated_at=now)
+
+
+def leaves_line(run: Run) -> bool:
+    """Whether pausing ``run`` takes a waiter out of its key's line: a release may have woken
+    it for a slot it will not take now, so the key's next waiters are woken in its stead."""
+    return run.singleton_key is not None and not run.holds_slot and run.status != RunStatus.PAUSED
+
+
+def resumable(run: Run) -> bool:
+    """Whether a resume applies to ``run``: paused, or asked to pause and not paused yet."""
+    return run.status == RunStatus.PAUSED or (
+        run.pause_requested_at is not None and not run.is_terminal
+    )
+
+
+def resumed_run(run: Run, now: datetime) -> Run:
+    """``run`` (resumable) as a resume leaves it: a pause not taken yet withdrawn; a paused run
+    due now (a waiter for a slot, or a run its throttle or debounce still holds, ``blocked``,
+    the held one until it begins), so a turn takes up what came meanwhile."""
+    if run.status != RunStatus.PAUSED:
+        return evolved(run, pause_requested_at=None)
+    waiter = run.singleton_key is not None and not run.holds_slot
+    held = run.held(now)
+    return evolved(
+        run,
+        status=RunStatus.BLOCKED if waiter or held else RunStatus.SUSPENDED,
+        wake_at=run.begin_at if held else now,
+        pause_requested_at=None,
         updated_at=now,
     )
 
@@ -716,6 +771,7 @@ def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
         lease_expires_at=None,
         wake_at=None,
         wake_requested_at=None,
+        pause_requested_at=None,
         updated_at=now,
     )
 

@@ -33,7 +33,9 @@ from .errors import (
     Cancelled,
     LeaseLostError,
     NonDeterminismError,
+    Pausing,
     RunCancelling,
+    RunPausing,
     UnknownWorkflowError,
     error_dict,
 )
@@ -115,6 +117,8 @@ class RemoteTurns:
             deadline = now + timedelta(seconds=window)
             task = await self._task(task_id, definition, claim, now, deadline)
             await store.await_decision(run.id, owner, task_id, deadline, now)
+        except RunPausing:
+            return TurnOutcome("suspended")  # parked paused: no task goes out
         except RunCancelling:
             turn = Turn(self.host, claim, owner, definition)
             return await turn.execute(Settlement(RunStatus.CANCELLED))
@@ -251,6 +255,8 @@ async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bo
         again = await _apply_commands(turn, decision)
     except Cancelled:
         return Settlement(RunStatus.CANCELLED), True
+    except Pausing:
+        return None  # a pause came: what is staged goes with the suspension, which parks it
     except NonDeterminismError as exc:
         # A decision that contradicts the history: the worker's code is not the run's.
         return Settlement(RunStatus.FAILED, None, error_dict(exc)), False

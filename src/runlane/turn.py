@@ -28,8 +28,10 @@ from .errors import (
     LeaseLostError,
     NewerCode,
     NonDeterminismError,
+    Pausing,
     RunCancelling,
     RunlaneError,
+    RunPausing,
     Suspend,
     UpdateRejectedError,
     error_dict,
@@ -461,6 +463,10 @@ class Turn:
             return await self._write(writes, call, freed)
         except RunCancelling:
             raise Cancelled() from None
+        except RunPausing as pausing:
+            # The write went through; children it started run as usual.
+            self.created.extend(ready_ids(pausing.started))
+            raise Pausing() from None
         except LeaseLostError:
             raise Abandon() from None
 

@@ -638,7 +638,7 @@ async def test_a_checkpoints_touch_of_its_run_is_a_heap_only_update(scratch_url:
     params = {**fenced_params("run-1", "owner", _record("run-1")), "now": T0 + LATER}
     async with await psycopg.AsyncConnection.connect(scratch_url) as conn:
         cur = await conn.execute(SQL["checkpoint"], params)
-        assert await cur.fetchone() == ("running", True)
+        assert await cur.fetchone() == ("running", True, False)  # status, written, pausing
         cur = await conn.execute(
             "SELECT pg_stat_get_xact_tuples_updated(c.oid), pg_stat_get_xact_tuples_hot_updated(c.oid)"
             " FROM pg_class AS c WHERE c.relname = 'runlane_runs'"

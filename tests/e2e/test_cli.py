@@ -238,6 +238,19 @@ def test_runs_cancel_then_retry_with_the_app(db: str, app: str, waiting_run: str
     assert "requeued r2 (pending)" in retried.output
 
 
+def test_runs_pause_and_resume(db: str, waiting_run: str) -> None:
+    assert cli("runs", "pause", "r2", "--db", db).output.strip() == "paused r2"
+    shown = json.loads(cli("runs", "show", "r2", "--db", db, "--json").output)
+    assert shown["status"] == "paused"
+    again = cli("runs", "pause", "r2", "--db", db, "--json")
+    assert again.exit_code == 0 and json.loads(again.output) == {"run_id": "r2", "paused": False}
+    assert cli("runs", "resume", "r2", "--db", db).output.strip() == "resumed r2"
+    assert "nothing to resume" in cli("runs", "resume", "r2", "--db", db).output
+    for action in ("pause", "resume"):
+        missing = cli("runs", action, "nosuch", "--db", db)
+        assert missing.exit_code == 1 and "no run with id 'nosuch'" in missing.output
+
+
 def test_runs_cancel_of_an_unknown_run_exits_1(db: str, waiting_run: str) -> None:
     result = cli("runs", "cancel", "nosuch", "--db", db)
     assert result.exit_code == 1

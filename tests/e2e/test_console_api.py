@@ -107,6 +107,9 @@ async def test_a_run_says_what_it_waits_for_and_until_when(
     assert [(w["position"], w["waiting"]) for w in (second, third)] == [(1, 2), (2, 2)]
     assert second["holders"] == ["s1"]
     assert (await waits(client, "s1"))["kind"] == "signal"
+    await engine.pause("nap")
+    paused = await waits(client, "nap")
+    assert paused["kind"] == "resume" and "paused" in paused["reason"]
     await engine.signal("s1", "done")
     await engine.tick()
     assert (await waits(client, "s1")) is None

@@ -361,7 +361,7 @@ def test_a_failed_run_shows_its_attempts_on_the_timeline_and_its_tracebacks_as_l
     assert "ValueError: card declined for ada" in lines and not any("\\n" in x for x in lines)
 
 
-def test_a_runs_actions_are_confirmed_cancel_retry_and_signal(
+def test_a_runs_actions_are_confirmed_cancel_retry_pause_resume_and_signal(
     console: Console, served: httpx.Client
 ) -> None:
     start(served, "shop.order", {"amount": 3, "customer": "fay", "hold": True}, "acted")
@@ -376,6 +376,14 @@ def test_a_runs_actions_are_confirmed_cancel_retry_and_signal(
     expect(page.get_by_role("button", name="Cancel", exact=True)).to_be_disabled()
     page.get_by_role("button", name="Retry").click()
     page.locator("dialog").get_by_role("button", name="Retry").click()
+    expect(page.locator("#status")).to_have_text("suspended")
+    page.get_by_role("button", name="Pause", exact=True).click()
+    page.locator("dialog").get_by_role("button", name="Pause").click()
+    expect(page.locator("#status")).to_have_text("paused")
+    expect(page.locator("#waiting-reason")).to_contain_text("it is paused")
+    expect(page.get_by_role("button", name="Pause", exact=True)).to_be_disabled()
+    page.get_by_role("button", name="Resume", exact=True).click()
+    page.locator("dialog").get_by_role("button", name="Resume").click()
     expect(page.locator("#status")).to_have_text("suspended")
     page.get_by_text("Send signal…").click()
     form = page.locator("form#signal")

@@ -312,6 +312,24 @@ async def test_unknown_and_finished_runs(client: httpx.AsyncClient, engine: runl
     assert late.json()["status"] == "completed"
 
 
+async def test_pause_and_resume_over_http(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    await engine.start("approval", {"item": "x"}, "a1")
+    paused = await client.post("/runs/a1/pause")
+    assert paused.status_code == 200 and paused.json() == {"run_id": "a1", "paused": True}
+    documented("/runs/{run_id}/pause", 200).validate(paused.json())
+    assert (await client.get("/runs/a1")).json()["status"] == "paused"
+    assert (await client.post("/runs/a1/pause")).json()["paused"] is False
+    resumed = await client.post("/runs/a1/resume")
+    assert resumed.json() == {"run_id": "a1", "resumed": True}
+    documented("/runs/{run_id}/resume", 200).validate(resumed.json())
+    assert (await client.post("/runs/a1/resume")).json()["resumed"] is False
+    for action in ("pause", "resume"):
+        missing = await client.post(f"/runs/missing/{action}")
+        assert missing.status_code == 404 and missing.json()["type"] == "run_not_found"
+
+
 async def test_cancel_then_retry_puts_the_run_back_to_pending(
     client: httpx.AsyncClient, engine: runlane.Engine
 ) -> None:

@@ -319,6 +319,33 @@ async def test_a_remote_workflow_answers_updates_before_its_body_goes_on(store: 
     assert calls["inc"] == 1 and calls["slow"] == 2
 
 
+async def test_a_remote_workflow_paused_while_its_turn_is_out_stops_after_that_turn(
+    store: Store,
+) -> None:
+    # The worker's turn is not interrupted (it cannot hear of the pause): its decision is
+    # applied, and the run, which would wait for its signal, is parked paused instead.
+    async with fleet(store) as (engine, _, _):
+        await engine.start("patient", 0.5, run_id="p1")
+        await until(lambda: asyncio.sleep(0, calls["slow"]), "the worker runs the slow step")
+        assert await engine.pause("p1") is True
+        await until(
+            lambda: _status_is(engine, "p1", RunStatus.PAUSED), "the run pauses after its turn"
+        )
+        record, *_ = await engine.list_steps("p1")
+        assert (record.name, record.status) == ("wf.slow", "completed")
+        await engine.signal("p1", "go", "later")
+        await asyncio.sleep(0.3)  # the signal is kept; no turn goes out
+        assert await status(engine, "p1") == RunStatus.PAUSED
+        assert await engine.resume("p1") is True
+        done = await settled(engine, "p1", timeout=15)
+    assert done.status == RunStatus.COMPLETED and done.output == "later"
+    assert calls["slow"] == 1
+
+
+async def _status_is(engine: Engine, run_id: str, expected: RunStatus) -> bool:
+    return await status(engine, run_id) == expected
+
+
 async def test_a_duplicate_decision_is_dropped(store: Store) -> None:
     duplicating = Duplicating()
     async with fleet(store, duplicating) as (engine, _, _):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from runlane import Engine
 from runlane.stores import MemoryStore
 
-# The public methods (start, signal, update, cancel, requeue, reads, waits, the loop phases,
+# The public methods (start, signal, update, cancel, pause, resume, requeue, reads, waits, the loop phases,
 # lifecycle), what the operations views call (read, prune, start_consumers), and the
 # attributes API.md and the command line name.
 FACADE = {
@@ -18,6 +18,7 @@ FACADE = {
     "list_runs",
     "list_steps",
     "now",
+    "pause",
     "prune",
     "prune_events",
     "prune_retained",
@@ -25,6 +26,7 @@ FACADE = {
     "read",
     "recover_incomplete",
     "requeue",
+    "resume",
     "resume_due_timers",
     "run_pending",
     "signal",

@@ -66,6 +66,9 @@ OUTSIDE = {
         "lock_events": "the event log's lock",
         "settle_many": "settlements of runs without a singleton key",
         "spec_rows": "a fragment: a start's specs as rows",
+        "pause_run": "a pause: a paused run is in no line (not a waiter) and keeps its slot",
+        "resume_run": "a resume: the run is a waiter again, due at once, admitted by its claim",
+        "wake_free_waiters": "a paused waiter's wake passed on, as settle wakes (modelled)",
     },
     "sqlite": {"lane_runs": "a read for operators"},
 }

@@ -226,6 +226,14 @@ class Api:
             raise RunNotFoundError(run_id)
         return JSONResponse({"run_id": run_id, "cancelled": await self.engine.cancel(run_id)})
 
+    async def pause(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        return JSONResponse({"run_id": run_id, "paused": await self.engine.pause(run_id)})
+
+    async def resume(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        return JSONResponse({"run_id": run_id, "resumed": await self.engine.resume(run_id)})
+
     async def retry(self, request: Request) -> Response:
         run = await self.engine.requeue(request.path_params["run_id"])
         return JSONResponse(run_to_dict(run))
@@ -330,6 +338,8 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/runs/{run_id}", api.show, "GET"),
         ("/runs/{run_id}/cancel", api.cancel, "POST"),
         ("/runs/{run_id}/retry", api.retry, "POST"),
+        ("/runs/{run_id}/pause", api.pause, "POST"),
+        ("/runs/{run_id}/resume", api.resume, "POST"),
         ("/runs/{run_id}/signal/{name}", api.signal, "POST"),
         ("/runs/{run_id}/updates/{name}", api.update, "POST"),
         ("/events/{name}", api.event, "POST"),

@@ -83,6 +83,20 @@ def _query(name: str, schema: JSONObject, description: str) -> JSONObject:
 
 
 _RUN_ID = _path_param("run_id", "the run's id")
+
+
+def _control(summary: str, flag: str, description: str) -> JSONObject:
+    """A POST on a run (no body) that answers its id and whether the control applied."""
+    answer = _object(["run_id", flag], run_id={"type": "string"}, **{flag: {"type": "boolean"}})
+    return {
+        "post": {
+            "summary": summary,
+            "parameters": [_RUN_ID],
+            "responses": _responses({"200": _json(answer, description)}, "404"),
+        }
+    }
+
+
 _FILTERS = [
     _query("workflow", {"type": "string"}, "only runs of this workflow"),
     _query("status", {"type": "string", "enum": _STATUSES}, "only runs in this status"),
@@ -126,7 +140,18 @@ _SCHEMAS: JSONObject = {
         "allOf": [
             _ref("RunSummary"),
             _object(
-                ["input", "output", "error", "wake_at", "parent_id", "namespace", "priority"],
+                [
+                    "input",
+                    "output",
+                    "error",
+                    "wake_at",
+                    "parent_id",
+                    "namespace",
+                    "priority",
+                    "forked_from",
+                    "deadline_at",
+                    "pause_requested_at",
+                ],
                 input=_ANY,
                 output=_ANY,
                 error={"type": ["object", "null"]},
@@ -134,6 +159,16 @@ _SCHEMAS: JSONObject = {
                 parent_id={"type": ["string", "null"]},
                 namespace={"type": ["string", "null"]},
                 priority={"type": "integer"},
+                forked_from={
+                    "type": ["array", "null"],
+                    "prefixItems": [{"type": "string"}, {"type": "integer"}],
+                    "description": "a fork: the run it was forked from and the sequence number",
+                },
+                deadline_at={**_MAYBE_TIME, "description": "cancelled if not finished by then"},
+                pause_requested_at={
+                    **_MAYBE_TIME,
+                    "description": "a pause asked while a turn runs: it pauses after that turn",
+                },
             ),
         ]
     },
@@ -503,6 +538,16 @@ def _operations() -> JSONObject:
                 ),
             }
         },
+        "/runs/{run_id}/pause": _control(
+            "pause a run: the step in flight finishes, then it takes no further turn",
+            "paused",
+            "paused is false when the run is not active, or paused already",
+        ),
+        "/runs/{run_id}/resume": _control(
+            "resume a paused run: it is due now",
+            "resumed",
+            "resumed is false when the run is not paused",
+        ),
         "/runs/{run_id}/retry": {
             "post": {
                 "summary": "requeue a failed, dead or cancelled run from its checkpoints",

@@ -1,6 +1,6 @@
 """What an active run waits for, as its page says it: a sleep until an instant, a signal, an
 event, a child, a retry, a worker's result, a slot on a lane (and its place in line), a step
-queue, its throttle or debounce, a remote workflow's turn, or an engine to take it.
+queue, its throttle or debounce, a remote workflow's turn, a resume, or an engine to take it.
 
 Worked out from what the store holds (the run, its step records, the lanes when it is
 blocked, the engines' records: what each live engine serves) and what this server's engine
@@ -35,6 +35,8 @@ def waiting_for(
     serve, ``(workflow, version)`` pairs."""
     if run.is_terminal:
         return None
+    if run.status == RunStatus.PAUSED:
+        return {"kind": "resume", "reason": "an operator's resume: it is paused"}
     if run.status == RunStatus.BLOCKED:
         return _blocked(run, lanes, now)
     if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):

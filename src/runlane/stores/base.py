@@ -423,6 +423,10 @@ class Store(Reads, Protocol):
         the lease is released. ``wake_requested_at`` is kept: a wake that landed during the
         lease is newer than the task's snapshot. The caller sends the task only after this
         returns, so a decision can be claimed on any instance as soon as it exists.
+
+        A run asked to pause during the turn (``pause_requested_at``) is parked ``paused``
+        instead, with no task awaited, and :class:`RunPausing` is raised once that is written:
+        the caller sends no task.
         """
         ...
 
@@ -465,6 +469,10 @@ class Store(Reads, Protocol):
 
         One transaction; fenced. Children are created exactly as :meth:`create_runs` does,
         with ``parent_id`` as given in their specs; the results are returned in order.
+
+        When a pause was asked of the run (``pause_requested_at``), the writes go through all
+        the same and then :class:`~runlane.errors.RunPausing` is raised (its ``started``: the
+        results): the turn starts no further step.
         """
         ...
 
@@ -482,7 +490,9 @@ class Store(Reads, Protocol):
         ``blocked``: it waits for admission (a step-queue slot), and is parked ``blocked``.
 
         Fenced. Returns True when a wake arrived during the turn (``wake_requested_at`` set):
-        the run is then left due now (``wake_at = now``) so it is not lost.
+        the run is then left due now (``wake_at = now``) so it is not lost. A run a pause was
+        asked of during the turn is parked ``paused`` instead (``models.suspended_run``; the
+        request is consumed, and False returned).
         """
         ...
 
@@ -587,6 +597,27 @@ class Store(Reads, Protocol):
         ...
 
     # ---------------------------------------------------------------- from outside a turn
+
+    async def pause_run(self, run_id: str, now: datetime) -> bool:
+        """Pause a run, atomically (``models.paused_run``): one a turn holds (``running``) or
+        whose remote turn is out gets ``pause_requested_at = now`` and pauses at that turn's
+        next write; any other active run becomes ``paused`` now, keeping its wake time, its
+        slots and its step queue entries. A claim of a run asked to pause (its lease expired
+        before the turn's next write) parks it ``paused`` instead of leasing it. A paused run
+        is claimed by nothing; wakes, signals, events and remote results that come meanwhile
+        are recorded as usual and found by the turn after its resume.
+
+        False (nothing written) when there is nothing to pause (``models.pausable``: terminal,
+        cancelling, paused or asked to already); :class:`RunNotFoundError` for an unknown run.
+        """
+        ...
+
+    async def resume_run(self, run_id: str, now: datetime) -> bool:
+        """Resume a run, atomically (``models.resumed_run``): a paused run is due now (a
+        singleton waiter without its slot ``blocked``, to be admitted in its turn); a pause asked
+        but not taken yet is withdrawn. False (nothing written) when the run is neither;
+        :class:`RunNotFoundError` for an unknown run."""
+        ...
 
     async def deliver_signal(
         self,

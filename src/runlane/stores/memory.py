@@ -20,6 +20,7 @@ from ..errors import (
     RunCancelling,
     RunFinishedError,
     RunNotFoundError,
+    RunPausing,
     not_requeueable,
 )
 from ..models import (
@@ -54,8 +55,13 @@ from ..models import (
     buffered_name,
     cancel_result,
     claimed_run,
+    leaves_line,
+    pausable,
+    paused_run,
     requeue_spec,
     requeued_run,
+    resumable,
+    resumed_run,
     serves_run,
     suspended_run,
 )
@@ -191,14 +197,14 @@ class MemoryStore:
         return Claim(leased, steps, list(self._signals.get(run.id, [])))
 
     def _slots_of(self, key: str, now: datetime) -> tuple[int, list[Run]]:
-        """The key's slot holders, and its waiters FIFO (a cancelling run never waits for one,
-        nor does a run its throttle or debounce still holds: it has not begun)."""
+        """The key's slot holders, and its waiters FIFO (a cancelling or paused run never waits
+        for one, nor does a run its throttle or debounce still holds: it has not begun)."""
         same_key = self._active_of_key(key)
         holders = sum(1 for r in same_key if r.holds_slot)
         waiters = [
             r
             for r in same_key
-            if not r.holds_slot and r.status != RunStatus.CANCELLING and not r.held(now)
+            if not r.holds_slot and r.status not in _NOT_WAITING and not r.held(now)
         ]
         return holders, waiters
 
@@ -275,6 +281,8 @@ class MemoryStore:
     ) -> None:
         run = self._fenced(run_id, owner)
         self._runs[run_id] = awaiting_decision(run, task_id, deadline, now)
+        if run.pause_requested_at is not None:
+            raise RunPausing(run_id)
 
     async def claim_decision(
         self,
@@ -330,10 +338,11 @@ class MemoryStore:
     async def checkpoint(
         self, run_id: str, owner: str, writes: Writes, now: datetime
     ) -> list[Started]:
-        run = self._fenced(run_id, owner)
+        self._fenced(run_id, owner)
         started = self._apply(run_id, writes, now)
-        self._runs[run_id] = replace(self._runs[run_id], updated_at=now)
-        del run
+        run = self._runs[run_id] = replace(self._runs[run_id], updated_at=now)
+        if run.pause_requested_at is not None:
+            raise RunPausing(run_id, started)
         return started
 
     async def suspend_run(
@@ -429,6 +438,29 @@ class MemoryStore:
         return queues.release(self._queues, run_id, seqs, now)
 
     # ---------------------------------------------------------------- from outside a turn
+
+    async def pause_run(self, run_id: str, now: datetime) -> bool:
+        run = self._existing(run_id)
+        if not pausable(run):
+            return False
+        paused = self._runs[run_id] = paused_run(run, now)
+        if leaves_line(run) and paused.status == RunStatus.PAUSED:
+            assert run.singleton_key is not None
+            self._wake_waiters(run.singleton_key, run.singleton_limit or 1, now)
+        return True
+
+    async def resume_run(self, run_id: str, now: datetime) -> bool:
+        run = self._existing(run_id)
+        if not resumable(run):
+            return False
+        self._runs[run_id] = resumed_run(run, now)
+        return True
+
+    def _existing(self, run_id: str) -> Run:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise RunNotFoundError(run_id)
+        return run
 
     async def deliver_signal(
         self,
@@ -997,6 +1029,9 @@ class _Rows:
 
     def release_queue(self, run_id: str, now: datetime, *, lost_turn: bool) -> list[str]:
         return queues.release(self._store._queues, run_id, None, now, lost_turn=lost_turn)
+
+
+_NOT_WAITING = (RunStatus.CANCELLING, RunStatus.PAUSED)
 
 
 __all__ = [

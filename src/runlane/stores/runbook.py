@@ -36,6 +36,7 @@ from ..models import (
     run_from_spec,
     serves_run,
     settled_run,
+    suspended_run,
     waiting_run,
 )
 
@@ -265,6 +266,10 @@ def claim(rows: RunRows, run: Run, lease: Lease, now: datetime, rules: ClaimRule
     code the claimer does not serve is left as it is."""
     if not serves_run(rules.serves, run):
         return ClaimOutcome(unserved=True)
+    if run.pause_requested_at is not None and run.status != RunStatus.CANCELLING:
+        # Asked to pause while a turn held it, which ended before its next write: paused now.
+        rows.save(suspended_run(run, run.wake_at, now), run)
+        return ClaimOutcome()
     if run.status in (RunStatus.RUNNING, RunStatus.CANCELLING):
         run = replace(run, recoveries=run.recoveries + 1)
         rows.save(run)

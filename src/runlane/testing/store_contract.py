@@ -40,6 +40,7 @@ from runlane.errors import (
     RunExistsError,
     RunFinishedError,
     RunNotFoundError,
+    RunPausing,
     SingletonQueueFullError,
 )
 from runlane.models import (
@@ -2877,6 +2878,183 @@ async def test_the_signals_not_consumed_yet_are_listed_oldest_first(store: Store
     await store.suspend_run("a", "owner-1", Writes(consumed_signals=(first.id,)), None, at(2))
     assert [s.name for s in await store.list_signals("a")] == ["second"]
     assert await store.list_signals("nobody") == []
+
+
+# ---------------------------------------------------------------- pause and resume
+
+
+async def test_a_run_no_turn_holds_pauses_at_once_keeping_its_wake_time(store: Store) -> None:
+    await create(store, spec("a"))
+    await suspend(store, "a", at(10))
+    assert await store.pause_run("a", at(1)) is True
+    run = await run_of(store, "a")
+    assert (run.status, run.wake_at, run.pause_requested_at) == (RunStatus.PAUSED, at(10), None)
+    assert await store.due_run_ids(at(20), 10, None) == []
+    assert await claim(store, "a", now=at(20)) == ClaimOutcome()
+    assert await store.pause_run("a", at(2)) is False  # paused already
+    assert await store.resume_run("a", at(30)) is True
+    run = await run_of(store, "a")
+    assert (run.status, run.wake_at) == (RunStatus.SUSPENDED, at(30))
+    assert await store.resume_run("a", at(31)) is False  # not paused
+    assert (await lease(store, "a", now=at(30))).status == RunStatus.RUNNING
+
+
+async def test_a_pending_run_paused_is_not_claimed_until_resumed(store: Store) -> None:
+    await create(store, spec("a"))
+    assert await store.pause_run("a", T0)
+    assert await store.pending_run_ids(at(1), 10, None) == []
+    assert await claim(store, "a", now=at(1)) == ClaimOutcome()
+    assert await store.resume_run("a", at(2))
+    assert await store.due_run_ids(at(2), 10, None) == ["a"]
+
+
+async def test_pause_and_resume_of_an_unknown_run_raise_and_of_a_finished_one_change_nothing(
+    store: Store,
+) -> None:
+    for control in (store.pause_run, store.resume_run):
+        with pytest.raises(RunNotFoundError):
+            await control("nobody", T0)
+    await create(store, spec("a"))
+    await settle(store, "a")
+    assert await store.pause_run("a", T0) is False
+    assert await store.resume_run("a", T0) is False
+    assert await status_of(store, "a") == RunStatus.COMPLETED
+
+
+async def test_a_leased_run_is_asked_to_pause_and_its_next_checkpoint_says_so_once_written(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    assert await store.pause_run("a", at(1)) is True
+    run = await run_of(store, "a")
+    assert (run.status, run.pause_requested_at) == (RunStatus.RUNNING, at(1))
+    assert await store.pause_run("a", at(2)) is False  # asked already
+    with pytest.raises(RunPausing):
+        await store.checkpoint("a", "owner-1", Writes(steps=[step("a", 1)]), at(2))
+    assert [s.seq for s in await store.list_steps("a")] == [1]  # the write went through
+    assert await store.suspend_run("a", "owner-1", Writes(), at(60), at(3)) is False
+    run = await run_of(store, "a")
+    assert (run.status, run.pause_requested_at, run.lease_owner) == (RunStatus.PAUSED, None, None)
+
+
+async def test_a_checkpoint_that_starts_children_reports_them_with_the_pause(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await store.pause_run("a", at(1))
+    writes = Writes(children=[spec("a.child", parent_id="a")])
+    with pytest.raises(RunPausing) as pausing:
+        await store.checkpoint("a", "owner-1", writes, at(2))
+    assert [s.run.id for s in pausing.value.started if s.run is not None] == ["a.child"]
+    assert await status_of(store, "a.child") == RunStatus.PENDING
+
+
+async def test_a_resume_withdraws_a_pause_not_taken_yet(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await store.pause_run("a", at(1))
+    assert await store.resume_run("a", at(2)) is True
+    await store.checkpoint("a", "owner-1", Writes(steps=[step("a", 1)]), at(3))
+    assert await store.suspend_run("a", "owner-1", Writes(), at(60), at(3)) is False
+    assert await status_of(store, "a") == RunStatus.SUSPENDED
+
+
+async def test_a_settlement_ends_a_run_asked_to_pause(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await store.pause_run("a", at(1))
+    await store.settle_run("a", "owner-1", Writes(), DONE, at(2))
+    run = await run_of(store, "a")
+    assert (run.status, run.pause_requested_at) == (RunStatus.COMPLETED, None)
+
+
+async def test_a_claim_of_a_run_asked_to_pause_whose_lease_expired_parks_it_paused(
+    store: Store,
+) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await store.pause_run("a", at(1))
+    assert await claim(store, "a", owner="owner-2", now=at(5)) == ClaimOutcome()  # still held
+    assert await claim(store, "a", owner="owner-2", now=at(31)) == ClaimOutcome()
+    run = await run_of(store, "a")
+    assert (run.status, run.lease_owner, run.pause_requested_at) == (RunStatus.PAUSED, None, None)
+    assert run.recoveries == 0
+    assert await store.resume_run("a", at(40))
+    assert (await lease(store, "a", owner="owner-2", now=at(40))).lease_owner == "owner-2"
+
+
+async def test_a_remote_turn_asked_to_pause_goes_out_as_a_pause(store: Store) -> None:
+    await create(store, spec("a"))
+    await lease(store, "a")
+    await store.pause_run("a", at(1))
+    with pytest.raises(RunPausing):
+        await store.await_decision("a", "owner-1", "t1", at(60), at(1))
+    run = await run_of(store, "a")
+    assert (run.status, run.awaiting_decision_task_id) == (RunStatus.PAUSED, None)
+    assert await store.claim_decision("a", "t1", "owner-2", at(2), at(32)) is None
+
+
+async def test_a_run_awaiting_a_decision_is_asked_to_pause_and_its_decision_still_applies(
+    store: Store,
+) -> None:
+    await awaiting(store, "a", "t1")
+    assert await store.pause_run("a", at(1))
+    run = await run_of(store, "a")
+    assert (run.status, run.pause_requested_at) == (RunStatus.SUSPENDED, at(1))
+    claimed = await store.claim_decision("a", "t1", "owner-2", at(2), at(32))
+    assert claimed is not None
+    with pytest.raises(RunPausing):
+        await store.checkpoint("a", "owner-2", Writes(steps=[step("a", 1)]), at(3))
+
+
+async def test_a_run_awaiting_a_decision_asked_to_pause_is_paused_at_its_deadline(
+    store: Store,
+) -> None:
+    await awaiting(store, "a", "t1", deadline=60)
+    await store.pause_run("a", at(1))
+    assert await claim(store, "a", owner="owner-2", now=at(61)) == ClaimOutcome()
+    assert await status_of(store, "a") == RunStatus.PAUSED
+
+
+async def test_a_paused_holder_keeps_its_slot_and_quota_place(store: Store) -> None:
+    quota = QuotaGate("q", limit=1)
+    await create(store, spec("a", singleton=key(), quota=quota))
+    await create(store, spec("b", created=1, singleton=key()))
+    await suspend(store, "a", None)
+    assert await store.pause_run("a", at(1))
+    assert (await claim(store, "b", now=at(1))).parked
+    refused = await store.create_runs([spec("c", created=2, quota=quota)], at(2))
+    assert isinstance(refused[0].rejected, ConcurrencyLimitError)
+
+
+async def test_a_paused_waiter_is_passed_over_and_waits_again_once_resumed(store: Store) -> None:
+    await _held_with_two_waiters(store)  # "a" holds; "b" then "c" wait
+    assert await store.pause_run("b", at(1))
+    assert (await store.settle_run("a", "owner-1", Writes(), DONE, at(2))).woken == ["c"]
+    assert (await lease(store, "c", now=at(2))).holds_slot
+    assert await store.resume_run("b", at(3))
+    b = await run_of(store, "b")
+    assert (b.status, b.wake_at) == (RunStatus.BLOCKED, at(3))
+    assert (await claim(store, "b", now=at(3))).parked  # "c" holds the slot now
+
+
+async def test_a_waiter_woken_for_a_slot_and_paused_passes_the_wake_on(store: Store) -> None:
+    await _held_with_two_waiters(store)  # "a" holds; "b" then "c" wait
+    assert (await store.settle_run("a", "owner-1", Writes(), DONE, at(1))).woken == ["b"]
+    assert await store.pause_run("b", at(2))
+    c = await run_of(store, "c")
+    assert (c.status, c.wake_at) == (RunStatus.BLOCKED, at(2))
+    assert (await lease(store, "c", now=at(2))).holds_slot
+
+
+async def test_cancel_of_a_paused_run_settles_it_and_frees_its_slot(store: Store) -> None:
+    await create(store, spec("a", singleton=key()), spec("b", created=1, singleton=key()))
+    await suspend(store, "a", None)
+    assert (await claim(store, "b")).parked
+    await store.pause_run("a", at(1))
+    assert await store.cancel_run("a", at(2), None) == CancelResult(["a"], ["b"])
+    assert await status_of(store, "a") == RunStatus.CANCELLED
+    assert await store.pause_run("a", at(3)) is False
 
 
 __all__ = export_tests(globals(), "store")

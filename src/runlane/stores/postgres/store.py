@@ -21,6 +21,7 @@ from ...errors import (
     LeaseLostError,
     RunFinishedError,
     RunNotFoundError,
+    RunPausing,
     not_requeueable,
 )
 from ...faults import unavailable
@@ -317,7 +318,8 @@ class PostgresStore:
         peek = _peeked(row)
         if serves is not None and (peek["workflow"], peek["version"]) not in serves:
             return ClaimOutcome(unserved=claimable(peek, now, handoff))
-        if not _recoverable(peek, now) and not (handoff and _held(peek)):
+        pausing = peek["pause_requested_at"] is not None and claimable(peek, now, handoff)
+        if not pausing and not _recoverable(peek, now) and not (handoff and _held(peek)):
             return ClaimOutcome()
 
         async def work(conn: Conn) -> ClaimOutcome:
@@ -325,6 +327,10 @@ class PostgresStore:
             if row is None:
                 if handoff:
                     await execute(conn, "rearm_held", id=run_id, now=now)
+                return ClaimOutcome()
+            if row["pause_requested_at"] is not None and row["status"] != RunStatus.CANCELLING:
+                # Asked to pause while a turn held it, which ended before its next write.
+                await execute(conn, "park_paused", id=run_id, now=now)
                 return ClaimOutcome()
             if row["status"] in _LEASED:
                 recovered = await self._recover(conn, row, lease, max_recoveries, dead_letters)
@@ -489,7 +495,9 @@ class PostgresStore:
         self, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
     ) -> None:
         park = {"id": run_id, "owner": owner, "task_id": task_id, "deadline": deadline, "now": now}
-        _check_fence(_first(await self._db.rows("await_decision", **park)), run_id, owner)
+        row = _check_fence(_first(await self._db.rows("await_decision", **park)), run_id, owner)
+        if row["pausing"]:
+            raise RunPausing(run_id)
 
     async def claim_decision(
         self,
@@ -516,9 +524,12 @@ class PostgresStore:
     ) -> list[Started]:
         if writes.children:
             lock = _lock_call(gate_keys(writes.children))
-            return await self._db.tx(
+            started, pausing = await self._db.tx(
                 lambda conn: self._checkpoint_in(conn, run_id, owner, writes, now, lock)
             )
+            if pausing:  # raised once the transaction committed: the writes are kept
+                raise RunPausing(run_id, started)
+            return started
         await self._writes.checkpoint(run_id, owner, writes, now)
         return []
 
@@ -658,12 +669,13 @@ class PostgresStore:
         now: datetime,
         lock: Call | None,
         allow_cancelling: bool = False,
-    ) -> list[Started]:
-        """Lock, flush ``writes`` fenced and create their children, in the caller's transaction."""
+    ) -> tuple[list[Started], bool]:
+        """Lock, flush ``writes`` fenced and create their children, in the caller's transaction:
+        what was started, and whether the run was asked to pause."""
         params = fenced_params(run_id, owner, writes, allow_cancelling=allow_cancelling)
         *_, rows = await pipeline(conn, lock, ("checkpoint", {**params, "now": now}))
-        _check_fence(_first(rows), run_id, owner)
-        return await self._create_children(conn, writes.children, now)
+        row = _check_fence(_first(rows), run_id, owner)
+        return await self._create_children(conn, writes.children, now), bool(row["pausing"])
 
     async def _create_children(
         self, conn: Conn, specs: Sequence[RunSpec], now: datetime
@@ -765,6 +777,32 @@ class PostgresStore:
         fallback timers wake them."""
         [released] = await self._db.batch(_release_call(run_id, None, None, now, settled=True))
         return list(released[0]["woken"])
+
+    async def pause_run(self, run_id: str, now: datetime) -> bool:
+        async def work(conn: Conn) -> bool:
+            # The run's key lock first: a waiter that leaves the line passes its wake on.
+            *_, rows = await pipeline(
+                conn, _lock_call((), run_id), ("pause_run", {"id": run_id, "now": now})
+            )
+            row = _first(rows)
+            if row is None:
+                raise RunNotFoundError(run_id)
+            if row["left_line"]:
+                key, most = row["singleton_key"], row["singleton_limit"]
+                await execute(conn, "wake_free_waiters", key=key, most=most, now=now)
+            return bool(row["changed"])
+
+        return await self._db.tx(work)
+
+    async def resume_run(self, run_id: str, now: datetime) -> bool:
+        return await self._control("resume_run", run_id, now)
+
+    async def _control(self, name: str, run_id: str, now: datetime) -> bool:
+        """A pause or a resume: one statement, whether it applied (RunNotFoundError: no run)."""
+        row = _first(await self._db.rows(name, id=run_id, now=now))
+        if row is None:
+            raise RunNotFoundError(run_id)
+        return bool(row["changed"])
 
     async def deliver_signal(
         self,

@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 import psycopg
 
-from ...errors import LeaseLostError, RunCancelling, StoreUnavailableError
+from ...errors import LeaseLostError, RunCancelling, RunPausing, StoreUnavailableError
 from ...models import Settlement, Writes
 from .db import Call, Database, GroupCommit
 from .rows import (
@@ -143,10 +143,21 @@ def _checkpoint_call(checkpoints: Sequence[Checkpoint]) -> Call:
 def _checkpointed(checkpoints: Sequence[Checkpoint], rows: list[Row]) -> list[Outcome | Exception]:
     if len(checkpoints) == 1:
         [(run_id, owner, *_)] = checkpoints
-        return [fence_error(rows[0] if rows else None, run_id, owner)]
+        return [_checkpoint_outcome(rows[0] if rows else None, run_id, owner)]
     # A run whose lease was not held has no fence row (``checkpoint_many``: status NULL).
     fenced = {row["id"]: row for row in rows if row["status"] is not None}
-    return [fence_error(fenced.get(run_id), run_id, owner) for run_id, owner, *_ in checkpoints]
+    return [
+        _checkpoint_outcome(fenced.get(run_id), run_id, owner) for run_id, owner, *_ in checkpoints
+    ]
+
+
+def _checkpoint_outcome(row: Row | None, run_id: str, owner: str) -> Exception | None:
+    """A checkpoint's outcome: why it wrote nothing, or (written) that the run was asked to
+    pause meanwhile, or None."""
+    error = fence_error(row, run_id, owner)
+    if error is None and row is not None and row["pausing"]:
+        return RunPausing(run_id)
+    return error
 
 
 def _settle_call(settlings: Sequence[Settling]) -> Call:

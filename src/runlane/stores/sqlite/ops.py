@@ -46,8 +46,13 @@ from ...models import (
     buffered_name,
     cancel_result,
     claimed_run,
+    leaves_line,
+    pausable,
+    paused_run,
     requeue_spec,
     requeued_run,
+    resumable,
+    resumed_run,
     serves_run,
     suspended_run,
 )
@@ -352,9 +357,12 @@ def _awaiting(run: Run, task_id: str | None = None) -> bool:
 
 def await_decision(
     conn: Conn, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
-) -> None:
+) -> bool:
+    """Park the run for its remote turn's decision; True when a pause asked during the turn
+    parked it paused instead (no turn goes out)."""
     run = _fenced(conn, run_id, owner)
     _save_run(conn, awaiting_decision(run, task_id, deadline, now), run)
+    return run.pause_requested_at is not None
 
 
 def claim_decision(
@@ -419,10 +427,35 @@ def _apply(conn: Conn, run_id: str, writes: Writes, now: datetime) -> list[Start
     return [create(conn, spec, now) for spec in writes.children]
 
 
-def checkpoint(conn: Conn, run_id: str, owner: str, writes: Writes, now: datetime) -> list[Started]:
+def checkpoint(
+    conn: Conn, run_id: str, owner: str, writes: Writes, now: datetime
+) -> tuple[list[Started], bool]:
+    """The runs the writes started, and whether a pause was asked of the run (the store says
+    so once the writes committed: see ``Store.checkpoint``)."""
     row = conn.execute(SQL["fence_and_touch"], (ts(now), run_id, owner)).fetchone()
     _check_fence(run_id, owner, None if row is None else row["status"], allow_cancelling=False)
-    return _apply(conn, run_id, writes, now)
+    assert row is not None  # or the fence raised
+    return _apply(conn, run_id, writes, now), row["pause_requested_at"] is not None
+
+
+def pause_run(conn: Conn, run_id: str, now: datetime) -> bool:
+    run = _existing(conn, run_id)
+    if not pausable(run):
+        return False
+    paused = paused_run(run, now)
+    _save_run(conn, paused, run)
+    if leaves_line(run) and paused.status == RunStatus.PAUSED:
+        assert run.singleton_key is not None
+        _wake_waiters(conn, run.singleton_key, run.singleton_limit or 1, now)
+    return True
+
+
+def resume_run(conn: Conn, run_id: str, now: datetime) -> bool:
+    run = _existing(conn, run_id)
+    if not resumable(run):
+        return False
+    _save_run(conn, resumed_run(run, now), run)
+    return True
 
 
 def suspend_run(
@@ -645,6 +678,7 @@ __all__ = [
     "create_runs",
     "deliver_signal",
     "hand_off_due_runs",
+    "pause_run",
     "prune_engines",
     "publish_event",
     "record_heartbeat",
@@ -652,6 +686,7 @@ __all__ = [
     "remove_engine",
     "renew_leases",
     "requeue_run",
+    "resume_run",
     "settle_run",
     "suspend_run",
 ]

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs
 
 from ...activity import ActivityCount
 from ...concurrency import run_in_thread
-from ...errors import RunlaneError
+from ...errors import RunlaneError, RunPausing
 from ...faults import is_infrastructure, unavailable
 from ...models import (
     Admission,
@@ -334,7 +334,8 @@ class SqliteStore:
     async def await_decision(
         self, run_id: str, owner: str, task_id: str, deadline: datetime, now: datetime
     ) -> None:
-        await self._write(ops.await_decision, run_id, owner, task_id, deadline, now)
+        if await self._write(ops.await_decision, run_id, owner, task_id, deadline, now):
+            raise RunPausing(run_id)
 
     async def claim_decision(
         self,
@@ -358,7 +359,12 @@ class SqliteStore:
     async def checkpoint(
         self, run_id: str, owner: str, writes: Writes, now: datetime
     ) -> list[Started]:
-        return await self._job(True, _few(writes), ops.checkpoint, run_id, owner, writes, now)
+        started, pausing = await self._job(
+            True, _few(writes), ops.checkpoint, run_id, owner, writes, now
+        )
+        if pausing:
+            raise RunPausing(run_id, started)
+        return started
 
     async def suspend_run(
         self,
@@ -416,6 +422,12 @@ class SqliteStore:
         return await self._write(ops.release_steps, run_id, owner, writes, list(seqs), now)
 
     # ---------------------------------------------------------------- from outside a turn
+
+    async def pause_run(self, run_id: str, now: datetime) -> bool:
+        return await self._write(ops.pause_run, run_id, now)
+
+    async def resume_run(self, run_id: str, now: datetime) -> bool:
+        return await self._write(ops.resume_run, run_id, now)
 
     async def deliver_signal(
         self,

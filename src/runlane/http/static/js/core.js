@@ -4,7 +4,7 @@
 
 const TOKEN_KEY = "runlane.token";
 const THEME_KEY = "runlane.theme";
-export const ACTIVE = ["pending", "running", "suspended", "blocked", "cancelling"];
+export const ACTIVE = ["pending", "running", "suspended", "blocked", "paused", "cancelling"];
 export const TERMINAL = ["completed", "failed", "cancelled", "dead"];
 export const STATUSES = [...ACTIVE, ...TERMINAL];
 

@@ -294,11 +294,13 @@ SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE SKIP LOCKED;
 -- which takes the key lock first) might claim it.
 WITH peek AS (
     SELECT id, status, wake_at, lease_expires_at, singleton_key, holds_slot, begin_at, workflow,
-           version
+           version, pause_requested_at
     FROM runlane_runs WHERE id = %(id)s
 ), target AS (
+    -- A run asked to pause is parked paused by the slower path instead (``park_paused``).
     SELECT id FROM runlane_runs
     WHERE id = %(id)s AND (singleton_key IS NULL OR holds_slot) AND {served}
+      AND pause_requested_at IS NULL
       AND (status = 'pending'
            OR (status IN ('suspended', 'blocked')
                AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
@@ -314,7 +316,8 @@ WITH peek AS (
 SELECT c.*, p.status AS peek_status, p.wake_at AS peek_wake_at,
        p.lease_expires_at AS peek_lease_expires_at, p.singleton_key AS peek_singleton_key,
        p.holds_slot AS peek_holds_slot, p.begin_at AS peek_begin_at,
-       p.workflow AS peek_workflow, p.version AS peek_version
+       p.workflow AS peek_workflow, p.version AS peek_version,
+       p.pause_requested_at AS peek_pause_requested_at
 FROM peek AS p LEFT JOIN claimed AS c ON true;
 
 -- name: blocked_set
@@ -337,6 +340,7 @@ WITH target AS (
            handoff_at
     FROM runlane_runs
     WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot AND {served}
+      AND pause_requested_at IS NULL
       AND (status = 'pending'
            OR (status IN ('suspended', 'blocked')
                AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
@@ -604,9 +608,9 @@ WITH fence AS (
     SET updated_at = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
                           THEN %(now)s ELSE r.updated_at END
     WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN ('running', 'cancelling')
-    RETURNING r.id, r.status
+    RETURNING r.id, r.status, r.pause_requested_at IS NOT NULL AS pausing
 ), {writes_of_ok}
-SELECT status, EXISTS (SELECT 1 FROM ok) AS written FROM fence;
+SELECT status, EXISTS (SELECT 1 FROM ok) AS written, pausing FROM fence;
 
 -- name: checkpoint_many
 -- Group commit: the checkpoints of several runs in one statement, each run fenced on its own
@@ -617,7 +621,8 @@ WITH given AS (
     SELECT * FROM json_to_recordset(%(batch)s::json)
         AS g (id text, owner text, now timestamptz, steps json, signal_ids bigint[])
 ), fence AS (
-    SELECT r.id, r.status FROM runlane_runs AS r JOIN given AS g ON g.id = r.id
+    SELECT r.id, r.status, r.pause_requested_at IS NOT NULL AS pausing
+    FROM runlane_runs AS r JOIN given AS g ON g.id = r.id
     WHERE r.lease_owner = g.owner AND r.status IN ('running', 'cancelling')
     ORDER BY r.id
     FOR NO KEY UPDATE OF r
@@ -631,20 +636,21 @@ WITH given AS (
 ), touched AS (
     UPDATE runlane_runs AS r SET updated_at = ok.now FROM ok WHERE r.id = ok.id
 )
-SELECT g.id, f.status, ok.id IS NOT NULL AS written
+SELECT g.id, f.status, ok.id IS NOT NULL AS written, f.pausing
 FROM given AS g LEFT JOIN fence AS f ON f.id = g.id LEFT JOIN ok ON ok.id = g.id;
 
 -- name: suspend
 -- The writes and the suspension in one statement; a wake requested during the turn leaves the
 -- run due now (``rewake``).
 {fenced_writes}, suspended AS (
+    -- A run asked to pause during the turn is parked paused (models.suspended_run).
     UPDATE runlane_runs AS r
-    SET status = %(status)s,
+    SET status = CASE WHEN r.pause_requested_at IS NULL THEN %(status)s ELSE 'paused' END,
         wake_at = CASE WHEN ok.wake_requested_at IS NULL THEN %(wake_at)s ELSE %(now)s END,
         wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
-        updated_at = %(now)s
+        pause_requested_at = NULL, updated_at = %(now)s
     FROM ok WHERE r.id = ok.id
-    RETURNING ok.wake_requested_at IS NOT NULL AS rewake
+    RETURNING ok.wake_requested_at IS NOT NULL AND r.pause_requested_at IS NULL AS rewake
 )
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written, (SELECT rewake FROM suspended) AS rewake
 FROM fence;
@@ -676,7 +682,8 @@ RETURNING id;
     UPDATE runlane_runs AS r
     SET status = %(status)s, output = %(output)s::json, error = %(error)s::json,
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
-        wake_requested_at = NULL, updated_at = %(now)s, settled_at = %(now)s,
+        wake_requested_at = NULL, pause_requested_at = NULL, updated_at = %(now)s,
+        settled_at = %(now)s,
         failures = r.failures + CASE WHEN %(status)s IN ('failed', 'dead') THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
@@ -748,7 +755,8 @@ WITH given AS (
     UPDATE runlane_runs AS r
     SET status = ok.status, output = ok.output::json, error = ok.error::json,
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
-        wake_requested_at = NULL, updated_at = ok.now, settled_at = ok.now,
+        wake_requested_at = NULL, pause_requested_at = NULL, updated_at = ok.now,
+        settled_at = ok.now,
         failures = r.failures + CASE WHEN ok.status IN ('failed', 'dead') THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
@@ -786,18 +794,98 @@ RETURNING id, awaits_decision;
 -- name: await_decision
 -- A remote workflow's turn goes out: the leased run is marked with the turn's task id, parked
 -- until the turn's deadline and released, in one fenced statement (a cancelled run: nothing).
+-- A run asked to pause during the turn is parked paused instead, and no turn goes out.
 WITH fence AS (
-    SELECT id, status FROM runlane_runs
+    SELECT id, status, pause_requested_at IS NOT NULL AS pausing FROM runlane_runs
     WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
     FOR NO KEY UPDATE
 ), parked AS (
     UPDATE runlane_runs AS r
-    SET status = 'suspended', awaiting_decision_task_id = %(task_id)s, wake_at = %(deadline)s,
-        lease_owner = NULL, lease_expires_at = NULL, updated_at = %(now)s
+    SET status = CASE WHEN fence.pausing THEN 'paused' ELSE 'suspended' END,
+        awaiting_decision_task_id = CASE WHEN fence.pausing THEN NULL ELSE %(task_id)s END,
+        wake_at = %(deadline)s, lease_owner = NULL, lease_expires_at = NULL,
+        pause_requested_at = NULL, updated_at = %(now)s
     FROM fence WHERE r.id = fence.id AND fence.status = 'running'
     RETURNING r.id
 )
-SELECT status, EXISTS (SELECT 1 FROM parked) AS written FROM fence;
+SELECT status, EXISTS (SELECT 1 FROM parked) AS written, pausing FROM fence;
+
+-- name: park_paused
+-- A claim of a run asked to pause while a turn held it (the lease expired before the turn's
+-- next write, or its remote turn came due), the row locked and found claimable: paused now
+-- (models.suspended_run), instead of leased.
+UPDATE runlane_runs
+SET status = 'paused', lease_owner = NULL, lease_expires_at = NULL, wake_requested_at = NULL,
+    pause_requested_at = NULL, updated_at = %(now)s
+WHERE id = %(id)s AND pause_requested_at IS NOT NULL AND status IN ('running', 'suspended');
+
+-- name: pause_run
+-- A pause (models.paused_run): a leased run, or one whose remote turn is out, is asked to
+-- pause; any other active run is paused now. The row as it was (no row: unknown), and whether
+-- the pause applied (models.pausable).
+WITH found AS (
+    SELECT id, status, pause_requested_at FROM runlane_runs WHERE id = %(id)s
+    FOR NO KEY UPDATE
+), paused AS (
+    UPDATE runlane_runs AS r
+    SET status = CASE WHEN r.status = 'running' OR r.awaiting_decision_task_id IS NOT NULL
+                      THEN r.status ELSE 'paused' END,
+        pause_requested_at = CASE WHEN r.status = 'running'
+                                       OR r.awaiting_decision_task_id IS NOT NULL
+                                  THEN %(now)s END,
+        updated_at = %(now)s
+    FROM found AS f
+    WHERE r.id = f.id AND f.pause_requested_at IS NULL
+      AND f.status IN ('pending', 'running', 'suspended', 'blocked')
+    RETURNING r.id, r.status, r.singleton_key, r.singleton_limit, r.holds_slot
+)
+SELECT f.id, EXISTS (SELECT 1 FROM paused) AS changed,
+       p.singleton_key, coalesce(nullif(p.singleton_limit, 0), 1) AS singleton_limit,
+       coalesce(p.status = 'paused' AND p.singleton_key IS NOT NULL AND NOT p.holds_slot, false)
+           AS left_line
+FROM found AS f LEFT JOIN paused AS p ON true;
+
+-- name: wake_free_waiters
+-- A waiter left the key's line (paused): a release may have woken it for a slot it will not
+-- take now, so the key's oldest waiters for its free slots are woken, as a settlement's are
+-- (models.leaves_line). The caller holds the key lock.
+WITH waiters AS (
+    SELECT w.id FROM runlane_runs AS w
+    WHERE w.singleton_key = %(key)s AND NOT w.holds_slot
+      AND w.status IN ('pending', 'running', 'suspended', 'blocked')
+      AND (w.begin_at IS NULL OR w.begin_at <= %(now)s)
+    ORDER BY w.created_at, w.id
+    LIMIT (SELECT GREATEST(0, %(most)s - count(*)) FROM runlane_runs AS h
+           WHERE h.singleton_key = %(key)s AND h.holds_slot)
+)
+UPDATE runlane_runs {wake_set}, handoff_at = %(now)s
+WHERE id IN (SELECT id FROM waiters) AND status IN {active}
+RETURNING id;
+
+-- name: resume_run
+-- A resume (models.resumed_run): a paused run is due now (a singleton waiter without its slot,
+-- or a run its throttle or debounce still holds, blocked: the held one until it begins); a
+-- pause asked and not taken yet is withdrawn. Whether it applied (no row: unknown run).
+WITH found AS (
+    SELECT id, status, pause_requested_at FROM runlane_runs WHERE id = %(id)s
+    FOR NO KEY UPDATE
+), resumed AS (
+    UPDATE runlane_runs AS r
+    SET status = CASE WHEN r.status <> 'paused' THEN r.status
+                      WHEN (r.singleton_key IS NOT NULL AND NOT r.holds_slot)
+                           OR r.begin_at > %(now)s THEN 'blocked'
+                      ELSE 'suspended' END,
+        wake_at = CASE WHEN r.status <> 'paused' THEN r.wake_at
+                       WHEN r.begin_at > %(now)s THEN r.begin_at ELSE %(now)s END,
+        pause_requested_at = NULL, updated_at = %(now)s
+    FROM found AS f
+    WHERE r.id = f.id
+      AND (f.status = 'paused'
+           OR (f.pause_requested_at IS NOT NULL
+               AND f.status NOT IN ('completed', 'failed', 'cancelled', 'dead')))
+    RETURNING r.id
+)
+SELECT f.id, EXISTS (SELECT 1 FROM resumed) AS changed FROM found AS f;
 
 -- name: claim_decision
 -- The lease to apply the decision of the turn the run awaits, only while it awaits that task

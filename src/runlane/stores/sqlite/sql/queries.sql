@@ -18,8 +18,8 @@
 ('blocked', 'suspended')
 
 -- name: waiters
--- (A fragment.) The statuses of a key's runs that wait their turn for a slot (a cancelling one
--- never does).
+-- (A fragment.) The statuses of a key's runs that wait their turn for a slot (a cancelling or
+-- paused one never does).
 ('blocked', 'pending', 'running', 'suspended')
 
 -- name: begun
@@ -252,9 +252,10 @@ UPDATE runs SET updated_at = ? WHERE id = ?
 
 -- name: fence_and_touch
 -- A checkpoint's fence and its touch of the run, one statement: no row when the caller's
--- lease no longer holds the run; the status tells a cancelled one. Parameters: now, id, owner.
+-- lease no longer holds the run; the status tells a cancelled one, ``pause_requested_at`` one
+-- asked to pause. Parameters: now, id, owner.
 UPDATE runs SET updated_at = ? WHERE id = ? AND lease_owner = ? AND status IN {leased}
-RETURNING status
+RETURNING status, pause_requested_at
 
 -- name: delete_signals
 DELETE FROM signals WHERE run_id = ?
@@ -284,8 +285,8 @@ INSERT INTO events (id, name, payload, created_at) VALUES (?, ?, ?, ?)
 -- name: next_waiters
 -- The waiters a release admits, oldest first: as many as the key's active holders leave free
 -- slots. Parameters: key, now, the limit, key.
-SELECT id FROM runs WHERE singleton_key = ? AND status IN {active}
-  AND NOT holds_slot AND status != 'cancelling' AND {begun}
+SELECT id FROM runs WHERE singleton_key = ? AND status IN {waiters}
+  AND NOT holds_slot AND {begun}
 ORDER BY created_at, id
 LIMIT max(? - (SELECT COUNT(*) FROM runs
                WHERE singleton_key = ? AND status IN {active} AND holds_slot), 0)

@@ -12,8 +12,20 @@ let runId;
 let path;
 
 // The actions on a run: when each applies, how it is confirmed, what it calls. An action the
-// engine gains (pause, resume, fork) is one more entry here.
+// engine gains is one more entry here.
 const ACTIONS = [
+  {
+    name: "pause", label: "Pause",
+    applies: (run) => ACTIVE.includes(run.status) && !["paused", "cancelling"].includes(run.status) && !run.pause_requested_at,
+    confirm: (run) => [`Pause ${run.id}?`, "A step in flight finishes and is recorded; then the run takes no further turn until it is resumed. It keeps its singleton and quota places; timers, signals and updates that come meanwhile take effect on resume."],
+    call: () => post(path + "/pause"),
+  },
+  {
+    name: "resume", label: "Resume",
+    applies: (run) => run.status === "paused" || Boolean(run.pause_requested_at && ACTIVE.includes(run.status)),
+    confirm: (run) => [`Resume ${run.id}?`, run.status === "paused" ? "It is due now, and its next turn takes up what came while it was paused." : "The pause asked of its turn in flight is withdrawn."],
+    call: () => post(path + "/resume"),
+  },
   {
     name: "cancel", label: "Cancel", danger: true,
     applies: (run) => ACTIVE.includes(run.status),
@@ -136,6 +148,9 @@ function draw(run) {
     fact("workflow", `${run.workflow}@${run.version}`), fact("created", when(run.created_at)),
     fact(end ? "took" : "running for", took(run.created_at, end)),
     run.parent_id ? fact("parent", runLink(run.parent_id)) : null,
+    run.forked_from ? fact("forked from", runLink(run.forked_from[0]), ` at #${run.forked_from[1]}`) : null,
+    run.deadline_at ? fact("deadline", when(run.deadline_at)) : null,
+    run.pause_requested_at ? fact("pause asked", when(run.pause_requested_at)) : null,
     run.priority ? fact("priority", run.priority) : null,
     run.tags.length ? fact("tags", ...run.tags.map((tag) => el("a", { class: "tag", href: `/ui/runs?tag=${encodeURIComponent(tag)}` }, tag))) : null);
   for (const action of ACTIONS) $("#" + action.name).disabled = !action.applies(run);
