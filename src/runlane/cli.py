@@ -491,7 +491,8 @@ def runs_show(source: Source, run_id: str, as_json: bool) -> None:
 @_common
 @click.argument("workflow")
 @click.argument("input", required=False)
-@click.option("--run-id", default=None, help="The run's id (default: a new one); idempotent.")
+@click.option("--input", "input_option", default=None, help="The run's input, JSON.")
+@click.option("--id", "--run-id", "run_id", default=None, help="The run's id (default: a new one).")
 @click.option("--tag", "tags", multiple=True, help="A tag for the run; repeat for several.")
 @click.option("--priority", default=0, show_default=True, type=int)
 def runs_start(
@@ -499,15 +500,19 @@ def runs_start(
     as_json: bool,
     workflow: str,
     input: str | None,
+    input_option: str | None,
     run_id: str | None,
     tags: tuple[str, ...],
     priority: int,
 ) -> None:
-    """Start a run of WORKFLOW with an optional JSON INPUT; a RUN_ID that exists returns its run.
+    """Start a run of WORKFLOW with an optional JSON input (--input, or INPUT); an --id that
+    exists returns its run.
 
     Needs --app: the workflow's definition (its gates) must be known.
     """
-    value = json_argument(input, "INPUT")
+    if input is not None and input_option is not None:
+        raise click.UsageError("give the input once: INPUT or --input")
+    value = json_argument(input if input_option is None else input_option, "INPUT")
     if source.app is None:
         raise click.UsageError(
             "start needs --app module:attribute: the workflow's definition must be known"
@@ -592,6 +597,48 @@ def runs_resume(source: Source, as_json: bool, run_id: str) -> None:
     resumed = with_engine(source, lambda e: e.resume(run_id))
     text = f"resumed {run_id}" if resumed else f"nothing to resume: {run_id} is not paused"
     say(as_json, {"run_id": run_id, "resumed": resumed}, text)
+
+
+@runs.command("fork")
+@_common
+@click.argument("run_id")
+@click.option(
+    "--from-seq",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Where the fork goes on (default: the first failed or unfinished operation).",
+)
+@click.option("--id", "fork_id", default=None, help="The fork's id (default: RUN_ID.fork.N).")
+@click.option(
+    "--input", "input_json", default=None, help="The fork's input, JSON (default: the original's)."
+)
+@click.option("--version", default=None, help="The workflow's version (default: the latest).")
+def runs_fork(
+    source: Source,
+    as_json: bool,
+    run_id: str,
+    from_seq: int | None,
+    fork_id: str | None,
+    input_json: str | None,
+    version: str | None,
+) -> None:
+    """Fork a run: a new run of its workflow that reuses its recorded results before
+    --from-seq (never running them again) and goes on from there; the run is untouched.
+
+    Needs --app: the workflow's definition (its gates, its code) must be known.
+    """
+    value = json_argument(input_json, "--input")
+    if source.app is None:
+        raise click.UsageError(
+            "fork needs --app module:attribute: the workflow's definition must be known"
+        )
+    fork = with_engine(
+        source,
+        lambda e: e.fork(run_id, from_seq=from_seq, run_id=fork_id, input=value, version=version),
+    )
+    assert fork.forked_from is not None
+    told = f"forked {run_id} at #{fork.forked_from[1]}: {fork.id} ({fork.status})"
+    say(as_json, run_to_dict(fork), told)
 
 
 @runs.command("retry")

@@ -34,6 +34,7 @@ from .errors import (
 )
 from .execution import Execution
 from .faults import is_infrastructure, unavailable
+from .forks import fork_id, fork_point, forked_records
 from .models import (
     JSON,
     Claim,
@@ -301,11 +302,73 @@ class Engine:
         self._execution.note_held([run])
         return run
 
-    async def _create(self, spec: RunSpec) -> tuple[Started, bool]:
+    async def fork(
+        self,
+        source: str,
+        /,
+        *,
+        from_seq: int | None = None,
+        run_id: str | None = None,
+        input: JSON = None,
+        version: str | None = None,
+    ) -> Run:
+        """Start a new run of ``source``'s workflow from ``source``'s recorded operations.
+
+        Its history is the original's settled records before ``from_seq`` (by default its
+        first failed or unfinished one): their results are reused, never executed again, and
+        execution goes on from ``from_seq``. The original is untouched. The fork is of the
+        latest version of the workflow this engine registered (or ``version``), with the
+        original's input (or ``input``), admitted like a start: a singleton's line, a quota
+        (``ConcurrencyLimitError``), a rate limit. It records ``forked_from = (source,
+        from_seq)``; its id is ``run_id``, by default ``<source>.fork.<n>`` (the first free
+        ``n``). A ``run_id`` naming another run raises ``RunExistsError``; naming this same
+        fork returns it."""
+        if run_id is not None and (not isinstance(run_id, str) or not run_id):
+            raise ValueError("run_id must be a non-empty string")
+        await self._ready()
+        original = await self._api(lambda: self._reads.get_run(source), retry=True)
+        if original is None:
+            raise RunNotFoundError(source)
+        wanted = None if version is None else check_version(version)
+        definition = self.registry.workflow(original.workflow, wanted)
+        value = original.input if input is None else normalise(input, "input of the fork")
+        steps = await self._api(lambda: self._reads.list_steps(source), retry=True)
+        point = fork_point(steps, from_seq)
+        ids = [run_id] if run_id is not None else (fork_id(source, n) for n in range(1, 10_000))
+        for candidate in ids:
+            spec = await self._execution.specs.build(
+                definition, value, candidate, priority=original.priority
+            )
+            spec = replace(
+                spec,
+                namespace=original.namespace,
+                quota=original.quota if input is None and original.quota else spec.quota,
+                history=forked_records(steps, candidate, point),
+                forked_from=(source, point),
+            )
+            started, retried = await self._create(spec, claim=False)
+            run = self._started(started)
+            same = run.forked_from == spec.forked_from
+            if started.created or (same and run_id is not None):
+                break  # new, or this fork asked again by its id
+            if run_id is not None:
+                raise RunExistsError(run.id, run.status)
+            if retried and same and run.created_at == spec.created_at:
+                break  # the fork an outage-cut first write created
+        else:
+            raise RunlaneError(f"no free fork id for run {source!r}")
+        if started.created:
+            self._execution.count_starts(definition.name, [started])
+            if not started.waiting:
+                self._execution.send_started([run])
+            self._execution.note_held([run])
+        return run
+
+    async def _create(self, spec: RunSpec, *, claim: bool = True) -> tuple[Started, bool]:
         """Create a start's run; after an outage, once more (the id makes it idempotent).
-        Also says whether it was tried again."""
-        # A run this instance will execute at once is claimed in the write that creates it.
-        lease = self._execution.lease(Reason.START)
+        Also says whether it was tried again. With ``claim``, a run this instance will execute
+        at once is claimed in the write that creates it."""
+        lease = self._execution.lease(Reason.START) if claim else None
         try:
             [started] = await self.store.create_runs([spec], self.now(), lease=lease)
             return started, False

@@ -251,6 +251,34 @@ def test_runs_pause_and_resume(db: str, waiting_run: str) -> None:
         assert missing.exit_code == 1 and "no run with id 'nosuch'" in missing.output
 
 
+def test_runs_fork_with_the_app(db: str, app: str, waiting_run: str) -> None:
+    refused = cli("runs", "fork", "r1", "--db", db)
+    assert refused.exit_code == 2 and "--app" in refused.output
+    forked = cli("runs", "fork", "r1", "--app", f"{app}:engine")
+    assert forked.exit_code == 0, forked.output
+    assert forked.output.strip() == "forked r1 at #1: r1.fork.1 (pending)"
+    chosen = cli(
+        "runs", "fork", "r1", "--from-seq", "1", "--id", "again", "--input", '{"name": "cy"}',
+        "--app", f"{app}:engine", "--json",
+    )  # fmt: skip
+    body = json.loads(chosen.output)
+    assert (body["id"], body["forked_from"], body["input"]) == ("again", ["r1", 1], {"name": "cy"})
+    bad = cli("runs", "fork", "r1", "--from-seq", "0", "--app", f"{app}:engine")
+    assert bad.exit_code == 2
+    missing = cli("runs", "fork", "nosuch", "--app", f"{app}:engine")
+    assert missing.exit_code == 1 and "no run with id 'nosuch'" in missing.output
+
+
+def test_runs_start_takes_its_input_and_id_as_options(app: str, waiting_run: str) -> None:
+    started = cli(
+        "runs", "start", "greet", "--input", '{"name": "di"}', "--id", "s9",
+        "--app", f"{app}:engine",
+    )  # fmt: skip
+    assert started.output.strip() == "started s9 (greet, pending)", started.output
+    twice = cli("runs", "start", "greet", "{}", "--input", "{}", "--app", f"{app}:engine")
+    assert twice.exit_code == 2 and "once" in twice.output
+
+
 def test_runs_cancel_of_an_unknown_run_exits_1(db: str, waiting_run: str) -> None:
     result = cli("runs", "cancel", "nosuch", "--db", db)
     assert result.exit_code == 1

@@ -361,7 +361,7 @@ def test_a_failed_run_shows_its_attempts_on_the_timeline_and_its_tracebacks_as_l
     assert "ValueError: card declined for ada" in lines and not any("\\n" in x for x in lines)
 
 
-def test_a_runs_actions_are_confirmed_cancel_retry_pause_resume_and_signal(
+def test_a_runs_actions_are_confirmed_cancel_retry_pause_resume_signal_and_fork(
     console: Console, served: httpx.Client
 ) -> None:
     start(served, "shop.order", {"amount": 3, "customer": "fay", "hold": True}, "acted")
@@ -393,6 +393,12 @@ def test_a_runs_actions_are_confirmed_cancel_retry_pause_resume_and_signal(
     page.locator("dialog").get_by_role("button", name="Send").click()
     expect(page.locator("#status")).to_have_text("completed")
     assert served.get("/runs/acted").json()["status"] == "completed"
+    page.get_by_text("Fork…").click()
+    page.locator("form#fork").get_by_role("button", name="Fork", exact=True).click()
+    page.locator("dialog").get_by_role("button", name="Fork").click()
+    expect(page.locator("#run-id")).to_have_text("acted.fork.1")
+    expect(page.locator("#facts")).to_contain_text("forked from acted at #")
+    assert served.get("/runs/acted.fork.1").json()["forked_from"][0] == "acted"
 
 
 def test_an_update_is_sent_from_a_runs_page_and_its_reply_or_rejection_shown(
@@ -506,6 +512,8 @@ def test_the_console_is_used_from_the_keyboard(console: Console) -> None:
     page.keyboard.press("Enter")
     expect(page.locator("details.step[data-key='step-1']")).to_have_attribute("open", "")
     page.get_by_role("button", name="Export history (JSON)").focus()
+    page.keyboard.press("Shift+Tab")
+    expect(page.get_by_text("Fork…")).to_be_focused()
     page.keyboard.press("Shift+Tab")
     expect(page.get_by_text("Send update…")).to_be_focused()
     page.keyboard.press("Shift+Tab")

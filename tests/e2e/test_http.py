@@ -330,6 +330,26 @@ async def test_pause_and_resume_over_http(
         assert missing.status_code == 404 and missing.json()["type"] == "run_not_found"
 
 
+async def test_fork_over_http(client: httpx.AsyncClient, engine: runlane.Engine) -> None:
+    await engine.start("approval", {"item": "x"}, "a1")
+    await engine.run_pending()  # it waits for its signal (seq 1)
+    forked = await client.post("/runs/a1/fork")
+    assert forked.status_code == 201, forked.text
+    documented("/runs/{run_id}/fork", 201).validate(forked.json())
+    assert forked.json()["id"] == "a1.fork.1" and forked.json()["forked_from"] == ["a1", 1]
+    body = {"run_id": "copy", "from_seq": 1, "input": {"item": "y"}}
+    created = await client.post("/runs/a1/fork", json=body)
+    assert created.status_code == 201 and created.json()["input"] == {"item": "y"}
+    again = await client.post("/runs/a1/fork", json=body)
+    assert again.status_code == 200 and again.json()["id"] == "copy"
+    assert (await client.post("/runs/missing/fork")).status_code == 404
+    for bad in ({"from_seq": 0}, {"from_seq": "1"}, {"run_id": ""}, {"nope": 1}, [1]):
+        refused = await client.post("/runs/a1/fork", json=bad)
+        assert refused.status_code == 422, (bad, refused.text)
+    taken = await client.post("/runs/a1/fork", json={"run_id": "a1"})
+    assert taken.status_code == 409 and taken.json()["type"] == "run_exists"
+
+
 async def test_cancel_then_retry_puts_the_run_back_to_pending(
     client: httpx.AsyncClient, engine: runlane.Engine
 ) -> None:

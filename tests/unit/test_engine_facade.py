@@ -6,13 +6,14 @@ from __future__ import annotations
 from runlane import Engine
 from runlane.stores import MemoryStore
 
-# The public methods (start, signal, update, cancel, pause, resume, requeue, reads, waits, the loop phases,
+# The public methods (start, fork, signal, update, cancel, pause, resume, requeue, reads, waits, the loop phases,
 # lifecycle), what the operations views call (read, prune, start_consumers), and the
 # attributes API.md and the command line name.
 FACADE = {
     "cancel",
     "drain",
     "fire_schedules",
+    "fork",
     "get_run",
     "list_engines",
     "list_runs",

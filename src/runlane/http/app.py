@@ -42,6 +42,7 @@ from .params import (
     MAX_PAGE,
     MAX_UPDATE_TIMEOUT,
     UPDATE_TIMEOUT,
+    ForkRequest,
     StartRequest,
     encode_cursor,
     query_int,
@@ -234,6 +235,20 @@ class Api:
         run_id = request.path_params["run_id"]
         return JSONResponse({"run_id": run_id, "resumed": await self.engine.resume(run_id)})
 
+    async def fork(self, request: Request) -> Response:
+        wanted = ForkRequest.parse(await read_json(request))
+        value = None if wanted.input is None else normalise(wanted.input, "input")
+        # A fork asked again by its id answers the fork (200), as a start does.
+        known = wanted.run_id is not None and await self.engine.get_run(wanted.run_id) is not None
+        run = await self.engine.fork(
+            request.path_params["run_id"],
+            from_seq=wanted.from_seq,
+            run_id=wanted.run_id,
+            input=value,
+            version=wanted.version,
+        )
+        return JSONResponse(run_to_dict(run), 200 if known else 201)
+
     async def retry(self, request: Request) -> Response:
         run = await self.engine.requeue(request.path_params["run_id"])
         return JSONResponse(run_to_dict(run))
@@ -340,6 +355,7 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/runs/{run_id}/retry", api.retry, "POST"),
         ("/runs/{run_id}/pause", api.pause, "POST"),
         ("/runs/{run_id}/resume", api.resume, "POST"),
+        ("/runs/{run_id}/fork", api.fork, "POST"),
         ("/runs/{run_id}/signal/{name}", api.signal, "POST"),
         ("/runs/{run_id}/updates/{name}", api.update, "POST"),
         ("/events/{name}", api.event, "POST"),

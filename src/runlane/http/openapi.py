@@ -209,6 +209,25 @@ _SCHEMAS: JSONObject = {
         ),
         "additionalProperties": False,
     },
+    "ForkRequest": {
+        **_object(
+            [],
+            from_seq={
+                "type": "integer",
+                "minimum": 1,
+                "description": "where the fork goes on (default: the first failed or unfinished"
+                " operation); the settled operations before it are reused",
+            },
+            run_id={"type": "string", "minLength": 1, "description": "default <id>.fork.<n>"},
+            input={"description": "the fork's input (default: the original's)"},
+            version={
+                "type": "string",
+                "minLength": 1,
+                "description": "the workflow's version (default: the latest registered)",
+            },
+        ),
+        "additionalProperties": False,
+    },
     "Started": {
         "allOf": [
             _ref("Run"),
@@ -548,6 +567,27 @@ def _operations() -> JSONObject:
             "resumed",
             "resumed is false when the run is not paused",
         ),
+        "/runs/{run_id}/fork": {
+            "post": {
+                "summary": "fork a run: a new run reusing its recorded results before from_seq",
+                "parameters": [_RUN_ID],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("ForkRequest")}},
+                },
+                "responses": _responses(
+                    {
+                        "201": _json(_ref("Run"), "the fork, a new run"),
+                        "200": _json(_ref("Run"), "the fork of that run_id, asked again"),
+                    },
+                    "400",
+                    "404",
+                    "409",
+                    "422",
+                    "429",
+                ),
+            }
+        },
         "/runs/{run_id}/retry": {
             "post": {
                 "summary": "requeue a failed, dead or cancelled run from its checkpoints",

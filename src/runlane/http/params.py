@@ -165,6 +165,37 @@ class StartRequest:
         )
 
 
+@dataclass(frozen=True)
+class ForkRequest:
+    """The body of ``POST /runs/{id}/fork`` (every field optional; no body: the defaults)."""
+
+    from_seq: int | None = None
+    run_id: str | None = None
+    input: Any = None
+    version: str | None = None
+
+    @classmethod
+    def parse(cls, body: Any) -> ForkRequest:
+        if body is None:
+            return cls()
+        if not isinstance(body, dict):
+            raise invalid("the body must be a JSON object")
+        unknown = sorted(set(body) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise invalid(f"unknown field(s): {', '.join(unknown)}", field=unknown[0])
+        from_seq = body.get("from_seq")
+        if from_seq is not None and (
+            isinstance(from_seq, bool) or not isinstance(from_seq, int) or from_seq < 1
+        ):
+            raise invalid('"from_seq" must be a positive integer', field="from_seq")
+        return cls(
+            from_seq=from_seq,
+            run_id=_run_id(body.get("run_id")),
+            input=body.get("input"),
+            version=_version(body.get("version")),
+        )
+
+
 def _version(value: Any) -> str | None:
     if value is None or (isinstance(value, str) and value):
         return value

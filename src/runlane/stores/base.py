@@ -72,9 +72,12 @@ from ..queues import QueueRequest, QueueView
 
 
 def check_lease(specs: Sequence[RunSpec], lease: Lease | None) -> None:
-    """``create_runs``'s ``lease`` claims the run of a single spec only."""
+    """``create_runs``'s ``lease`` claims the run of a single spec only, and not a fork's (a
+    claim at creation carries no history)."""
     if lease is not None and len(specs) != 1:
         raise ValueError("a lease can claim the run of a single spec only")
+    if lease is not None and specs[0].history:
+        raise ValueError("a lease cannot claim a fork at its creation")
 
 
 def window_results(
@@ -261,6 +264,11 @@ class Store(Reads, Protocol):
           a debounce's period). Such a run is created held (``models.held_run``: ``blocked``,
           ``wake_at = begin_at``, its deadline shifted by the wait), ``waiting=True``, and never
           claimed by ``lease``.
+
+        A fork's spec (``spec.history``, ``spec.forked_from``): its new run records
+        ``forked_from``, and its records (``spec.history``, each of the new run's id) are
+        written in the same atomic unit as the run; a run of the id that exists already stays
+        as it is (its records too). ``lease`` never claims a fork (``ValueError``).
         """
         ...
 

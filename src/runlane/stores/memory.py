@@ -983,6 +983,10 @@ class _Rows:
         self.insert(run)
         return True
 
+    def insert_steps(self, records: Sequence[StepRecord]) -> None:
+        for record in records:
+            self._store._steps[record.run_id][record.seq] = record
+
     def held_of(self, debounce_key: str, now: datetime) -> Run | None:
         runs = self._store._runs.values()
         held = [r for r in runs if r.debounce_key == debounce_key and _foldable(r, now)]

@@ -7,7 +7,7 @@ records (a :class:`RunRows`). PostgreSQL states the same decisions in its statem
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
@@ -25,6 +25,7 @@ from ..models import (
     Settlement,
     SettleResult,
     Started,
+    StepRecord,
     admitted_run,
     blocked_run,
     dead_settlement,
@@ -57,6 +58,9 @@ class RunRows(Protocol):
 
     def insert_new(self, run: Run) -> bool:
         """Write ``run`` unless a run of its id exists; whether it was written."""
+
+    def insert_steps(self, records: Sequence[StepRecord]) -> None:
+        """Write the step records of a run just inserted (a fork's copied history)."""
 
     def held_of(self, debounce_key: str, now: datetime) -> Run | None:
         """The latest run of the debounce key that is still held (a start folds into it)."""
@@ -150,6 +154,8 @@ def _insert_ungated(rows: RunRows, spec: RunSpec, lease: Lease | None) -> Starte
     claim = None if lease is None else Claim(leased_run(run, lease), [], [])
     if not rows.insert_new(run if claim is None else claim.run):
         return Started(rows.get(spec.id), created=False)
+    if spec.history:
+        rows.insert_steps(spec.history)
     return Started(run, created=True, waiting=False, claim=claim)
 
 
@@ -201,6 +207,8 @@ def _insert(
         rows.insert(written)
     elif not rows.insert_new(written):
         return Started(rows.get(spec.id), created=False)
+    if spec.history:
+        rows.insert_steps(spec.history)
     return Started(run, created=True, waiting=waiting, claim=claim)
 
 

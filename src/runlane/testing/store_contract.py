@@ -3057,4 +3057,43 @@ async def test_cancel_of_a_paused_run_settles_it_and_frees_its_slot(store: Store
     assert await store.pause_run("a", at(3)) is False
 
 
+# ---------------------------------------------------------------- forks
+
+
+async def test_a_fork_is_created_with_its_copied_records(store: Store) -> None:
+    history = (step("f", 1, output=10), step("f", 2, StepStatus.FAILED, error={"m": "x"}))
+    [started] = await store.create_runs(
+        [spec("f", history=history, forked_from=("src", 3), singleton=key())], T0
+    )
+    assert started.created and started.run is not None
+    assert started.run.forked_from == ("src", 3)
+    assert (await run_of(store, "f")).forked_from == ("src", 3)
+    records = await store.list_steps("f")
+    assert [(r.seq, r.status, r.output, r.error) for r in records] == [
+        (1, StepStatus.COMPLETED, 10, None),
+        (2, StepStatus.FAILED, None, {"m": "x"}),
+    ]
+    claimed = await claim(store, "f")
+    assert claimed.claim is not None and [r.seq for r in claimed.claim.steps] == [1, 2]
+
+
+async def test_a_fork_of_an_existing_id_keeps_that_run_and_its_records(store: Store) -> None:
+    await create(store, spec("f"))
+    [started] = await store.create_runs([spec("f", history=(step("f", 1),))], T0)
+    assert not started.created and await store.list_steps("f") == []
+    with pytest.raises(ValueError, match="fork"):
+        await store.create_runs(
+            [spec("g", history=(step("g", 1),))], T0, lease=Lease("owner-1", at(30))
+        )
+    assert await store.get_run("g") is None
+
+
+async def test_a_refused_fork_writes_no_records(store: Store) -> None:
+    quota = QuotaGate("q", limit=1)
+    await create(store, spec("a", quota=quota))
+    [refused] = await store.create_runs([spec("f", quota=quota, history=(step("f", 1),))], T0)
+    assert isinstance(refused.rejected, ConcurrencyLimitError)
+    assert await store.get_run("f") is None and await store.list_steps("f") == []
+
+
 __all__ = export_tests(globals(), "store")

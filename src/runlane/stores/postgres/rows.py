@@ -174,6 +174,11 @@ def fenced_params(
     }
 
 
+def history_params(spec: RunSpec) -> Row:
+    """The parameters of ``insert_history``: a fork's id and its copied records."""
+    return {"id": spec.id, "steps": dumps(step_documents(Writes(steps=list(spec.history))))}
+
+
 Checkpoint = tuple[str, str, Writes, datetime]  # a run's id, its lease owner, records, now
 
 
@@ -476,6 +481,7 @@ __all__ = [
     "gate_params",
     "gate_refusal",
     "gated",
+    "history_params",
     "json_param",
     "limit_params",
     "load_queries",

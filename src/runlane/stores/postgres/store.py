@@ -86,6 +86,7 @@ from .rows import (
     gate_params,
     gate_refusal,
     gated,
+    history_params,
     json_param,
     limit_params,
     new_or_found,
@@ -156,6 +157,9 @@ class PostgresStore:
         check_lease(specs, lease)
         if not specs:
             return []
+        if any(s.history for s in specs):
+            # A fork's run and its copied records: one transaction.
+            return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
         if len({s.id for s in specs}) == len(specs) and not any(gated(s) for s in specs):
             # One statement, atomic by itself: no transaction, one round trip.
             params = specs_params(specs, lease)
@@ -188,12 +192,17 @@ class PostgresStore:
         await self._lock_keys(conn, [] if locked else gate_keys(specs))
         if len({s.id for s in specs}) < len(specs):
             # A repeated id makes the batch order-sensitive: one spec at a time, in order.
-            return [await self._create_one(conn, spec, now) for spec in specs]
-        plain = await self._insert_plain(conn, [s for s in specs if not gated(s)])
-        return [
-            plain[spec.id] if not gated(spec) else await self._create_one(conn, spec, now)
-            for spec in specs
-        ]
+            started = [await self._create_one(conn, spec, now) for spec in specs]
+        else:
+            plain = await self._insert_plain(conn, [s for s in specs if not gated(s)])
+            started = [
+                plain[spec.id] if not gated(spec) else await self._create_one(conn, spec, now)
+                for spec in specs
+            ]
+        for spec, outcome in zip(specs, started, strict=True):
+            if spec.history and outcome.created:
+                await execute(conn, "insert_history", **history_params(spec))
+        return started
 
     async def _insert_plain(self, conn: Conn, specs: Sequence[RunSpec]) -> dict[str, Started]:
         """Ungated specs (no key counts them) in one statement."""

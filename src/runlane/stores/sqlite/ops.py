@@ -216,6 +216,10 @@ class _Rows:
     def insert_new(self, run: Run) -> bool:
         return _insert_run(self._conn, run, _INSERT_NEW_RUN) == 1
 
+    def insert_steps(self, records: Sequence[StepRecord]) -> None:
+        for record in records:
+            _save_step(self._conn, record)
+
     def held_of(self, debounce_key: str, now: datetime) -> Run | None:
         row = self._conn.execute(SQL["held_of_key"], (debounce_key, ts(now))).fetchone()
         return None if row is None else run_from_row(row)

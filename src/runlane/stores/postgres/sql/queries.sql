@@ -570,6 +570,13 @@ ON CONFLICT (run_id, seq) DO UPDATE SET
     finished_at = EXCLUDED.finished_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at,
     wake_at = EXCLUDED.wake_at, dispatches = EXCLUDED.dispatches
 
+-- name: insert_history
+-- A fork's records (copied from the run it forks), written with its run in one transaction.
+WITH step_rows AS (
+    SELECT %(id)s::text AS run_id, s.* FROM json_to_recordset(%(steps)s::json) AS s ({step_columns})
+)
+{upsert_steps};
+
 -- name: fenced_writes
 -- (A fragment of the statements below.) Locks the run while ``owner`` holds its lease (with
 -- ``owner`` NULL: whatever its state, for settlements outside a turn; the caller holds the

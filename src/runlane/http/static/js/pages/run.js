@@ -71,6 +71,7 @@ export default function run(id) {
       ...ACTIONS.map((action) => el("button", { type: "button", id: action.name, disabled: true,
         class: action.danger ? "danger" : "", onclick: () => act(action) }, action.label)),
       ...MESSAGES.map(messageForm),
+      forkForm(),
       el("button", { type: "button", id: "export", class: "ghost", onclick: exportHistory }, "Export history (JSON)")),
     el("section", { class: "card", "aria-labelledby": "timeline-title" },
       el("div", { class: "section-head" }, el("h2", { id: "timeline-title" }, "Timeline"),
@@ -96,6 +97,38 @@ function messageForm(message) {
       el("button", { type: "submit", class: "primary" }, "Send")));
   form.querySelector("form").addEventListener("submit", (event) => sendMessage(event, message));
   return form;
+}
+
+// A fork: a new run reusing this one's recorded results before a sequence number (by default
+// its first failed or unfinished operation); the page goes to the fork once it is made.
+function forkForm() {
+  const form = el("details", { class: "popover", dataset: { key: "fork" } },
+    el("summary", { class: "button" }, "Fork…"),
+    el("form", { id: "fork", class: "card stack" },
+      el("label", { class: "field" }, el("span", {}, "from seq (empty: first failed or unfinished)"),
+        el("input", { id: "fork-seq", type: "number", min: 1, step: 1, size: 6 })),
+      el("label", { class: "field" }, el("span", {}, "fork id (empty: the next free one)"), el("input", { id: "fork-id", size: 16 })),
+      el("button", { type: "submit", class: "primary" }, "Fork")));
+  form.querySelector("form").addEventListener("submit", forkRun);
+  return form;
+}
+
+async function forkRun(event) {
+  event.preventDefault();
+  const seq = $("#fork-seq").value.trim();
+  const id = $("#fork-id").value.trim();
+  const body = {};
+  if (seq) body.from_seq = Number(seq);
+  if (id) body.run_id = id;
+  const from = seq ? `its operations before #${seq}` : "its operations before the first failed or unfinished one";
+  if (!await confirmAction(`Fork ${runId}?`, `A new run reuses ${from}, never running them again, and goes on from there; ${runId} is untouched.`, "Fork")) return;
+  try {
+    const fork = await post(path + "/fork", body);
+    event.target.closest("details").open = false;
+    location.assign("/ui/runs/" + encodeURIComponent(fork.id));
+  } catch (err) {
+    note(`fork failed: ${err.message}`, "error");
+  }
 }
 
 async function sendMessage(event, message) {
