@@ -495,6 +495,12 @@ def runs_show(source: Source, run_id: str, as_json: bool) -> None:
 @click.option("--id", "--run-id", "run_id", default=None, help="The run's id (default: a new one).")
 @click.option("--tag", "tags", multiple=True, help="A tag for the run; repeat for several.")
 @click.option("--priority", default=0, show_default=True, type=int)
+@click.option(
+    "--execution-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds the run may take (default: the workflow's); then it is cancelled.",
+)
 def runs_start(
     source: Source,
     as_json: bool,
@@ -504,6 +510,7 @@ def runs_start(
     run_id: str | None,
     tags: tuple[str, ...],
     priority: int,
+    execution_timeout: float | None,
 ) -> None:
     """Start a run of WORKFLOW with an optional JSON input (--input, or INPUT); an --id that
     exists returns its run.
@@ -522,7 +529,13 @@ def runs_start(
         # "fail" always: the refusal is how an existing run is told from a new one.
         try:
             run = await engine.start(
-                workflow, value, run_id, priority=priority, tags=tags, if_exists="fail"
+                workflow,
+                value,
+                run_id,
+                priority=priority,
+                tags=tags,
+                if_exists="fail",
+                execution_timeout=execution_timeout,
             )
         except RunExistsError as exists:
             found = await engine.get_run(exists.run_id)

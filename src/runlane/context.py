@@ -60,12 +60,22 @@ class StepOp(Operation):
 class ChildOp(Operation):
     kind = StepKind.CHILD
 
-    def __init__(self, turn: Turn, seq: int, workflow: Any, input: JSON, child_id: str) -> None:
+    def __init__(
+        self,
+        turn: Turn,
+        seq: int,
+        workflow: Any,
+        input: JSON,
+        child_id: str,
+        *,
+        detached: bool = False,
+    ) -> None:
         name = workflow if isinstance(workflow, str) else workflow_definition(workflow).name
         super().__init__(turn, seq, name)
         self.workflow = workflow
         self.input = input
         self.child_id = child_id
+        self.detached = detached  # a start_child that outlives its parent's cancellation
 
 
 class Context:
@@ -142,13 +152,21 @@ class Context:
         return ChildOp(turn, seq, workflow, value, run_id or f"{turn.run.id}.child.{seq}")
 
     async def start_child(
-        self, workflow: Any, input: JSON = None, *, run_id: str | None = None
+        self,
+        workflow: Any,
+        input: JSON = None,
+        *,
+        run_id: str | None = None,
+        detached: bool = False,
     ) -> str:
-        """Start a child run without waiting for it; returns its id."""
+        """Start a child run without waiting for it; returns its id. A cancellation of this
+        run reaches the child (and its own children), unless it is ``detached``; a detached
+        child's deadline is its own, not bounded by this run's."""
         turn = self._turn
         seq = turn.next_seq()
         value = normalise(input, "input of child workflow")
-        op = ChildOp(turn, seq, workflow, value, run_id or f"{turn.run.id}.child.{seq}")
+        child_id = run_id or f"{turn.run.id}.child.{seq}"
+        op = ChildOp(turn, seq, workflow, value, child_id, detached=bool(detached))
         op.kind = StepKind.START_CHILD
         return await turn.start_child(op)
 

@@ -29,6 +29,22 @@ Seconds = float | int | timedelta
 LimitSource = int | Callable[[str], int] | Callable[[str], Awaitable[int]]
 
 
+def check_timeout(value: Seconds | None, what: str = "execution_timeout") -> float | None:
+    """A timeout given to a call: None, or a positive, finite number of seconds (or a
+    timedelta); anything else is a ``ValueError``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
+        raise ValueError(f"{what} must be a number of seconds or a timedelta, got {value!r}")
+    try:
+        result = as_seconds(value)
+    except OverflowError:  # an int too large for a float
+        result = math.inf
+    if not 0 < result < math.inf:
+        raise ValueError(f"{what} must be a positive, finite number of seconds, got {value!r}")
+    return result
+
+
 def seconds(value: Seconds | None, what: str = "duration") -> float | None:
     if value is None:
         return None

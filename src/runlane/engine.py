@@ -22,7 +22,14 @@ from typing import Any, Literal, TypeVar
 
 from . import admission
 from .clock import Clock, SystemClock
-from .definitions import Concurrency, WorkflowDefinition, as_seconds, check_tags, check_version
+from .definitions import (
+    Concurrency,
+    WorkflowDefinition,
+    as_seconds,
+    check_tags,
+    check_timeout,
+    check_version,
+)
 from .errors import (
     DefinitionError,
     RunExistsError,
@@ -265,13 +272,17 @@ class Engine:
         tags: Iterable[str] = (),
         if_exists: Literal["return", "fail"] = "return",
         version: str | None = None,
+        execution_timeout: float | timedelta | None = None,
     ) -> Run:
         """Durably enqueue a pending run (idempotent by ``run_id``) and return it.
 
         The run is of the latest version of ``workflow`` this engine registered, or of
-        ``version``; it keeps that version for life."""
+        ``version``; it keeps that version for life. ``execution_timeout`` (seconds) replaces
+        the workflow's for this run: not finished by then, it is cancelled with its children,
+        its error an ``ExecutionTimeoutError``."""
         if if_exists not in ("return", "fail"):
             raise ValueError("if_exists must be 'return' or 'fail'")
+        timeout = check_timeout(execution_timeout)
         wanted = None if version is None else check_version(version)
         definition = self.registry.workflow(workflow, wanted)
         value = normalise(input, f"input of workflow {definition.name!r}")
@@ -284,6 +295,7 @@ class Engine:
             priority=priority,
             tags=check_tags(tags),
             debounce=True,
+            execution_timeout=timeout,
         )
         started, retried = await self._create(spec)
         if started.run is not None and not sees(self._scope, started.run):

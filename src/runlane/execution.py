@@ -492,8 +492,10 @@ class Execution:
 
     # ---------------------------------------------------------------- what turns need
 
-    async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
-        return await self.specs.child(workflow, input, run_id, parent)
+    async def child_spec(
+        self, workflow: Any, input: JSON, run_id: str, parent: Run, *, detached: bool = False
+    ) -> RunSpec:
+        return await self.specs.child(workflow, input, run_id, parent, detached=detached)
 
     async def continuation_spec(self, run: Run, input: JSON) -> RunSpec:
         return await self.specs.continuation(run, input)

@@ -322,6 +322,7 @@ def _child_op(turn: Turn, command: Message) -> ChildOp:
         str(command["workflow"]),
         command.get("input"),
         str(command["child_id"]),
+        detached=command.get("detached") is True,
     )
 
 

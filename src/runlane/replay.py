@@ -177,7 +177,9 @@ class WorkerHost:
             return await call
         return await run_on_loop(call, self.step_loop)
 
-    async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
+    async def child_spec(
+        self, workflow: Any, input: JSON, run_id: str, parent: Run, *, detached: bool = False
+    ) -> RunSpec:
         raise AssertionError("children start on the engine")  # pragma: no cover
 
     async def continuation_spec(self, run: Run, input: JSON) -> RunSpec:
@@ -274,6 +276,7 @@ class DecisionTurn(Turn):
                     "workflow": op.name,
                     "input": op.input,
                     "child_id": op.child_id,
+                    **({"detached": True} if op.detached else {}),
                 }
             )
         return [(op, Started(None, True)) for op in ops]

@@ -54,6 +54,8 @@ class RunSpecs:
         tags: Sequence[str] = (),
         lane: SingletonGate | Literal["workflow"] | None = "workflow",
         debounce: bool = False,
+        execution_timeout: float | None = None,
+        detached: bool = False,
     ) -> RunSpec:
         """The spec of a new run, with its gates (singleton, quota, rate limit, and with
         ``debounce`` its debounce) evaluated on ``input``.
@@ -61,7 +63,11 @@ class RunSpecs:
         ``lane`` replaces the workflow's singleton gate (a schedule's overlap lane). Only starts
         from outside a run are debounced (``start``, event subscribers): a child's or a
         schedule window's run id must name a run of its own. With a ``scope``, every gate's
-        key but a ``lane`` given is that namespace's own (``admission.scoped_key``)."""
+        key but a ``lane`` given is that namespace's own (``admission.scoped_key``).
+
+        Its deadline is ``execution_timeout`` (else the workflow's) seconds from now; a child's
+        is never later than its parent's, unless it is ``detached`` (a parent's cancellation
+        leaves such a child running)."""
         if not isinstance(run_id, str) or not run_id:
             raise ValueError("run_id must be a non-empty string")
         singleton = admission.singleton_gate(definition, input) if lane == "workflow" else lane
@@ -76,7 +82,10 @@ class RunSpecs:
                 f"{type(self.store).__name__} cannot admit gated or limited runs atomically"
             )
         now = self.now()
-        timeout = definition.execution_timeout
+        timeout = definition.execution_timeout if execution_timeout is None else execution_timeout
+        deadline = now + timedelta(seconds=timeout) if timeout is not None else None
+        if parent is not None and parent.deadline_at is not None and not detached:
+            deadline = parent.deadline_at if deadline is None else min(deadline, parent.deadline_at)
         spec = RunSpec(
             id=run_id,
             workflow=definition.name,
@@ -89,11 +98,12 @@ class RunSpecs:
             parent_id=parent.id if parent else None,
             namespace=parent.namespace if parent else self.namespace,
             priority=parent.priority if parent and not priority else priority,
-            deadline_at=now + timedelta(seconds=timeout) if timeout is not None else None,
+            deadline_at=deadline,
             singleton=singleton,
             quota=quota,
             rate=rate,
             debounce=folded,
+            detached=detached,
         )
         if self.scope is None:
             return spec
@@ -101,8 +111,11 @@ class RunSpecs:
         # A schedule's overlap lane is the schedule's, and schedules are shared by the store.
         return scoped if lane == "workflow" else replace(scoped, singleton=spec.singleton)
 
-    async def child(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec:
-        return await self.build(self.registry.workflow(workflow), input, run_id, parent=parent)
+    async def child(
+        self, workflow: Any, input: JSON, run_id: str, parent: Run, *, detached: bool = False
+    ) -> RunSpec:
+        definition = self.registry.workflow(workflow)
+        return await self.build(definition, input, run_id, parent=parent, detached=detached)
 
     async def continuation(self, run: Run, input: JSON) -> RunSpec:
         next_id = continuation_id(run.id)

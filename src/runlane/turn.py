@@ -130,7 +130,11 @@ class TurnHost(Protocol):
         """The spans of the turn's steps (a no-op unless OpenTelemetry is configured)."""
         ...
 
-    async def child_spec(self, workflow: Any, input: JSON, run_id: str, parent: Run) -> RunSpec: ...
+    async def child_spec(
+        self, workflow: Any, input: JSON, run_id: str, parent: Run, *, detached: bool = False
+    ) -> RunSpec:
+        """A child's start; a ``detached`` one outlives its parent's cancellation."""
+        ...
 
     async def continuation_spec(self, run: Run, input: JSON) -> RunSpec: ...
 
@@ -669,7 +673,9 @@ class Turn:
         for i in range(0, len(ops), BATCH):
             chunk = ops[i : i + BATCH]
             specs = [
-                await self.host.child_spec(op.workflow, op.input, op.child_id, self.run)
+                await self.host.child_spec(
+                    op.workflow, op.input, op.child_id, self.run, detached=op.detached
+                )
                 for op in chunk
             ]
             started = await self.flush(specs)

@@ -187,7 +187,14 @@ async def desk(ctx: runlane.Context, after: float) -> list[Any]:
     return asked
 
 
+@runlane.workflow(name="nest", group="wf")
+async def nest(ctx: runlane.Context, seconds: float) -> Any:
+    """A remote parent of a remote child that works ``seconds`` on a worker."""
+    return await ctx.child(patient, seconds, run_id=f"{ctx.run_id}.patient")
+
+
 WORKFLOWS = [
+    nest,
     tour,
     child,
     fan,
@@ -203,6 +210,7 @@ WORKFLOWS = [
     desk,
 ]
 NAMES = (
+    "nest",
     "desk",
     "tour",
     "child-wf",
@@ -339,6 +347,21 @@ async def test_a_remote_workflow_paused_while_its_turn_is_out_stops_after_that_t
         assert await engine.resume("p1") is True
         done = await settled(engine, "p1", timeout=15)
     assert done.status == RunStatus.COMPLETED and done.output == "later"
+    assert calls["slow"] == 1
+
+
+async def test_a_cancel_of_a_parent_reaches_its_remote_child_whose_turn_is_out(
+    store: Store,
+) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("nest", 1.0, run_id="n1")
+        await until(lambda: asyncio.sleep(0, calls["slow"]), "the child's step runs on a worker")
+        assert await engine.cancel("n1") is True
+        parent_run = await settled(engine, "n1", timeout=10)
+        child_run = await settled(engine, "n1.patient", timeout=10)
+        await asyncio.sleep(1.5)  # the child's turn ends on its worker: its decision is dropped
+        assert (await engine.get_run("n1.patient")).status == RunStatus.CANCELLED  # type: ignore[union-attr]
+    assert parent_run.status == child_run.status == RunStatus.CANCELLED
     assert calls["slow"] == 1
 
 

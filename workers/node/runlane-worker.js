@@ -243,7 +243,7 @@ class Turn {
     this.wait(iso(Date.now()));
   }
 
-  async child(workflow, input, { runId = null } = {}, kind) {
+  async child(workflow, input, { runId = null, detached = false } = {}, kind) {
     const seq = this.next();
     const record = this.recorded(seq, kind, workflow);
     if (record?.status === "completed") return record.output;
@@ -260,7 +260,9 @@ class Turn {
       throw new StepFailed(error);
     }
     const childId = runId ?? `${this.task.run_id}.child.${seq}`;
-    this.commands.push({ type: "child", seq, kind, workflow, input, child_id: childId });
+    const command = { type: "child", seq, kind, workflow, input, child_id: childId };
+    if (detached && kind === "start_child") command.detached = true;
+    this.commands.push(command);
     if (kind === "start_child") return childId;
     this.wait(null);
   }

@@ -145,6 +145,7 @@ class Api:
                 tags=wanted.tags,
                 if_exists="fail",
                 version=wanted.version,
+                execution_timeout=wanted.execution_timeout,
             )
         except RunExistsError:
             if wanted.if_exists == "fail":

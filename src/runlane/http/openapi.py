@@ -206,6 +206,12 @@ _SCHEMAS: JSONObject = {
                 "minLength": 1,
                 "description": "the workflow's version (default: the latest registered)",
             },
+            execution_timeout={
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "seconds the run may take (default: the workflow's); then it is"
+                " cancelled with its children",
+            },
         ),
         "additionalProperties": False,
     },

@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from starlette.requests import Request
 
+from ..definitions import check_timeout
 from ..models import RunCursor, RunQuery, RunStatus
 from .errors import HTTPError, invalid
 
@@ -143,6 +144,7 @@ class StartRequest:
     priority: int = 0
     if_exists: Literal["return", "fail"] = "return"
     version: str | None = None
+    execution_timeout: float | None = None
 
     @classmethod
     def parse(cls, body: Any) -> StartRequest:
@@ -162,7 +164,16 @@ class StartRequest:
             priority=_priority(body.get("priority", 0)),
             if_exists=_if_exists(body.get("if_exists", "return")),
             version=_version(body.get("version")),
+            execution_timeout=_timeout(body.get("execution_timeout")),
         )
+
+
+def _timeout(value: Any) -> float | None:
+    try:
+        return check_timeout(value)
+    except ValueError:
+        message = '"execution_timeout" must be a positive number of seconds'
+        raise invalid(message, field="execution_timeout") from None
 
 
 @dataclass(frozen=True)

@@ -505,7 +505,8 @@ class MemoryStore:
         return cancel_result(result)
 
     def _descendants(self, run_id: str) -> Iterable[Run]:
-        children = [r for r in self._runs.values() if r.parent_id == run_id]
+        """The descendants a cancellation reaches: a detached child (and its own) is left out."""
+        children = [r for r in self._runs.values() if r.parent_id == run_id and not r.detached]
         for child in children:
             yield child
             yield from self._descendants(child.id)

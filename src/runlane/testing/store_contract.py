@@ -1715,6 +1715,19 @@ async def test_cancel_cascades_to_active_descendants(store: Store) -> None:
     assert (await run_of(store, "child")).error == {"type": "Cancelled", "message": "stop"}
 
 
+async def test_cancel_leaves_a_detached_child_and_its_own_children_running(
+    store: Store,
+) -> None:
+    await create(store, spec("root"), spec("kept", parent_id="root", detached=True))
+    await create(store, spec("kept.child", parent_id="kept"), spec("gone", parent_id="root"))
+    result = await store.cancel_run("root", at(1), None)
+    assert set(result.changed) == {"root", "gone"}
+    assert await status_of(store, "kept") == RunStatus.PENDING
+    assert await status_of(store, "kept.child") == RunStatus.PENDING
+    assert (await run_of(store, "kept")).detached
+    assert set((await store.cancel_run("kept", at(2), None)).changed) == {"kept", "kept.child"}
+
+
 async def test_cancel_of_an_unknown_run_raises_and_of_a_finished_run_changes_nothing(
     store: Store,
 ) -> None:

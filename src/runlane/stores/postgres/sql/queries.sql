@@ -911,12 +911,14 @@ WHERE id = %(id)s AND status = 'suspended' AND awaiting_decision_task_id = %(tas
 RETURNING id;
 
 -- name: run_tree
--- A run and all its descendants, parents before children.
+-- A run and the descendants a cancellation reaches (a detached child and its own are left
+-- out), parents before children.
 WITH RECURSIVE tree AS (
     SELECT id, parent_id, created_at, 0 AS depth FROM runlane_runs WHERE id = %(id)s
     UNION ALL
     SELECT c.id, c.parent_id, c.created_at, t.depth + 1
     FROM runlane_runs AS c JOIN tree AS t ON c.parent_id = t.id
+    WHERE NOT c.detached
 )
 SELECT tree.id, tree.parent_id, r.singleton_key
 FROM tree JOIN runlane_runs AS r ON r.id = tree.id

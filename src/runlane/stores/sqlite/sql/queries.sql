@@ -306,9 +306,10 @@ UPDATE runs SET wake_at = ?, updated_at = ? WHERE id = ? AND status IN {waiting}
 UPDATE runs SET wake_requested_at = ? WHERE id = ? AND status IN {leased}
 
 -- name: descendant_ids
+-- The descendants a cancellation reaches: a detached child (and its own) is left out.
 WITH RECURSIVE tree(id) AS (
-  SELECT id FROM runs WHERE parent_id = ?
-  UNION SELECT runs.id FROM runs JOIN tree ON runs.parent_id = tree.id)
+  SELECT id FROM runs WHERE parent_id = ? AND NOT detached
+  UNION SELECT runs.id FROM runs JOIN tree ON runs.parent_id = tree.id WHERE NOT runs.detached)
 SELECT id FROM tree
 
 -- ---------------------------------------------------------------- step queues
