@@ -248,7 +248,8 @@ class QueueBook(Protocol):
         ...
 
     def first_waiting(self, row: QueueRow, count: int) -> list[QueueEntry]:
-        """The first ``count`` waiting entries of runs not yet settled, by ``order_key``."""
+        """The first ``count`` waiting entries of runs not yet settled nor paused (a paused run
+        waits in no line), by ``order_key``."""
         ...
 
     def save_admitted(self, entry: QueueEntry, row: QueueRow, now: datetime) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import runlane
-from runlane import RunNotFoundError, RunStatus, Singleton
+from runlane import RunNotFoundError, RunStatus, Singleton, StepQueue
 
 from ..helpers import Calls, settle
 
@@ -201,3 +201,40 @@ async def test_pause_and_resume_say_false_when_they_do_not_apply(make_engine: An
     for control in (engine.pause, engine.resume):
         with pytest.raises(RunNotFoundError):
             await control("nobody")
+
+
+@runlane.step(name="pause.slot", queue="pause.one")
+async def slot(name: str) -> str:
+    calls.hit(name)
+    if name == "first":
+        await gates[0].wait()
+    return name
+
+
+@runlane.workflow(name="pause.queued")
+async def queued(ctx: runlane.Context, name: str) -> str:
+    return str(await ctx.step(slot, name))
+
+
+async def test_a_paused_run_waiting_for_a_step_queue_does_not_hold_up_the_line(
+    make_engine: Any,
+) -> None:
+    engine = await make_engine(queued, queues=[StepQueue("pause.one", concurrency=1)])
+    gates.append(asyncio.Event())
+    await engine.start(queued, "first", run_id="first")
+    turn = asyncio.create_task(engine.run_pending())  # its step holds the one slot
+    for _ in range(500):
+        if calls["first"]:
+            break
+        await asyncio.sleep(0.01)
+    await engine.start(queued, "second", run_id="second")
+    await engine.start(queued, "third", run_id="third")
+    await engine.run_pending()
+    assert [await status(engine, r) for r in ("second", "third")] == [RunStatus.BLOCKED] * 2
+    assert await engine.pause("second") is True
+    gates[0].set()
+    await turn
+    assert (await settle(engine, "third")).output == "third"  # not behind the paused one
+    assert calls["second"] == 0 and await status(engine, "second") == RunStatus.PAUSED
+    assert await engine.resume("second") is True
+    assert (await settle(engine, "second")).output == "second"

@@ -867,7 +867,12 @@ class _MemoryQueues:
 
     def first_waiting(self, row: QueueRow, count: int) -> list[QueueEntry]:
         name = row.settings.name
-        waiting = [e for e in self._live(name) if e.admitted_at is None]
+        runs = self._store._runs
+        waiting = [
+            e
+            for e in self._live(name)
+            if e.admitted_at is None and runs[e.run_id].status != RunStatus.PAUSED
+        ]
         waiting.sort(
             key=lambda e: order_key(row.settings, e, self._served.get((name, e.fairness_key)))
         )

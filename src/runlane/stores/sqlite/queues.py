@@ -93,7 +93,8 @@ class SqliteQueues:
         rows = self._conn.execute(
             f"SELECT e.* FROM queue_entries AS e {SQL['live_entries']}"
             " LEFT JOIN queue_keys AS k ON k.queue = e.queue AND k.fairness_key = e.fairness_key"
-            " WHERE e.queue = ? AND e.admitted_at IS NULL"
+            # A paused run waits in no line: the room is for the others.
+            " WHERE e.queue = ? AND e.admitted_at IS NULL AND r.status != 'paused'"
             f" ORDER BY e.priority DESC, {fairness}{arrival} LIMIT ?",
             (settings.name, count),
         )

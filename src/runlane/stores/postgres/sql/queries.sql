@@ -1322,7 +1322,7 @@ WITH q AS (
     JOIN runlane_runs AS r ON r.id = w.run_id
     LEFT JOIN runlane_queue_keys AS k ON k.queue = w.queue AND k.fairness_key = w.fairness_key
     WHERE w.queue = q.name AND w.admitted_at IS NULL
-      AND r.status IN {active}
+      AND r.status IN {active} AND r.status <> 'paused'  -- a paused run waits in no line
     ORDER BY {queue_order}
     LIMIT (SELECT free FROM room)
 ), decision AS (
@@ -1401,7 +1401,7 @@ WITH gone AS (
         LEFT JOIN runlane_queue_keys AS k
           ON k.queue = w.queue AND k.fairness_key = w.fairness_key
         WHERE w.queue = q.name AND w.admitted_at IS NULL AND w.id NOT IN (SELECT id FROM gone)
-          AND r.status IN {active}
+          AND r.status IN {active} AND r.status <> 'paused'
         ORDER BY {queue_order}
         LIMIT q.free
     ) AS n
