@@ -307,6 +307,15 @@ async def debounced(ctx: runlane.Context, input: Any) -> dict[str, Any]:
     return {"tokens": await _tokens(ctx, "a"), "seen": input}
 
 
+@runlane.workflow(name="c.desk")
+async def desk(ctx: runlane.Context, _: Any) -> dict[str, Any]:
+    """Answers one update: a step, then the reply (the step's token and the update's payload)."""
+    update = await ctx.wait_for_update("ask")
+    token = await _step(ctx, local, "a")
+    await ctx.reply(update, {"token": token, "payload": update.payload})
+    return {"tokens": {"a": token}, "asked": update.payload}
+
+
 @runlane.workflow(name="c.doomed")
 async def doomed(ctx: runlane.Context, _: Any) -> dict[str, Any]:
     tokens = await _tokens(ctx, "a")
@@ -328,6 +337,7 @@ WORKFLOWS = [
     replacing,
     quota,
     doomed,
+    desk,
     stepq,
     metered,
     limited,

@@ -52,6 +52,11 @@ INVARIANTS = {
     "deploy": "runs run by code that did not have them: a patched branch taken or skipped "
     "against the code that reached the patch, a release-2 workflow or version executed by "
     "release 1",
+    "paused": "steps a run started while it was paused (seen paused, its resume not asked yet)",
+    "fork": "forks that executed a step they reused, or whose reused records are not the "
+    "original's",
+    "update": "updates answered twice, a reply not the one stored, or a run of c.desk without "
+    "its one reply",
 }
 
 # Operations (checkpoints) per completed run, by workflow; c.chain's first runs continue after 1.
@@ -74,6 +79,7 @@ OPERATIONS = {
     "c.limited": 1,
     "c.throttled": 1,
     "c.debounced": 1,
+    "c.desk": 3,
 }
 
 
@@ -184,6 +190,9 @@ def check(evidence: Evidence) -> Findings:
     _throttles(evidence, findings)
     _debounces(evidence, findings)
     _deploys(evidence, findings)
+    _pauses(evidence, findings)
+    _forks(evidence, findings)
+    _updates(evidence, findings)
     for name, pid, code in evidence.died:
         findings.add("members_died", f"{name} (pid {pid}) exit code {code}")
     return findings
@@ -196,6 +205,7 @@ def started(record: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _existence(evidence: Evidence, findings: Findings) -> None:
     runs = evidence.runs
     expected = set(started(evidence.record))
+    expected |= {e["run"] for e in evidence.record if e["event"] == "forked"}
     for run in runs.values():
         continued = run.output.get("continued_as") if isinstance(run.output, dict) else None
         if continued:
@@ -306,7 +316,9 @@ def _deploys(evidence: Evidence, findings: Findings) -> None:
             findings.add("deploy", f"{e.run}: its patched step ran on release 1 (pid {e.pid})")
     for run in evidence.runs.values():
         opener = first.get(run.id)
-        if run.workflow == "c.plain" and opener is not None and run.is_terminal:
+        # A fork reuses its original's first step (and patch marker): the fork check's.
+        forked = run.forked_from is not None
+        if run.workflow == "c.plain" and opener is not None and run.is_terminal and not forked:
             marked = any(r.kind == "patch" for r in evidence.steps.get(run.id, []))
             if marked != (releases.get(opener.pid) == "2"):
                 shown = "patched" if marked else "not patched"
@@ -315,14 +327,93 @@ def _deploys(evidence: Evidence, findings: Findings) -> None:
             findings.add("deploy", f"{run.id} ({run.workflow}@{run.version}): ran on release 1")
 
 
+def _pauses(evidence: Evidence, findings: Findings) -> None:
+    """A run seen paused starts no step until its resume is asked (a step in flight when the
+    pause came finishes; a frozen process's late steps are the stale-start check's). A remote
+    step starts when its run dispatches it: a worker may take a task sent before the pause
+    later, so a remote execution is judged by its record's dispatch (``started_at``)."""
+    dispatched = {
+        (run_id, str(r.input[1])): r.started_at.timestamp()
+        for run_id, records in evidence.steps.items()
+        for r in records
+        if r.kind == "step" and isinstance(r.input, list) and r.started_at is not None
+    }
+    seen: dict[str, float] = {}
+    windows: list[tuple[str, float, float]] = []
+    for event in evidence.record:
+        if event["event"] == "seen-paused":
+            seen[event["run"]] = event["t"]
+        elif event["event"] in ("resume", "gave-up") and event["run"] in seen:
+            windows.append((event["run"], seen.pop(event["run"]), event["t"]))
+    windows.extend((run, t, float("inf")) for run, t in seen.items())
+    frozen = {id(e) for e in evidence.executions for f in evidence.freezes if f.spans(e)}
+    for run, begin, end in windows:
+        for e in evidence.executions:
+            remote = e.kind in ("remote", "remote_t")
+            began = dispatched.get((e.run, e.label), e.start) if remote else e.start
+            if e.run == run and begin < began < end and id(e) not in frozen:
+                findings.add(
+                    "paused",
+                    f"{run}: step {e.label} started {e.start - begin:.3f}s "
+                    f"after it was seen paused (pid {e.pid})",
+                )
+
+
+def _forks(evidence: Evidence, findings: Findings) -> None:
+    """A fork runs none of the steps it reused, and reuses the original's records as they are."""
+    for run in evidence.runs.values():
+        if run.forked_from is None:
+            continue
+        source, point = run.forked_from
+        original = {r.seq: r for r in evidence.steps.get(source, [])}
+        reused = [r for r in evidence.steps.get(run.id, []) if r.seq < point]
+        for record in reused:
+            was = original.get(record.seq)
+            if was is None or (was.kind, was.name, was.output) != (
+                record.kind,
+                record.name,
+                record.output,
+            ):
+                findings.add("fork", f"{run.id} seq {record.seq}: not the original's record")
+        labels = {str(r.input[1]) for r in reused if r.kind == "step" and isinstance(r.input, list)}
+        for e in evidence.executions:
+            if e.run == run.id and e.label in labels:
+                findings.add("fork", f"{run.id}: executed step {e.label}, reused from {source}")
+
+
+def _updates(evidence: Evidence, findings: Findings) -> None:
+    """Each update is answered at most once; a completed c.desk run has its one reply, made of
+    its step's token and its update's payload; what the producer was answered is that reply."""
+    answered = {e["run"]: e["reply"] for e in evidence.record if e["event"] == "answered"}
+    for run in evidence.runs.values():
+        if run.workflow != "c.desk":
+            continue
+        records = evidence.steps.get(run.id, [])
+        replies = [r for r in records if r.kind == "reply"]
+        per_update = Counter(str((r.input or {}).get("update")) for r in replies)
+        for update, n in per_update.items():
+            if n > 1:
+                findings.add("update", f"{run.id}: update {update} answered {n} times")
+        if run.status == RunStatus.COMPLETED:
+            step = next((r for r in records if r.kind == "step"), None)
+            want = {"token": step.output if step else None, "payload": run.output.get("asked")}
+            if [r.output for r in replies] != [want]:
+                findings.add("update", f"{run.id}: replies {[r.output for r in replies]}")
+        stored = next((r.output for r in replies if r.status == "completed"), None)
+        if run.id in answered and answered[run.id] != stored:
+            findings.add("update", f"{run.id}: answered {answered[run.id]}, stored {stored}")
+
+
 def _consumed(run: Run, records: list[StepRecord], evidence: Evidence, findings: Findings) -> None:
     """The results a completed run consumed are the ones its records hold, each from a real
     execution of that step; a signal run got the payload the producer sent."""
     tokens = run.output.get("tokens", {}) if isinstance(run.output, dict) else {}
     recorded = {r.input[1]: r.output for r in records if r.kind == "step"}
+    # The run a step executed for: its own, or for a record a fork reused, the original.
+    owner = {r.input[1]: r.input[0] for r in records if r.kind == "step"}
     executed = {(e.run, e.label, e.token) for e in evidence.executions}
     for label, token in tokens.items():
-        if recorded.get(label) != token or (run.id, label, token) not in executed:
+        if recorded.get(label) != token or (owner.get(label), label, token) not in executed:
             findings.add(
                 "result_twice",
                 f"{run.id} {label}: consumed {token}, recorded {recorded.get(label)}",

@@ -96,15 +96,18 @@ def _workload(evidence: Evidence) -> str:
             f"{done['completed']} | {done['failed']} | {done['cancelled']} | {other} |"
         )
     gave_up = sum(1 for e in evidence.record if e["event"] == "gave-up")
-    signals = sum(1 for e in evidence.record if e["event"] == "signalled")
+    said = Counter(e["event"] for e in evidence.record)
+    paused = sum(1 for e in evidence.record if e["event"] == "paused" and e["result"])
     return "\n".join(
         [
             "### Workload",
             "",
             *rows,
             "",
-            f"{signals} signals sent; {gave_up} producer calls given up after 90 s of outage. "
-            "`c.leaf` runs are the fans' children; `c.chain` counts continuations.",
+            f"{said['signalled']} signals sent; {paused} runs paused ({said['seen-paused']} seen"
+            f" paused before their resume), {said['resumed']} resumed; {said['forked']} forks;"
+            f" {said['answered']} updates answered; {gave_up} producer calls given up after 90 s"
+            " of outage. `c.leaf` runs are the fans' children; `c.chain` counts continuations.",
         ]
     )
 

@@ -1,9 +1,11 @@
 """The producer: a web process's engine (``drive=False, consumers="never"``) starting a mixed
-workload for the run's budget, signalling the runs that wait and cancelling some.
+workload for the run's budget, signalling the runs that wait, cancelling some, pausing and
+resuming some, forking some and sending updates to the runs that answer them.
 
 Its record (``producer.jsonl``, one JSON object a line) is what the checker holds the store to:
 every start it made and how it ended (acknowledged, or refused by a quota or a full singleton
-key: expected outcomes), every cancel it asked for, every signal it sent.
+key: expected outcomes), every cancel it asked for, every signal it sent, when each run it
+paused was seen paused and when its resume was asked, every fork it made and every reply it got.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from runlane import (
     ConcurrencyLimitError,
     Engine,
     RateLimitError,
+    RunStatus,
     SingletonQueueFullError,
     StoreUnavailableError,
+    UpdateRejectedError,
 )
 
 from .config import Config
@@ -45,6 +49,7 @@ MIX = {
     "c.limited": 1.5,
     "c.throttled": 1.0,
     "c.debounced": 1.5,
+    "c.desk": 1.0,
 }
 """Workflows started, by weight."""
 
@@ -64,6 +69,27 @@ SIGNALLED = ("c.signal", "c.rwf")
 """Workflows that wait for the signal ``go``: the producer sends each run one (unless it
 cancels the run), its payload ``{"n": <the run's number>}``."""
 START_GAP = (0.02, 0.12)
+
+# The share of runs of a workflow that the producer pauses, when (seconds after the start) and
+# for how long. Remote workflows are left out: a worker's turn cannot hear of a pause, so it
+# pauses at that turn's end, its local steps run meanwhile.
+PAUSES = {
+    "c.plain": 0.15,
+    "c.sleepy": 0.2,
+    "c.signal": 0.15,
+    "c.remote": 0.15,
+    "c.queue": 0.1,
+    "c.stepq": 0.15,
+    "c.metered": 0.1,
+}
+PAUSE_AFTER = (0.0, 1.0)
+PAUSED_FOR = (0.3, 2.0)
+FORKED = {"c.plain": 0.2}
+"""The share of ``c.plain`` runs the producer forks, from their second operation (their first,
+once recorded, is reused), a while after the start."""
+FORK_AFTER = (0.2, 3.0)
+UPDATE_AFTER = (0.0, 2.0)
+UPDATE_TIMEOUT = 120.0
 
 
 class Record:
@@ -147,12 +173,19 @@ class Producer:
         return True
 
     def follow_up(self, workflow: str, run_id: str, n: int) -> None:
-        action: Awaitable[None] | None = None
+        actions: list[Awaitable[None]] = []
         if self.rng.random() < CANCELS.get(workflow, 0.0):
-            action = self.cancel(run_id, self.rng.uniform(*CANCEL_AFTER))
+            actions.append(self.cancel(run_id, self.rng.uniform(*CANCEL_AFTER)))
         elif workflow in SIGNALLED:
-            action = self.signal(run_id, {"n": n}, self.rng.uniform(*SIGNAL_AFTER))
-        if action is not None:
+            actions.append(self.signal(run_id, {"n": n}, self.rng.uniform(*SIGNAL_AFTER)))
+        if self.rng.random() < PAUSES.get(workflow, 0.0):
+            after, held = self.rng.uniform(*PAUSE_AFTER), self.rng.uniform(*PAUSED_FOR)
+            actions.append(self.pause(run_id, after, held))
+        if self.rng.random() < FORKED.get(workflow, 0.0):
+            actions.append(self.fork(run_id, self.rng.uniform(*FORK_AFTER)))
+        if workflow == "c.desk":
+            actions.append(self.update(run_id, {"n": n}, self.rng.uniform(*UPDATE_AFTER)))
+        for action in actions:
             task = asyncio.ensure_future(action)
             self.followups.add(task)
             task.add_done_callback(self.followups.discard)
@@ -167,6 +200,53 @@ class Producer:
             self.record.write("gave-up", run=run_id, action="cancel", error=str(exc))
             return
         self.record.write("cancelled", run=run_id, result=cancelled)
+
+    async def pause(self, run_id: str, after: float, held: float) -> None:
+        """Pause the run, note when it is seen paused (a turn in flight ends first), and
+        resume it ``held`` seconds after the pause."""
+        await asyncio.sleep(after)
+        self.record.write("pause", run=run_id)
+        try:
+            paused = await through_outage(lambda: self.engine.pause(run_id))
+            self.record.write("paused", run=run_id, result=paused)
+            if not paused:
+                return
+            until = time.monotonic() + held
+            while time.monotonic() < until:
+                run = await through_outage(lambda: self.engine.get_run(run_id))
+                if run is not None and run.status == RunStatus.PAUSED:
+                    self.record.write("seen-paused", run=run_id)
+                    break
+                if run is None or run.is_terminal or run.status == RunStatus.CANCELLING:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(max(0.0, until - time.monotonic()))
+            # Asked before it is sent: from here on, the run may run again.
+            self.record.write("resume", run=run_id)
+            resumed = await through_outage(lambda: self.engine.resume(run_id))
+        except StoreUnavailableError as exc:
+            self.record.write("gave-up", run=run_id, action="pause", error=str(exc))
+            return
+        self.record.write("resumed", run=run_id, result=resumed)
+
+    async def fork(self, run_id: str, after: float) -> None:
+        await asyncio.sleep(after)
+        try:
+            fork = await through_outage(lambda: self.engine.fork(run_id, from_seq=2))
+        except StoreUnavailableError as exc:
+            self.record.write("gave-up", run=run_id, action="fork", error=str(exc))
+            return
+        self.record.write("forked", run=fork.id, source=run_id, workflow="c.plain")
+
+    async def update(self, run_id: str, payload: dict[str, Any], after: float) -> None:
+        await asyncio.sleep(after)
+        ask = lambda: self.engine.update(run_id, "ask", payload, timeout=UPDATE_TIMEOUT)  # noqa: E731
+        try:
+            reply = await through_outage(ask)
+        except (StoreUnavailableError, TimeoutError, UpdateRejectedError) as exc:
+            self.record.write("gave-up", run=run_id, action="update", error=repr(exc))
+            return
+        self.record.write("answered", run=run_id, payload=payload, reply=reply)
 
     async def signal(self, run_id: str, payload: dict[str, Any], after: float) -> None:
         await asyncio.sleep(after)

@@ -42,6 +42,7 @@ EMBEDDED = [
     "schedules",
     "deploys",
     "updates",
+    "operating_runs",
 ]
 ON_SERVICES = ["fleet", "remote_workers"]
 PYTEST_MODULES = ["test_workflows", "test_my_store", "test_my_transport"]

@@ -7,6 +7,7 @@ hands the checker evidence with one offence in it, and one case of what must not
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -393,3 +394,87 @@ def test_a_run_on_code_that_does_not_have_it_breaks_the_deploy_invariant() -> No
     ran = _evidence([fresh], {"f1": [_step("f1", 1, "a", "f1-a")]}, [_exec("f1", "a", 1.0)])
     ran.releases = {1: "1"}
     assert _counts(ran) == {"deploy": 1}
+
+
+def test_a_step_started_while_its_run_was_seen_paused_breaks_the_pause_invariant() -> None:
+    run, records, log = _plain("p1")  # executions start at 1.0, 2.0, 3.0
+    window = [
+        {"event": "seen-paused", "run": "p1", "t": 1.5},
+        {"event": "resume", "run": "p1", "t": 2.5},
+    ]
+    assert _counts(_evidence([run], {"p1": records}, log, window)) == {"paused": 1}
+    in_flight = [  # the step begun before it was seen paused finishes: no offence
+        {"event": "seen-paused", "run": "p1", "t": 1.05},
+        {"event": "resume", "run": "p1", "t": 1.9},
+    ]
+    assert _counts(_evidence([run], {"p1": records}, log, in_flight)) == {}
+
+
+def _fork(source: str, fork_id: str) -> tuple[Run, list[StepRecord]]:
+    """A completed fork of ``source`` from seq 2: step a reused, b and c its own."""
+    reused = _step(source, 1, "a", f"{source}-a")
+    own = [_step(fork_id, i + 2, label, f"{fork_id}-{label}") for i, label in enumerate("bc")]
+    records = [StepRecord(fork_id, 1, *_fields(reused)), *own]
+    tokens = {"a": f"{source}-a", **{label: f"{fork_id}-{label}" for label in "bc"}}
+    run = _run(fork_id, "c.plain", output={"tokens": tokens}, forked_from=(source, 2))
+    return run, records
+
+
+def _fields(record: StepRecord) -> tuple[Any, ...]:
+    return (record.name, record.kind, record.status, record.input, record.output)
+
+
+def test_a_fork_that_runs_a_step_it_reused_breaks_the_fork_invariant() -> None:
+    source, records, log = _plain("s1")
+    fork, fork_records = _fork("s1", "s1.fork.1")
+    own = [_exec("s1.fork.1", label, 5.0 + i) for i, label in enumerate("bc")]
+    record = [{"event": "forked", "run": "s1.fork.1", "source": "s1", "workflow": "c.plain"}]
+    evidence = _evidence([source, fork], {"s1": records, "s1.fork.1": fork_records},
+                         [*log, *own], record)  # fmt: skip
+    assert _counts(evidence) == {}
+    again = [*log, *own, _exec("s1.fork.1", "a", 9.0)]
+    evidence = _evidence([source, fork], {"s1": records, "s1.fork.1": fork_records}, again, record)
+    assert _counts(evidence) == {"fork": 1}
+    changed = [replace(fork_records[0], output="other"), *fork_records[1:]]
+    evidence = _evidence([source, fork], {"s1": records, "s1.fork.1": changed}, log + own, record)
+    assert check(evidence).offences["fork"] == ["s1.fork.1 seq 1: not the original's record"]
+
+
+def test_an_update_answered_twice_or_wrong_breaks_the_update_invariant() -> None:
+    token, asked = "d1-a", {"n": 1}
+    reply = {"token": token, "payload": asked}
+
+    def desk(*replies: Any) -> Evidence:
+        records = [
+            StepRecord("d1", 1, "ask", "update", "completed", None, {"id": "u1", "payload": asked}),
+            _step("d1", 2, "a", token),
+            *(
+                StepRecord("d1", 3 + i, "ask", "reply", "completed", {"update": "u1"}, r)
+                for i, r in enumerate(replies)
+            ),
+        ]
+        run = _run("d1", "c.desk", output={"tokens": {"a": token}, "asked": asked})
+        answered = [{"event": "answered", "run": "d1", "payload": asked, "reply": reply}]
+        return _evidence([run], {"d1": records}, [_exec("d1", "a", 1.0)], answered)
+
+    assert check(desk(reply)).offences["update"] == []
+    assert len(check(desk(reply, reply)).offences["update"]) == 2  # twice, and not its one reply
+    assert len(check(desk({"token": "x", "payload": asked})).offences["update"]) == 2
+
+
+def test_a_remote_step_dispatched_before_the_pause_may_start_while_paused() -> None:
+    token = "r1-r"
+    run = _run("r1", "c.remote", "cancelled")
+    window = [
+        {"event": "cancel", "run": "r1", "t": 30.0},
+        {"event": "seen-paused", "run": "r1", "t": 10.0},
+        {"event": "resume", "run": "r1", "t": 20.0},
+    ]
+    late = [_exec("r1", "r", 12.0, kind="remote", token=token)]  # a worker took it late
+
+    def sent(at: float) -> dict[str, list[StepRecord]]:
+        record = replace(_step("r1", 1, "r", token), started_at=datetime.fromtimestamp(at, UTC))
+        return {"r1": [record]}
+
+    assert _counts(_evidence([run], sent(9.0), late, window)) == {}
+    assert _counts(_evidence([run], sent(11.0), late, window)) == {"paused": 1}
