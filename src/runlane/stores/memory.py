@@ -15,6 +15,7 @@ from datetime import datetime
 
 from .. import admission, queues
 from ..activity import ActivityCount, latency_bucket, minute_of
+from ..attributes import AttributeValue, matches
 from ..errors import (
     LeaseLostError,
     RunCancelling,
@@ -53,6 +54,7 @@ from ..models import (
     awaiting_decision,
     cancel_result,
     claimed_run,
+    evolved,
     requeue_spec,
     requeued_run,
     serves_run,
@@ -334,6 +336,20 @@ class MemoryStore:
         self._runs[run_id] = replace(self._runs[run_id], updated_at=now)
         del run
         return started
+
+    async def set_attributes(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        attributes: Mapping[str, AttributeValue],
+        now: datetime,
+    ) -> None:
+        run = self._fenced(run_id, owner)
+        self._apply(run_id, writes, now)
+        self._runs[run_id] = evolved(
+            run, attributes={**run.attributes, **attributes}, updated_at=now
+        )
 
     async def suspend_run(
         self,
@@ -669,6 +685,7 @@ class MemoryStore:
         parent_id: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
         runs = [
             r
@@ -677,6 +694,7 @@ class MemoryStore:
             and (status is None or r.status == status)
             and (tag is None or tag in r.tags)
             and (parent_id is None or r.parent_id == parent_id)
+            and (attributes is None or matches(r.attributes, attributes))
         ]
         runs.sort(key=lambda r: (r.created_at, r.id), reverse=True)
         return runs[offset : offset + limit]

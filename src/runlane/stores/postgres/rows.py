@@ -128,6 +128,7 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "lease_owner": lease.owner if lease else None,
             "lease_until": _iso(lease.until) if lease else None,
             "wait_first": s.singleton.retry if s.singleton and not s.singleton.replace else None,
+            "attributes": dumps(s.attributes) if s.attributes else None,
         }
         for s in specs
     ]
@@ -331,6 +332,7 @@ QUERY_FILTERS = {
     "workflow": "workflow = %(workflow)s",
     "status": "status = %(status)s",
     "tag": "tags @> ARRAY[%(tag)s]::text[]",
+    "attributes": "attributes @> %(attributes)s::jsonb",
     "parent_id": "parent_id = %(parent_id)s",
     "created_from": "created_at >= %(created_from)s",
     "created_until": "created_at < %(created_until)s",
@@ -347,6 +349,8 @@ def query_params(query: RunQuery, *, cursor: bool) -> Row:
     }
     if query.status is not None:
         given["status"] = str(query.status)
+    if query.attributes:
+        given["attributes"] = dumps(query.attributes)
     if cursor and query.after is not None:
         given.update(after_at=query.after.created_at, after_id=query.after.id)
     return given

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from ... import admission, queues
+from ...attributes import AttributeValue
 from ...errors import (
     LeaseLostError,
     RunCancelling,
@@ -45,6 +46,7 @@ from ...models import (
     awaiting_decision,
     cancel_result,
     claimed_run,
+    evolved,
     requeue_spec,
     requeued_run,
     serves_run,
@@ -424,6 +426,20 @@ def checkpoint(conn: Conn, run_id: str, owner: str, writes: Writes, now: datetim
     return _apply(conn, run_id, writes, now)
 
 
+def set_attributes(
+    conn: Conn,
+    run_id: str,
+    owner: str,
+    writes: Writes,
+    attributes: Mapping[str, AttributeValue],
+    now: datetime,
+) -> None:
+    run = _fenced(conn, run_id, owner)
+    _apply(conn, run_id, writes, now)
+    merged = evolved(run, attributes={**run.attributes, **attributes}, updated_at=now)
+    _save_run(conn, merged, run)
+
+
 def suspend_run(
     conn: Conn,
     run_id: str,
@@ -648,6 +664,7 @@ __all__ = [
     "remove_engine",
     "renew_leases",
     "requeue_run",
+    "set_attributes",
     "settle_run",
     "suspend_run",
 ]

@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs
 
 from ...activity import ActivityCount
+from ...attributes import AttributeValue
 from ...concurrency import run_in_thread
 from ...errors import RunlaneError
 from ...faults import is_infrastructure, unavailable
@@ -359,6 +360,18 @@ class SqliteStore:
     ) -> list[Started]:
         return await self._job(True, _few(writes), ops.checkpoint, run_id, owner, writes, now)
 
+    async def set_attributes(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        attributes: Mapping[str, AttributeValue],
+        now: datetime,
+    ) -> None:
+        await self._job(
+            True, _few(writes), ops.set_attributes, run_id, owner, writes, attributes, now
+        )
+
     async def suspend_run(
         self,
         run_id: str,
@@ -463,6 +476,7 @@ class SqliteStore:
         parent_id: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
         return await self._read(
             reads.list_runs,
@@ -472,6 +486,7 @@ class SqliteStore:
             parent_id=parent_id,
             limit=limit,
             offset=offset,
+            attributes=attributes,
         )
 
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:

@@ -26,6 +26,15 @@
 -- run waits for a slot.
 (begin_at IS NULL OR begin_at <= ?)
 
+-- name: has_attribute
+-- (A fragment; two parameters: the key, the value as JSON text.) A run whose attribute ``key``
+-- equals the value, read from run_attributes' (key, value) index. The value is converted by
+-- the same json_each and CASE as the triggers of migration 0015 convert the stored ones.
+id IN (SELECT run_id FROM run_attributes
+       WHERE key = ? AND value = (SELECT CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00'
+                                                  ELSE atom END
+                                  FROM json_each(?)))
+
 -- ---------------------------------------------------------------- reads
 
 -- name: get_run
