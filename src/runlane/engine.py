@@ -14,13 +14,14 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from . import admission
+from .attributes import AttributeValue, check_attributes
 from .clock import Clock, SystemClock
 from .definitions import Concurrency, WorkflowDefinition, as_seconds, check_tags, check_version
 from .errors import (
@@ -245,16 +246,21 @@ class Engine:
         tags: Iterable[str] = (),
         if_exists: Literal["return", "fail"] = "return",
         version: str | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> Run:
         """Durably enqueue a pending run (idempotent by ``run_id``) and return it.
 
         The run is of the latest version of ``workflow`` this engine registered, or of
-        ``version``; it keeps that version for life."""
+        ``version``; it keeps that version for life. ``attributes`` (names to ``str``, ``int``,
+        ``float`` or ``bool``) index it for ``list_runs(attributes=...)``; anything else raises
+        ``SerializationError`` before anything is written. A start that finds its run id
+        existing returns that run as it is, attributes included."""
         if if_exists not in ("return", "fail"):
             raise ValueError("if_exists must be 'return' or 'fail'")
         wanted = None if version is None else check_version(version)
         definition = self.registry.workflow(workflow, wanted)
         value = normalise(input, f"input of workflow {definition.name!r}")
+        indexed = check_attributes(attributes or {})
         await self._ready()
         spec = await self._execution.specs.build(
             definition,
@@ -264,6 +270,7 @@ class Engine:
             priority=priority,
             tags=check_tags(tags),
             debounce=True,
+            attributes=indexed,
         )
         started, retried = await self._create(spec)
         self._execution.count_starts(definition.name, [started])
@@ -403,7 +410,12 @@ class Engine:
         tag: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
+        """Runs matching every filter given, newest first. ``attributes``: the runs whose
+        attributes hold every entry, equal in value and type (``1`` matches ``1.0``, never
+        ``"1"`` nor ``True``); an index answers it on every store."""
+        wanted_attributes = check_attributes(attributes, "attribute filter") if attributes else None
         await self._ready()
         name = (
             None
@@ -415,7 +427,12 @@ class Engine:
         wanted = RunStatus(status) if status is not None else None
         return await self._api(
             lambda: self.store.list_runs(
-                workflow=name, status=wanted, tag=tag, limit=limit, offset=offset
+                workflow=name,
+                status=wanted,
+                tag=tag,
+                limit=limit,
+                offset=offset,
+                attributes=wanted_attributes,
             ),
             retry=True,
         )
