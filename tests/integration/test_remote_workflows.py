@@ -165,7 +165,30 @@ async def patching(ctx: runlane.Context, x: int) -> int:
     return x
 
 
-WORKFLOWS = [tour, child, fan, patient, fails, counter, heavy, where, marks, queued, patching]
+@runlane.workflow(name="attributed", group="wf")
+async def attributed(ctx: runlane.Context, customer: str) -> int:
+    ctx.set_attributes({"customer": customer, "stage": "doubling"})
+    x = int(await ctx.step(double, 2))  # the worker's decision carries the record
+    await ctx.set_attributes({"stage": "sleeping", "x": x})
+    await ctx.sleep(0.01)
+    ctx.set_attributes({"stage": "done"})
+    return x
+
+
+WORKFLOWS = [
+    tour,
+    child,
+    fan,
+    patient,
+    fails,
+    counter,
+    heavy,
+    where,
+    marks,
+    queued,
+    patching,
+    attributed,
+]
 NAMES = (
     "tour",
     "child-wf",
@@ -178,6 +201,7 @@ NAMES = (
     "marks",
     "queued",
     "patching",
+    "attributed",
 )
 LOCAL_STEPS = [inc, slow, where_async, where_sync, mark]
 DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
@@ -284,6 +308,26 @@ async def test_a_remote_workflow_records_its_patch_markers_through_its_decisions
     assert done.status == RunStatus.COMPLETED and done.output == 8, done.error
     kinds = [(s.kind, s.name) for s in await engine.list_steps("p1")]
     assert kinds == [("patch", "double-it"), ("step", "math.double"), ("sleep", "sleep")]
+
+
+async def test_a_remote_workflow_sets_its_attributes_through_its_decisions(
+    store: Store,
+) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("attributed", "acme", run_id="a1", attributes={"source": "api"})
+        done = await engine.wait_for_run("a1", timeout=15)
+        found = await engine.list_runs(attributes={"customer": "acme", "stage": "done", "x": 4})
+    assert done.status == RunStatus.COMPLETED and done.output == 4, done.error
+    assert done.attributes == {"source": "api", "customer": "acme", "stage": "done", "x": 4}
+    assert [run.id for run in found] == ["a1"]
+    records = [(s.kind, s.output) for s in await engine.list_steps("a1")]
+    assert records == [
+        ("attributes", {"customer": "acme", "stage": "doubling"}),
+        ("step", 4),
+        ("attributes", {"stage": "sleeping", "x": 4}),
+        ("sleep", None),
+        ("attributes", {"stage": "done"}),
+    ]
 
 
 async def test_a_fan_of_remote_steps_across_turns_is_dispatched_exactly_once(
