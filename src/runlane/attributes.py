@@ -103,6 +103,20 @@ def parse_value(text: str) -> AttributeValue:
     return text
 
 
+def filter_text(value: AttributeValue) -> str:
+    """How a filter writes ``value`` (the inverse of :func:`parse_value`): a string that would
+    read as a number or a boolean, or as a JSON string, in JSON quotes; the rest as it is."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if not isinstance(value, str):
+        return json.dumps(value)
+    try:
+        plain = parse_value(value) == value
+    except SerializationError:  # a number too big: the string it is, quoted
+        plain = False
+    return value if plain else json.dumps(value, ensure_ascii=False)
+
+
 def _not_a_number(name: str) -> Any:
     raise ValueError(name)  # NaN and Infinity are strings here, as JSON has no such numbers
 
@@ -117,6 +131,7 @@ __all__ = [
     "INT_RANGE",
     "AttributeValue",
     "check_attributes",
+    "filter_text",
     "matches",
     "parse_filters",
     "parse_value",

@@ -24,6 +24,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from .attributes import AttributeValue, parse_filters
 from .cli_tables import (
     attempt_lines,
     engines_table,
@@ -44,6 +45,7 @@ from .errors import (
     RunExistsError,
     RunlaneError,
     RunNotFoundError,
+    SerializationError,
 )
 from .extras import needs_extra
 from .history import ReplayReport, history_doc, replay_stored
@@ -352,6 +354,26 @@ def json_argument(text: str | None, name: str) -> Any:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from exc
 
 
+ATTR_HELP = (
+    "An attribute, NAME=VALUE; repeat for several (every one must match). VALUE is a JSON"
+    ' number, true or false when it reads as one, the text of a JSON string ("42"), else the'
+    " text as it is."
+)
+
+
+def attribute_options(pairs: tuple[str, ...], option: str) -> dict[str, AttributeValue]:
+    """``--attr NAME=VALUE`` options as attributes (``attributes.parse_filters``); a pair
+    without ``=`` or a bad one is a usage error."""
+    split = [pair.partition("=") for pair in pairs]
+    for pair, (_, equals, _) in zip(pairs, split, strict=True):
+        if not equals:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
+    try:
+        return parse_filters((name, value) for name, _, value in split)
+    except SerializationError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from exc
+
+
 def say(as_json: bool, body: dict[str, Any], text: str) -> None:
     """A command's result: ``body`` as JSON with --json, else ``text``."""
     click.echo(json.dumps(body, indent=2) if as_json else text)
@@ -362,6 +384,7 @@ def say(as_json: bool, body: dict[str, Any], text: str) -> None:
 @click.option("--workflow", default=None)
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
 @click.option("--tag", default=None)
+@click.option("--attr", "attributes", multiple=True, metavar="NAME=VALUE", help=ATTR_HELP)
 @click.option("--limit", default=50, show_default=True, type=int)
 @click.option("--offset", default=0, type=int)
 @click.option("--follow", is_flag=True, help="Keep watching: print runs as they change.")
@@ -373,6 +396,7 @@ def runs_list(
     workflow: str | None,
     status: str | None,
     tag: str | None,
+    attributes: tuple[str, ...],
     limit: int,
     offset: int,
     as_json: bool,
@@ -381,15 +405,23 @@ def runs_list(
     polls: int | None,
 ) -> None:
     """List runs, newest first; with --follow, then every change (Ctrl-C stops)."""
+    wanted = attribute_options(attributes, "--attr")
     if follow:
-        query = RunQuery(workflow, RunStatus(status) if status else None, tag)
+        query = RunQuery(
+            workflow, RunStatus(status) if status else None, tag, attributes=wanted or None
+        )
         with_engine(db, app, lambda e: follow_runs(e, query, limit, interval, polls, as_json))
         return
     found = with_engine(
         db,
         app,
         lambda e: e.list_runs(
-            workflow=workflow, status=status, tag=tag, limit=limit, offset=offset
+            workflow=workflow,
+            status=status,
+            tag=tag,
+            limit=limit,
+            offset=offset,
+            attributes=wanted,
         ),
     )
     if as_json:
@@ -430,6 +462,13 @@ def runs_show(db: str | None, app: str | None, run_id: str, as_json: bool) -> No
 @click.argument("input", required=False)
 @click.option("--run-id", default=None, help="The run's id (default: a new one); idempotent.")
 @click.option("--tag", "tags", multiple=True, help="A tag for the run; repeat for several.")
+@click.option(
+    "--attr",
+    "attributes",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An attribute of the run (VALUE read as --attr of runs list); repeat for several.",
+)
 @click.option("--priority", default=0, show_default=True, type=int)
 def runs_start(
     db: str | None,
@@ -439,6 +478,7 @@ def runs_start(
     input: str | None,
     run_id: str | None,
     tags: tuple[str, ...],
+    attributes: tuple[str, ...],
     priority: int,
 ) -> None:
     """Start a run of WORKFLOW with an optional JSON INPUT; a RUN_ID that exists returns its run.
@@ -446,6 +486,7 @@ def runs_start(
     Needs --app: the workflow's definition (its gates) must be known.
     """
     value = json_argument(input, "INPUT")
+    given = attribute_options(attributes, "--attr")
     if app is None:
         raise click.UsageError(
             "start needs --app module:attribute: the workflow's definition must be known"
@@ -455,7 +496,13 @@ def runs_start(
         # "fail" always: the refusal is how an existing run is told from a new one.
         try:
             run = await engine.start(
-                workflow, value, run_id, priority=priority, tags=tags, if_exists="fail"
+                workflow,
+                value,
+                run_id,
+                priority=priority,
+                tags=tags,
+                if_exists="fail",
+                attributes=given,
             )
         except RunExistsError as exists:
             found = await engine.get_run(exists.run_id)

@@ -11,7 +11,7 @@ import pytest
 import runlane
 from runlane import Engine, Run, RunStatus, SerializationError
 from tests.helpers import Calls, settle
-from tests.outages import FlakyStore
+from tests.outages import FlakyStore, When
 
 calls = Calls()
 
@@ -251,7 +251,7 @@ async def test_a_continuation_keeps_the_attributes_of_the_run_it_continues(
 
 @runlane.workflow(name="attributes.bad")
 async def bad(ctx: runlane.Context, _: Any) -> str:
-    ctx.set_attributes({"when": ctx.now()})  # type: ignore[dict-item]  # a datetime is none
+    ctx.set_attributes({"when": ctx.now()})  # type: ignore[dict-item]  # not an attribute
     return "unreachable"
 
 
@@ -291,13 +291,13 @@ async def test_a_cancelled_run_writes_no_attribute_its_body_sets_after(make_engi
 
 @pytest.mark.parametrize(("when", "writes"), [("before", 2), ("after", 1)])
 async def test_an_outage_on_the_attributes_write_is_given_back_and_replayed(
-    make_engine: Any, when: str, writes: int
+    make_engine: Any, when: When, writes: int
 ) -> None:
     # The turn gives the run back without the record: when the write did not go through, the
     # next turn sets the attributes again; when it did ("after": the caller could not know),
     # the next turn finds the record and writes them no more. Never half of the write.
     engine, store = await _through(make_engine, stages)
-    store.fail("set_attributes", when=when)  # type: ignore[arg-type]
+    store.fail("set_attributes", when=when)
     await engine.start(stages, {"customer": "acme", "amount": 1}, "a")
     await engine.tick()  # gives the run back, due at once
     written = {"customer": "acme", "stage": "received"} if when == "after" else {}

@@ -11,6 +11,7 @@ from runlane import SerializationError
 from runlane.attributes import (
     AttributeValue,
     check_attributes,
+    filter_text,
     matches,
     parse_filters,
     parse_value,
@@ -91,6 +92,15 @@ def test_filters_are_read_from_name_and_text_pairs() -> None:
     assert parse_filters([("customer", "acme"), ("tier", "2")]) == {"customer": "acme", "tier": 2}
     with pytest.raises(SerializationError, match="non-empty"):
         parse_filters([("", "acme")])
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["acme", "Acme Corp", "2", "true", "null", '"quoted"', "[1]", "1e400", "", "é", 2, -1.5, True],
+)
+def test_a_value_written_as_a_filter_reads_back_as_itself(value: AttributeValue) -> None:
+    read = parse_value(filter_text(value))
+    assert read == value and type(read) is type(value)
 
 
 def _decision(record: dict[str, Any]) -> dict[str, Any]:

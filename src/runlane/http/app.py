@@ -140,6 +140,7 @@ class Api:
                 tags=wanted.tags,
                 if_exists="fail",
                 version=wanted.version,
+                attributes=wanted.attributes,
             )
         except RunExistsError:
             if wanted.if_exists == "fail":

@@ -91,6 +91,20 @@ _FILTERS = [
     _query("created_until", _TIME, "only runs created before this time"),
 ]
 
+# Parameters named ``attr.<name>``: OpenAPI names each parameter, so the operations say it.
+_ATTRIBUTE_FILTERS = (
+    "Filter by run attributes with one `attr.<name>=<value>` parameter per attribute"
+    " (`?attr.customer=acme&attr.tier=2`): the runs whose attributes hold every one, equal in"
+    " value and type. A value that reads as a JSON number, `true` or `false` is that value; a"
+    ' JSON string (`"42"`, quotes included) is its text; anything else is the text as it is.'
+    " A value no attribute can hold (a number beyond a 64-bit integer, a NUL) is a 422."
+)
+_ATTRIBUTES = {
+    "type": "object",
+    "description": "names to strings, numbers or booleans: what attr.<name> filters match",
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+}
+
 _SCHEMAS: JSONObject = {
     "LaneSeries": _object(
         ["name", "kind", "key", "limit", "points"],
@@ -120,7 +134,16 @@ _SCHEMAS: JSONObject = {
         "allOf": [
             _ref("RunSummary"),
             _object(
-                ["input", "output", "error", "wake_at", "parent_id", "namespace", "priority"],
+                [
+                    "input",
+                    "output",
+                    "error",
+                    "wake_at",
+                    "parent_id",
+                    "namespace",
+                    "priority",
+                    "attributes",
+                ],
                 input=_ANY,
                 output=_ANY,
                 error={"type": ["object", "null"]},
@@ -128,6 +151,7 @@ _SCHEMAS: JSONObject = {
                 parent_id={"type": ["string", "null"]},
                 namespace={"type": ["string", "null"]},
                 priority={"type": "integer"},
+                attributes=_ATTRIBUTES,
             ),
         ]
     },
@@ -164,6 +188,11 @@ _SCHEMAS: JSONObject = {
                 "type": "string",
                 "minLength": 1,
                 "description": "the workflow's version (default: the latest registered)",
+            },
+            attributes={
+                **_ATTRIBUTES,
+                "description": "what indexes the run: names (non-empty) to strings, integers"
+                " (64-bit), numbers or booleans",
             },
         ),
         "additionalProperties": False,
@@ -354,6 +383,7 @@ def _operations() -> JSONObject:
         "/runs": {
             "get": {
                 "summary": "runs, newest first, a page at a time",
+                "description": _ATTRIBUTE_FILTERS,
                 "parameters": [
                     _query("id", {"type": "string"}, "only the run of this id (if it matches)"),
                     *_FILTERS,
@@ -402,6 +432,7 @@ def _operations() -> JSONObject:
         "/stats/runs": {
             "get": {
                 "summary": "how many runs match the filters, by status",
+                "description": _ATTRIBUTE_FILTERS,
                 "parameters": _FILTERS,
                 "responses": _responses(
                     {

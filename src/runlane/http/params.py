@@ -5,12 +5,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from starlette.requests import Request
 
+from ..attributes import AttributeValue, check_attributes, parse_filters
+from ..errors import SerializationError
 from ..models import RunCursor, RunQuery, RunStatus
 from .errors import HTTPError, invalid
 
@@ -66,7 +68,8 @@ def _time(request: Request, name: str) -> datetime | None:
 
 def run_query(request: Request, *, cursor: bool = True) -> RunQuery:
     """The runs a request asks for: ``workflow``, ``status``, ``tag``, ``created_from``,
-    ``created_until`` and, with ``cursor``, where the page starts (``cursor``)."""
+    ``created_until``, attributes (``attr.<name>=<value>``, any number of them) and, with
+    ``cursor``, where the page starts (``cursor``)."""
     params = request.query_params
     return RunQuery(
         workflow=params.get("workflow") or None,
@@ -75,7 +78,27 @@ def run_query(request: Request, *, cursor: bool = True) -> RunQuery:
         created_from=_time(request, "created_from"),
         created_until=_time(request, "created_until"),
         after=decode_cursor(params.get("cursor")) if cursor else None,
+        attributes=attribute_filter(request) or None,
     )
+
+
+ATTRIBUTE_PREFIX = "attr."
+
+
+def attribute_filter(request: Request) -> dict[str, AttributeValue]:
+    """The ``attr.<name>=<value>`` parameters as an attributes filter: a value that reads as a
+    JSON number, ``true`` or ``false`` is that value, a JSON string its text, anything else
+    the text as it is (``attributes.parse_value``). A bad one is a 422 naming its parameter."""
+    wanted: dict[str, AttributeValue] = {}
+    for name, text in request.query_params.multi_items():
+        if not name.startswith(ATTRIBUTE_PREFIX):
+            continue
+        try:
+            [(key, value)] = parse_filters([(name.removeprefix(ATTRIBUTE_PREFIX), text)]).items()
+        except SerializationError as exc:
+            raise invalid(str(exc), field=name) from None
+        wanted[key] = value
+    return wanted
 
 
 def encode_cursor(cursor: RunCursor) -> str:
@@ -109,6 +132,7 @@ class StartRequest:
     priority: int = 0
     if_exists: Literal["return", "fail"] = "return"
     version: str | None = None
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, body: Any) -> StartRequest:
@@ -128,7 +152,17 @@ class StartRequest:
             priority=_priority(body.get("priority", 0)),
             if_exists=_if_exists(body.get("if_exists", "return")),
             version=_version(body.get("version")),
+            attributes=_attributes(body.get("attributes")),
         )
+
+
+def _attributes(value: Any) -> dict[str, AttributeValue]:
+    if value is None:
+        return {}
+    try:
+        return check_attributes(value, '"attributes"')
+    except SerializationError as exc:
+        raise invalid(str(exc), field="attributes") from None
 
 
 def _version(value: Any) -> str | None:
@@ -169,6 +203,7 @@ __all__ = [
     "DEFAULT_PAGE",
     "MAX_PAGE",
     "StartRequest",
+    "attribute_filter",
     "decode_cursor",
     "encode_cursor",
     "query_int",
