@@ -666,6 +666,19 @@ async def test_a_checkpoints_touch_of_its_run_is_a_heap_only_update(scratch_url:
         assert await cur.fetchone() == (0,)
 
 
+async def test_the_attributes_index_holds_only_runs_with_attributes_and_no_pending_list(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    # A start without attributes writes it nothing; one with attributes writes its entries at
+    # once (no fastupdate list for every search to read through until a vacuum).
+    with psycopg.connect(pg_url) as conn:
+        [(definition,)] = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'runlane_runs_attributes'"
+        ).fetchall()
+    assert "USING gin (attributes jsonb_path_ops)" in definition
+    assert "WITH (fastupdate=off)" in definition and "WHERE (attributes IS NOT NULL)" in definition
+
+
 async def test_retention_prunes_runs_an_engine_before_version_16_settled_by_updated_at(
     pg_store: PostgresStore, pg_url: str
 ) -> None:

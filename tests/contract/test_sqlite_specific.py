@@ -128,7 +128,7 @@ async def test_a_filter_on_attributes_searches_their_index_whatever_the_runs_ord
 
 
 async def test_the_attribute_index_follows_every_write_of_the_runs(tmp_path: Path) -> None:
-    # Triggers keep run_attributes in step: a start, a merge, a prune, whoever writes them.
+    # run_attributes follows the column: a start, a merge (a name set again replaced), a prune.
     store = SqliteStore(tmp_path / "x.db")
     await store.open()
     try:

@@ -107,8 +107,18 @@ _INSERT_NEW_RUN = f"{_INSERT_RUN} ON CONFLICT (id) DO NOTHING"
 
 
 def _insert_run(conn: Conn, run: Run, statement: str = _INSERT_RUN) -> int:
-    """Insert ``run``; how many rows were written."""
-    return conn.execute(statement, run_values(run)).rowcount
+    """Insert ``run`` (and index its attributes); how many rows were written."""
+    written = conn.execute(statement, run_values(run)).rowcount
+    if written:
+        index_attributes(conn, run.id, run.attributes)
+    return written
+
+
+def index_attributes(conn: Conn, run_id: str, attributes: Mapping[str, AttributeValue]) -> None:
+    """Write a run's ``attributes`` into run_attributes (the listings' index), each name
+    taking its new value; nothing for none."""
+    if attributes:
+        conn.execute(SQL["index_attributes"], (run_id, dumps(attributes)))
 
 
 _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
@@ -438,6 +448,7 @@ def set_attributes(
     _apply(conn, run_id, writes, now)
     merged = evolved(run, attributes={**run.attributes, **attributes}, updated_at=now)
     _save_run(conn, merged, run)
+    index_attributes(conn, run_id, attributes)
 
 
 def suspend_run(
@@ -657,6 +668,7 @@ __all__ = [
     "create_runs",
     "deliver_signal",
     "hand_off_due_runs",
+    "index_attributes",
     "prune_engines",
     "publish_event",
     "record_heartbeat",

@@ -60,7 +60,7 @@ def _statuses(statuses: Any) -> str | None:
 
 
 def _attributes(attributes: Any) -> str | None:
-    """A run's attributes, NULL while it has none (the index triggers skip those)."""
+    """A run's attributes, NULL while it has none."""
     return dumps(attributes) if attributes else None
 
 
