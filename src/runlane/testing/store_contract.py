@@ -25,6 +25,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -2045,9 +2046,12 @@ async def test_set_attributes_merges_with_its_records_in_one_fenced_write(store:
     # The listings read the new values at once, and no longer the old ones.
     assert [r.id for r in await store.list_runs(attributes={"stage": "paid", "n": 1})] == ["a"]
     assert await store.list_runs(attributes={"stage": "new"}) == []
-    await store.set_attributes("a", "owner-1", Writes(), {"n": 2.5}, at(2))
+    # Any mapping will do, here and in a filter.
+    await store.set_attributes("a", "owner-1", Writes(), MappingProxyType({"n": 2.5}), at(2))
     assert (await run_of(store, "a")).attributes == {"customer": "acme", "stage": "paid", "n": 2.5}
-    assert await store.count_runs(RunQuery(attributes={"n": 2.5})) == {RunStatus.RUNNING: 1}
+    only_n = RunQuery(attributes=MappingProxyType({"n": 2.5}))
+    assert await store.count_runs(only_n) == {RunStatus.RUNNING: 1}
+    assert [r.id for r in await store.list_runs(attributes=MappingProxyType({"n": 2.5}))] == ["a"]
     await store.suspend_run("a", "owner-1", Writes(), None, at(3))
     assert (await run_of(store, "a")).attributes["n"] == 2.5  # a suspension keeps them
 

@@ -128,7 +128,7 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "lease_owner": lease.owner if lease else None,
             "lease_until": _iso(lease.until) if lease else None,
             "wait_first": s.singleton.retry if s.singleton and not s.singleton.replace else None,
-            "attributes": dumps(s.attributes) if s.attributes else None,
+            "attributes": dumps(dict(s.attributes)) if s.attributes else None,
         }
         for s in specs
     ]
@@ -350,7 +350,7 @@ def query_params(query: RunQuery, *, cursor: bool) -> Row:
     if query.status is not None:
         given["status"] = str(query.status)
     if query.attributes:
-        given["attributes"] = dumps(query.attributes)
+        given["attributes"] = dumps(dict(query.attributes))
     if cursor and query.after is not None:
         given.update(after_at=query.after.created_at, after_id=query.after.id)
     return given

@@ -532,7 +532,7 @@ class PostgresStore:
     ) -> None:
         params = {
             **fenced_params(run_id, owner, writes),
-            "attributes": dumps(attributes),
+            "attributes": dumps(dict(attributes)),
         }
         _check_fence(
             _first(await self._db.rows("set_attributes", **params, now=now)), run_id, owner
@@ -951,7 +951,7 @@ class PostgresStore:
             k: (str(v) if k == "status" else v) for k, v in filters.items() if v is not None
         }
         if attributes:
-            given["attributes"] = dumps(attributes)
+            given["attributes"] = dumps(dict(attributes))
         rows = await self._filtered(_listing("list_runs", given), given, limit=limit, offset=offset)
         return [run_from_row(row) for row in rows]
 

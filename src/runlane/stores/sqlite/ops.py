@@ -118,7 +118,7 @@ def index_attributes(conn: Conn, run_id: str, attributes: Mapping[str, Attribute
     """Write a run's ``attributes`` into run_attributes (the listings' index), each name
     taking its new value; nothing for none."""
     if attributes:
-        conn.execute(SQL["index_attributes"], (run_id, dumps(attributes)))
+        conn.execute(SQL["index_attributes"], (run_id, dumps(dict(attributes))))
 
 
 _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
