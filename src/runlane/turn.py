@@ -439,9 +439,7 @@ class Turn:
         if self.unreleased:
             await self.release()  # the staged records go with the slots (no children here)
         async with self._lock:
-            attributes = self._attributes_call()
-            if attributes is not None:
-                await self._fenced(*attributes)
+            await self._flush_attributes()
             if not self.staged and not self.consumed and not children:
                 return []
             writes = self._take_writes(children)
@@ -467,6 +465,13 @@ class Turn:
         call = self.host.store.set_attributes(self.run.id, self.owner, writes, merged, self.now())
         return writes, call
 
+    async def _flush_attributes(self) -> None:
+        """Write the attributes the body set since the last write, if any (the caller holds
+        the turn's lock): a cancellation or a lost lease ends the turn, as ``flush``'s do."""
+        attributes = self._attributes_call()
+        if attributes is not None:
+            await self._fenced(*attributes)
+
     async def _fenced(self, writes: Writes, call: Awaitable[T], freed: Sequence[int] = ()) -> T:
         """A fenced write of this turn: a cancellation or a lost lease ends the turn."""
         try:
@@ -484,9 +489,7 @@ class Turn:
         assert op.definition.queue is not None
         request = QueueRequest(op.definition.queue, op.seq, op.priority, op.fairness_key)
         async with self._lock:
-            attributes = self._attributes_call()
-            if attributes is not None:
-                await self._fenced(*attributes)
+            await self._flush_attributes()
             writes, release = self._take_writes(), self._take_unreleased()
             ask = self.host.store.admit_step(
                 self.run.id,

@@ -214,6 +214,25 @@ async def test_an_awaited_set_is_written_before_the_call_returns(make_engine: An
     assert [s.kind for s in await engine.list_steps("a")] == ["attributes", "now", "step"]
 
 
+@runlane.workflow(name="attributes.queued")
+async def queued(ctx: runlane.Context, customer: str) -> str:
+    ctx.set_attributes({"customer": customer})  # goes with the queue's admission write
+    await ctx.step(look, customer, queue="attributes-q")
+    return "done"
+
+
+async def test_attributes_set_before_a_queued_step_are_written_before_it_starts(
+    make_engine: Any,
+) -> None:
+    slots = runlane.StepQueue("attributes-q", concurrency=1)
+    engine = await make_engine(queued, steps=[look], queues=[slots])
+    looking_engine[:] = [engine]
+    found_while_running.clear()
+    await engine.start(queued, "acme", "a")
+    assert (await settle(engine, "a")).status == RunStatus.COMPLETED
+    assert found_while_running == [["a"]]
+
+
 @runlane.workflow(name="attributes.last")
 async def last(ctx: runlane.Context, outcome: str) -> str:
     ctx.set_attributes({"outcome": outcome})
