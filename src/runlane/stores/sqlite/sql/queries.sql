@@ -28,7 +28,7 @@
 
 -- name: attribute_value
 -- (A fragment.) An attribute's value as run_attributes keeps it, from a row of json_each: what
--- the JSON parses to (text, integer or real), a boolean as a one-byte blob (see migration 0015).
+-- the JSON parses to (text, integer or real), a boolean as a one-byte blob (see migration 0016).
 CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END
 
 -- name: has_attribute

@@ -1,4 +1,4 @@
--- runlane schema for PostgreSQL, version 18: run attributes (SQLite's migration 0015 does the
+-- runlane schema for PostgreSQL, version 19: run attributes (SQLite's migration 0016 does the
 -- same).
 --
 -- A run's attributes are a jsonb object, NULL while it has none. jsonb rather than the json of

@@ -1,4 +1,4 @@
--- runlane schema for SQLite, version 15: run attributes (PostgreSQL's migration 0018 does the
+-- runlane schema for SQLite, version 16: run attributes (PostgreSQL's migration 0019 does the
 -- same).
 --
 -- A run's attributes are a JSON object in its row (NULL while it has none), and each of them is
