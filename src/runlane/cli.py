@@ -26,6 +26,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from .attributes import AttributeValue, parse_filters
 from .cli_tables import (
     attempt_lines,
     engines_table,
@@ -46,6 +47,7 @@ from .errors import (
     RunExistsError,
     RunlaneError,
     RunNotFoundError,
+    SerializationError,
 )
 from .extras import needs_extra
 from .history import ReplayReport, history_doc, replay_stored
@@ -417,6 +419,26 @@ def json_argument(text: str | None, name: str) -> Any:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from exc
 
 
+ATTR_HELP = (
+    "An attribute, NAME=VALUE; repeat for several (every one must match). VALUE is a JSON"
+    ' number, true or false when it reads as one, the text of a JSON string ("42"), else the'
+    " text as it is."
+)
+
+
+def attribute_options(pairs: tuple[str, ...], option: str) -> dict[str, AttributeValue]:
+    """``--attr NAME=VALUE`` options as attributes (``attributes.parse_filters``); a pair
+    without ``=`` or a bad one is a usage error."""
+    split = [pair.partition("=") for pair in pairs]
+    for pair, (_, equals, _) in zip(pairs, split, strict=True):
+        if not equals:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
+    try:
+        return parse_filters((name, value) for name, _, value in split)
+    except SerializationError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from exc
+
+
 def say(as_json: bool, body: dict[str, Any], text: str) -> None:
     """A command's result: ``body`` as JSON with --json, else ``text``."""
     click.echo(json.dumps(body, indent=2) if as_json else text)
@@ -427,6 +449,7 @@ def say(as_json: bool, body: dict[str, Any], text: str) -> None:
 @click.option("--workflow", default=None)
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
 @click.option("--tag", default=None)
+@click.option("--attr", "attributes", multiple=True, metavar="NAME=VALUE", help=ATTR_HELP)
 @click.option("--limit", default=50, show_default=True, type=int)
 @click.option("--offset", default=0, type=int)
 @click.option("--follow", is_flag=True, help="Keep watching: print runs as they change.")
@@ -437,6 +460,7 @@ def runs_list(
     workflow: str | None,
     status: str | None,
     tag: str | None,
+    attributes: tuple[str, ...],
     limit: int,
     offset: int,
     as_json: bool,
@@ -445,14 +469,22 @@ def runs_list(
     polls: int | None,
 ) -> None:
     """List runs, newest first; with --follow, then every change (Ctrl-C stops)."""
+    wanted = attribute_options(attributes, "--attr")
     if follow:
-        query = RunQuery(workflow, RunStatus(status) if status else None, tag)
+        query = RunQuery(
+            workflow, RunStatus(status) if status else None, tag, attributes=wanted or None
+        )
         with_engine(source, lambda e: follow_runs(e, query, limit, interval, polls, as_json))
         return
     found = with_engine(
         source,
         lambda e: e.list_runs(
-            workflow=workflow, status=status, tag=tag, limit=limit, offset=offset
+            workflow=workflow,
+            status=status,
+            tag=tag,
+            limit=limit,
+            offset=offset,
+            attributes=wanted,
         ),
     )
     if as_json:
@@ -494,6 +526,13 @@ def runs_show(source: Source, run_id: str, as_json: bool) -> None:
 @click.option("--input", "input_option", default=None, help="The run's input, JSON.")
 @click.option("--id", "--run-id", "run_id", default=None, help="The run's id (default: a new one).")
 @click.option("--tag", "tags", multiple=True, help="A tag for the run; repeat for several.")
+@click.option(
+    "--attr",
+    "attributes",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An attribute of the run (VALUE read as --attr of runs list); repeat for several.",
+)
 @click.option("--priority", default=0, show_default=True, type=int)
 @click.option(
     "--execution-timeout",
@@ -509,6 +548,7 @@ def runs_start(
     input_option: str | None,
     run_id: str | None,
     tags: tuple[str, ...],
+    attributes: tuple[str, ...],
     priority: int,
     execution_timeout: float | None,
 ) -> None:
@@ -520,6 +560,7 @@ def runs_start(
     if input is not None and input_option is not None:
         raise click.UsageError("give the input once: INPUT or --input")
     value = json_argument(input if input_option is None else input_option, "INPUT")
+    given = attribute_options(attributes, "--attr")
     if source.app is None:
         raise click.UsageError(
             "start needs --app module:attribute: the workflow's definition must be known"
@@ -536,6 +577,7 @@ def runs_start(
                 tags=tags,
                 if_exists="fail",
                 execution_timeout=execution_timeout,
+                attributes=given,
             )
         except RunExistsError as exists:
             found = await engine.get_run(exists.run_id)

@@ -14,13 +14,14 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from . import admission
+from .attributes import AttributeValue, check_attributes
 from .clock import Clock, SystemClock
 from .definitions import (
     Concurrency,
@@ -273,19 +274,24 @@ class Engine:
         if_exists: Literal["return", "fail"] = "return",
         version: str | None = None,
         execution_timeout: float | timedelta | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> Run:
         """Durably enqueue a pending run (idempotent by ``run_id``) and return it.
 
         The run is of the latest version of ``workflow`` this engine registered, or of
         ``version``; it keeps that version for life. ``execution_timeout`` (seconds) replaces
         the workflow's for this run: not finished by then, it is cancelled with its children,
-        its error an ``ExecutionTimeoutError``."""
+        its error an ``ExecutionTimeoutError``. ``attributes`` (names to ``str``, ``int``,
+        ``float`` or ``bool``) index it for ``list_runs(attributes=...)``; anything else raises
+        ``SerializationError`` before anything is written. A start that finds its run id
+        existing returns that run as it is, attributes included."""
         if if_exists not in ("return", "fail"):
             raise ValueError("if_exists must be 'return' or 'fail'")
         timeout = check_timeout(execution_timeout)
         wanted = None if version is None else check_version(version)
         definition = self.registry.workflow(workflow, wanted)
         value = normalise(input, f"input of workflow {definition.name!r}")
+        indexed = check_attributes(attributes or {})
         await self._ready()
         spec = await self._execution.specs.build(
             definition,
@@ -296,6 +302,7 @@ class Engine:
             tags=check_tags(tags),
             debounce=True,
             execution_timeout=timeout,
+            attributes=indexed,
         )
         started, retried = await self._create(spec)
         if started.run is not None and not sees(self._scope, started.run):
@@ -330,10 +337,10 @@ class Engine:
         first failed or unfinished one): their results are reused, never executed again, and
         execution goes on from ``from_seq``. The original is untouched. The fork is of the
         latest version of the workflow this engine registered (or ``version``), with the
-        original's input (or ``input``), admitted like a start: a singleton's line, a quota
-        (``ConcurrencyLimitError``), a rate limit. It records ``forked_from = (source,
-        from_seq)``; its id is ``run_id``, by default ``<source>.fork.<n>`` (the first free
-        ``n``). A ``run_id`` naming another run raises ``RunExistsError``; naming this same
+        original's input (or ``input``) and its attributes as they are, admitted like a start:
+        a singleton's line, a quota (``ConcurrencyLimitError``), a rate limit. It records
+        ``forked_from = (source, from_seq)``; its id is ``run_id``, by default
+        ``<source>.fork.<n>`` (the first free ``n``). A ``run_id`` naming another run raises ``RunExistsError``; naming this same
         fork returns it."""
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ValueError("run_id must be a non-empty string")
@@ -349,7 +356,11 @@ class Engine:
         ids = [run_id] if run_id is not None else (fork_id(source, n) for n in range(1, 10_000))
         for candidate in ids:
             spec = await self._execution.specs.build(
-                definition, value, candidate, priority=original.priority
+                definition,
+                value,
+                candidate,
+                priority=original.priority,
+                attributes=original.attributes,
             )
             spec = replace(
                 spec,
@@ -554,7 +565,12 @@ class Engine:
         tag: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
+        """Runs matching every filter given, newest first. ``attributes``: the runs whose
+        attributes hold every entry, equal in value and type (``1`` matches ``1.0``, never
+        ``"1"`` nor ``True``); an index answers it on every store."""
+        wanted_attributes = check_attributes(attributes, "attribute filter") if attributes else None
         await self._ready()
         name = (
             None
@@ -566,7 +582,12 @@ class Engine:
         wanted = RunStatus(status) if status is not None else None
         return await self._api(
             lambda: self._reads.list_runs(
-                workflow=name, status=wanted, tag=tag, limit=limit, offset=offset
+                workflow=name,
+                status=wanted,
+                tag=tag,
+                limit=limit,
+                offset=offset,
+                attributes=wanted_attributes,
             ),
             retry=True,
         )

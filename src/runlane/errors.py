@@ -29,7 +29,9 @@ class SerializationError(RunlaneError, TypeError):
     step's input or result) is refused, before anything is written: it is not JSON (a dict with
     string keys, list, str, int, float, bool or None; no NaN or infinity), it nests more than
     100 levels deep (a cycle is refused the same way), it holds a lone surrogate, or its JSON
-    text takes more than 4 MiB (4,194,304 bytes of UTF-8). The message names where the
+    text takes more than 4 MiB (4,194,304 bytes of UTF-8). Run attributes are refused the same
+    way when they are not a mapping of non-empty string names to ``str``, ``int`` (signed
+    64-bit), finite ``float`` or ``bool``, or hold a NUL character. The message names where the
     offending value is."""
 
 

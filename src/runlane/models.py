@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, astuple, dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from .attributes import AttributeValue, matches
 from .errors import error_dict
 
 JSON = Any
@@ -62,6 +63,9 @@ class Run:
     parent_id: str | None
     namespace: str | None
     priority: int
+    # What indexes the run for listings (``list_runs(attributes=...)``): set at its start and
+    # by its body (``ctx.set_attributes``).
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
     # Internals the engine needs; readable, but not part of the stable contract.
     singleton_key: str | None = None
     singleton_limit: int | None = None
@@ -138,6 +142,7 @@ class StepKind(StrEnum):
     PATCH = "patch"  # a ``ctx.patched`` marker: the run took the patched branch here
     UPDATE = "update"  # ``ctx.wait_for_update``: the update taken (its id and payload)
     REPLY = "reply"  # ``ctx.reply``: the answer to an update (whose id is the input's)
+    ATTRIBUTES = "attributes"  # ``ctx.set_attributes``: the attributes it merged (its output)
 
 
 class StepStatus(StrEnum):
@@ -192,6 +197,8 @@ class RunQuery:
     created_until: datetime | None = None
     after: RunCursor | None = None
     namespace: str | None = None
+    # Runs whose attributes hold every one of these (``attributes.matches``); None: any run.
+    attributes: Mapping[str, AttributeValue] | None = None
 
     def matches(self, run: Run) -> bool:
         """Whether ``run`` passes every filter and comes after the cursor (newest first)."""
@@ -200,6 +207,7 @@ class RunQuery:
             and (self.namespace is None or run.namespace == self.namespace)
             and (self.status is None or run.status == self.status)
             and (self.tag is None or self.tag in run.tags)
+            and (self.attributes is None or matches(run.attributes, self.attributes))
             and (self.created_from is None or run.created_at >= self.created_from)
             and (self.created_until is None or run.created_at < self.created_until)
             and (self.after is None or (run.created_at, run.id) < astuple(self.after))
@@ -286,6 +294,7 @@ class RunSpec:
     namespace: str | None = None
     priority: int = 0
     deadline_at: datetime | None = None
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     singleton: SingletonGate | None = None
     quota: QuotaGate | None = None
     rate: RateGate | None = None
@@ -577,6 +586,7 @@ def run_from_spec(spec: RunSpec) -> Run:
         parent_id=spec.parent_id,
         namespace=spec.namespace,
         priority=spec.priority,
+        attributes=dict(spec.attributes),
         deadline_at=spec.deadline_at,
         singleton_key=singleton.key if singleton else None,
         singleton_limit=singleton.limit if singleton else None,

@@ -76,8 +76,8 @@ class Served:
         self.thread.join(20)
 
 
-def start(client: httpx.Client, workflow: str, input: Any, run_id: str) -> None:
-    body = {"workflow": workflow, "input": input, "run_id": run_id}
+def start(client: httpx.Client, workflow: str, input: Any, run_id: str, **attributes: Any) -> None:
+    body = {"workflow": workflow, "input": input, "run_id": run_id, "attributes": attributes}
     assert client.post("/runs", json=body).status_code == 201
 
 
@@ -99,11 +99,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         with httpx.Client(base_url=server.url, headers=headers) as client:
             order = {"amount": 12, "customer": "ada"}
+            done = {**order, "items": ["mug", "tee"], "pages": 3}
+            start(client, "shop.order", done, "order-done", customer="ada", tier=2)
             start(
-                client, "shop.order", {**order, "items": ["mug", "tee"], "pages": 3}, "order-done"
+                client,
+                "shop.order",
+                {**order, "hold": True},
+                "order-held",
+                customer="ada",
+                tier="2",
             )
-            start(client, "shop.order", {**order, "hold": True}, "order-held")
-            start(client, "shop.order", {**order, "nap": 3600}, "order-asleep")
+            start(client, "shop.order", {**order, "nap": 3600}, "order-asleep", customer="bob")
             start(client, "shop.order", {**order, "fail": True}, "order-fails")
             for n in range(3):
                 start(client, "shop.sync", {"store": "A"}, f"sync-{n}")
@@ -280,6 +286,34 @@ def test_runs_are_searched_by_status_workflow_tag_and_id_and_the_search_is_the_a
     page.get_by_label("run id").fill("nosuch")
     page.get_by_label("run id").press("Enter")
     expect(page.locator("#runs")).to_contain_text("No run with id nosuch.")
+
+
+def test_runs_are_searched_by_attributes_and_a_runs_attributes_link_to_the_search(
+    console: Console,
+) -> None:
+    page = console.open("/ui/runs")
+    expect(page.locator("#summary")).to_contain_text("runs match")
+    page.get_by_label("attributes").fill("customer=ada")
+    page.get_by_label("attributes").press("Enter")
+    expect(page).to_have_url(f"{console.base}/ui/runs?attr.customer=ada")
+    expect(page.locator("#runs tr[data-item]")).to_have_count(2)
+    page.get_by_label("attributes").fill("customer=ada tier=2")  # a number: order-done only
+    page.get_by_label("attributes").press("Enter")
+    expect(page.locator("#runs tr[data-item]")).to_have_count(1)
+    expect(page.locator("#runs tr[data-item='order-done']")).to_contain_text("tier=2")
+    page.get_by_label("attributes").fill('tier="2"')  # the string
+    page.get_by_label("attributes").press("Enter")
+    expect(page.locator("#runs tr[data-item]")).to_have_count(1)
+    expect(page.locator("#runs tr[data-item='order-held']")).to_be_visible()
+    # The address is the saved search: opened again, it shows the same runs and the field.
+    page.goto(page.url)
+    expect(page.locator("#attributes")).to_have_value('tier="2"')
+    expect(page.locator("#runs tr[data-item]")).to_have_count(1)
+    # A run's attribute links to the runs that have it too.
+    page = console.open("/ui/runs/order-done")
+    page.get_by_role("link", name="customer=ada").click()
+    expect(page).to_have_url(f"{console.base}/ui/runs?attr.customer=ada")
+    expect(page.locator("#runs tr[data-item]")).to_have_count(2)
 
 
 def test_runs_selected_are_cancelled_then_retried_in_bulk_after_a_confirmation(

@@ -92,6 +92,7 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
             await engine.signal("js-1", "ship", "by sea")
             done = await engine.wait_for_run("js-1", timeout=30)
             steps = await engine.list_steps("js-1")
+            found = await engine.list_runs(attributes={"customer": "ada", "shipped": "by sea"})
             assert engine._execution.remote is not None
             for _ in range(100):  # announced every 10 heartbeat intervals (0.2 s here)
                 if any(w["group"] == "node-wf" for w in engine._execution.remote.workers.values()):
@@ -120,8 +121,11 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
         (3, "step", "completed"),
         (4, "sleep", "completed"),
         (5, "signal", "completed"),
-        (6, "child", "completed"),
+        (6, "attributes", "completed"),
+        (7, "child", "completed"),
     ]
+    assert done.attributes == {"customer": "ada", "shipped": "by sea"}
+    assert [run.id for run in found] == ["js-1"]
 
 
 async def test_a_node_worker_answers_and_rejects_updates(
@@ -187,9 +191,12 @@ async def test_a_node_worker_replays_a_history_from_before_a_patch_down_the_old_
         await transport.close()
     [decision] = decisions
     assert decision["task_id"] == "t-old" and decision["consumed_signals"] == [7]
-    assert [(c["kind"], c["seq"]) for c in decision["checkpoints"]] == [("signal", 3)]
+    assert [(c["kind"], c["seq"], c["output"]) for c in decision["checkpoints"]] == [
+        ("signal", 3, "by air"),
+        ("attributes", 4, {"customer": "ada", "shipped": "by air"}),
+    ]
     assert [(c["type"], c["seq"], c["input"]) for c in decision["commands"]] == [
-        ("child", 4, "by air")
+        ("child", 5, "by air")
     ]
     assert decision["outcome"] == {"type": "suspend", "wake_at": None}
 

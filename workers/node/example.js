@@ -22,6 +22,7 @@ const workflows = {
       : greeting.toUpperCase();
     await ctx.sleep(0.2);
     const said = await ctx.waitForSignal("ship");
+    ctx.setAttributes({ customer: input.name, shipped: said }); // what list_runs filters on
     const child = await ctx.child("js-child", said);
     return { greeting, loud, said, child, pid: process.pid };
   },

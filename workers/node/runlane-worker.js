@@ -6,8 +6,9 @@
 //   await worker.run();
 //
 // A workflow body is `async (ctx, input) => output`; ctx offers step, sleep, waitForSignal,
-// waitForUpdate and reply, child, startChild and now. An operation that cannot finish in this
-// turn throws a Suspend, which the body must not catch (it ends the turn).
+// waitForUpdate and reply, child, startChild, now, setAttributes, patched and deprecatePatch.
+// An operation that cannot finish in this turn throws a Suspend, which the body must not catch
+// (it ends the turn).
 
 import { createClient } from "redis";
 import os from "node:os";
@@ -45,6 +46,24 @@ const TERMINAL = new Set(["completed", "failed", "cancelled", "dead"]);
 function errorDoc(err) {
   if (err instanceof StepFailed && err.error) return err.error;
   return { type: err?.name ?? "Error", message: String(err?.message ?? err), fatal: Boolean(err?.fatal) };
+}
+
+// What an attribute may be (the engine drops a decision carrying anything else): a name that
+// is a non-empty string, a string, a finite number (a whole one within a signed 64-bit
+// integer) or a boolean; no NUL character.
+function checkAttributes(attributes) {
+  if (attributes === null || typeof attributes !== "object" || Array.isArray(attributes)) {
+    throw new TypeError("setAttributes takes an object of names to strings, numbers or booleans");
+  }
+  for (const [name, value] of Object.entries(attributes)) {
+    const text = typeof value === "string";
+    const number = typeof value === "number" && Number.isFinite(value)
+      && (!Number.isInteger(value) || Math.abs(value) < 2 ** 63);
+    if (!name || name.includes("\0") || !(text || number || typeof value === "boolean")
+        || (text && value.includes("\0"))) {
+      throw new TypeError(`attribute ${JSON.stringify(name)}: ${JSON.stringify(value)} is no attribute value`);
+    }
+  }
 }
 
 // ------------------------------------------------------------------ replay of one turn
@@ -123,6 +142,7 @@ class Turn {
       startChild: (workflow, input = null, options = {}) =>
         turn.child(workflow, input, options, "start_child"),
       now: () => turn.now(),
+      setAttributes: (attributes) => turn.setAttributes(attributes),
       patched: (changeId) => turn.patched(changeId),
       deprecatePatch: (changeId) => turn.deprecatePatch(changeId),
     };
@@ -274,6 +294,15 @@ class Turn {
     const value = iso(Date.now());
     this.write(seq, "now", "now", "completed", { output: value });
     return new Date(value);
+  }
+
+  // Attributes that index the run (docs/wire.md): recorded once, in the turn that sets them;
+  // a replay finds the record and sets nothing again. The engine merges them into the run's.
+  setAttributes(attributes) {
+    checkAttributes(attributes);
+    const seq = this.next();
+    const record = this.recorded(seq, "attributes", "attributes");
+    if (!record) this.write(seq, "attributes", "attributes", "completed", { output: { ...attributes } });
   }
 
   async decide(body) {

@@ -146,6 +146,7 @@ class Api:
                 if_exists="fail",
                 version=wanted.version,
                 execution_timeout=wanted.execution_timeout,
+                attributes=wanted.attributes,
             )
         except RunExistsError:
             if wanted.if_exists == "fail":

@@ -111,6 +111,20 @@ _FILTERS = [
     ),
 ]
 
+# Parameters named ``attr.<name>``: OpenAPI names each parameter, so the operations say it.
+_ATTRIBUTE_FILTERS = (
+    "Filter by run attributes with one `attr.<name>=<value>` parameter per attribute"
+    " (`?attr.customer=acme&attr.tier=2`): the runs whose attributes hold every one, equal in"
+    " value and type. A value that reads as a JSON number, `true` or `false` is that value; a"
+    ' JSON string (`"42"`, quotes included) is its text; anything else is the text as it is.'
+    " A value no attribute can hold (a number beyond a 64-bit integer, a NUL) is a 422."
+)
+_ATTRIBUTES = {
+    "type": "object",
+    "description": "names to strings, numbers or booleans: what attr.<name> filters match",
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+}
+
 _SCHEMAS: JSONObject = {
     "LaneSeries": _object(
         ["name", "kind", "key", "limit", "points"],
@@ -151,6 +165,7 @@ _SCHEMAS: JSONObject = {
                     "forked_from",
                     "deadline_at",
                     "pause_requested_at",
+                    "attributes",
                 ],
                 input=_ANY,
                 output=_ANY,
@@ -169,6 +184,7 @@ _SCHEMAS: JSONObject = {
                     **_MAYBE_TIME,
                     "description": "a pause asked while a turn runs: it pauses after that turn",
                 },
+                attributes=_ATTRIBUTES,
             ),
         ]
     },
@@ -211,6 +227,11 @@ _SCHEMAS: JSONObject = {
                 "exclusiveMinimum": 0,
                 "description": "seconds the run may take (default: the workflow's); then it is"
                 " cancelled with its children",
+            },
+            attributes={
+                **_ATTRIBUTES,
+                "description": "what indexes the run: names (non-empty) to strings, integers"
+                " (64-bit), numbers or booleans",
             },
         ),
         "additionalProperties": False,
@@ -444,6 +465,7 @@ def _operations() -> JSONObject:
         "/runs": {
             "get": {
                 "summary": "runs, newest first, a page at a time",
+                "description": _ATTRIBUTE_FILTERS,
                 "parameters": [
                     _query("id", {"type": "string"}, "only the run of this id (if it matches)"),
                     *_FILTERS,
@@ -492,6 +514,7 @@ def _operations() -> JSONObject:
         "/stats/runs": {
             "get": {
                 "summary": "how many runs match the filters, by status",
+                "description": _ATTRIBUTE_FILTERS,
                 "parameters": _FILTERS,
                 "responses": _responses(
                     {

@@ -20,7 +20,7 @@ SUMMARY_FIELDS = ("id", "workflow", "version", "status", "created_at", "updated_
 
 PUBLIC_RUN_FIELDS = (
     "id", "workflow", "version", "status", "input", "output", "error", "tags",
-    "created_at", "updated_at", "wake_at", "parent_id", "namespace", "priority",
+    "created_at", "updated_at", "wake_at", "parent_id", "namespace", "priority", "attributes",
     "forked_from", "deadline_at", "pause_requested_at",
 )  # fmt: skip
 

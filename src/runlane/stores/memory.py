@@ -15,6 +15,7 @@ from datetime import datetime
 
 from .. import admission, queues
 from ..activity import ActivityCount, latency_bucket, minute_of
+from ..attributes import AttributeValue
 from ..errors import (
     LeaseLostError,
     RunCancelling,
@@ -55,6 +56,7 @@ from ..models import (
     buffered_name,
     cancel_result,
     claimed_run,
+    evolved,
     leaves_line,
     pausable,
     paused_run,
@@ -344,6 +346,20 @@ class MemoryStore:
         if run.pause_requested_at is not None:
             raise RunPausing(run_id, started)
         return started
+
+    async def set_attributes(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        attributes: Mapping[str, AttributeValue],
+        now: datetime,
+    ) -> None:
+        run = self._fenced(run_id, owner)
+        self._apply(run_id, writes, now)
+        self._runs[run_id] = evolved(
+            run, attributes={**run.attributes, **attributes}, updated_at=now
+        )
 
     async def suspend_run(
         self,
@@ -712,8 +728,9 @@ class MemoryStore:
         namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
-        query = RunQuery(workflow, status, tag, namespace=namespace)
+        query = RunQuery(workflow, status, tag, namespace=namespace, attributes=attributes)
         runs = [
             r
             for r in self._runs.values()

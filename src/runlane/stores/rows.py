@@ -42,6 +42,7 @@ def run_from_row(row: Any, decode: Decode) -> Run:
         parent_id=row["parent_id"],
         namespace=row["namespace"],
         priority=row["priority"],
+        attributes=decode.json(row["attributes"]) or {},
         singleton_key=row["singleton_key"],
         singleton_limit=row["singleton_limit"],
         holds_slot=bool(row["holds_slot"]),

@@ -130,6 +130,7 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "wait_first": s.singleton.retry if s.singleton and not s.singleton.replace else None,
             "forked_from": dumps(list(s.forked_from)) if s.forked_from else None,
             "detached": s.detached,
+            "attributes": dumps(dict(s.attributes)) if s.attributes else None,
         }
         for s in specs
     ]
@@ -338,6 +339,7 @@ QUERY_FILTERS = {
     "workflow": "workflow = %(workflow)s",
     "status": "status = %(status)s",
     "tag": "tags @> ARRAY[%(tag)s]::text[]",
+    "attributes": "attributes @> %(attributes)s::jsonb",
     "parent_id": "parent_id = %(parent_id)s",
     "namespace": "namespace = %(namespace)s",
     "created_from": "created_at >= %(created_from)s",
@@ -355,6 +357,8 @@ def query_params(query: RunQuery, *, cursor: bool) -> Row:
     }
     if query.status is not None:
         given["status"] = str(query.status)
+    if query.attributes:
+        given["attributes"] = dumps(dict(query.attributes))
     if cursor and query.after is not None:
         given.update(after_at=query.after.created_at, after_id=query.after.id)
     return given

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from ... import admission, queues
+from ...attributes import AttributeValue
 from ...errors import (
     LeaseLostError,
     RunCancelling,
@@ -46,6 +47,7 @@ from ...models import (
     buffered_name,
     cancel_result,
     claimed_run,
+    evolved,
     leaves_line,
     pausable,
     paused_run,
@@ -111,8 +113,18 @@ _INSERT_NEW_RUN = f"{_INSERT_RUN} ON CONFLICT (id) DO NOTHING"
 
 
 def _insert_run(conn: Conn, run: Run, statement: str = _INSERT_RUN) -> int:
-    """Insert ``run``; how many rows were written."""
-    return conn.execute(statement, run_values(run)).rowcount
+    """Insert ``run`` (and index its attributes); how many rows were written."""
+    written = conn.execute(statement, run_values(run)).rowcount
+    if written:
+        index_attributes(conn, run.id, run.attributes)
+    return written
+
+
+def index_attributes(conn: Conn, run_id: str, attributes: Mapping[str, AttributeValue]) -> None:
+    """Write a run's ``attributes`` into run_attributes (the listings' index), each name
+    taking its new value; nothing for none."""
+    if attributes:
+        conn.execute(SQL["index_attributes"], (run_id, dumps(dict(attributes))))
 
 
 _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
@@ -462,6 +474,21 @@ def resume_run(conn: Conn, run_id: str, now: datetime) -> bool:
     return True
 
 
+def set_attributes(
+    conn: Conn,
+    run_id: str,
+    owner: str,
+    writes: Writes,
+    attributes: Mapping[str, AttributeValue],
+    now: datetime,
+) -> None:
+    run = _fenced(conn, run_id, owner)
+    _apply(conn, run_id, writes, now)
+    merged = evolved(run, attributes={**run.attributes, **attributes}, updated_at=now)
+    _save_run(conn, merged, run)
+    index_attributes(conn, run_id, attributes)
+
+
 def suspend_run(
     conn: Conn,
     run_id: str,
@@ -682,6 +709,7 @@ __all__ = [
     "create_runs",
     "deliver_signal",
     "hand_off_due_runs",
+    "index_attributes",
     "pause_run",
     "prune_engines",
     "publish_event",
@@ -691,6 +719,7 @@ __all__ = [
     "renew_leases",
     "requeue_run",
     "resume_run",
+    "set_attributes",
     "settle_run",
     "suspend_run",
 ]

@@ -19,6 +19,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs
 
 from ...activity import ActivityCount
+from ...attributes import AttributeValue
 from ...concurrency import run_in_thread
 from ...errors import RunlaneError, RunPausing
 from ...faults import is_infrastructure, unavailable
@@ -366,6 +367,18 @@ class SqliteStore:
             raise RunPausing(run_id, started)
         return started
 
+    async def set_attributes(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        attributes: Mapping[str, AttributeValue],
+        now: datetime,
+    ) -> None:
+        await self._job(
+            True, _few(writes), ops.set_attributes, run_id, owner, writes, attributes, now
+        )
+
     async def suspend_run(
         self,
         run_id: str,
@@ -485,6 +498,7 @@ class SqliteStore:
         namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
         return await self._read(
             reads.list_runs,
@@ -495,6 +509,7 @@ class SqliteStore:
             namespace=namespace,
             limit=limit,
             offset=offset,
+            attributes=attributes,
         )
 
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:

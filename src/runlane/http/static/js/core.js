@@ -147,6 +147,25 @@ export function badge(status) {
 export const runHref = (id) => "/ui/runs/" + encodeURIComponent(id);
 export const runLink = (id) => el("a", { href: runHref(id), class: "mono" }, id);
 
+// An attribute's value as a filter writes it (`attr.<name>=<text>`, as the API reads it): a
+// string that would read as a number, a boolean or a JSON string goes in JSON quotes.
+export function attributeText(value) {
+  if (typeof value !== "string") return String(value);
+  let read;
+  try {
+    read = JSON.parse(value);
+  } catch {
+    return value;
+  }
+  return read !== null && typeof read !== "object" ? JSON.stringify(value) : value;
+}
+
+// An attribute as a link to the runs that have it too.
+export function attributeLink(name, value) {
+  const query = new URLSearchParams([["attr." + name, attributeText(value)]]);
+  return el("a", { class: "tag", href: "/ui/runs?" + query }, `${name}=${attributeText(value)}`);
+}
+
 export function json(value) {
   return JSON.stringify(value, null, 2);
 }

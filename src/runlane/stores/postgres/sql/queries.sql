@@ -37,7 +37,7 @@ SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
     parent_id text, namespace text, priority integer, singleton_key text, singleton_limit integer,
     concurrency_key text, concurrency_limit integer, concurrency_statuses text[],
     deadline_at timestamptz, lease_owner text, lease_until timestamptz, wait_first float8,
-    forked_from text, detached boolean)
+    forked_from text, detached boolean, attributes text)
 
 -- name: unlimited
 -- (A fragment.) What ``insert_given`` reads of a start under no rate limit or debounce (a
@@ -57,7 +57,7 @@ INSERT INTO runlane_runs (
     priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
     concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot, rate_key,
     rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until, admission_retries,
-    forked_from, detached)
+    forked_from, detached, attributes)
 SELECT id, workflow, version,
        CASE WHEN claimed THEN 'running'
             WHEN begin_at IS NOT NULL OR waits_until IS NOT NULL THEN 'blocked'
@@ -70,7 +70,7 @@ SELECT id, workflow, version,
        claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at,
        coalesce(begin_at, waits_until), debounce_key, rate_limit, rate_until,
        CASE WHEN waits_until IS NOT NULL AND begin_at IS NULL THEN 1 ELSE 0 END,
-       forked_from::json, coalesce(detached, false)
+       forked_from::json, coalesce(detached, false), attributes::jsonb
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -619,6 +619,22 @@ WITH fence AS (
 ), {writes_of_ok}
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written, pausing FROM fence;
 
+-- name: set_attributes
+-- A checkpoint (as ``checkpoint``) whose touch of the run merges the attributes into the run's:
+-- still one update of the row in the statement. Unlike a checkpoint's, this update changes an
+-- indexed column, so it is not heap-only: the GIN index gets the run's new entries.
+WITH fence AS (
+    UPDATE runlane_runs AS r
+    SET updated_at = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
+                          THEN %(now)s ELSE r.updated_at END,
+        attributes = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
+                          THEN coalesce(r.attributes, '{}') || %(attributes)s::jsonb
+                          ELSE r.attributes END
+    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN ('running', 'cancelling')
+    RETURNING r.id, r.status
+), {writes_of_ok}
+SELECT status, EXISTS (SELECT 1 FROM ok) AS written FROM fence;
+
 -- name: checkpoint_many
 -- Group commit: the checkpoints of several runs in one statement, each run fenced on its own
 -- as ``checkpoint`` fences one (a run whose lease is gone, or that is being cancelled, writes
@@ -998,6 +1014,29 @@ LIMIT %(limit)s OFFSET %(offset)s;
 SELECT * FROM runlane_runs {filters}
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
+
+-- name: list_runs_by_attributes
+-- As ``list_runs``, for a filter on attributes (``{filters}`` holds it): see
+-- ``page_runs_by_attributes``.
+WITH matching AS MATERIALIZED (
+    SELECT id, created_at FROM runlane_runs {filters}
+), listed AS (
+    SELECT id FROM matching ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s
+)
+SELECT * FROM runlane_runs WHERE id IN (SELECT id FROM listed) ORDER BY created_at DESC, id DESC;
+
+-- name: page_runs_by_attributes
+-- As ``page_runs``, for a filter on attributes (``{filters}`` holds it): their GIN index finds
+-- every match (the materialized CTE, one narrow row each), the newest of them make the page,
+-- read by id. Left to itself, the planner (which cannot tell how many runs a containment
+-- matches) walks the runs newest first, filtering: to fill a page of a rare value, or of one
+-- no run has, it would read every run. This way a page costs what matches.
+WITH matching AS MATERIALIZED (
+    SELECT id, created_at FROM runlane_runs {filters}
+), page AS (
+    SELECT id FROM matching ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+)
+SELECT * FROM runlane_runs WHERE id IN (SELECT id FROM page) ORDER BY created_at DESC, id DESC;
 
 -- name: count_runs
 SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;

@@ -27,6 +27,24 @@
 -- run waits for a slot.
 (begin_at IS NULL OR begin_at <= ?)
 
+-- name: attribute_value
+-- (A fragment.) An attribute's value as run_attributes keeps it, from a row of json_each: what
+-- the JSON parses to (text, integer or real), a boolean as a one-byte blob (see migration 0016).
+CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END
+
+-- name: has_attribute
+-- (A fragment; two parameters: the key, the value as JSON text.) A run whose attribute ``key``
+-- equals the value, read from run_attributes' (key, value) index; the value is converted as
+-- the stored ones were.
+id IN (SELECT run_id FROM run_attributes
+       WHERE key = ? AND value = (SELECT {attribute_value} FROM json_each(?)))
+
+-- name: index_attributes
+-- (Two parameters: the run's id, attributes as a JSON object.) Writes them into run_attributes,
+-- a name the run has already taking the new value.
+INSERT OR REPLACE INTO run_attributes (run_id, key, value)
+SELECT ?, key, {attribute_value} FROM json_each(?)
+
 -- ---------------------------------------------------------------- reads
 
 -- name: get_run

@@ -2,8 +2,8 @@
 // input, output and error, the run's own, its children, its history to download, and the
 // actions an operator takes on it, each confirmed.
 import {
-  $, ACTIVE, TERMINAL, absolute, api, badge, confirmAction, duration, el, emptyItem, errorBlock,
-  fill, folded, json, live, note, post, runLink, shell, sync, took, when,
+  $, ACTIVE, TERMINAL, absolute, api, attributeLink, badge, confirmAction, duration, el, emptyItem,
+  errorBlock, fill, folded, json, live, note, post, runLink, shell, sync, took, when,
 } from "../core.js";
 
 const REQUEUEABLE = ["failed", "dead", "cancelled"];
@@ -185,7 +185,8 @@ function draw(run) {
     run.deadline_at ? fact("deadline", when(run.deadline_at)) : null,
     run.pause_requested_at ? fact("pause asked", when(run.pause_requested_at)) : null,
     run.priority ? fact("priority", run.priority) : null,
-    run.tags.length ? fact("tags", ...run.tags.map((tag) => el("a", { class: "tag", href: `/ui/runs?tag=${encodeURIComponent(tag)}` }, tag))) : null);
+    run.tags.length ? fact("tags", ...run.tags.map((tag) => el("a", { class: "tag", href: `/ui/runs?tag=${encodeURIComponent(tag)}` }, tag))) : null,
+    Object.keys(run.attributes).length ? fact("attributes", ...Object.entries(run.attributes).map(([name, value]) => attributeLink(name, value))) : null);
   for (const action of ACTIONS) $("#" + action.name).disabled = !action.applies(run);
   drawWaiting(run.waiting_for);
   const span = spanOf(run);
