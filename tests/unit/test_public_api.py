@@ -1,4 +1,4 @@
-"""The public door: exactly these names, importable as API.md shows."""
+"""The public door: exactly these names, importable as the README and the reference show."""
 
 from __future__ import annotations
 
