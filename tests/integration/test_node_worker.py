@@ -113,7 +113,7 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
         "pid": node_worker.pid,
     }
     assert [(w["language"], w["protocol"], w["workflows"]) for w in announced] == [
-        ("node", 1, ["js-child", "js-desk", "js-order"])
+        ("node", 1, ["js-child", "js-desk", "js-keeper", "js-order", "js-waiter"])
     ]
     assert [(s.seq, s.kind, s.status) for s in steps] == [
         (1, "step", "completed"),
@@ -215,3 +215,29 @@ async def _until_waiting_for_signal(
             )
         await asyncio.sleep(0.1)
     raise AssertionError(f"run {run_id} never waited for its signal; records: {kinds}")
+
+
+async def test_a_node_workers_detached_child_outlives_its_parents_cancellation(
+    store: Store, prefix: str, node_worker: subprocess.Popen[str]
+) -> None:
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    declared = [RemoteWorkflow(name, group="node-wf") for name in ("js-keeper", "js-waiter")]
+    engine = Engine(store, transport=transport, poll_interval=0.1, remote_workflows=declared)
+    kept, tied = "k-1.child.1", "k-1.child.2"
+    try:
+        async with engine:
+            await engine.start("js-keeper", None, run_id="k-1")
+            for _ in range(300):
+                runs = [await engine.get_run(run_id) for run_id in (kept, tied)]
+                if all(r is not None and r.status == RunStatus.SUSPENDED for r in runs):
+                    break
+                await asyncio.sleep(0.05)
+            assert await engine.cancel("k-1") is True
+            cancelled = await engine.wait_for_run(tied, timeout=10)
+            await engine.signal(kept, "done", "still here")
+            done = await engine.wait_for_run(kept, timeout=30)
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert cancelled.status == RunStatus.CANCELLED and not cancelled.detached
+    assert (done.status, done.output, done.detached) == (RunStatus.COMPLETED, "still here", True)

@@ -27,6 +27,17 @@ const workflows = {
     return { greeting, loud, said, child, pid: process.pid };
   },
 
+  // Waits until signalled "done"; started by js-keeper.
+  "js-waiter": async (ctx) => ctx.waitForSignal("done"),
+
+  // Two children: the first detached (a cancel of this run leaves it running), the second not.
+  "js-keeper": async (ctx) => {
+    const kept = await ctx.startChild("js-waiter", null, { detached: true });
+    const tied = await ctx.startChild("js-waiter", null);
+    await ctx.waitForSignal("done");
+    return { kept, tied };
+  },
+
   // Answers updates "ask" (the question shouted back); an empty question is rejected.
   "js-desk": async (ctx, rounds) => {
     const asked = [];
