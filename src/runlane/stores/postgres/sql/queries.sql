@@ -7,6 +7,37 @@
 -- run is active (it keeps its slots, it counts against its quota).
 ('pending', 'running', 'suspended', 'blocked', 'paused', 'cancelling')
 
+-- name: idle
+-- (A fragment.) The statuses of a waiter no lease holds: a settlement may hand it its slot.
+('pending', 'suspended', 'blocked')
+
+-- name: pause_asked
+-- (A fragment.) The statuses a run asked to pause may be in until it is paused: held by a turn,
+-- or suspended while its remote turn is out.
+('running', 'suspended')
+
+-- name: failing
+-- (A fragment.) The terminal statuses a run's failures count (a failure handler's).
+('failed', 'dead')
+
+-- name: leased
+-- (A fragment.) The statuses of a run a lease holds.
+('running', 'cancelling')
+
+-- name: terminal
+-- (A fragment.) The statuses of a finished run (models.TERMINAL_STATUSES), in the order of the
+-- partial indexes' own condition (SQLite uses such an index only for the same term).
+('cancelled', 'completed', 'dead', 'failed')
+
+-- name: waiters
+-- (A fragment.) The statuses of a key's runs that wait their turn for a slot (a cancelling or
+-- paused one never does).
+('pending', 'running', 'suspended', 'blocked')
+
+-- name: waiting
+-- (A fragment.) The statuses of a run that waits for its wake-up.
+('suspended', 'blocked')
+
 -- name: lock_keys
 -- Admission locks: the given keys plus the singleton key of one run (reading that key
 -- unlocked is safe, a run's key never changes). Taken in hash order, so two transactions never
@@ -201,14 +232,14 @@ LIMIT %(limit)s;
 
 -- name: due_run_ids
 SELECT id FROM runlane_runs
-WHERE status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+WHERE status IN {waiting} AND wake_at <= %(now)s
   AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 ORDER BY wake_at, id
 LIMIT %(limit)s;
 
 -- name: expired_run_ids
 SELECT id FROM runlane_runs
-WHERE status IN ('running', 'cancelling') AND lease_expires_at <= %(now)s
+WHERE status IN {leased} AND lease_expires_at <= %(now)s
   AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 ORDER BY lease_expires_at, id
 LIMIT %(limit)s;
@@ -249,7 +280,7 @@ LIMIT %(limit)s;
 -- name: due_run_ids_served
 SELECT r.id FROM {codes} CROSS JOIN LATERAL (
     SELECT id, wake_at FROM runlane_runs
-    WHERE status IN ('suspended', 'blocked') AND workflow = c.workflow AND version = c.version
+    WHERE status IN {waiting} AND workflow = c.workflow AND version = c.version
       AND wake_at <= %(now)s AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
     ORDER BY wake_at, id
     LIMIT %(limit)s
@@ -260,7 +291,7 @@ LIMIT %(limit)s;
 -- name: expired_run_ids_served
 SELECT r.id FROM {codes} CROSS JOIN LATERAL (
     SELECT id, lease_expires_at FROM runlane_runs
-    WHERE status IN ('running', 'cancelling') AND workflow = c.workflow
+    WHERE status IN {leased} AND workflow = c.workflow
       AND version = c.version AND lease_expires_at <= %(now)s
       AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
     ORDER BY lease_expires_at, id
@@ -302,7 +333,7 @@ WITH peek AS (
     WHERE id = %(id)s AND (singleton_key IS NULL OR holds_slot) AND {served}
       AND pause_requested_at IS NULL
       AND (status = 'pending'
-           OR (status IN ('suspended', 'blocked')
+           OR (status IN {waiting}
                AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
                     OR wake_at <= %(now)s)))
     FOR NO KEY UPDATE SKIP LOCKED
@@ -342,7 +373,7 @@ WITH target AS (
     WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot AND {served}
       AND pause_requested_at IS NULL
       AND (status = 'pending'
-           OR (status IN ('suspended', 'blocked')
+           OR (status IN {waiting}
                AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
                     OR wake_at <= %(now)s)))
     FOR NO KEY UPDATE SKIP LOCKED
@@ -354,7 +385,7 @@ WITH target AS (
         SELECT count(*) FROM (
             SELECT 1 FROM runlane_runs AS k
             WHERE k.singleton_key = t.singleton_key AND NOT k.holds_slot
-              AND k.status IN ('pending', 'running', 'suspended', 'blocked')
+              AND k.status IN {waiters}
               AND (k.begin_at IS NULL OR k.begin_at <= %(now)s)
               AND (k.created_at, k.id) < (t.created_at, t.id)
             ORDER BY k.created_at, k.id
@@ -443,7 +474,7 @@ SELECT
     (SELECT count(*) FROM (
         SELECT 1 FROM runlane_runs
         WHERE singleton_key = %(key)s AND NOT holds_slot
-          AND status IN ('pending', 'running', 'suspended', 'blocked')
+          AND status IN {waiters}
           AND (begin_at IS NULL OR begin_at <= %(now)s)
           AND (created_at, id) < (%(created_at)s, %(id)s)
         ORDER BY created_at, id
@@ -508,7 +539,7 @@ SELECT * FROM runlane_signals WHERE run_id = %(id)s ORDER BY id;
 -- Due runs for the run queue: rows another instance is taking are skipped, not waited for.
 WITH due AS (
     SELECT id, wake_at AS was_due FROM runlane_runs
-    WHERE status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+    WHERE status IN {waiting} AND wake_at <= %(now)s
       AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
     ORDER BY wake_at, id
     LIMIT %(limit)s
@@ -524,7 +555,7 @@ RETURNING r.*, due.was_due;
 WITH candidates AS (
     SELECT r.id FROM {codes} CROSS JOIN LATERAL (
         SELECT id, wake_at FROM runlane_runs
-        WHERE status IN ('suspended', 'blocked') AND workflow = c.workflow
+        WHERE status IN {waiting} AND workflow = c.workflow
           AND version = c.version AND wake_at <= %(now)s
           AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
         ORDER BY wake_at, id
@@ -535,7 +566,7 @@ WITH candidates AS (
 ), due AS (
     SELECT id, wake_at AS was_due FROM runlane_runs
     WHERE id IN (SELECT id FROM candidates)
-      AND status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+      AND status IN {waiting} AND wake_at <= %(now)s
     FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE runlane_runs AS r SET wake_at = %(hold_until)s
@@ -546,7 +577,7 @@ RETURNING r.*, due.was_due;
 -- Every lease an engine holds, in one statement; a run no longer held by its owner is skipped.
 UPDATE runlane_runs AS r SET lease_expires_at = %(lease_until)s
 FROM unnest(%(ids)s::text[], %(owners)s::text[]) AS l (id, owner)
-WHERE r.id = l.id AND r.lease_owner = l.owner AND r.status IN ('running', 'cancelling')
+WHERE r.id = l.id AND r.lease_owner = l.owner AND r.status IN {leased}
 RETURNING r.id;
 
 -- name: step_columns
@@ -588,7 +619,7 @@ WITH fence AS (
     FROM runlane_runs
     WHERE id = %(id)s
       AND (%(owner)s::text IS NULL
-           OR (lease_owner = %(owner)s AND status IN ('running', 'cancelling')))
+           OR (lease_owner = %(owner)s AND status IN {leased}))
     FOR NO KEY UPDATE
 ), {writes_of_ok}
 
@@ -614,7 +645,7 @@ WITH fence AS (
     UPDATE runlane_runs AS r
     SET updated_at = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
                           THEN %(now)s ELSE r.updated_at END
-    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN ('running', 'cancelling')
+    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN {leased}
     RETURNING r.id, r.status, r.pause_requested_at IS NOT NULL AS pausing
 ), {writes_of_ok}
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written, pausing FROM fence;
@@ -630,7 +661,7 @@ WITH fence AS (
         attributes = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
                           THEN coalesce(r.attributes, '{}') || %(attributes)s::jsonb
                           ELSE r.attributes END
-    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN ('running', 'cancelling')
+    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN {leased}
     RETURNING r.id, r.status
 ), {writes_of_ok}
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written FROM fence;
@@ -646,7 +677,7 @@ WITH given AS (
 ), fence AS (
     SELECT r.id, r.status, r.pause_requested_at IS NOT NULL AS pausing
     FROM runlane_runs AS r JOIN given AS g ON g.id = r.id
-    WHERE r.lease_owner = g.owner AND r.status IN ('running', 'cancelling')
+    WHERE r.lease_owner = g.owner AND r.status IN {leased}
     ORDER BY r.id
     FOR NO KEY UPDATE OF r
 ), ok AS (
@@ -682,7 +713,7 @@ FROM fence;
 -- After ``suspend``, under ``lock_events``: the run is due at once when an event one of its new
 -- waits has not read was published while its turn ran (that publish saw no wait to wake).
 UPDATE runlane_runs SET wake_at = %(now)s
-WHERE id = %(id)s AND status IN ('suspended', 'blocked') AND lease_owner IS NULL
+WHERE id = %(id)s AND status IN {waiting} AND lease_owner IS NULL
   AND EXISTS (
     SELECT 1 FROM unnest(%(names)s::text[], %(afters)s::bigint[]) AS w (name, after)
     WHERE EXISTS (SELECT 1 FROM runlane_events e WHERE e.name = w.name AND e.seq > w.after))
@@ -707,13 +738,13 @@ RETURNING id;
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
         wake_requested_at = NULL, pause_requested_at = NULL, updated_at = %(now)s,
         settled_at = %(now)s,
-        failures = r.failures + CASE WHEN %(status)s IN ('failed', 'dead') THEN 1 ELSE 0 END
+        failures = r.failures + CASE WHEN %(status)s IN {failing} THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
 ), waiters AS (
     SELECT w.id, w.status, w.created_at FROM runlane_runs AS w
     WHERE w.singleton_key = (SELECT singleton_key FROM ok) AND w.id <> (SELECT id FROM ok)
-      AND NOT w.holds_slot AND w.status IN ('pending', 'running', 'suspended', 'blocked')
+      AND NOT w.holds_slot AND w.status IN {waiters}
       AND (w.begin_at IS NULL OR w.begin_at <= %(now)s)
     ORDER BY w.created_at, w.id
     LIMIT (
@@ -728,7 +759,7 @@ RETURNING id;
         updated_at = %(now)s
     FROM (SELECT id, status FROM waiters ORDER BY created_at, id LIMIT 1) AS first
     WHERE r.id = first.id AND %(successor)s::text IS NOT NULL
-      AND first.status IN ('pending', 'suspended', 'blocked') AND {served}
+      AND first.status IN {idle} AND {served}
       AND EXISTS (SELECT FROM finished) AND (SELECT holds_slot FROM ok)
     RETURNING r.*,
         -- A waiter that never ran and was sent nothing (the common case) needs no second read.
@@ -764,7 +795,7 @@ WITH given AS (
 ), fence AS (
     SELECT r.id, r.status, r.parent_id, r.queued
     FROM runlane_runs AS r JOIN given AS g ON g.id = r.id
-    WHERE r.lease_owner = g.owner AND r.status IN ('running', 'cancelling')
+    WHERE r.lease_owner = g.owner AND r.status IN {leased}
     ORDER BY r.id
     FOR NO KEY UPDATE OF r
 ), ok AS (
@@ -780,7 +811,7 @@ WITH given AS (
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
         wake_requested_at = NULL, pause_requested_at = NULL, updated_at = ok.now,
         settled_at = ok.now,
-        failures = r.failures + CASE WHEN ok.status IN ('failed', 'dead') THEN 1 ELSE 0 END
+        failures = r.failures + CASE WHEN ok.status IN {failing} THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
 ), woken AS (
@@ -801,11 +832,11 @@ UPDATE runlane_runs SET error = %(error)s::json WHERE id = %(id)s;
 -- name: wake_set
 -- (A fragment.) A waiting run becomes due now; a leased one, or one awaiting a remote decision,
 -- is told to stay due when its turn suspends (the decision's apply suspends it).
-SET wake_at = CASE WHEN status IN ('suspended', 'blocked') AND NOT awaits_decision THEN %(now)s
+SET wake_at = CASE WHEN status IN {waiting} AND NOT awaits_decision THEN %(now)s
                    ELSE wake_at END,
-    updated_at = CASE WHEN status IN ('suspended', 'blocked') AND NOT awaits_decision
+    updated_at = CASE WHEN status IN {waiting} AND NOT awaits_decision
                       THEN %(now)s ELSE updated_at END,
-    wake_requested_at = CASE WHEN status IN ('running', 'cancelling') OR awaits_decision
+    wake_requested_at = CASE WHEN status IN {leased} OR awaits_decision
                              THEN %(now)s ELSE wake_requested_at END
 
 -- name: wake
@@ -820,7 +851,7 @@ RETURNING id, awaits_decision;
 -- A run asked to pause during the turn is parked paused instead, and no turn goes out.
 WITH fence AS (
     SELECT id, status, pause_requested_at IS NOT NULL AS pausing FROM runlane_runs
-    WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
+    WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN {leased}
     FOR NO KEY UPDATE
 ), parked AS (
     UPDATE runlane_runs AS r
@@ -840,7 +871,7 @@ SELECT status, EXISTS (SELECT 1 FROM parked) AS written, pausing FROM fence;
 UPDATE runlane_runs
 SET status = 'paused', lease_owner = NULL, lease_expires_at = NULL, wake_requested_at = NULL,
     pause_requested_at = NULL, updated_at = %(now)s
-WHERE id = %(id)s AND pause_requested_at IS NOT NULL AND status IN ('running', 'suspended');
+WHERE id = %(id)s AND pause_requested_at IS NOT NULL AND status IN {pause_asked};
 
 -- name: pause_run
 -- A pause (models.paused_run): a leased run, or one whose remote turn is out, is asked to
@@ -859,7 +890,7 @@ WITH found AS (
         updated_at = %(now)s
     FROM found AS f
     WHERE r.id = f.id AND f.pause_requested_at IS NULL
-      AND f.status IN ('pending', 'running', 'suspended', 'blocked')
+      AND f.status IN {waiters}
     RETURNING r.id, r.status, r.singleton_key, r.singleton_limit, r.holds_slot
 )
 SELECT f.id, EXISTS (SELECT 1 FROM paused) AS changed,
@@ -875,7 +906,7 @@ FROM found AS f LEFT JOIN paused AS p ON true;
 WITH waiters AS (
     SELECT w.id FROM runlane_runs AS w
     WHERE w.singleton_key = %(key)s AND NOT w.holds_slot
-      AND w.status IN ('pending', 'running', 'suspended', 'blocked')
+      AND w.status IN {waiters}
       AND (w.begin_at IS NULL OR w.begin_at <= %(now)s)
     ORDER BY w.created_at, w.id
     LIMIT (SELECT GREATEST(0, %(most)s - count(*)) FROM runlane_runs AS h
@@ -905,7 +936,7 @@ WITH found AS (
     WHERE r.id = f.id
       AND (f.status = 'paused'
            OR (f.pause_requested_at IS NOT NULL
-               AND f.status NOT IN ('completed', 'failed', 'cancelled', 'dead')))
+               AND f.status NOT IN {terminal}))
     RETURNING r.id
 )
 SELECT f.id, EXISTS (SELECT 1 FROM resumed) AS changed FROM found AS f;
@@ -951,7 +982,7 @@ WHERE id = %(id)s;
 -- A held run a hand-off came too early for (by the claimer's clock): the hand-off pushed its
 -- wake time a lease ahead, so it is made due at its begin_at again, not a lease late.
 UPDATE runlane_runs SET wake_at = begin_at
-WHERE id = %(id)s AND status IN ('suspended', 'blocked') AND begin_at > %(now)s
+WHERE id = %(id)s AND status IN {waiting} AND begin_at > %(now)s
   AND wake_at > begin_at;
 
 -- name: lock_run_wait
@@ -1107,14 +1138,14 @@ WITH due AS (
     FROM unnest(%(statuses)s::text[], %(cutoffs)s::timestamptz[]) AS c (status, before)
     CROSS JOIN LATERAL (
         (SELECT r.id, r.status, r.updated_at, r.settled_at FROM runlane_runs AS r
-         WHERE r.status IN ('cancelled', 'completed', 'dead', 'failed')
+         WHERE r.status IN {terminal}
            AND r.status = c.status AND r.settled_at < c.before
            AND NOT EXISTS ({active_children})
          ORDER BY r.settled_at
          LIMIT %(limit)s)
         UNION ALL
         (SELECT r.id, r.status, r.updated_at, r.updated_at FROM runlane_runs AS r
-         WHERE r.status IN ('cancelled', 'completed', 'dead', 'failed')
+         WHERE r.status IN {terminal}
            AND r.status = c.status AND r.settled_at IS NULL AND r.updated_at < c.before
            AND NOT EXISTS ({active_children})
          ORDER BY r.updated_at
@@ -1418,7 +1449,7 @@ WITH gone AS (
           WHERE id = %(id)s AND lease_owner = %(owner)s AND status = 'running'))
       AND (NOT %(settled)s OR EXISTS (
           SELECT FROM runlane_runs
-          WHERE id = %(id)s AND status IN ('completed', 'failed', 'cancelled', 'dead')))
+          WHERE id = %(id)s AND status IN {terminal}))
     RETURNING id, queue
 ), room AS (
     SELECT q.name, q.fairness, q.arrival, GREATEST(0, LEAST(
@@ -1477,7 +1508,7 @@ SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
   CROSS JOIN LATERAL (
     -- One range of runlane_runs_settled per status; the IN list matches its predicate.
     SELECT r.status, r.settled_at, r.created_at FROM runlane_runs AS r
-    WHERE r.status = s.status AND r.status IN ('cancelled', 'completed', 'dead', 'failed')
+    WHERE r.status = s.status AND r.status IN {terminal}
       AND r.settled_at >= %(since)s AND r.settled_at < %(until)s
       AND (%(namespace)s::text IS NULL OR r.namespace = %(namespace)s)
   ) AS r

@@ -9,6 +9,11 @@
 -- run is active (it keeps its slots, it counts against its quota).
 ('blocked', 'cancelling', 'paused', 'pending', 'running', 'suspended')
 
+-- name: terminal
+-- (A fragment.) The statuses of a finished run (models.TERMINAL_STATUSES), in the order of the
+-- partial indexes' own condition (SQLite uses such an index only for the same term).
+('cancelled', 'completed', 'dead', 'failed')
+
 -- name: leased
 -- (A fragment.) The statuses of a run a lease holds.
 ('cancelling', 'running')
@@ -476,6 +481,6 @@ GROUP BY minute
 SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
   SELECT CAST(strftime('%s', updated_at) AS INTEGER) / 60 AS minute, status,
     (julianday(updated_at) - julianday(created_at)) * 86400.0 AS took
-  FROM runs WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
+  FROM runs WHERE status IN {terminal}
     AND updated_at >= ?1 AND updated_at < ?2 AND (?3 IS NULL OR namespace = ?3)
 ) GROUP BY minute, status, bucket
