@@ -74,7 +74,7 @@ from .transports import open_transport
 from .transports.base import Transport
 from .updates import delivered, new_update, signal_name
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -65,7 +65,7 @@ from .turn import Turn, TurnOutcome
 from .updates import Answers
 from .workflow_tasks import Decision
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 MISSED_AFTER = 10.0
 """Seconds after which a schedule's window not fired yet counts as missed (see ``catchup``)."""

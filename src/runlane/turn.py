@@ -73,7 +73,7 @@ from .stores.base import Store
 from .tracing import Tracing
 from .updates import Update
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 

@@ -504,7 +504,7 @@ def test_worker_logs_each_run_that_fails(db: str, app: str) -> None:
         _, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
     [line] = [line for line in err.splitlines() if "b1" in line]
-    assert "WARNING runlane.engine: run b1 (blow-up@1) failed: ValueError: boom: x" in line
+    assert "WARNING runlane.execution: run b1 (blow-up@1) failed: ValueError: boom: x" in line
 
 
 def test_serve_refuses_a_public_address_without_a_token(
