@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, Unpack
 
 from . import admission
 from .attributes import AttributeValue, check_attributes
@@ -57,7 +57,7 @@ from .models import (
     ready_ids,
 )
 from .namespaces import fenced, sees
-from .options import EngineOptions
+from .options import EngineKnobs, EngineOptions
 from .presence import judged
 from .queues import StepQueue
 from .registry import Registry
@@ -98,7 +98,7 @@ class Engine:
         remote_workflows: Iterable[WorkflowDefinition] = (),
         retention: Retention | None = None,
         tracer_provider: Any = None,
-        **options: Any,
+        **options: Unpack[EngineKnobs],
     ) -> None:
         if consumers not in ("auto", "always", "never"):
             raise ValueError("consumers must be 'auto', 'always' or 'never'")
