@@ -101,7 +101,7 @@ class Engine:
         **options: Unpack[EngineKnobs],
     ) -> None:
         if consumers not in ("auto", "always", "never"):
-            raise ValueError("consumers must be 'auto', 'always' or 'never'")
+            raise DefinitionError("consumers must be 'auto', 'always' or 'never'")
         self._scope = _scope(namespace, scope_reads)
         opened: Store = open_store(store) if isinstance(store, str) or store is None else store
         self._owns_transport = isinstance(transport, str)

@@ -94,8 +94,10 @@ def not_requeueable(run_id: str, status: str) -> RunlaneError:
     return RunExistsError(run_id, status, message)
 
 
-class DefinitionError(RunlaneError, TypeError):
-    """A workflow or step definition is invalid."""
+class DefinitionError(RunlaneError, TypeError, ValueError):
+    """A definition or a configuration is invalid: a workflow, a step, a retry policy, a queue,
+    a schedule, an engine's or a worker's options. Raised where it is built, before anything
+    runs; a ``TypeError`` (a wrong kind of value) and a ``ValueError`` (a wrong value) alike."""
 
 
 class ConcurrencyLimitError(RunlaneError):
