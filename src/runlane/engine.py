@@ -32,6 +32,7 @@ from .definitions import (
     check_version,
 )
 from .errors import (
+    ConfigurationError,
     DefinitionError,
     RunExistsError,
     RunFinishedError,
@@ -101,7 +102,7 @@ class Engine:
         **options: Unpack[EngineKnobs],
     ) -> None:
         if consumers not in ("auto", "always", "never"):
-            raise DefinitionError("consumers must be 'auto', 'always' or 'never'")
+            raise ConfigurationError("consumers must be 'auto', 'always' or 'never'")
         self._scope = _scope(namespace, scope_reads)
         opened: Store = open_store(store) if isinstance(store, str) or store is None else store
         self._owns_transport = isinstance(transport, str)

@@ -95,9 +95,9 @@ def not_requeueable(run_id: str, status: str) -> RunlaneError:
 
 
 class DefinitionError(RunlaneError, TypeError, ValueError):
-    """A definition or a configuration is invalid: a workflow, a step, a retry policy, a queue,
-    a schedule, an engine's or a worker's options. Raised where it is built, before anything
-    runs; a ``TypeError`` (a wrong kind of value) and a ``ValueError`` (a wrong value) alike."""
+    """A definition is invalid: a workflow, a step, a retry policy, a queue, a schedule. Raised
+    where it is built, before anything runs; a ``TypeError`` (a wrong kind of value) and a
+    ``ValueError`` (a wrong value) alike."""
 
 
 class ConcurrencyLimitError(RunlaneError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, TypedDict
 
-from .errors import DefinitionError
+from .errors import ConfigurationError
 
 
 @dataclass(frozen=True)
@@ -33,10 +33,10 @@ class EngineOptions:
     def __post_init__(self) -> None:
         for name in ("lease", "poll_interval", "singleton_retry", "reconcile_interval"):
             if float(getattr(self, name)) <= 0:
-                raise DefinitionError(f"{name} must be positive")
+                raise ConfigurationError(f"{name} must be positive")
         for name in ("timer_batch_size", "max_prefetch", "max_local_runs"):
             if int(getattr(self, name)) < 1:
-                raise DefinitionError(f"{name} must be at least 1")
+                raise ConfigurationError(f"{name} must be at least 1")
 
     @classmethod
     def from_kwargs(cls, options: EngineKnobs | dict[str, Any]) -> EngineOptions:

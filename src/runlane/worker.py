@@ -29,7 +29,7 @@ from typing import Any
 from ._version import __version__
 from .concurrency import call_step_body, run_on_own_loop
 from .definitions import StepDefinition, step_definition
-from .errors import DefinitionError, UnknownStepError, error_dict
+from .errors import ConfigurationError, UnknownStepError, error_dict
 from .registry import Registry
 from .replay import Pulse, failed_decision, replay
 from .serialization import normalise
@@ -71,9 +71,9 @@ class Worker:
         tracer_provider: Any = None,
     ) -> None:
         if concurrency < 1:
-            raise DefinitionError("concurrency must be at least 1")
+            raise ConfigurationError("concurrency must be at least 1")
         if heartbeat_interval <= 0:
-            raise DefinitionError("heartbeat_interval must be positive")
+            raise ConfigurationError("heartbeat_interval must be positive")
         self.group = group
         self.transport = transport
         self.concurrency = concurrency
