@@ -60,9 +60,11 @@ from .http.shapes import (
 )
 from .lanes import AllLanes, all_lanes
 from .models import ACTIVE_STATUSES, EngineInfo, Run, RunQuery, RunStatus, StepRecord
+from .payloads import shown_record, shown_run
 from .presence import unserved
 from .stores import open_store
-from .stores.base import Store
+from .stores.base import Reads, Store
+from .stores.encoded import unwrapped
 from .stores.sqlite import SqliteStore
 from .urls import SQLITE_URLS
 from .worker import Worker
@@ -213,7 +215,7 @@ def admin_engine(source: Source) -> Engine:
         if source.db or os.environ.get("RUNLANE_DATABASE_URL"):
             store = open_store(store_url(source.db))
         else:
-            store = app.store
+            store = unwrapped(app.store)
     except (ValueError, ConfigurationError) as exc:
         raise click.BadParameter(str(exc), param_hint="--db") from exc
     engine = Engine(
@@ -224,6 +226,7 @@ def admin_engine(source: Source) -> Engine:
         drive=False,
         consumers="never",
         announce=False,
+        codec=app.codec,
     )
     # Share the registry itself so every registered version stays known (requeue needs it).
     engine.registry = app.registry
@@ -468,7 +471,7 @@ def runs_show(source: Source, run_id: str, as_json: bool) -> None:
     """Show one run and its step records."""
 
     async def read(engine: Engine) -> tuple[Run | None, list[StepRecord]]:
-        return await engine.get_run(run_id), await engine.list_steps(run_id)
+        return await engine.read(lambda store: _run_and_steps(store, run_id))
 
     run, steps = with_engine(source, read)
     if run is None:
@@ -485,6 +488,17 @@ def runs_show(source: Source, run_id: str, as_json: bool) -> None:
     for heading, text in tracebacks(run, steps):
         console.print(f"[bold]{escape(heading)}[/]")
         console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
+
+
+async def _run_and_steps(store: Reads, run_id: str) -> tuple[Run | None, list[StepRecord]]:
+    """A run and its records as the command line shows them: a payload this side cannot
+    decode as ``"encrypted"``."""
+    run = await store.get_run(run_id)
+    steps = await store.list_steps(run_id) if run is not None else []
+    return (
+        None if run is None else shown_run(run),
+        [shown_record(record) for record in steps],
+    )
 
 
 @runs.command("start")
@@ -538,7 +552,8 @@ def runs_start(
                 execution_timeout=execution_timeout,
             )
         except RunExistsError as exists:
-            found = await engine.get_run(exists.run_id)
+            existing = exists.run_id
+            found = await engine.read(lambda store: store.get_run(existing))
             if found is None:  # pragma: no cover - a run is never deleted under a start
                 raise
             return found, False
@@ -578,7 +593,7 @@ def runs_cancel(source: Source, as_json: bool, run_id: str) -> None:
     """Cancel a run and its children (exit 1 when there is no such run)."""
 
     async def cancel(engine: Engine) -> bool:
-        if await engine.get_run(run_id) is None:
+        if await engine.read(lambda store: store.get_run(run_id)) is None:
             raise RunNotFoundError(run_id)
         return await engine.cancel(run_id)
 

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from .errors import error_dict
+from .errors import PayloadCodecError, error_dict
 
 JSON = Any
 """A JSON-serialisable value: dict, list, str, int, float, bool or None."""
@@ -363,11 +363,15 @@ class Event:
 
 @dataclass(frozen=True)
 class Claim:
-    """A leased run with everything a turn needs to replay it."""
+    """A leased run with everything a turn needs to replay it.
+
+    ``unreadable``: its payloads did not decode (a codec's key that is not the one they were
+    written with): the claimer settles the run failed with this error instead of running it."""
 
     run: Run
     steps: Sequence[StepRecord]
     signals: Sequence[Signal]
+    unreadable: PayloadCodecError | None = None
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,10 @@ class Api:
         self.sampler = LaneSampler(engine, sample_every)
         self.started_at = engine.now()
 
+    async def _get_run(self, run_id: str) -> Run | None:
+        """A run as the API shows it: a payload this server cannot decode left encoded."""
+        return await self.engine.read(lambda store: store.get_run(run_id))
+
     async def start(self, request: Request) -> Response:
         wanted = StartRequest.parse(await read_json(request))
         value = normalise(wanted.input, "input")
@@ -150,7 +154,7 @@ class Api:
         except RunExistsError:
             if wanted.if_exists == "fail":
                 raise
-            existing = await self.engine.get_run(run_id)
+            existing = await self._get_run(run_id)
             if existing is None:  # pragma: no cover - a run is never deleted under a start
                 raise
             return _started(existing, 200, input_differs=existing.input != value)
@@ -173,7 +177,7 @@ class Api:
 
     async def _run_by_id(self, run_id: str, query: RunQuery) -> Response:
         """An id names one run: looked up as it is (the other filters must match too)."""
-        run = await self.engine.get_run(run_id)
+        run = await self._get_run(run_id)
         shown = [run] if run is not None and query.matches(run) else []
         return JSONResponse({"runs": [run_to_dict(r) for r in shown], "next_cursor": None})
 
@@ -188,10 +192,10 @@ class Api:
         if wants_html(request):
             # The page lives at an address of its own, so its JSON's address holds only JSON.
             return RedirectResponse(f"/ui/runs/{quote(run_id, safe='')}", 303)
-        run = await self.engine.get_run(run_id)
+        run = await self._get_run(run_id)
         if run is None:
             raise RunNotFoundError(run_id)
-        steps = await self.engine.list_steps(run_id)
+        steps = await self.engine.read(lambda store: store.list_steps(run_id))
         children = await self.engine.read(
             lambda store: store.list_runs(parent_id=run_id, limit=MAX_CHILDREN)
         )
@@ -224,7 +228,7 @@ class Api:
 
     async def cancel(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        if await self.engine.get_run(run_id) is None:
+        if await self._get_run(run_id) is None:
             raise RunNotFoundError(run_id)
         return JSONResponse({"run_id": run_id, "cancelled": await self.engine.cancel(run_id)})
 
@@ -240,7 +244,7 @@ class Api:
         wanted = ForkRequest.parse(await read_json(request))
         value = None if wanted.input is None else normalise(wanted.input, "input")
         # A fork asked again by its id answers the fork (200), as a start does.
-        known = wanted.run_id is not None and await self.engine.get_run(wanted.run_id) is not None
+        known = wanted.run_id is not None and await self._get_run(wanted.run_id) is not None
         run = await self.engine.fork(
             request.path_params["run_id"],
             from_seq=wanted.from_seq,
