@@ -550,7 +550,9 @@ class Engine:
         and nothing changes.
         """
         await self._ready()
-        run = await self._api(lambda: self._reads.get_run(run_id), retry=True)
+        # Read as a view: a run failed by another engine's codec (its error under that key)
+        # is requeued all the same, once the keys are put right.
+        run = await self._api(lambda: self._view.get_run(run_id), retry=True)
         if run is None:
             raise RunNotFoundError(run_id)
         definition = self.registry.workflow(run.workflow, run.version)

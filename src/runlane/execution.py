@@ -393,11 +393,11 @@ class Execution:
 
     def _unreadable(self, claim: Claim) -> Settlement | None:
         """A claimed run whose payloads do not decode is failed with the error that says so
-        (never run, never left to be claimed again): the settlement that does it, or None."""
+        (never run, never left to be claimed again; logged as any failed run is): the
+        settlement that does it, or None."""
         refused = self.payloads.unreadable(claim)
         if refused is None:
             return None
-        log.error("run %s fails: %s", claim.run.id, refused)
         return Settlement(RunStatus.FAILED, None, error_dict(refused, with_traceback=False))
 
     def _unserved(self, run_id: str) -> None:

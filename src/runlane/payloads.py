@@ -122,8 +122,8 @@ class Payloads:
     # ---------------------------------------------------------------- one value
 
     def seal(self, value: JSON) -> JSON:
-        if self.codec is None or encoded(value):
-            return value
+        if value is None or self.codec is None or encoded(value):
+            return value  # null says nothing, and is what most records' unused fields hold
         data = self.codec.encode(dumps(value).encode("utf-8"))
         return {ENCODED: base64.b64encode(data).decode("ascii")}
 
