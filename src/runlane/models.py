@@ -875,3 +875,23 @@ class Writes:
     """A suspension's event waits, each (name, the last seq its turn read): an event published
     since, while the turn ran, makes the suspended run due at once (its publish could not see
     the wait, which this write creates)."""
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """An operator action taken through the HTTP API or the command line, as the audit log
+    keeps it: when, who (a token's name, or the OS user of a command), through what (``http``
+    or ``cli``), which action on which run, and how it went (``ok``, else what refused it).
+
+    ``detail`` names what else the action was about (a signal's or update's name, a schedule,
+    an event), never a payload. ``id`` is the store's, in the order entries were appended."""
+
+    at: datetime
+    actor: str
+    source: str
+    action: str
+    outcome: str
+    run_id: str | None = None
+    namespace: str | None = None
+    detail: str | None = None
+    id: int = 0

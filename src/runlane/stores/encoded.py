@@ -78,6 +78,8 @@ PASSED = frozenset(
         "beat_engine",
         "remove_engine",
         "prune_engines",
+        "append_audit",
+        "list_audit",
     }
 )
 """The store's methods that carry no payload. Every other method of the ``Store`` protocol is

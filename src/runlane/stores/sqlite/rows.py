@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...clock import utc
-from ...models import EngineInfo, Event, Run, Signal, StepRecord, StoredSchedule
+from ...models import AuditEntry, EngineInfo, Event, Run, Signal, StepRecord, StoredSchedule
 from ...serialization import dumps, loads
 from .. import rows as shared
 
@@ -195,6 +195,34 @@ def engine_from_row(row: sqlite3.Row) -> EngineInfo:
     )
 
 
+def audit_from_row(row: sqlite3.Row) -> AuditEntry:
+    return AuditEntry(
+        at=from_ts(row["at"]),
+        actor=row["actor"],
+        source=row["source"],
+        action=row["action"],
+        outcome=row["outcome"],
+        run_id=row["run_id"],
+        namespace=row["namespace"],
+        detail=row["detail"],
+        id=row["id"],
+    )
+
+
+def audit_values(entry: AuditEntry) -> tuple[Any, ...]:
+    """``append_audit``'s parameters."""
+    return (
+        ts(entry.at),
+        entry.actor,
+        entry.source,
+        entry.action,
+        entry.outcome,
+        entry.run_id,
+        entry.namespace,
+        entry.detail,
+    )
+
+
 def engine_values(info: EngineInfo) -> tuple[Any, ...]:
     """``announce_engine``'s parameters."""
     return (
@@ -213,6 +241,8 @@ def engine_values(info: EngineInfo) -> tuple[Any, ...]:
 __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
+    "audit_from_row",
+    "audit_values",
     "engine_from_row",
     "engine_values",
     "event_from_row",
