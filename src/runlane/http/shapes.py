@@ -12,7 +12,7 @@ from typing import Any
 from .. import payloads
 from ..history import ReplayReport
 from ..lanes import AllLanes, DebounceLane, Lane, QueueLane, RateLane
-from ..models import EngineInfo, Run, StepRecord
+from ..models import AuditEntry, EngineInfo, Run, StepRecord
 from ..queues import QueueEntry
 from ..schedules import ScheduleState
 
@@ -161,6 +161,24 @@ def _entry(entry: QueueEntry) -> dict[str, Any]:
         "admitted_at": jsonable(entry.admitted_at),
         "denials": entry.denials,
     }
+
+
+def audit_to_dict(entry: AuditEntry) -> dict[str, Any]:
+    """An audit log entry as ``GET /audit`` and ``runlane audit --json`` show it."""
+    shown: dict[str, Any] = jsonable(
+        {
+            "id": entry.id,
+            "at": entry.at,
+            "actor": entry.actor,
+            "source": entry.source,
+            "action": entry.action,
+            "run_id": entry.run_id,
+            "detail": entry.detail,
+            "outcome": entry.outcome,
+            "namespace": entry.namespace,
+        }
+    )
+    return shown
 
 
 def engine_to_dict(info: EngineInfo) -> dict[str, Any]:
