@@ -32,7 +32,7 @@ class Codec(Protocol):
 
 class Fernet:
     """Encrypt payloads with Fernet (AES-128-CBC and HMAC-SHA256, from the ``cryptography``
-    library; ``pip install 'runlane[crypto]'``).
+    library: the ``crypto`` extra, ``runlane[crypto]``).
 
     ``keys`` is a list of keys as ``cryptography.fernet.Fernet.generate_key()`` makes them
     (url-safe base64 text or bytes of 32 random bytes). Payloads are encrypted with the first

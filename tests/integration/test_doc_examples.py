@@ -43,6 +43,7 @@ EMBEDDED = [
     "deploys",
     "updates",
     "operating_runs",
+    "encryption",
 ]
 ON_SERVICES = ["fleet", "remote_workers"]
 PYTEST_MODULES = ["test_workflows", "test_my_store", "test_my_transport"]
