@@ -13,10 +13,11 @@ from cryptography.fernet import Fernet as FernetKeys
 import runlane
 from runlane import ConfigurationError
 from runlane.codecs import Fernet
-from runlane.http import create_app
 from runlane.http.auth import api_tokens
 from runlane.stores.sqlite import SqliteStore
 from runlane.testing import ManualClock
+
+from .test_http_operations import client_of
 
 TOKENS = "ops:operate:op-secret,viewer:read:read-secret"
 OPS = {"Authorization": "Bearer op-secret"}
@@ -39,11 +40,6 @@ async def engine(tmp_path: Path) -> AsyncIterator[runlane.Engine]:
     )
     async with built:
         yield built
-
-
-def client_of(engine: runlane.Engine, **options: Any) -> httpx.AsyncClient:
-    app = create_app(engine, manage_engine=False, **options)
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://runlane")
 
 
 @pytest.fixture

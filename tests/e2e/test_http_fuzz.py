@@ -39,6 +39,13 @@ ENGINE = runlane.Engine(
     schedules=[runlane.Schedule("hourly", "echo", every=3600)],
 )
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(ENGINE, manage_engine=False))
+FUZZED = settings(
+    max_examples=30,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 CHECKS = (
     not_a_server_error,
     status_code_conformance,
@@ -48,13 +55,7 @@ CHECKS = (
 
 
 @schema.parametrize()  # type: ignore[untyped-decorator]
-@settings(
-    max_examples=30,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+@FUZZED
 def test_the_api_answers_every_request_as_documented(case: Any) -> None:
     response = case.call()
     case.validate_response(response, checks=CHECKS)
@@ -79,13 +80,7 @@ scoped = schemathesis.openapi.from_asgi("/openapi.json", SCOPED_APP, headers=REA
 
 
 @scoped.parametrize()  # type: ignore[untyped-decorator]
-@settings(
-    max_examples=30,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+@FUZZED
 def test_a_read_token_never_operates_whatever_it_sends_to_any_route(case: Any) -> None:
     response = case.call(headers=READER)
     case.validate_response(response, checks=CHECKS)

@@ -101,20 +101,6 @@ def engine_from_row(row: Row) -> EngineInfo:
     )
 
 
-def audit_from_row(row: Row) -> AuditEntry:
-    return AuditEntry(
-        at=row["at"],
-        actor=row["actor"],
-        source=row["source"],
-        action=row["action"],
-        outcome=row["outcome"],
-        run_id=row["run_id"],
-        namespace=row["namespace"],
-        detail=row["detail"],
-        id=row["id"],
-    )
-
-
 def audit_params(entry: AuditEntry) -> dict[str, Any]:
     """``append_audit``'s parameters."""
     return {
@@ -326,6 +312,10 @@ def _same(value: Any) -> Any:
 
 # psycopg decodes jsonb, text[] and timestamptz itself.
 _DECODE = shared.Decode(json=_same, instant=_same, moment=_same)
+
+
+def audit_from_row(row: Row) -> AuditEntry:
+    return shared.audit_from_row(row, _DECODE)
 
 
 def run_from_row(row: Row) -> Run:

@@ -196,17 +196,7 @@ def engine_from_row(row: sqlite3.Row) -> EngineInfo:
 
 
 def audit_from_row(row: sqlite3.Row) -> AuditEntry:
-    return AuditEntry(
-        at=from_ts(row["at"]),
-        actor=row["actor"],
-        source=row["source"],
-        action=row["action"],
-        outcome=row["outcome"],
-        run_id=row["run_id"],
-        namespace=row["namespace"],
-        detail=row["detail"],
-        id=row["id"],
-    )
+    return shared.audit_from_row(row, _DECODE)
 
 
 def audit_values(entry: AuditEntry) -> tuple[Any, ...]:
