@@ -346,9 +346,10 @@ def serve(
     The server serves the engine's namespace: an APP engine with scope_reads=True (or --db
     with --namespace NS --scope-reads) shows and acts on that namespace's runs only.
 
-    With RUNLANE_API_TOKEN set, every request but GET /healthz (and the dashboard's pages,
-    which hold no data) needs Authorization: Bearer <token>. Serving on an address other than
-    the loopback needs the token.
+    With RUNLANE_API_TOKENS="name:scope:token,..." (scope read: GET only; operate: every
+    action) or RUNLANE_API_TOKEN (one operate token) set, every request but GET /healthz (and
+    the dashboard's pages, which hold no data) needs Authorization: Bearer <token>. Serving on
+    an address other than the loopback needs a token. Every action is audited (GET /audit).
     """
     with needs_extra("http", "runlane serve"):
         import uvicorn

@@ -132,8 +132,13 @@ def raw_text(kind: str, tmp_path: Path, pg_url: str) -> str:
 async def test_no_payload_is_stored_in_clear_and_every_one_reads_back(
     make_engine: Any, clock: Any, store_kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    engine = await make_engine(*WORKFLOWS, steps=STEPS, codec=Fernet(keys()))
+    nightly = runlane.Schedule("nightly", "codec.child", every=3600, input=f"nightly {MARK}")
+    engine = await make_engine(*WORKFLOWS, steps=STEPS, schedules=[nightly], codec=Fernet(keys()))
     run = await run_everything(engine, clock, "o1")
+    fired = await engine.schedules.trigger("nightly")
+    assert (await settle(engine, fired.id)).output == {"echo": f"nightly {MARK}"}
+    state = await engine.schedules.get("nightly")
+    assert state is not None and state.schedule.input == f"nightly {MARK}"
     assert run.status == RunStatus.COMPLETED, run.error
     assert run.input == {"card": MARK}
     assert run.output["all"][0] == {"charged": MARK}
