@@ -12,7 +12,7 @@ from rich.table import Table
 
 from .attributes import AttributeValue, filter_text
 from .lanes import DebounceLane, Lane, QueueLane, RateLane
-from .models import EngineInfo, Run, StepRecord
+from .models import AuditEntry, EngineInfo, Run, StepRecord
 from .schedules import ScheduleState
 
 
@@ -90,6 +90,22 @@ def tracebacks(run: Run, steps: list[StepRecord]) -> list[tuple[str, str]]:
             heading = f"step #{record.seq} {record.name}, attempt {record.attempts}"
             found.append((f"{heading}: {error_line(record.error)}", str(record.error["traceback"])))
     return found
+
+
+def audit_table(entries: list[AuditEntry]) -> Table:
+    table = Table("id", "when (UTC)", "who", "via", "action", "run", "detail", "outcome")
+    for entry in entries:
+        table.add_row(
+            str(entry.id),
+            _time(entry.at),
+            escape(entry.actor),
+            entry.source,
+            escape(entry.action),
+            escape(entry.run_id or ""),
+            escape(entry.detail or ""),
+            escape(entry.outcome),
+        )
+    return table
 
 
 def steps_table(steps: list[StepRecord]) -> Table:
@@ -250,6 +266,7 @@ def _when(moment: datetime | None) -> str:
 
 __all__ = [
     "attempt_lines",
+    "audit_table",
     "engines_table",
     "error_line",
     "lanes_table",

@@ -18,11 +18,12 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, TypeVar, Unpack
+from typing import Any, Literal, TypeVar, Unpack, cast
 
 from . import admission
 from .attributes import AttributeValue, check_attributes
 from .clock import Clock, SystemClock
+from .codecs import Codec
 from .definitions import (
     Concurrency,
     WorkflowDefinition,
@@ -59,6 +60,7 @@ from .models import (
 )
 from .namespaces import fenced, sees
 from .options import EngineKnobs, EngineOptions
+from .payloads import Payloads
 from .presence import judged
 from .queues import StepQueue
 from .registry import Registry
@@ -70,9 +72,11 @@ from .serialization import normalise
 from .stats import EngineStats
 from .stores import open_store
 from .stores.base import Reads, Store
+from .stores.encoded import EncodedStore, unwrapped
 from .tracing import Tracing
 from .transports import open_transport
 from .transports.base import Transport
+from .transports.encoded import encoded_transport
 from .updates import delivered, new_update, signal_name
 
 log = logging.getLogger(__name__)
@@ -99,11 +103,13 @@ class Engine:
         remote_workflows: Iterable[WorkflowDefinition] = (),
         retention: Retention | None = None,
         tracer_provider: Any = None,
+        codec: Codec | None = None,
         **options: Unpack[EngineKnobs],
     ) -> None:
         if consumers not in ("auto", "always", "never"):
             raise ConfigurationError("consumers must be 'auto', 'always' or 'never'")
         self._scope = _scope(namespace, scope_reads)
+        self._payloads = Payloads(codec)
         opened: Store = open_store(store) if isinstance(store, str) or store is None else store
         self._owns_transport = isinstance(transport, str)
         self.transport: Transport | None = (
@@ -123,8 +129,8 @@ class Engine:
         )
         self._execution = Execution(
             engine_id=uuid.uuid4().hex[:12],
-            store=opened,
-            transport=self.transport,
+            store=self._through_codec(opened),
+            transport=encoded_transport(self.transport, self._payloads),
             registry=registry,
             options=engine_options,
             clock=self.clock,
@@ -134,6 +140,7 @@ class Engine:
             pruner=self.pruner,
             tracing=Tracing(tracer_provider),
             ready=self._ready,
+            payloads=self._payloads,
         )
         # A scoped engine's new runs get keys of its namespace's own (admission.scoped_key).
         self._execution.specs.scope = self._scope
@@ -144,11 +151,23 @@ class Engine:
 
     @property
     def store(self) -> Store:
+        """The store as this engine sees it: with a codec, its payloads decoded (the store
+        itself is ``runlane.stores.encoded.unwrapped(engine.store)``)."""
         return self._execution.store
 
     @store.setter
     def store(self, store: Store) -> None:
-        self._execution.store = store
+        self._execution.store = self._through_codec(store)
+
+    @property
+    def codec(self) -> Codec | None:
+        """What encodes this engine's payloads at rest and on the wire (None: kept in clear)."""
+        return self._payloads.codec
+
+    def _through_codec(self, store: Store) -> Store:
+        if self._payloads.codec is None:
+            return store
+        return cast(Store, EncodedStore(unwrapped(store), self._payloads))
 
     @property
     def registry(self) -> Registry:
@@ -181,6 +200,14 @@ class Engine:
     def _reads(self) -> Reads:
         """The store's reads as this engine sees them: its namespace's runs only when scoped."""
         return fenced(self.store, self._scope)
+
+    @property
+    def _view(self) -> Reads:
+        """The reads of a view (``read``): as ``_reads``, but a payload that does not decode is
+        left as stored (a view shows it as ``"encrypted"``) rather than raised."""
+        store = self.store
+        lenient = store.lenient() if isinstance(store, EncodedStore) else store
+        return fenced(cast(Store, lenient), self._scope)
 
     @property
     def options(self) -> EngineOptions:
@@ -535,7 +562,9 @@ class Engine:
         and nothing changes.
         """
         await self._ready()
-        run = await self._api(lambda: self._reads.get_run(run_id), retry=True)
+        # Read as a view: a run failed by another engine's codec (its error under that key)
+        # is requeued all the same, once the keys are put right.
+        run = await self._api(lambda: self._view.get_run(run_id), retry=True)
         if run is None:
             raise RunNotFoundError(run_id)
         definition = self.registry.workflow(run.workflow, run.version)
@@ -607,9 +636,12 @@ class Engine:
         """``query`` on the store's reads, as the API's own reads run: after one failed try on
         a fresh connection, ``StoreUnavailableError``. For views (the HTTP API, the command
         line) that read more than runs and steps. An engine with ``scope_reads`` hands
-        ``query`` its namespace's reads only (``runlane.namespaces.NamespaceReads``)."""
+        ``query`` its namespace's reads only (``runlane.namespaces.NamespaceReads``). A payload
+        ``query`` reads that this engine cannot decode (no codec, or none of its keys) comes
+        back as stored, ``{"$encoded": ...}``, where the engine's own reads raise
+        ``PayloadCodecError``."""
         await self._ready()
-        return await self._api(lambda: query(self._reads), retry=True)
+        return await self._api(lambda: query(self._view), retry=True)
 
     async def _fence(self, run_id: str) -> None:
         """An engine fenced to its namespace acts on its namespace's runs only: a run of

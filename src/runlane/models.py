@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from .attributes import AttributeValue, matches
-from .errors import error_dict
+from .errors import PayloadCodecError, error_dict
 
 JSON = Any
 """A JSON-serialisable value: dict, list, str, int, float, bool or None."""
@@ -372,11 +372,15 @@ class Event:
 
 @dataclass(frozen=True)
 class Claim:
-    """A leased run with everything a turn needs to replay it."""
+    """A leased run with everything a turn needs to replay it.
+
+    ``unreadable``: its payloads did not decode (a codec's key that is not the one they were
+    written with): the claimer settles the run failed with this error instead of running it."""
 
     run: Run
     steps: Sequence[StepRecord]
     signals: Sequence[Signal]
+    unreadable: PayloadCodecError | None = None
 
 
 @dataclass(frozen=True)
@@ -881,3 +885,23 @@ class Writes:
     """A suspension's event waits, each (name, the last seq its turn read): an event published
     since, while the turn ran, makes the suspended run due at once (its publish could not see
     the wait, which this write creates)."""
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """An operator action taken through the HTTP API or the command line, as the audit log
+    keeps it: when, who (a token's name, or the OS user of a command), through what (``http``
+    or ``cli``), which action on which run, and how it went (``ok``, else what refused it).
+
+    ``detail`` names what else the action was about (a signal's or update's name, a schedule,
+    an event), never a payload. ``id`` is the store's, in the order entries were appended."""
+
+    at: datetime
+    actor: str
+    source: str
+    action: str
+    outcome: str
+    run_id: str | None = None
+    namespace: str | None = None
+    detail: str | None = None
+    id: int = 0

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from .activity import ActivityCount
 from .attributes import AttributeValue
-from .models import EngineInfo, Run, RunQuery, RunStatus, Signal, StepRecord
+from .models import AuditEntry, EngineInfo, Run, RunQuery, RunStatus, Signal, StepRecord
 from .queues import QueueView
 from .stores.base import Reads
 
@@ -127,6 +127,11 @@ class NamespaceReads:
 
     async def list_signals(self, run_id: str) -> list[Signal]:
         return await self.store.list_signals(run_id) if await self.get_run(run_id) else []
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        return await self.store.list_audit(limit, before=before, namespace=self.namespace)
 
 
 def sees(namespace: str | None, run: Run) -> bool:

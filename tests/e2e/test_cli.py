@@ -791,3 +791,25 @@ def test_runs_prune_refuses_a_duration_it_cannot_read(db: str, waiting_run: str)
     result = cli("runs", "prune", "--older-than", "soon", "--db", db)
     assert result.exit_code == 2
     assert "no duration" in result.output
+
+
+def test_every_action_is_audited_in_the_os_users_name_and_runlane_audit_lists_it(
+    db: str, app: str, waiting_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("getpass.getuser", lambda: "ada")
+    assert cli("runs", "signal", "r1", "go", '"yes"', "--db", db).exit_code == 0
+    assert cli("runs", "cancel", "nosuch", "--db", db).exit_code == 1
+    started = cli("runs", "start", "greet", '{"name": "cy"}', "--app", f"{app}:engine")
+    assert started.exit_code == 0, started.output
+    listed = json.loads(cli("audit", "--db", db, "--json").output)
+    new_run = listed[0]["run_id"]
+    assert [(e["actor"], e["source"], e["action"], e["run_id"], e["detail"], e["outcome"])
+            for e in listed] == [
+        ("ada", "cli", "start", new_run, None, "ok"),
+        ("ada", "cli", "cancel", "nosuch", None, "RunNotFoundError"),
+        ("ada", "cli", "signal", "r1", "go", "ok"),
+    ]  # fmt: skip
+    table = cli("audit", "--db", db, "--limit", "1")
+    assert table.exit_code == 0 and "start" in table.output and "signal" not in table.output
+    older = json.loads(cli("audit", "--db", db, "--json", "--before", str(listed[1]["id"])).output)
+    assert [e["action"] for e in older] == ["signal"]

@@ -9,13 +9,17 @@ import shutil
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet as FernetKeys
 
 from runlane import Engine, RemoteWorkflow, RunStatus, UpdateRejectedError
+from runlane.codecs import Fernet
+from runlane.payloads import ENCODED
 from runlane.stores.base import Store
+from runlane.stores.encoded import unwrapped
 from runlane.transports import RedisTransport
 
 NODE_DIR = Path(__file__).parents[2] / "workers" / "node"
@@ -52,24 +56,40 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def node_worker(node_modules: None, prefix: str) -> Iterator[subprocess.Popen[str]]:
-    env = {**os.environ, "RUNLANE_PREFIX": prefix, "RUNLANE_REDIS_URL": REDIS_URL}
-    proc = subprocess.Popen(
-        [str(NODE), "example.js"],
-        cwd=NODE_DIR,
-        env=env,
-        text=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    yield proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.communicate(timeout=10)  # reaps it and closes its stderr pipe
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+def start_node(node_modules: None, prefix: str) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start the example's Node workers (with ``RUNLANE_FERNET_KEYS`` when ``keys`` are given);
+    each is stopped (SIGTERM) and reaped after the test."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(keys: list[bytes] | None = None) -> subprocess.Popen[str]:
+        env = {**os.environ, "RUNLANE_PREFIX": prefix, "RUNLANE_REDIS_URL": REDIS_URL}
+        if keys:
+            env["RUNLANE_FERNET_KEYS"] = ",".join(k.decode() for k in keys)
+        proc = subprocess.Popen(
+            [str(NODE), "example.js"],
+            cwd=NODE_DIR,
+            env=env,
+            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=10)  # reaps it and closes its stderr pipe
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture
+def node_worker(start_node: Callable[..., subprocess.Popen[str]]) -> subprocess.Popen[str]:
+    return start_node()
 
 
 async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
@@ -241,3 +261,65 @@ async def test_a_node_workers_detached_child_outlives_its_parents_cancellation(
         await transport.close()
     assert cancelled.status == RunStatus.CANCELLED and not cancelled.detached
     assert (done.status, done.output, done.detached) == (RunStatus.COMPLETED, "still here", True)
+
+
+# ---------------------------------------------------------------- payloads encrypted
+
+
+def _order_engine(store: Store, transport: RedisTransport, keys: list[bytes]) -> Engine:
+    return Engine(
+        store,
+        transport=transport,
+        poll_interval=0.1,
+        remote_workflows=[
+            RemoteWorkflow("js-order", group="node-wf"),
+            RemoteWorkflow("js-child", group="node-wf"),
+        ],
+        codec=Fernet(keys),
+    )
+
+
+async def test_a_node_worker_with_the_engines_keys_works_on_encrypted_payloads(
+    store: Store, prefix: str, start_node: Callable[..., subprocess.Popen[str]]
+) -> None:
+    old, new = FernetKeys.generate_key(), FernetKeys.generate_key()
+    worker = start_node([new, old])  # a rotation: the engine writes under the new key
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    engine = _order_engine(store, transport, [new, old])
+    try:
+        async with engine:
+            await engine.start("js-order", {"name": "ada"}, run_id="enc-1")
+            await _until_waiting_for_signal(engine, "enc-1", worker)
+            await engine.signal("enc-1", "ship", "by sea")
+            done = await engine.wait_for_run("enc-1", timeout=30)
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert {k: done.output[k] for k in ("greeting", "loud", "said", "child")} == {
+        "greeting": "hello ada",
+        "loud": "HELLO ADA",
+        "said": "by sea",
+        "child": "BY SEA",
+    }
+    stored = await unwrapped(engine.store).list_steps("enc-1")
+    step = next(s for s in stored if s.kind == "step")
+    assert set(step.input) == set(step.output) == {ENCODED}  # as the Node worker sealed them
+
+
+async def test_a_node_worker_with_another_key_fails_the_run_naming_it(
+    store: Store, prefix: str, start_node: Callable[..., subprocess.Popen[str]]
+) -> None:
+    start_node([FernetKeys.generate_key()])
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    engine = _order_engine(store, transport, [FernetKeys.generate_key()])
+    try:
+        async with engine:
+            await engine.start("js-order", {"name": "ada"}, run_id="enc-2")
+            done = await engine.wait_for_run("enc-2", timeout=30)
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert done.status == RunStatus.FAILED
+    assert done.error is not None and done.error["type"] == "PayloadCodecError"
+    assert "run 'enc-2'" in done.error["message"]

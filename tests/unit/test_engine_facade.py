@@ -40,6 +40,7 @@ FACADE = {
     "wait_for_run",
     # attributes
     "clock",
+    "codec",
     "consumers",
     "drive",
     "id",

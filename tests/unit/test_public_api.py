@@ -7,6 +7,7 @@ import runlane
 EXPECTED = {
     "DEFAULT_CONCURRENCY_STATUSES",
     "ChildFailedError",
+    "Codec",
     "Concurrency",
     "ConcurrencyLimitError",
     "ConfigurationError",
@@ -20,6 +21,7 @@ EXPECTED = {
     "KeyFunctionError",
     "MissingExtraError",
     "NonDeterminismError",
+    "PayloadCodecError",
     "RateLimit",
     "RateLimitError",
     "RemoteWorkflow",

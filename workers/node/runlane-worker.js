@@ -5,6 +5,9 @@
 //                               workflows: { order }, steps: { "app.prepare": prepare } });
 //   await worker.run();
 //
+// With `codec` (a codec.js Fernet of the engines' keys), the payloads of tasks, results and
+// decisions are encoded as the engines' (docs/wire.md, "Encoded payloads").
+//
 // A workflow body is `async (ctx, input) => output`; ctx offers step, sleep, waitForSignal,
 // waitForUpdate and reply, child, startChild, now, setAttributes, patched and deprecatePatch.
 // An operation that cannot finish in this turn throws a Suspend, which the body must not catch
@@ -13,6 +16,9 @@
 import { createClient } from "redis";
 import os from "node:os";
 import crypto from "node:crypto";
+import { WireCodec } from "./codec.js";
+
+export { Fernet, PayloadCodecError } from "./codec.js";
 
 export const PROTOCOL = 1;
 
@@ -332,8 +338,9 @@ class Turn {
 
 export class Worker {
   constructor({ group, url = "redis://127.0.0.1:6379/0", prefix = "runlane", workflows = {}, steps = {},
-                heartbeatInterval = 2.0, concurrency = 8, name = null }) {
+                heartbeatInterval = 2.0, concurrency = 8, name = null, codec = null }) {
     this.group = group;
+    this.wire = new WireCodec(codec);
     this.prefix = prefix;
     this.workflows = workflows;
     this.steps = steps;
@@ -421,12 +428,14 @@ export class Worker {
       const body = this.steps[task.name];
       try {
         if (!body) throw Object.assign(new Error(task.name), { name: "UnknownStepError" });
-        return { ok: true, output: (await body(task.input)) ?? null, error: null };
+        const { input } = this.wire.openTask(task);
+        return { ok: true, output: (await body(input)) ?? null, error: null };
       } catch (err) {
         return { ok: false, output: null, error: errorDoc(err) };
       }
     });
-    await this.send({ protocol: PROTOCOL, ...identity, ...result, attempt: task.attempt, worker: this.name });
+    const message = { protocol: PROTOCOL, ...identity, ...result, attempt: task.attempt, worker: this.name };
+    await this.send(this.wire.sealResult(message));
   }
 
   async turn(task) {
@@ -434,17 +443,22 @@ export class Worker {
     const beat = { protocol: PROTOCOL, kind: "workflow", task_id: task.task_id, run_id: task.run_id, worker: this.name };
     const decision = await this.beating(beat, async () => {
       const body = this.workflows[task.workflow];
-      if (!body) {
-        const error = { type: "UnknownWorkflowError", message: task.workflow };
-        return { checkpoints: [], consumed_signals: [], commands: [], outcome: { type: "fail", error } };
+      const failed = (error) => ({ checkpoints: [], consumed_signals: [], commands: [], outcome: { type: "fail", error } });
+      if (!body) return failed({ type: "UnknownWorkflowError", message: task.workflow });
+      let opened;
+      try {
+        opened = this.wire.openTask(task);
+      } catch (err) {
+        return failed(errorDoc(err)); // another key: the run fails, naming itself
       }
-      return new Turn(task, this.steps).decide(body);
+      return new Turn(opened, this.steps).decide(body);
     });
     // To the queue the task names (only the engines that serve the run's code take it).
-    await this.send({
+    const message = {
       protocol: PROTOCOL, kind: "decision", task_id: task.task_id, run_id: task.run_id,
       worker: this.name, ...decision,
-    }, task.reply_to ?? "results");
+    };
+    await this.send(this.wire.sealResult(message), task.reply_to ?? "results");
   }
 
   async send(message, queue = "results") {

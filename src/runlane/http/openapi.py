@@ -126,6 +126,21 @@ _ATTRIBUTES = {
 }
 
 _SCHEMAS: JSONObject = {
+    "AuditEntry": _object(
+        ["id", "at", "actor", "source", "action", "run_id", "detail", "outcome", "namespace"],
+        id={"type": "integer"},
+        at=_TIME,
+        actor={"type": "string", "description": "the token's name, or the OS user (cli)"},
+        source={"type": "string", "enum": ["http", "cli"]},
+        action={"type": "string", "description": "start, cancel, retry, signal, ..."},
+        run_id={"type": ["string", "null"]},
+        detail={
+            "type": ["string", "null"],
+            "description": "a signal's, update's or event's name, a schedule's id, a fork's id",
+        },
+        outcome={"type": "string", "description": "ok, or what refused it (403 forbidden, ...)"},
+        namespace={"type": ["string", "null"]},
+    ),
     "LaneSeries": _object(
         ["name", "kind", "key", "limit", "points"],
         name={"type": "string"},
@@ -862,12 +877,59 @@ def _operations() -> JSONObject:
     }
 
 
+_FORBIDDEN = _json(
+    _ref("Error"),
+    "forbidden: the token's scope is read, and only a token of scope operate may do this",
+)
+
+
+def _scoped(paths: JSONObject) -> JSONObject:
+    """Every operation but a GET needs a token of scope ``operate``: it may answer 403."""
+    for methods in paths.values():
+        for method, operation in methods.items():
+            if method != "get":
+                operation["responses"]["403"] = _FORBIDDEN
+    return paths
+
+
+def _access() -> JSONObject:
+    entry = _ref("AuditEntry")
+    page = _object(
+        ["entries", "next_cursor"],
+        entries={"type": "array", "items": entry},
+        next_cursor={"type": ["string", "null"]},
+    )
+    limit = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}
+    return {
+        "/whoami": _read(
+            "the caller's token: its name and scope (anonymous, operate: an API without tokens)",
+            _object(
+                ["name", "scope"],
+                name={"type": "string"},
+                scope={"type": "string", "enum": ["read", "operate"]},
+            ),
+            "who is asking",
+        ),
+        "/audit": {
+            "get": {
+                "summary": "the audit log, newest first: every action taken through this API"
+                " or the command line",
+                "parameters": [
+                    _query("limit", limit, "page size"),
+                    _query("cursor", {"type": "string"}, "next_cursor of the previous page"),
+                ],
+                "responses": _responses({"200": _json(page, "a page of the log")}, "422"),
+            }
+        },
+    }
+
+
 def openapi() -> JSONObject:
     """The document: every endpoint of the API (the dashboard's pages are not part of it)."""
     return {
         "openapi": "3.1.0",
         "info": {"title": "runlane", "version": __version__},
-        "paths": _operations(),
+        "paths": _scoped({**_operations(), **_access()}),
         "components": {
             "schemas": _SCHEMAS,
             "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},

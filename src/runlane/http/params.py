@@ -142,6 +142,16 @@ def encode_cursor(cursor: RunCursor) -> str:
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
+def audit_cursor(value: str | None) -> int | None:
+    """Where a page of the audit log starts: the id of the previous page's last entry (the
+    ``next_cursor`` that page gave), or None for the newest entries."""
+    if value is None or value == "":
+        return None
+    if not value.isdigit() or len(value) > 18:
+        raise invalid("cursor is not one this API gave out", field="cursor")
+    return int(value)
+
+
 def decode_cursor(value: str | None) -> RunCursor | None:
     if not value:
         return None
@@ -280,6 +290,7 @@ __all__ = [
     "MAX_PAGE",
     "StartRequest",
     "attribute_filter",
+    "audit_cursor",
     "decode_cursor",
     "encode_cursor",
     "query_int",

@@ -44,6 +44,7 @@ from ..activity import ActivityCount
 from ..attributes import AttributeValue
 from ..models import (
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -205,6 +206,14 @@ class Reads(Protocol):
     async def list_signals(self, run_id: str) -> list[Signal]:
         """The signals delivered to the run and not consumed yet, oldest first; ``[]`` for an
         unknown run."""
+        ...
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        """The audit log, newest first: at most ``limit`` entries, those with ``id < before``
+        when it is given (the next page after an entry), of ``namespace`` only when it is
+        given. ``[]`` when there is none."""
         ...
 
 
@@ -839,6 +848,14 @@ class Store(Reads, Protocol):
 
     async def prune_engines(self, before: datetime) -> int:
         """Delete the records of engines whose last beat is before ``before``; how many."""
+        ...
+
+    # ---------------------------------------------------------------- the audit log
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Append ``entry`` to the audit log and return it with its ``id``: greater than every
+        entry's appended before it (on this store), never reused. Entries are never changed,
+        and no pruning removes them."""
         ...
 
     async def get_reply(self, run_id: str, update_id: str) -> StepRecord | None:

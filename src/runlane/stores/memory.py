@@ -27,6 +27,7 @@ from ..errors import (
 from ..models import (
     ACTIVE_STATUSES,
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -92,6 +93,7 @@ class MemoryStore:
         self._schedules: dict[str, StoredSchedule] = {}
         self._queues = _MemoryQueues(self)
         self._engines: dict[str, EngineInfo] = {}
+        self._audit: list[AuditEntry] = []
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
@@ -796,6 +798,21 @@ class MemoryStore:
         for engine_id in gone:
             del self._engines[engine_id]
         return len(gone)
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        appended = replace(entry, id=len(self._audit) + 1)
+        self._audit.append(appended)
+        return appended
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        found = (
+            e
+            for e in reversed(self._audit)
+            if (before is None or e.id < before) and (namespace is None or e.namespace == namespace)
+        )
+        return list(itertools.islice(found, limit))
 
     async def lane_runs(self) -> list[Run]:
         gated = [

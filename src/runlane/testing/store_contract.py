@@ -45,6 +45,7 @@ from runlane.errors import (
     SingletonQueueFullError,
 )
 from runlane.models import (
+    AuditEntry,
     CancelResult,
     ClaimOutcome,
     DebounceGate,
@@ -3252,6 +3253,47 @@ async def test_a_refused_fork_writes_no_records(store: Store) -> None:
     [refused] = await store.create_runs([spec("f", quota=quota, history=(step("f", 1),))], T0)
     assert isinstance(refused.rejected, ConcurrencyLimitError)
     assert await store.get_run("f") is None and await store.list_steps("f") == []
+
+
+# ---------------------------------------------------------------- the audit log
+
+
+def audit(n: int, namespace: str | None = None, **fields: Any) -> AuditEntry:
+    values: dict[str, Any] = {
+        "at": T0 + timedelta(seconds=n),
+        "actor": "ops",
+        "source": "http",
+        "action": "cancel",
+        "outcome": "ok",
+        "run_id": f"r{n}",
+        "namespace": namespace,
+        "detail": None,
+        **fields,
+    }
+    return AuditEntry(**values)
+
+
+async def test_an_audit_entry_is_appended_with_a_growing_id_and_read_back_newest_first(
+    store: Store,
+) -> None:
+    assert await store.list_audit(10) == []
+    first = await store.append_audit(audit(1, detail="ship"))
+    second = await store.append_audit(audit(2, actor="ada", source="cli", outcome="409 conflict"))
+    assert 0 < first.id < second.id
+    assert first == replace(audit(1, detail="ship"), id=first.id)
+    assert await store.list_audit(10) == [second, first]
+
+
+async def test_the_audit_log_pages_back_from_an_entry_and_by_namespace(store: Store) -> None:
+    appended = [await store.append_audit(audit(n, "eu" if n % 2 else None)) for n in range(1, 6)]
+    newest = await store.list_audit(2)
+    assert [e.run_id for e in newest] == ["r5", "r4"]
+    older = await store.list_audit(2, before=newest[-1].id)
+    assert [e.run_id for e in older] == ["r3", "r2"]
+    assert await store.list_audit(10, before=appended[0].id) == []
+    eu = await store.list_audit(10, namespace="eu")
+    assert [e.run_id for e in eu] == ["r5", "r3", "r1"]
+    assert [e.run_id for e in await store.list_audit(1, before=eu[0].id, namespace="eu")] == ["r3"]
 
 
 __all__ = export_tests(globals(), "store")

@@ -11,6 +11,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ... import admission
 from ...models import (
+    AuditEntry,
     Claim,
     EngineInfo,
     Event,
@@ -98,6 +99,20 @@ def engine_from_row(row: Row) -> EngineInfo:
         serves=tuple((str(w), str(v)) for w, v in row["serves"]),
         groups=tuple(str(g) for g in row["groups"]),
     )
+
+
+def audit_params(entry: AuditEntry) -> dict[str, Any]:
+    """``append_audit``'s parameters."""
+    return {
+        "at": entry.at,
+        "actor": entry.actor,
+        "source": entry.source,
+        "action": entry.action,
+        "outcome": entry.outcome,
+        "run_id": entry.run_id,
+        "namespace": entry.namespace,
+        "detail": entry.detail,
+    }
 
 
 def json_param(value: Any) -> str | None:
@@ -300,6 +315,10 @@ def _same(value: Any) -> Any:
 _DECODE = shared.Decode(json=_same, instant=_same, moment=_same)
 
 
+def audit_from_row(row: Row) -> AuditEntry:
+    return shared.audit_from_row(row, _DECODE)
+
+
 def run_from_row(row: Row) -> Run:
     return shared.run_from_row(row, _DECODE)
 
@@ -474,6 +493,8 @@ __all__ = [
     "QUERY_FILTERS",
     "Checkpoint",
     "Row",
+    "audit_from_row",
+    "audit_params",
     "checkpoints_params",
     "claimable",
     "depth_first",

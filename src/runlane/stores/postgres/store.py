@@ -28,6 +28,7 @@ from ...errors import (
 from ...faults import unavailable
 from ...models import (
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -77,6 +78,8 @@ from .db import (
 )
 from .rows import (
     Row,
+    audit_from_row,
+    audit_params,
     claimable,
     depth_first,
     engine_from_row,
@@ -1097,6 +1100,16 @@ class PostgresStore:
 
     async def prune_engines(self, before: datetime) -> int:
         return len(await self._db.rows("prune_engines", before=before))
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        [row] = await self._db.rows("append_audit", **audit_params(entry))
+        return replace(entry, id=row["id"])
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        rows = await self._db.rows("list_audit", limit=limit, before=before, namespace=namespace)
+        return [audit_from_row(row) for row in rows]
 
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]

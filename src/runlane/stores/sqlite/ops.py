@@ -23,6 +23,7 @@ from ...errors import (
 )
 from ...models import (
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -77,6 +78,7 @@ from .reads import (
 from .rows import (
     RUN_COLUMNS,
     STEP_COLUMNS,
+    audit_values,
     changed_columns,
     engine_values,
     event_from_row,
@@ -700,8 +702,14 @@ def prune_engines(conn: Conn, before: datetime) -> int:
     return int(conn.execute(SQL["prune_engines"], (ts(before),)).rowcount)
 
 
+def append_audit(conn: Conn, entry: AuditEntry) -> AuditEntry:
+    cursor = conn.execute(SQL["append_audit"], audit_values(entry))
+    return replace(entry, id=int(cursor.lastrowid or 0))
+
+
 __all__ = [
     "announce_engine",
+    "append_audit",
     "beat_engine",
     "cancel_run",
     "checkpoint",

@@ -11,9 +11,20 @@ from datetime import UTC, datetime
 
 from ...activity import ActivityCount
 from ...attributes import AttributeValue
-from ...models import EngineInfo, Event, Run, RunQuery, RunStatus, Serves, Signal, StepRecord
+from ...models import (
+    AuditEntry,
+    EngineInfo,
+    Event,
+    Run,
+    RunQuery,
+    RunStatus,
+    Serves,
+    Signal,
+    StepRecord,
+)
 from ...serialization import dumps
 from .rows import (
+    audit_from_row,
     engine_from_row,
     event_from_row,
     run_from_row,
@@ -213,6 +224,13 @@ def list_engines(conn: Conn) -> list[EngineInfo]:
     return [engine_from_row(row) for row in conn.execute(SQL["list_engines"])]
 
 
+def list_audit(
+    conn: Conn, limit: int, before: int | None, namespace: str | None
+) -> list[AuditEntry]:
+    rows = conn.execute(SQL["list_audit"], (before, namespace, limit))
+    return [audit_from_row(row) for row in rows]
+
+
 def lane_runs(conn: Conn) -> list[Run]:
     rows = conn.execute(SQL["lane_runs"])
     return [run_from_row(row) for row in rows]
@@ -250,6 +268,7 @@ __all__ = [
     "lane_runs",
     "latest_event_seq",
     "limited_runs",
+    "list_audit",
     "list_engines",
     "list_runs",
     "list_steps",

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...clock import utc
-from ...models import EngineInfo, Event, Run, Signal, StepRecord, StoredSchedule
+from ...models import AuditEntry, EngineInfo, Event, Run, Signal, StepRecord, StoredSchedule
 from ...serialization import dumps, loads
 from .. import rows as shared
 
@@ -203,6 +203,24 @@ def engine_from_row(row: sqlite3.Row) -> EngineInfo:
     )
 
 
+def audit_from_row(row: sqlite3.Row) -> AuditEntry:
+    return shared.audit_from_row(row, _DECODE)
+
+
+def audit_values(entry: AuditEntry) -> tuple[Any, ...]:
+    """``append_audit``'s parameters."""
+    return (
+        ts(entry.at),
+        entry.actor,
+        entry.source,
+        entry.action,
+        entry.outcome,
+        entry.run_id,
+        entry.namespace,
+        entry.detail,
+    )
+
+
 def engine_values(info: EngineInfo) -> tuple[Any, ...]:
     """``announce_engine``'s parameters."""
     return (
@@ -221,6 +239,8 @@ def engine_values(info: EngineInfo) -> tuple[Any, ...]:
 __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
+    "audit_from_row",
+    "audit_values",
     "engine_from_row",
     "engine_values",
     "event_from_row",

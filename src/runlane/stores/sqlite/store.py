@@ -25,6 +25,7 @@ from ...errors import RunlaneError, RunPausing
 from ...faults import is_infrastructure, unavailable
 from ...models import (
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -553,6 +554,14 @@ class SqliteStore:
 
     async def prune_engines(self, before: datetime) -> int:
         return await self._write(ops.prune_engines, before)
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        return await self._write(ops.append_audit, entry)
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        return await self._read(reads.list_audit, limit, before, namespace)
 
     async def lane_runs(self) -> list[Run]:
         return await self._read(reads.lane_runs)

@@ -1109,6 +1109,18 @@ SELECT * FROM runlane_engines ORDER BY started_at, id;
 -- name: prune_engines
 DELETE FROM runlane_engines WHERE last_beat_at < %(before)s RETURNING id;
 
+-- name: append_audit
+INSERT INTO runlane_audit (at, actor, source, action, outcome, run_id, namespace, detail)
+VALUES (%(at)s, %(actor)s, %(source)s, %(action)s, %(outcome)s, %(run_id)s, %(namespace)s,
+        %(detail)s)
+RETURNING id;
+
+-- name: list_audit
+SELECT * FROM runlane_audit
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s::text)
+ORDER BY id DESC LIMIT %(limit)s;
+
 -- name: lane_runs
 SELECT * FROM runlane_runs
 WHERE status IN {active}
@@ -1200,7 +1212,7 @@ SELECT queue, fairness_key, served FROM runlane_queue_keys;
 
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
-    runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines
+    runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines, runlane_audit
     RESTART IDENTITY;
 
 -- name: save_schedule

@@ -107,6 +107,17 @@ SELECT * FROM engines ORDER BY started_at, id
 -- name: prune_engines
 DELETE FROM engines WHERE last_beat_at < ?
 
+-- name: append_audit
+-- Parameters: at, actor, source, action, outcome, run_id, namespace, detail.
+INSERT INTO audit (at, actor, source, action, outcome, run_id, namespace, detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: list_audit
+-- Parameters: before (or NULL), namespace (or NULL), limit.
+SELECT * FROM audit
+WHERE (?1 IS NULL OR id < ?1) AND (?2 IS NULL OR namespace = ?2)
+ORDER BY id DESC LIMIT ?3
+
 -- name: lane_runs
 SELECT * FROM runs WHERE status IN {active}
   AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)

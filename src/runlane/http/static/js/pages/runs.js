@@ -2,8 +2,8 @@
 // kept in the address (a link or a bookmark is a saved search), a page at a time, with cancel
 // and retry for the runs selected.
 import {
-  $, ACTIVE, STATUSES, TERMINAL, api, attributeLink, badge, confirmAction, el, empty, fill, live,
-  note, post, runLink, shell, sync, took, when,
+  $, ACTIVE, STATUSES, TERMINAL, allowed, api, attributeLink, badge, confirmAction, el, empty, fill,
+  live, note, post, readOnlyNote, runLink, shell, sync, took, when,
 } from "../core.js";
 
 const PAGE = 50;
@@ -22,7 +22,8 @@ export default function runs() {
     el("div", { class: "toolbar", role: "toolbar", "aria-label": "Selected runs" },
       el("span", { id: "selection", class: "muted" }, "none selected"),
       el("button", { type: "button", id: "bulk-cancel", class: "danger", disabled: true, onclick: () => bulk("cancel") }, "Cancel selected"),
-      el("button", { type: "button", id: "bulk-retry", disabled: true, onclick: () => bulk("retry") }, "Retry selected")),
+      el("button", { type: "button", id: "bulk-retry", disabled: true, onclick: () => bulk("retry") }, "Retry selected"),
+      readOnlyNote()),
     el("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": "table" }, el("table", { class: "runs" },
       el("caption", { class: "sr-only" }, "Runs, newest first"),
       el("thead", {}, el("tr", {},
@@ -167,8 +168,8 @@ function selectedRuns() {
 function showSelection() {
   const runs = selectedRuns();
   $("#selection").textContent = runs.length ? `${runs.length} selected` : "none selected";
-  $("#bulk-cancel").disabled = !runs.some((r) => ACTIVE.includes(r.status));
-  $("#bulk-retry").disabled = !runs.some((r) => REQUEUEABLE.includes(r.status));
+  $("#bulk-cancel").disabled = !allowed(runs.some((r) => ACTIVE.includes(r.status)));
+  $("#bulk-retry").disabled = !allowed(runs.some((r) => REQUEUEABLE.includes(r.status)));
 }
 
 async function bulk(action) {
