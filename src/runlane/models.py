@@ -771,6 +771,12 @@ def resumed_run(run: Run, now: datetime) -> Run:
     )
 
 
+def cancelling_run(run: Run, error: dict[str, object] | None, now: datetime) -> Run:
+    """A leased run a cancellation reached: ``cancelling`` until its turn's next write, which
+    settles it ``cancelled`` (the turn cannot be stopped mid-step)."""
+    return evolved(run, status=RunStatus.CANCELLING, updated_at=now, error=error)
+
+
 def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
     """The run as a terminal settlement leaves it: outcome recorded, a failure counted, slot,
     lease and wake cleared."""

@@ -56,6 +56,7 @@ from ..models import (
     awaiting_decision,
     buffered_name,
     cancel_result,
+    cancelling_run,
     claimed_run,
     evolved,
     leaves_line,
@@ -539,9 +540,7 @@ class MemoryStore:
         if run.is_terminal or run.status == RunStatus.CANCELLING:
             return False
         if run.status == RunStatus.RUNNING:
-            self._runs[run.id] = replace(
-                run, status=RunStatus.CANCELLING, updated_at=now, error=error
-            )
+            self._runs[run.id] = cancelling_run(run, error, now)
         else:
             self._finish(run, Settlement(RunStatus.CANCELLED, None, error), now, woken)
         return True

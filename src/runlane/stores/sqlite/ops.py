@@ -47,6 +47,7 @@ from ...models import (
     awaiting_decision,
     buffered_name,
     cancel_result,
+    cancelling_run,
     claimed_run,
     evolved,
     leaves_line,
@@ -638,7 +639,7 @@ def cancel_one(
     if run.is_terminal or run.status == RunStatus.CANCELLING:
         return False
     if run.status == RunStatus.RUNNING:
-        _save_run(conn, replace(run, status=RunStatus.CANCELLING, updated_at=now, error=error), run)
+        _save_run(conn, cancelling_run(run, error, now), run)
     else:
         finish(conn, run, Settlement(RunStatus.CANCELLED, None, error), now, woken)
     return True

@@ -77,6 +77,7 @@ NULL::text AS rate_key, NULL::timestamptz AS rate_at, NULL::timestamptz AS begin
 NULL::text AS debounce_key, NULL::integer AS rate_limit, NULL::timestamptz AS rate_until
 
 -- name: insert_given
+-- Twin: models.run_from_spec, models.held_run, models.waiting_run, models.leased_run.
 -- (A fragment.) Insert the rows of ``given`` as pending runs, or as running ones leased to
 -- their creator where ``claimed`` (taking the slot, if keyed); an existing id is left alone.
 -- A run its throttle or debounce holds (``begin_at``) is blocked until then, and its execution
@@ -145,6 +146,7 @@ FROM counts AS c
 LEFT JOIN (SELECT *, true AS created FROM inserted UNION ALL SELECT * FROM existing) AS r ON true;
 
 -- name: insert_limited
+-- Twin: models.held_run, models.debounced_run (the fold into a held run).
 -- One start under a rate limit or a debounce (and its gates), its locks taken by
 -- ``limit_counts`` before it counts: the existing run of the id; else the start folded into its
 -- debounce key's held run (``refolded``: the start's input, a later beginning); else the new
@@ -318,6 +320,7 @@ LIMIT %(limit)s;
 SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: claim_plain
+-- Twin: models.claimed_run.
 -- The claim of a run that needs no admission (no singleton key, or one whose slot it holds) and
 -- is no recovery, in one statement; nothing when the run is locked (``SKIP LOCKED``: not
 -- claimable now) or not claimable this way. ``peek_*`` is the row as the statement's snapshot
@@ -352,6 +355,7 @@ SELECT c.*, p.status AS peek_status, p.wake_at AS peek_wake_at,
 FROM peek AS p LEFT JOIN claimed AS c ON true;
 
 -- name: blocked_set
+-- Twin: models.blocked_run.
 -- (A fragment.) A singleton waiter its claim did not admit: blocked until woken, or until its
 -- fallback timer (see ``RetryTimer``: doubling at each denial in a row, up to the most).
 SET status = 'blocked', wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
@@ -361,6 +365,7 @@ SET status = 'blocked', wake_requested_at = NULL, lease_owner = NULL, lease_expi
     admission_retries = r.admission_retries + 1, updated_at = %(now)s
 
 -- name: claim_admit
+-- Twin: models.claimed_run, models.admitted_run, models.blocked_run.
 -- The claim of a singleton run that does not hold a slot yet and is no recovery, after the key
 -- lock (an earlier statement of the transaction, so this snapshot sees every run of the key as
 -- the last lock holder left it): admitted when a slot is free for its FIFO rank (claimed, and
@@ -424,6 +429,7 @@ FROM (
 ) AS ordered;
 
 -- name: park_full_waiters
+-- Twin: models.blocked_run.
 -- The due waiters of ``timers`` whose key has every slot held, parked again as a claim's denial
 -- parks one (``blocked_set``, each with its own timer), after their keys' locks
 -- (``lock_waiter_keys``, an earlier statement, so this snapshot sees each key as the last lock
@@ -482,6 +488,7 @@ SELECT
     ) AS ahead;
 
 -- name: claim
+-- Twin: models.claimed_run, models.admitted_run.
 UPDATE runlane_runs
 SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
     wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s,
@@ -720,6 +727,7 @@ WHERE id = %(id)s AND status IN {waiting} AND lease_owner IS NULL
 RETURNING id;
 
 -- name: settle
+-- Twin: models.settled_run; the hand-off: models.claimed_run, models.admitted_run.
 -- The writes and a terminal settlement in one statement: the run's signals go, a failure is
 -- counted, its singleton slot is released and the oldest waiters for the key's free slots are
 -- woken (after a waiter too: it may have been woken for a slot it will not take now), and so
@@ -783,6 +791,7 @@ SELECT h.*, fence.status AS fence_status, fence.parent_id AS fence_parent_id,
 FROM fence LEFT JOIN finished AS f ON true LEFT JOIN handed AS h ON true;
 
 -- name: settle_many
+-- Twin: models.settled_run.
 -- Group commit of settlements: runs without a singleton key, a step queue, children, a
 -- continuation or a handler (the caller knows), each fenced on its own as ``settle`` fences one;
 -- a run that is being cancelled settles only cancelled. Each written run's signals go, a failure
@@ -846,6 +855,7 @@ WHERE id = ANY(%(ids)s::text[])
 RETURNING id, awaits_decision;
 
 -- name: await_decision
+-- Twin: models.awaiting_decision.
 -- A remote workflow's turn goes out: the leased run is marked with the turn's task id, parked
 -- until the turn's deadline and released, in one fenced statement (a cancelled run: nothing).
 -- A run asked to pause during the turn is parked paused instead, and no turn goes out.
@@ -942,6 +952,7 @@ WITH found AS (
 SELECT f.id, EXISTS (SELECT 1 FROM resumed) AS changed FROM found AS f;
 
 -- name: claim_decision
+-- Twin: models.claimed_run.
 -- The lease to apply the decision of the turn the run awaits, only while it awaits that task
 -- id; ``wake_requested_at`` is kept (a wake that landed while the turn was out rewakes it).
 UPDATE runlane_runs
@@ -975,6 +986,7 @@ ORDER BY tree.depth, tree.created_at, tree.id;
 SELECT id, status FROM runlane_runs WHERE id = ANY(%(ids)s::text[]) ORDER BY id FOR NO KEY UPDATE;
 
 -- name: mark_cancelling
+-- Twin: models.cancelling_run.
 UPDATE runlane_runs SET status = 'cancelling', updated_at = %(now)s, error = %(error)s::json
 WHERE id = %(id)s;
 
@@ -992,6 +1004,7 @@ SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE;
 DELETE FROM runlane_steps WHERE run_id = %(id)s AND status <> 'completed';
 
 -- name: requeue
+-- Twin: models.requeued_run.
 UPDATE runlane_runs
 SET status = 'pending', output = NULL, error = NULL, holds_slot = false, recoveries = 0,
     lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, wake_requested_at = NULL,
