@@ -137,6 +137,8 @@ async def fleet(request: pytest.FixtureRequest, pg_url: str) -> AsyncIterator[Ca
         await asyncio.gather(task, return_exceptions=True)
         await w.transport.close()
     for e in engines:
+        # A turn still waiting in memory for a step no worker will answer is let go at once.
+        await e.drain(timeout=1.0)
         await e.__aexit__(None, None, None)
         if e.transport is not None:
             await e.transport.close()
