@@ -51,13 +51,19 @@ class PrivatePostgres:
 
     ``settings`` go into the new cluster's ``postgresql.conf`` (a standby copied from it gets
     them too). A server made with ``initdb=False`` has no data folder until ``copy_from`` makes
-    it a standby of another.
+    it a standby of another. ``port``: a free one by default.
     """
 
-    def __init__(self, settings: Mapping[str, str] | None = None, *, initdb: bool = True) -> None:
+    def __init__(
+        self,
+        settings: Mapping[str, str] | None = None,
+        *,
+        initdb: bool = True,
+        port: int | None = None,
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="runlane-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
+        self.port = port or free_port()
         self._as_postgres = os.geteuid() == 0
         if self._as_postgres:
             shutil.chown(self.root, "postgres", "postgres")
@@ -170,13 +176,15 @@ class ReplicatedPostgres:
     """A primary and a standby streaming from it, synchronously or not, on two loopback ports
     that the URLs list both (``target_session_attrs=read-write``: a client reaches whichever is
     the primary). ``start``, ``stop``, ``terminate_backends`` act on the primary, as on a single
-    server's; ``failover`` swaps the roles."""
+    server's; ``failover`` swaps the roles. The servers a failover stopped are kept, their data
+    as the crash left it (``crashed``), until ``destroy``."""
 
     def __init__(self, synchronous: bool) -> None:
         self.synchronous = synchronous
         self.primary = PrivatePostgres(SYNCHRONOUS if synchronous else None)
         self.standby = PrivatePostgres(initdb=False)
         self.ports = (self.primary.port, self.standby.port)
+        self.crashed: list[PrivatePostgres] = []
 
     @property
     def url(self) -> str:
@@ -204,18 +212,20 @@ class ReplicatedPostgres:
         self.primary.stop(mode)
 
     def failover(self) -> PrivatePostgres:
-        """Stop the primary as in a crash and promote the standby. The old primary is returned
-        stopped, its data as the crash left it; until ``rebuild_standby`` there is no standby
-        (and a synchronous primary's commits wait for one)."""
+        """Stop the primary as in a crash and promote the standby; the old primary, stopped (it
+        is kept in ``crashed``). Until ``rebuild_standby`` there is no standby, and a
+        synchronous primary's commits wait for one."""
         old = self.primary
         old.stop("immediate")
+        self.crashed.append(old)
         self.standby.promote()
-        self.primary, self.standby = self.standby, old
+        self.primary = self.standby
+        self.standby = PrivatePostgres(initdb=False, port=old.port)
         return old
 
     def rebuild_standby(self) -> None:
-        """A new standby, made from the primary where the old one ran (on its port, so the URLs
-        stay right), started and streaming."""
+        """Make the standby (where the old primary ran after a failover: the URLs stay right)
+        from the primary, start it and wait until it streams."""
         self.standby.copy_from(self.primary)
         self.standby.start()
         self.wait_streaming()
@@ -253,8 +263,8 @@ class ReplicatedPostgres:
         raise RuntimeError(f"the standby did not replay up to {written} in {timeout} s")
 
     def destroy(self) -> None:
-        self.primary.destroy()
-        self.standby.destroy()
+        for server in [self.primary, self.standby, *self.crashed]:
+            server.destroy()
 
 
 def terminate_backends(admin_url: str, database: str) -> int:
