@@ -17,6 +17,10 @@ from runlane.urls import redact
     ("url", "shown"),
     [
         ("postgresql://app:s3cret@db:5432/app", "postgresql://app:***@db:5432/app"),
+        (
+            "postgresql://app:s3cret@db1:5432,db2:5433/app?target_session_attrs=primary",
+            "postgresql://app:***@db1:5432,db2:5433/app?target_session_attrs=primary",
+        ),
         ("redis://:s3cret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
         (
             "postgresql://db/app?sslmode=require&password=s3cret",
