@@ -128,14 +128,31 @@ async def test_the_db_transport_drops_a_connection_to_a_server_turned_read_only(
     await transport.open()
     try:
         await transport.send_tasks("g", [{"n": 1}])
+        assert await transport.take_tasks("g", 10, timeout=5) == [{"n": 1}]  # LISTENs to "g"
         pair.wait_caught_up()
         fence_read_only(pair.primary.url)
         pair.standby.promote()
         await through_outage(lambda: transport.send_tasks("g", [{"n": 2}]))
         taken = await transport.take_tasks("g", 10, timeout=5)
+        # The LISTEN connection moved too: notifications come from the new primary.
+        listening = await asyncio.to_thread(wait_for_listener, pair.standby.url)
     finally:
         await transport.close()
-    assert taken == [{"n": 1}, {"n": 2}]
+    assert taken == [{"n": 2}]
+    assert listening.startswith("LISTEN"), listening
+
+
+def wait_for_listener(admin_url: str, seconds: float = 10.0) -> str:
+    """The query of a session that LISTENs on the server at ``admin_url``, once there is one."""
+    deadline = time.monotonic() + seconds
+    found: tuple[str] | None = None
+    while found is None and time.monotonic() < deadline:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT query FROM pg_stat_activity WHERE query LIKE 'LISTEN %' LIMIT 1"
+            ).fetchone()
+        time.sleep(0.05)
+    return found[0] if found else "no session listens"
 
 
 def standby_first(pair: ReplicatedPostgres, database: str) -> str:
