@@ -15,8 +15,9 @@ the end and sorts what is missing by what it does:
   was resumed from its last checkpoint, its last step run again.
 
 A step record lost is *acknowledged* when its run went on before the crash: a later step of the
-run (one outside a step queue, whose siblings run side by side) began after the lost record's
-execution ended, which a turn does only once the write carrying that record has committed.
+run began after the lost record's execution ended, which a turn does only once the write
+carrying that record has committed. Steps in a step queue (their siblings run side by side) and
+a remote workflow's (checkpointed together at the end of their turn) prove nothing so.
 Synchronous replication must lose none of those.
 """
 
@@ -53,7 +54,7 @@ class Losses:
     records: list[str] = field(default_factory=list)  # a step's, its result lost
     acknowledged: list[str] = field(default_factory=list)  # records whose run went on first
     settlements: list[str] = field(default_factory=list)
-    other: list[str] = field(default_factory=list)  # sleeps, waits, children: kept again
+    other: list[str] = field(default_factory=list)  # sleeps, waits, replies, children
 
     @property
     def total(self) -> int:
@@ -85,18 +86,8 @@ def losses(
     found = Losses()
     went_on = _went_on([e for e in executions if e.run not in batched])
     for crash in crashes:
-        for run_id, (status, settled) in sorted(crash.runs.items()):
-            now = final.runs.get(run_id)
-            if now is None:
-                found.runs.append(run_id)
-            elif status in _TERMINAL and now[1] != settled:
-                found.settlements.append(f"{run_id} ({status} at {settled}, now {now[0]})")
-        for (run_id, seq), (kind, status, output) in sorted(crash.records.items()):
-            if status != "completed" or run_id not in final.runs:
-                continue
-            kept = final.records.get((run_id, seq))
-            if kept is not None and kept[1:] == (status, output):
-                continue
+        _lost_runs(crash, final, found)
+        for (run_id, seq), (kind, _, output) in sorted(_lost_records(crash, final).items()):
             if kind != "step":
                 found.other.append(f"{run_id} #{seq} {kind}")
                 continue
@@ -104,6 +95,28 @@ def losses(
             if crash.crashed_at is not None and went_on(run_id, output, crash.crashed_at):
                 found.acknowledged.append(f"{run_id} #{seq}")
     return found
+
+
+def _lost_runs(crash: StoreState, final: StoreState, found: Losses) -> None:
+    """The runs, and the settlements, ``crash`` had that ``final`` has not."""
+    for run_id, (status, settled) in sorted(crash.runs.items()):
+        now = final.runs.get(run_id)
+        if now is None:
+            found.runs.append(run_id)
+        elif status in _TERMINAL and now[1] != settled:
+            found.settlements.append(f"{run_id} ({status} at {settled}, now {now[0]})")
+
+
+def _lost_records(crash: StoreState, final: StoreState) -> dict[tuple[str, int], Any]:
+    """The completed records of ``crash`` that ``final`` lacks or holds with another outcome
+    (a run lost whole is counted as a run, not by its records)."""
+    return {
+        key: (kind, status, output)
+        for key, (kind, status, output) in crash.records.items()
+        if status == "completed"
+        and key[0] in final.runs
+        and (final.records.get(key) or ("", "", None))[1:] != (status, output)
+    }
 
 
 def _went_on(executions: list[Execution]) -> Callable[[str, Any, float], bool]:

@@ -153,8 +153,8 @@ def _failovers(run: Run, evidence: Evidence, findings: Findings, injector: Injec
     again = sum(1 for what in lost.records if executions[_label(what, labels)] > 1)
     timing = (
         f"{len(promoted)} failovers ({run.standby} replication): the standby promoted "
-        f"{_spread(promoted)} s after the crash, a new standby streaming {_spread(rebuilt)} s "
-        "after it."
+        f"{_spread(promoted)} s after the crash, and a new standby streaming "
+        f"{_spread(rebuilt)} s after the crash."
         if promoted
         else f"No failover ({run.standby} replication)."
     )
@@ -167,7 +167,8 @@ def _failovers(run: Run, evidence: Evidence, findings: Findings, injector: Injec
         f"| of which acknowledged (the run went on past them before the crash) | "
         f"{len(lost.acknowledged)} |",
         f"| settlements (the run resumed from its last checkpoint) | {len(lost.settlements)} |",
-        f"| other records (sleeps, waits, children: made again on replay) | {len(lost.other)} |",
+        f"| other records (sleeps, signal and update waits, replies, children) | "
+        f"{len(lost.other)} |",
     ]
     kept = findings.kept or Findings()
     sweeps = {k: len(kept.offences[k]) for k in ("overlap", "fifo", "quota")}
