@@ -3,9 +3,9 @@
 A failover stops the primary as in a crash and promotes its standby. Whatever the old primary
 had committed that the standby had not received is gone: with synchronous replication only
 commits still in flight at the crash (their callers got an error, as in any crash), with
-asynchronous replication acknowledged ones too. After the run each crashed server is started on
-a port of its own and read (:func:`read_state`); :func:`losses` compares that with the store in
-the end and sorts what is missing by what it does:
+asynchronous replication acknowledged ones too. The injector starts each crashed server on a
+port of its own and reads it (:func:`read_state`); :func:`losses` compares that with the store
+at the end of the run and sorts what is missing by what it does:
 
 - a **run** the old primary had and the store has not: a start gone (acknowledged, if the
   producer's record says so: the checker's "lost" counts those);

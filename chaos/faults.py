@@ -19,6 +19,7 @@ from typing import Any
 from tests.servers import PrivatePostgres, PrivateRedis, ReplicatedPostgres
 
 from .config import LEASE
+from .failover import StoreState, read_state
 from .fleet import Fleet
 from .proxy import Proxy
 
@@ -75,8 +76,7 @@ class Injector:
     counts: Counter[str] = field(default_factory=Counter)
     freezes: list[tuple[int, float, float]] = field(default_factory=list)  # pid, stop, cont
     terminated: int = 0  # backends terminated
-    # Each failover's old primary (its data as the crash left it) and the crash's wall time.
-    crashes: list[tuple[PrivatePostgres, float]] = field(default_factory=list)
+    crashes: list[StoreState] = field(default_factory=list)  # each old primary's, at its crash
     switches: list[tuple[float, float]] = field(default_factory=list)  # promoted, rebuilt (s)
     _deck: list[str] = field(default_factory=list)
     _began: float = 0.0
@@ -158,6 +158,14 @@ class Injector:
         promoted = time.monotonic() - began
         self.pg.rebuild_standby()
         rebuilt = time.monotonic() - began
-        self.crashes.append((old, crashed_at))
         self.switches.append((promoted, rebuilt))
+        self.crashes.append(self._read_crashed(old, crashed_at))
         return {"promoted": f"{promoted:.1f}s", "rebuilt": f"{rebuilt:.1f}s"}
+
+    def _read_crashed(self, server: PrivatePostgres, crashed_at: float) -> StoreState:
+        """The old primary's data as the crash left it (started on a port of its own, then
+        thrown away): what the checker holds the store to."""
+        with server.aside() as admin:
+            state = read_state(admin.rsplit("/", 1)[0] + f"/{self.database}", crashed_at)
+        server.destroy()
+        return state

@@ -43,7 +43,7 @@ from .check import (
     started,
 )
 from .config import Config
-from .failover import StoreState, read_state
+from .failover import read_state
 from .faults import Injector, kinds_for
 from .fleet import Fleet
 from .proxy import Proxy
@@ -200,20 +200,10 @@ def _run(
         died=fleet.died,
         admissions=_admissions(config.pg_url),
         entries=_entries(config.pg_url),
-        crashes=_crashes(injector),
+        crashes=injector.crashes,
         final=read_state(config.pg_url) if injector.crashes else None,
     )
     return check(evidence), evidence, drained
-
-
-def _crashes(injector: Injector) -> list[StoreState]:
-    """Each failover's old primary, read as the crash left it (started on a port of its own)."""
-    states = []
-    for server, crashed_at in injector.crashes:
-        with server.aside() as admin:
-            url = admin.rsplit("/", 1)[0] + f"/{injector.database}"
-            states.append(read_state(url, crashed_at))
-    return states
 
 
 def _wait_producer(producer: subprocess.Popen[bytes], fleet: Fleet) -> None:
