@@ -162,7 +162,24 @@ class Target:
         return MemoryStore()
 
     def engine(self, *workflows: Any, store: Store | None = None) -> Engine:
-        return Engine(store or self.store(), workflows=list(workflows), steps=[noop, sleep_step])
+        return Engine(
+            store or self.store(),
+            workflows=list(workflows),
+            steps=[noop, sleep_step],
+            **codec_option(),
+        )
+
+
+def codec_option() -> dict[str, Any]:
+    """``RUNLANE_BENCH_CODEC=fernet``: the engine encrypts every payload with a fresh Fernet key
+    (what the codec costs: benchmarks/notes.md, "Payload codec"); unset, no codec is passed."""
+    if os.environ.get("RUNLANE_BENCH_CODEC") != "fernet":
+        return {}
+    from cryptography.fernet import Fernet as FernetKeys
+
+    from runlane.codecs import Fernet
+
+    return {"codec": Fernet([FernetKeys.generate_key()])}
 
 
 async def start_all(

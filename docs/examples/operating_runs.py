@@ -108,7 +108,7 @@ async def main() -> list[object]:
         seen += [paused.status, (await engine.get_run("report-1")).output]
 
         # --8<-- [start:fork]
-        await engine.start(order, "A-17", run_id="order-A-17")
+        await engine.start(order, "A-17", run_id="order-A-17", attributes={"customer": "acme"})
         await engine.signal("order-A-17", "approve", "by ops")
         failed = await engine.wait_for_run("order-A-17", timeout=10)
         print(failed.status, failed.error["message"])  # failed ... rejects every amount ...
@@ -120,6 +120,12 @@ async def main() -> list[object]:
         print(done.output)  # ['reserved A-17', 'by ops', 'charged A-17']
         # --8<-- [end:fork]
         seen += [failed.status, fork.forked_from, done.output]
+
+        # --8<-- [start:attributes]
+        acme = await engine.list_runs(attributes={"customer": "acme"})
+        print([(run.id, run.status) for run in acme])  # the fork (completed), the original
+        # --8<-- [end:attributes]
+        seen += [[run.id for run in acme]]
 
         # --8<-- [start:deadline]
         late = await engine.start(
@@ -148,6 +154,7 @@ async def main() -> list[object]:
         RunStatus.FAILED,
         ("order-A-17", 3),
         ["reserved A-17", "by ops", "charged A-17"],
+        ["order-A-17.fork.1", "order-A-17"],
         RunStatus.CANCELLED,
         "ExecutionTimeoutError",
         RunStatus.CANCELLED,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._version import __version__ as __version__
+from .codecs import Codec
 from .context import Context
 from .definitions import (
     DEFAULT_CONCURRENCY_STATUSES,
@@ -26,6 +27,7 @@ from .errors import (
     KeyFunctionError,
     MissingExtraError,
     NonDeterminismError,
+    PayloadCodecError,
     RateLimitError,
     RunExistsError,
     RunFinishedError,
@@ -53,6 +55,7 @@ from .worker import Worker
 __all__ = [
     "DEFAULT_CONCURRENCY_STATUSES",
     "ChildFailedError",
+    "Codec",
     "Concurrency",
     "ConcurrencyLimitError",
     "ConfigurationError",
@@ -66,6 +69,7 @@ __all__ = [
     "KeyFunctionError",
     "MissingExtraError",
     "NonDeterminismError",
+    "PayloadCodecError",
     "RateLimit",
     "RateLimitError",
     "RemoteWorkflow",

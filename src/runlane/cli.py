@@ -26,8 +26,11 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from .attributes import AttributeValue, parse_filters
+from .audit import OK, os_user, outcome_of, record
 from .cli_tables import (
     attempt_lines,
+    audit_table,
     engines_table,
     lanes_table,
     limits_table,
@@ -46,10 +49,12 @@ from .errors import (
     RunExistsError,
     RunlaneError,
     RunNotFoundError,
+    SerializationError,
 )
 from .extras import needs_extra
 from .history import ReplayReport, history_doc, replay_stored
 from .http.shapes import (
+    audit_to_dict,
     engine_to_dict,
     lanes_to_dict,
     replay_to_dict,
@@ -60,9 +65,11 @@ from .http.shapes import (
 )
 from .lanes import AllLanes, all_lanes
 from .models import ACTIVE_STATUSES, EngineInfo, Run, RunQuery, RunStatus, StepRecord
+from .payloads import shown_record, shown_run
 from .presence import unserved
 from .stores import open_store
-from .stores.base import Store
+from .stores.base import Reads, Store
+from .stores.encoded import unwrapped
 from .stores.sqlite import SqliteStore
 from .urls import SQLITE_URLS
 from .worker import Worker
@@ -213,7 +220,7 @@ def admin_engine(source: Source) -> Engine:
         if source.db or os.environ.get("RUNLANE_DATABASE_URL"):
             store = open_store(store_url(source.db))
         else:
-            store = app.store
+            store = unwrapped(app.store)
     except (ValueError, ConfigurationError) as exc:
         raise click.BadParameter(str(exc), param_hint="--db") from exc
     engine = Engine(
@@ -224,6 +231,7 @@ def admin_engine(source: Source) -> Engine:
         drive=False,
         consumers="never",
         announce=False,
+        codec=app.codec,
     )
     # Share the registry itself so every registered version stays known (requeue needs it).
     engine.registry = app.registry
@@ -236,6 +244,35 @@ def with_engine(source: Source, use: Callable[[Engine], Awaitable[T]]) -> T:
     async def main() -> T:
         async with engine:
             return await use(engine)
+
+    return run_async(main())
+
+
+def with_audit(
+    source: Source,
+    action: str,
+    use: Callable[[Engine], Awaitable[T]],
+    *,
+    run_id: str | None = None,
+    detail: str | None = None,
+    names: Callable[[T], tuple[str | None, str | None]] | None = None,
+) -> T:
+    """``with_engine`` for an operator action: it is appended to the audit log, done or
+    refused, in the OS user's name. ``names``: the run id and detail the action's result
+    gives (a start's new run, a fork's id), when the command line does not know them."""
+    engine = admin_engine(source)
+
+    async def main() -> T:
+        async with engine:
+            entry = functools.partial(record, engine, actor=os_user(), source="cli", action=action)
+            try:
+                result = await use(engine)
+            except Exception as exc:
+                await entry(outcome=outcome_of(exc), run_id=run_id, detail=detail)
+                raise
+            found = names(result) if names is not None else (None, None)
+            await entry(outcome=OK, run_id=run_id or found[0], detail=detail or found[1])
+            return result
 
     return run_async(main())
 
@@ -311,9 +348,10 @@ def serve(
     The server serves the engine's namespace: an APP engine with scope_reads=True (or --db
     with --namespace NS --scope-reads) shows and acts on that namespace's runs only.
 
-    With RUNLANE_API_TOKEN set, every request but GET /healthz (and the dashboard's pages,
-    which hold no data) needs Authorization: Bearer <token>. Serving on an address other than
-    the loopback needs the token.
+    With RUNLANE_API_TOKENS="name:scope:token,..." (scope read: GET only; operate: every
+    action) or RUNLANE_API_TOKEN (one operate token) set, every request but GET /healthz (and
+    the dashboard's pages, which hold no data) needs Authorization: Bearer <token>. Serving on
+    an address other than the loopback needs a token. Every action is audited (GET /audit).
     """
     with needs_extra("http", "runlane serve"):
         import uvicorn
@@ -417,6 +455,26 @@ def json_argument(text: str | None, name: str) -> Any:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from exc
 
 
+ATTR_HELP = (
+    "An attribute, NAME=VALUE; repeat for several (every one must match). VALUE is a JSON"
+    ' number, true or false when it reads as one, the text of a JSON string ("42"), else the'
+    " text as it is."
+)
+
+
+def attribute_options(pairs: tuple[str, ...], option: str) -> dict[str, AttributeValue]:
+    """``--attr NAME=VALUE`` options as attributes (``attributes.parse_filters``); a pair
+    without ``=`` or a bad one is a usage error."""
+    split = [pair.partition("=") for pair in pairs]
+    for pair, (_, equals, _) in zip(pairs, split, strict=True):
+        if not equals:
+            raise click.BadParameter(f"{pair!r} is not NAME=VALUE", param_hint=option)
+    try:
+        return parse_filters((name, value) for name, _, value in split)
+    except SerializationError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from exc
+
+
 def say(as_json: bool, body: dict[str, Any], text: str) -> None:
     """A command's result: ``body`` as JSON with --json, else ``text``."""
     click.echo(json.dumps(body, indent=2) if as_json else text)
@@ -427,6 +485,7 @@ def say(as_json: bool, body: dict[str, Any], text: str) -> None:
 @click.option("--workflow", default=None)
 @click.option("--status", type=click.Choice([s.value for s in RunStatus]), default=None)
 @click.option("--tag", default=None)
+@click.option("--attr", "attributes", multiple=True, metavar="NAME=VALUE", help=ATTR_HELP)
 @click.option("--limit", default=50, show_default=True, type=int)
 @click.option("--offset", default=0, type=int)
 @click.option("--follow", is_flag=True, help="Keep watching: print runs as they change.")
@@ -437,6 +496,7 @@ def runs_list(
     workflow: str | None,
     status: str | None,
     tag: str | None,
+    attributes: tuple[str, ...],
     limit: int,
     offset: int,
     as_json: bool,
@@ -445,14 +505,22 @@ def runs_list(
     polls: int | None,
 ) -> None:
     """List runs, newest first; with --follow, then every change (Ctrl-C stops)."""
+    wanted = attribute_options(attributes, "--attr")
     if follow:
-        query = RunQuery(workflow, RunStatus(status) if status else None, tag)
+        query = RunQuery(
+            workflow, RunStatus(status) if status else None, tag, attributes=wanted or None
+        )
         with_engine(source, lambda e: follow_runs(e, query, limit, interval, polls, as_json))
         return
     found = with_engine(
         source,
         lambda e: e.list_runs(
-            workflow=workflow, status=status, tag=tag, limit=limit, offset=offset
+            workflow=workflow,
+            status=status,
+            tag=tag,
+            limit=limit,
+            offset=offset,
+            attributes=wanted,
         ),
     )
     if as_json:
@@ -468,7 +536,7 @@ def runs_show(source: Source, run_id: str, as_json: bool) -> None:
     """Show one run and its step records."""
 
     async def read(engine: Engine) -> tuple[Run | None, list[StepRecord]]:
-        return await engine.get_run(run_id), await engine.list_steps(run_id)
+        return await engine.read(lambda store: _run_and_steps(store, run_id))
 
     run, steps = with_engine(source, read)
     if run is None:
@@ -487,6 +555,17 @@ def runs_show(source: Source, run_id: str, as_json: bool) -> None:
         console.print(text.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
 
 
+async def _run_and_steps(store: Reads, run_id: str) -> tuple[Run | None, list[StepRecord]]:
+    """A run and its records as the command line shows them: a payload this side cannot
+    decode as ``"encrypted"``."""
+    run = await store.get_run(run_id)
+    steps = await store.list_steps(run_id) if run is not None else []
+    return (
+        None if run is None else shown_run(run),
+        [shown_record(record) for record in steps],
+    )
+
+
 @runs.command("start")
 @_common
 @click.argument("workflow")
@@ -494,6 +573,13 @@ def runs_show(source: Source, run_id: str, as_json: bool) -> None:
 @click.option("--input", "input_option", default=None, help="The run's input, JSON.")
 @click.option("--id", "--run-id", "run_id", default=None, help="The run's id (default: a new one).")
 @click.option("--tag", "tags", multiple=True, help="A tag for the run; repeat for several.")
+@click.option(
+    "--attr",
+    "attributes",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An attribute of the run (VALUE read as --attr of runs list); repeat for several.",
+)
 @click.option("--priority", default=0, show_default=True, type=int)
 @click.option(
     "--execution-timeout",
@@ -509,6 +595,7 @@ def runs_start(
     input_option: str | None,
     run_id: str | None,
     tags: tuple[str, ...],
+    attributes: tuple[str, ...],
     priority: int,
     execution_timeout: float | None,
 ) -> None:
@@ -520,6 +607,7 @@ def runs_start(
     if input is not None and input_option is not None:
         raise click.UsageError("give the input once: INPUT or --input")
     value = json_argument(input if input_option is None else input_option, "INPUT")
+    given = attribute_options(attributes, "--attr")
     if source.app is None:
         raise click.UsageError(
             "start needs --app module:attribute: the workflow's definition must be known"
@@ -536,15 +624,19 @@ def runs_start(
                 tags=tags,
                 if_exists="fail",
                 execution_timeout=execution_timeout,
+                attributes=given,
             )
         except RunExistsError as exists:
-            found = await engine.get_run(exists.run_id)
+            existing = exists.run_id
+            found = await engine.read(lambda store: store.get_run(existing))
             if found is None:  # pragma: no cover - a run is never deleted under a start
                 raise
             return found, False
         return run, True
 
-    run, created = with_engine(source, start)
+    run, created = with_audit(
+        source, "start", start, run_id=run_id, names=lambda made: (made[0].id, None)
+    )
     body = {**run_to_dict(run), "created": created}
     told = "started" if created else "already exists:"
     say(as_json, body, f"{told} {run.id} ({run.workflow}, {run.status})")
@@ -578,11 +670,11 @@ def runs_cancel(source: Source, as_json: bool, run_id: str) -> None:
     """Cancel a run and its children (exit 1 when there is no such run)."""
 
     async def cancel(engine: Engine) -> bool:
-        if await engine.get_run(run_id) is None:
+        if await engine.read(lambda store: store.get_run(run_id)) is None:
             raise RunNotFoundError(run_id)
         return await engine.cancel(run_id)
 
-    cancelled = with_engine(source, cancel)
+    cancelled = with_audit(source, "cancel", cancel, run_id=run_id)
     text = f"nothing to cancel: {run_id} is already finished"
     say(
         as_json,
@@ -597,7 +689,7 @@ def runs_cancel(source: Source, as_json: bool, run_id: str) -> None:
 def runs_pause(source: Source, as_json: bool, run_id: str) -> None:
     """Pause a run: the step in flight finishes, then it takes no further turn until resumed
     (exit 1 when there is no such run)."""
-    paused = with_engine(source, lambda e: e.pause(run_id))
+    paused = with_audit(source, "pause", lambda e: e.pause(run_id), run_id=run_id)
     text = f"paused {run_id}" if paused else f"nothing to pause: {run_id} is not active or paused"
     say(as_json, {"run_id": run_id, "paused": paused}, text)
 
@@ -607,7 +699,7 @@ def runs_pause(source: Source, as_json: bool, run_id: str) -> None:
 @click.argument("run_id")
 def runs_resume(source: Source, as_json: bool, run_id: str) -> None:
     """Resume a paused run (exit 1 when there is no such run)."""
-    resumed = with_engine(source, lambda e: e.resume(run_id))
+    resumed = with_audit(source, "resume", lambda e: e.resume(run_id), run_id=run_id)
     text = f"resumed {run_id}" if resumed else f"nothing to resume: {run_id} is not paused"
     say(as_json, {"run_id": run_id, "resumed": resumed}, text)
 
@@ -645,9 +737,12 @@ def runs_fork(
         raise click.UsageError(
             "fork needs --app module:attribute: the workflow's definition must be known"
         )
-    fork = with_engine(
+    fork = with_audit(
         source,
+        "fork",
         lambda e: e.fork(run_id, from_seq=from_seq, run_id=fork_id, input=value, version=version),
+        run_id=run_id,
+        names=lambda made: (None, made.id),
     )
     assert fork.forked_from is not None
     told = f"forked {run_id} at #{fork.forked_from[1]}: {fork.id} ({fork.status})"
@@ -666,7 +761,7 @@ def runs_retry(source: Source, as_json: bool, run_id: str) -> None:
         raise click.UsageError(
             "retry needs --app module:attribute: the run's workflow definition must be known"
         )
-    run = with_engine(source, lambda e: e.requeue(run_id))
+    run = with_audit(source, "retry", lambda e: e.requeue(run_id), run_id=run_id)
     say(as_json, run_to_dict(run), f"requeued {run.id} ({run.status})")
 
 
@@ -678,7 +773,9 @@ def runs_retry(source: Source, as_json: bool, run_id: str) -> None:
 def runs_signal(source: Source, as_json: bool, run_id: str, name: str, payload: str | None) -> None:
     """Send signal NAME to a run, with an optional JSON PAYLOAD."""
     value = json_argument(payload, "PAYLOAD")
-    with_engine(source, lambda e: e.signal(run_id, name, value))
+    with_audit(
+        source, "signal", lambda e: e.signal(run_id, name, value), run_id=run_id, detail=name
+    )
     say(as_json, {"run_id": run_id, "signal": name}, f"signalled {run_id}: {name}")
 
 
@@ -714,7 +811,7 @@ def runs_update(
         except TimeoutError as exc:
             raise click.ClickException(str(exc)) from exc
 
-    reply = with_engine(source, update)
+    reply = with_audit(source, "update", update, run_id=run_id, detail=name)
     say(as_json, {"run_id": run_id, "update": name, "reply": reply}, json.dumps(reply))
 
 
@@ -761,7 +858,7 @@ def runs_prune(source: Source, as_json: bool, older_than: str, batch: int) -> No
         runs = await engine.prune(period, batch=batch, events=False)
         return runs, await engine.prune_events(period, batch=batch)
 
-    deleted, events = with_engine(source, prune)
+    deleted, events = with_audit(source, "prune", prune, detail=f"older than {older_than}")
     say(
         as_json,
         {
@@ -795,7 +892,9 @@ def schedules_list(source: Source, as_json: bool) -> None:
 @click.argument("schedule_id")
 def schedules_pause(source: Source, as_json: bool, schedule_id: str) -> None:
     """Stop firing SCHEDULE_ID; windows that pass while paused never fire."""
-    state = with_engine(source, lambda e: e.schedules.pause(schedule_id))
+    state = with_audit(
+        source, "schedule.pause", lambda e: e.schedules.pause(schedule_id), detail=schedule_id
+    )
     say(as_json, schedule_to_dict(state), f"paused {schedule_id}")
 
 
@@ -804,7 +903,9 @@ def schedules_pause(source: Source, as_json: bool, schedule_id: str) -> None:
 @click.argument("schedule_id")
 def schedules_resume(source: Source, as_json: bool, schedule_id: str) -> None:
     """Fire SCHEDULE_ID again, from its first window after now."""
-    state = with_engine(source, lambda e: e.schedules.resume(schedule_id))
+    state = with_audit(
+        source, "schedule.resume", lambda e: e.schedules.resume(schedule_id), detail=schedule_id
+    )
     say(as_json, schedule_to_dict(state), f"resumed {schedule_id}: next {state.next_fire_at}")
 
 
@@ -815,7 +916,13 @@ def schedules_trigger(source: Source, as_json: bool, schedule_id: str) -> None:
     """Start one run of SCHEDULE_ID now. Needs --app (the workflow's gates must be known)."""
     if source.app is None:
         raise click.UsageError("trigger needs --app module:attribute: the workflow must be known")
-    run = with_engine(source, lambda e: e.schedules.trigger(schedule_id))
+    run = with_audit(
+        source,
+        "schedule.trigger",
+        lambda e: e.schedules.trigger(schedule_id),
+        detail=schedule_id,
+        names=lambda made: (made.id, None),
+    )
     say(as_json, run_to_dict(run), f"started {run.id}")
 
 
@@ -837,6 +944,25 @@ async def follow_runs(
         if polls is not None and poll + 1 >= polls:
             return
         await asyncio.sleep(interval)
+
+
+# ---------------------------------------------------------------- the audit log
+
+
+@main.command("audit")
+@_common
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+@click.option("--before", default=None, type=int, help="Entries older than this entry id.")
+def audit_log(source: Source, as_json: bool, limit: int, before: int | None) -> None:
+    """The audit log, newest first: each operator action taken through the HTTP API or this
+    command line (when, who, which action on which run, how it went)."""
+    found = with_engine(
+        source, lambda e: e.read(lambda store: store.list_audit(limit, before=before))
+    )
+    if as_json:
+        click.echo(json.dumps([audit_to_dict(e) for e in found], indent=2))
+        return
+    Console().print(audit_table(found))
 
 
 # ---------------------------------------------------------------- lanes

@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
+from .attributes import AttributeValue, filter_text
 from .lanes import DebounceLane, Lane, QueueLane, RateLane
-from .models import EngineInfo, Run, StepRecord
+from .models import AuditEntry, EngineInfo, Run, StepRecord
 from .schedules import ScheduleState
 
 
 def runs_table(found: list[Run]) -> Table:
-    table = Table("id", "workflow", "status", "created (UTC)", "updated (UTC)", "tags")
+    table = Table(
+        "id", "workflow", "status", "created (UTC)", "updated (UTC)", "tags", "attributes"
+    )
     for run in found:
         table.add_row(
             escape(run.id),
@@ -24,8 +28,14 @@ def runs_table(found: list[Run]) -> Table:
             _time(run.created_at, short=True),
             _time(run.updated_at, short=True),
             escape(", ".join(run.tags)),
+            escape(attributes_text(run.attributes)),
         )
     return table
+
+
+def attributes_text(attributes: Mapping[str, AttributeValue]) -> str:
+    """A run's attributes as ``--attr`` takes them: ``name=value`` pairs, apart by spaces."""
+    return " ".join(f"{name}={filter_text(value)}" for name, value in attributes.items())
 
 
 def run_details(run: Run) -> Table:
@@ -39,6 +49,7 @@ def run_details(run: Run) -> Table:
         ("wake at", _time(run.wake_at)),
         ("parent", run.parent_id or ""),
         ("tags", ", ".join(run.tags)),
+        ("attributes", attributes_text(run.attributes)),
         ("input", json.dumps(run.input)),
         ("output", json.dumps(run.output)),
         ("error", error_line(run.error) if run.error else ""),
@@ -79,6 +90,22 @@ def tracebacks(run: Run, steps: list[StepRecord]) -> list[tuple[str, str]]:
             heading = f"step #{record.seq} {record.name}, attempt {record.attempts}"
             found.append((f"{heading}: {error_line(record.error)}", str(record.error["traceback"])))
     return found
+
+
+def audit_table(entries: list[AuditEntry]) -> Table:
+    table = Table("id", "when (UTC)", "who", "via", "action", "run", "detail", "outcome")
+    for entry in entries:
+        table.add_row(
+            str(entry.id),
+            _time(entry.at),
+            escape(entry.actor),
+            entry.source,
+            escape(entry.action),
+            escape(entry.run_id or ""),
+            escape(entry.detail or ""),
+            escape(entry.outcome),
+        )
+    return table
 
 
 def steps_table(steps: list[StepRecord]) -> Table:
@@ -239,6 +266,7 @@ def _when(moment: datetime | None) -> str:
 
 __all__ = [
     "attempt_lines",
+    "audit_table",
     "engines_table",
     "error_line",
     "lanes_table",

@@ -7,10 +7,11 @@ operations in list order on every replay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from .attributes import AttributeValue, check_attributes
 from .definitions import StepDefinition, seconds, workflow_definition
 from .errors import (
     ContinueAsNew,
@@ -76,6 +77,20 @@ class ChildOp(Operation):
         self.input = input
         self.child_id = child_id
         self.detached = detached  # a start_child that outlives its parent's cancellation
+
+
+class AttributesSet:
+    """What ``ctx.set_attributes`` returns: awaiting it writes the attributes at once (with
+    whatever else the turn has staged); left alone, they go with the turn's next write."""
+
+    def __init__(self, turn: Turn) -> None:
+        self._turn = turn
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._write().__await__()
+
+    async def _write(self) -> None:
+        await self._turn.flush()
 
 
 class Context:
@@ -339,6 +354,22 @@ class Context:
         turn.complete(seq, StepKind.SIDE_EFFECT, "side_effect", value, record)
         return value
 
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> AttributesSet:
+        """Merge ``attributes`` into the run's (a name set again takes the new value; the others
+        stay), so that ``list_runs(attributes=...)`` finds the run by them. Values are ``str``,
+        ``int``, ``float`` or ``bool``; anything else raises ``SerializationError`` here.
+
+        Recorded in the history like a step's result: a replay finds the record and sets
+        nothing again, so the run's attributes are exactly what its code set, once. A plain
+        call; they are written with the turn's next write (before its next step starts, or
+        when the run waits or ends). Await the call to have them written before it returns::
+
+            ctx.set_attributes({"stage": "shipping"})
+            await ctx.set_attributes({"customer": order["customer"]})   # written now
+        """
+        self._turn.set_attributes(check_attributes(attributes))
+        return AttributesSet(self._turn)
+
     def continue_as_new(self, input: JSON = None) -> NoReturn:
         """End this run now; a fresh run ``<id>~N`` continues with ``input``."""
         raise ContinueAsNew(normalise(input, "continue_as_new input"))
@@ -350,4 +381,4 @@ def _change_id(change_id: object) -> str:
     return change_id
 
 
-__all__ = ["ChildOp", "Context", "Operation", "StepOp"]
+__all__ = ["AttributesSet", "ChildOp", "Context", "Operation", "StepOp"]

@@ -45,6 +45,14 @@ def check_timeout(value: Seconds | None, what: str = "execution_timeout") -> flo
     return result
 
 
+def _defined_seconds(value: Seconds | None, what: str) -> float | None:
+    """``seconds`` for a definition: a bad duration is a ``DefinitionError``."""
+    try:
+        return seconds(value, what)
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(str(exc)) from None
+
+
 def seconds(value: Seconds | None, what: str = "duration") -> float | None:
     if value is None:
         return None
@@ -363,7 +371,7 @@ def workflow(
             fn=body,
             singleton=singleton,
             concurrency=concurrency,
-            execution_timeout=seconds(execution_timeout, "execution_timeout"),
+            execution_timeout=_defined_seconds(execution_timeout, "execution_timeout"),
             on_event=events,
             tags=checked_tags,
             on_failure=failure,
@@ -506,7 +514,7 @@ def step(
             name=name or f"{body.__module__}.{body.__qualname__}",
             fn=body,
             retry=retry or NO_RETRY,
-            timeout=seconds(timeout, "timeout"),
+            timeout=_defined_seconds(timeout, "timeout"),
             group=group,
             queue=queue,
         )

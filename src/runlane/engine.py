@@ -14,14 +14,16 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, Unpack, cast
 
 from . import admission
+from .attributes import AttributeValue, check_attributes
 from .clock import Clock, SystemClock
+from .codecs import Codec
 from .definitions import (
     Concurrency,
     WorkflowDefinition,
@@ -31,6 +33,7 @@ from .definitions import (
     check_version,
 )
 from .errors import (
+    ConfigurationError,
     DefinitionError,
     RunExistsError,
     RunFinishedError,
@@ -56,7 +59,8 @@ from .models import (
     ready_ids,
 )
 from .namespaces import fenced, sees
-from .options import EngineOptions
+from .options import EngineKnobs, EngineOptions
+from .payloads import Payloads
 from .presence import judged
 from .queues import StepQueue
 from .registry import Registry
@@ -68,12 +72,14 @@ from .serialization import normalise
 from .stats import EngineStats
 from .stores import open_store
 from .stores.base import Reads, Store
+from .stores.encoded import EncodedStore, unwrapped
 from .tracing import Tracing
 from .transports import open_transport
 from .transports.base import Transport
+from .transports.encoded import encoded_transport
 from .updates import delivered, new_update, signal_name
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -97,11 +103,13 @@ class Engine:
         remote_workflows: Iterable[WorkflowDefinition] = (),
         retention: Retention | None = None,
         tracer_provider: Any = None,
-        **options: Any,
+        codec: Codec | None = None,
+        **options: Unpack[EngineKnobs],
     ) -> None:
         if consumers not in ("auto", "always", "never"):
-            raise ValueError("consumers must be 'auto', 'always' or 'never'")
+            raise ConfigurationError("consumers must be 'auto', 'always' or 'never'")
         self._scope = _scope(namespace, scope_reads)
+        self._payloads = Payloads(codec)
         opened: Store = open_store(store) if isinstance(store, str) or store is None else store
         self._owns_transport = isinstance(transport, str)
         self.transport: Transport | None = (
@@ -121,8 +129,8 @@ class Engine:
         )
         self._execution = Execution(
             engine_id=uuid.uuid4().hex[:12],
-            store=opened,
-            transport=self.transport,
+            store=self._through_codec(opened),
+            transport=encoded_transport(self.transport, self._payloads),
             registry=registry,
             options=engine_options,
             clock=self.clock,
@@ -132,6 +140,7 @@ class Engine:
             pruner=self.pruner,
             tracing=Tracing(tracer_provider),
             ready=self._ready,
+            payloads=self._payloads,
         )
         # A scoped engine's new runs get keys of its namespace's own (admission.scoped_key).
         self._execution.specs.scope = self._scope
@@ -142,11 +151,23 @@ class Engine:
 
     @property
     def store(self) -> Store:
+        """The store as this engine sees it: with a codec, its payloads decoded (the store
+        itself is ``runlane.stores.encoded.unwrapped(engine.store)``)."""
         return self._execution.store
 
     @store.setter
     def store(self, store: Store) -> None:
-        self._execution.store = store
+        self._execution.store = self._through_codec(store)
+
+    @property
+    def codec(self) -> Codec | None:
+        """What encodes this engine's payloads at rest and on the wire (None: kept in clear)."""
+        return self._payloads.codec
+
+    def _through_codec(self, store: Store) -> Store:
+        if self._payloads.codec is None:
+            return store
+        return cast(Store, EncodedStore(unwrapped(store), self._payloads))
 
     @property
     def registry(self) -> Registry:
@@ -179,6 +200,14 @@ class Engine:
     def _reads(self) -> Reads:
         """The store's reads as this engine sees them: its namespace's runs only when scoped."""
         return fenced(self.store, self._scope)
+
+    @property
+    def _view(self) -> Reads:
+        """The reads of a view (``read``): as ``_reads``, but a payload that does not decode is
+        left as stored (a view shows it as ``"encrypted"``) rather than raised."""
+        store = self.store
+        lenient = store.lenient() if isinstance(store, EncodedStore) else store
+        return fenced(cast(Store, lenient), self._scope)
 
     @property
     def options(self) -> EngineOptions:
@@ -273,19 +302,24 @@ class Engine:
         if_exists: Literal["return", "fail"] = "return",
         version: str | None = None,
         execution_timeout: float | timedelta | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> Run:
         """Durably enqueue a pending run (idempotent by ``run_id``) and return it.
 
         The run is of the latest version of ``workflow`` this engine registered, or of
         ``version``; it keeps that version for life. ``execution_timeout`` (seconds) replaces
         the workflow's for this run: not finished by then, it is cancelled with its children,
-        its error an ``ExecutionTimeoutError``."""
+        its error an ``ExecutionTimeoutError``. ``attributes`` (names to ``str``, ``int``,
+        ``float`` or ``bool``) index it for ``list_runs(attributes=...)``; anything else raises
+        ``SerializationError`` before anything is written. A start that finds its run id
+        existing returns that run as it is, attributes included."""
         if if_exists not in ("return", "fail"):
             raise ValueError("if_exists must be 'return' or 'fail'")
         timeout = check_timeout(execution_timeout)
         wanted = None if version is None else check_version(version)
         definition = self.registry.workflow(workflow, wanted)
         value = normalise(input, f"input of workflow {definition.name!r}")
+        indexed = check_attributes(attributes or {})
         await self._ready()
         spec = await self._execution.specs.build(
             definition,
@@ -296,6 +330,7 @@ class Engine:
             tags=check_tags(tags),
             debounce=True,
             execution_timeout=timeout,
+            attributes=indexed,
         )
         started, retried = await self._create(spec)
         if started.run is not None and not sees(self._scope, started.run):
@@ -330,10 +365,10 @@ class Engine:
         first failed or unfinished one): their results are reused, never executed again, and
         execution goes on from ``from_seq``. The original is untouched. The fork is of the
         latest version of the workflow this engine registered (or ``version``), with the
-        original's input (or ``input``), admitted like a start: a singleton's line, a quota
-        (``ConcurrencyLimitError``), a rate limit. It records ``forked_from = (source,
-        from_seq)``; its id is ``run_id``, by default ``<source>.fork.<n>`` (the first free
-        ``n``). A ``run_id`` naming another run raises ``RunExistsError``; naming this same
+        original's input (or ``input``) and its attributes as they are, admitted like a start:
+        a singleton's line, a quota (``ConcurrencyLimitError``), a rate limit. It records
+        ``forked_from = (source, from_seq)``; its id is ``run_id``, by default
+        ``<source>.fork.<n>`` (the first free ``n``). A ``run_id`` naming another run raises ``RunExistsError``; naming this same
         fork returns it."""
         if run_id is not None and (not isinstance(run_id, str) or not run_id):
             raise ValueError("run_id must be a non-empty string")
@@ -349,7 +384,11 @@ class Engine:
         ids = [run_id] if run_id is not None else (fork_id(source, n) for n in range(1, 10_000))
         for candidate in ids:
             spec = await self._execution.specs.build(
-                definition, value, candidate, priority=original.priority
+                definition,
+                value,
+                candidate,
+                priority=original.priority,
+                attributes=original.attributes,
             )
             spec = replace(
                 spec,
@@ -523,7 +562,9 @@ class Engine:
         and nothing changes.
         """
         await self._ready()
-        run = await self._api(lambda: self._reads.get_run(run_id), retry=True)
+        # Read as a view: a run failed by another engine's codec (its error under that key)
+        # is requeued all the same, once the keys are put right.
+        run = await self._api(lambda: self._view.get_run(run_id), retry=True)
         if run is None:
             raise RunNotFoundError(run_id)
         definition = self.registry.workflow(run.workflow, run.version)
@@ -554,7 +595,12 @@ class Engine:
         tag: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
+        """Runs matching every filter given, newest first. ``attributes``: the runs whose
+        attributes hold every entry, equal in value and type (``1`` matches ``1.0``, never
+        ``"1"`` nor ``True``); an index answers it on every store."""
+        wanted_attributes = check_attributes(attributes, "attribute filter") if attributes else None
         await self._ready()
         name = (
             None
@@ -566,7 +612,12 @@ class Engine:
         wanted = RunStatus(status) if status is not None else None
         return await self._api(
             lambda: self._reads.list_runs(
-                workflow=name, status=wanted, tag=tag, limit=limit, offset=offset
+                workflow=name,
+                status=wanted,
+                tag=tag,
+                limit=limit,
+                offset=offset,
+                attributes=wanted_attributes,
             ),
             retry=True,
         )
@@ -585,9 +636,12 @@ class Engine:
         """``query`` on the store's reads, as the API's own reads run: after one failed try on
         a fresh connection, ``StoreUnavailableError``. For views (the HTTP API, the command
         line) that read more than runs and steps. An engine with ``scope_reads`` hands
-        ``query`` its namespace's reads only (``runlane.namespaces.NamespaceReads``)."""
+        ``query`` its namespace's reads only (``runlane.namespaces.NamespaceReads``). A payload
+        ``query`` reads that this engine cannot decode (no codec, or none of its keys) comes
+        back as stored, ``{"$encoded": ...}``, where the engine's own reads raise
+        ``PayloadCodecError``."""
         await self._ready()
-        return await self._api(lambda: query(self._reads), retry=True)
+        return await self._api(lambda: query(self._view), retry=True)
 
     async def _fence(self, run_id: str) -> None:
         """An engine fenced to its namespace acts on its namespace's runs only: a run of

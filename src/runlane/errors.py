@@ -29,8 +29,11 @@ class SerializationError(RunlaneError, TypeError):
     step's input or result) is refused, before anything is written: it is not JSON (a dict with
     string keys, list, str, int, float, bool or None; no NaN or infinity), it nests more than
     100 levels deep (a cycle is refused the same way), it holds a lone surrogate, or its JSON
-    text takes more than 4 MiB (4,194,304 bytes of UTF-8). The message names where the
-    offending value is."""
+    text takes more than 4 MiB (4,194,304 bytes of UTF-8), or it is an object with the key
+    ``$encoded`` (reserved for encoded payloads). Run attributes are refused the same way when
+    they are not a mapping of non-empty string names to ``str``, ``int`` (signed 64-bit), finite
+    ``float`` or ``bool``, or hold a NUL character. The message names where the offending value
+    is."""
 
 
 class UnknownWorkflowError(RunlaneError, LookupError):
@@ -92,8 +95,10 @@ def not_requeueable(run_id: str, status: str) -> RunlaneError:
     return RunExistsError(run_id, status, message)
 
 
-class DefinitionError(RunlaneError, TypeError):
-    """A workflow or step definition is invalid."""
+class DefinitionError(RunlaneError, TypeError, ValueError):
+    """A definition is invalid: a workflow, a step, a retry policy, a queue, a schedule. Raised
+    where it is built, before anything runs; a ``TypeError`` (a wrong kind of value) and a
+    ``ValueError`` (a wrong value) alike."""
 
 
 class ConcurrencyLimitError(RunlaneError):
@@ -191,6 +196,20 @@ class UnsupportedStoreError(RunlaneError):
 
 class FatalError(RunlaneError):
     """A step failed in a way that retrying cannot fix; it is never retried."""
+
+
+class PayloadCodecError(FatalError):
+    """A stored or received payload does not decode: it was encoded with a codec (a key) this
+    engine or worker does not have, or this side has no codec at all. ``subject`` names whose
+    payload it is (``run 'order-42'``, ``event #7 'paid'``) and ``what`` which one (its input,
+    a step's output); ``reason`` is the codec's own complaint. A run whose payloads do not
+    decode fails with it; it is never retried (fix the keys, then requeue the run)."""
+
+    def __init__(self, subject: str, what: str, reason: str) -> None:
+        self.subject = subject
+        self.what = what
+        self.reason = reason
+        super().__init__(f"{subject}: the {what} does not decode ({reason})")
 
 
 class NonDeterminismError(RunlaneError):
@@ -480,6 +499,7 @@ _REBUILDABLE: dict[str, type[Exception]] = {
         UnknownWorkflowError,
         FatalError,
         NonDeterminismError,
+        PayloadCodecError,
         SignalTimeoutError,
         EventTimeoutError,
         UpdateTimeoutError,

@@ -45,6 +45,7 @@ from .models import (
     dead_settlement,
 )
 from .options import EngineOptions
+from .payloads import Payloads
 from .presence import Presence
 from .registry import Registry
 from .releases import Releases
@@ -65,7 +66,7 @@ from .turn import Turn, TurnOutcome
 from .updates import Answers
 from .workflow_tasks import Decision
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 MISSED_AFTER = 10.0
 """Seconds after which a schedule's window not fired yet counts as missed (see ``catchup``)."""
@@ -94,8 +95,10 @@ class Execution:
         pruner: Pruner | None,
         tracing: Tracing,
         ready: Callable[[], Awaitable[None]],
+        payloads: Payloads | None = None,
     ) -> None:
         self.id = engine_id
+        self.payloads = payloads or Payloads(None)
         self.clock = clock
         self.namespace = namespace
         self.drive = drive
@@ -379,6 +382,7 @@ class Execution:
                 verdict = dead_settlement(claim.run.recoveries, self.options.max_recovery_attempts)
             if outcome.handed_off_at is not None:
                 released = (self.now() - outcome.handed_off_at).total_seconds()
+        verdict = verdict or self._unreadable(claim)
         definition = self.registry.workflow(claim.run.workflow, claim.run.version)
         owner = claim.run.lease_owner or ""
         self.stats.turn_began(run_id, claim.run.workflow, released)
@@ -386,6 +390,15 @@ class Execution:
         with self.tracing.turn(run.id, run.workflow, run.recoveries + 1):
             result = await self._drive(claim, owner, definition, verdict)
         return self._outcome(run, result)
+
+    def _unreadable(self, claim: Claim) -> Settlement | None:
+        """A claimed run whose payloads do not decode is failed with the error that says so
+        (never run, never left to be claimed again; logged as any failed run is): the
+        settlement that does it, or None."""
+        refused = self.payloads.unreadable(claim)
+        if refused is None:
+            return None
+        return Settlement(RunStatus.FAILED, None, error_dict(refused, with_traceback=False))
 
     def _unserved(self, run_id: str) -> None:
         """A run made due here whose code this engine does not serve (a result landed here, a

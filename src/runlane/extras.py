@@ -20,6 +20,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "redis": ("redis",),
     "http": ("starlette", "uvicorn", "prometheus_client"),
     "otel": ("opentelemetry",),
+    "crypto": ("cryptography",),
 }
 
 

@@ -69,6 +69,7 @@ def history_doc(run: Run, steps: list[StepRecord], signals: list[Signal]) -> dic
             "namespace": run.namespace,
             "parent_id": run.parent_id,
             "attempt": run.recoveries + 1,
+            "attributes": run.attributes,
         },
         "history": [record_doc(r) for r in sorted(steps, key=lambda r: r.seq)],
         "signals": [{"id": s.id, "name": s.name, "payload": s.payload} for s in signals],

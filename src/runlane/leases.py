@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from .faults import OutageLog, is_infrastructure
 from .stores.base import Store
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 STOP_TIMEOUT = 5.0
 

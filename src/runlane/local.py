@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from .models import Claim
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 Execute = Callable[[str, bool, Claim | None, bool], Awaitable[list[str]]]
 """Claim a run (or use the claim given) and drive one turn; returns the woken runs.

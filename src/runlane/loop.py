@@ -18,7 +18,7 @@ from datetime import datetime
 
 from .faults import OutageLog, is_infrastructure
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 BACKLOG_POLL = 0.05
 """Seconds between the loop's passes while its polls keep finding full batches of due work."""

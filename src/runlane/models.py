@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import MISSING, astuple, dataclass, field, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from .errors import error_dict
+from .attributes import AttributeValue, matches
+from .errors import PayloadCodecError, error_dict
 
 JSON = Any
 """A JSON-serialisable value: dict, list, str, int, float, bool or None."""
@@ -62,6 +63,9 @@ class Run:
     parent_id: str | None
     namespace: str | None
     priority: int
+    # What indexes the run for listings (``list_runs(attributes=...)``): set at its start and
+    # by its body (``ctx.set_attributes``).
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
     # Internals the engine needs; readable, but not part of the stable contract.
     singleton_key: str | None = None
     singleton_limit: int | None = None
@@ -138,6 +142,7 @@ class StepKind(StrEnum):
     PATCH = "patch"  # a ``ctx.patched`` marker: the run took the patched branch here
     UPDATE = "update"  # ``ctx.wait_for_update``: the update taken (its id and payload)
     REPLY = "reply"  # ``ctx.reply``: the answer to an update (whose id is the input's)
+    ATTRIBUTES = "attributes"  # ``ctx.set_attributes``: the attributes it merged (its output)
 
 
 class StepStatus(StrEnum):
@@ -192,6 +197,8 @@ class RunQuery:
     created_until: datetime | None = None
     after: RunCursor | None = None
     namespace: str | None = None
+    # Runs whose attributes hold every one of these (``attributes.matches``); None: any run.
+    attributes: Mapping[str, AttributeValue] | None = None
 
     def matches(self, run: Run) -> bool:
         """Whether ``run`` passes every filter and comes after the cursor (newest first)."""
@@ -200,6 +207,7 @@ class RunQuery:
             and (self.namespace is None or run.namespace == self.namespace)
             and (self.status is None or run.status == self.status)
             and (self.tag is None or self.tag in run.tags)
+            and (self.attributes is None or matches(run.attributes, self.attributes))
             and (self.created_from is None or run.created_at >= self.created_from)
             and (self.created_until is None or run.created_at < self.created_until)
             and (self.after is None or (run.created_at, run.id) < astuple(self.after))
@@ -286,6 +294,7 @@ class RunSpec:
     namespace: str | None = None
     priority: int = 0
     deadline_at: datetime | None = None
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
     singleton: SingletonGate | None = None
     quota: QuotaGate | None = None
     rate: RateGate | None = None
@@ -363,11 +372,15 @@ class Event:
 
 @dataclass(frozen=True)
 class Claim:
-    """A leased run with everything a turn needs to replay it."""
+    """A leased run with everything a turn needs to replay it.
+
+    ``unreadable``: its payloads did not decode (a codec's key that is not the one they were
+    written with): the claimer settles the run failed with this error instead of running it."""
 
     run: Run
     steps: Sequence[StepRecord]
     signals: Sequence[Signal]
+    unreadable: PayloadCodecError | None = None
 
 
 @dataclass(frozen=True)
@@ -577,6 +590,7 @@ def run_from_spec(spec: RunSpec) -> Run:
         parent_id=spec.parent_id,
         namespace=spec.namespace,
         priority=spec.priority,
+        attributes=dict(spec.attributes),
         deadline_at=spec.deadline_at,
         singleton_key=singleton.key if singleton else None,
         singleton_limit=singleton.limit if singleton else None,
@@ -757,6 +771,12 @@ def resumed_run(run: Run, now: datetime) -> Run:
     )
 
 
+def cancelling_run(run: Run, error: dict[str, object] | None, now: datetime) -> Run:
+    """A leased run a cancellation reached: ``cancelling`` until its turn's next write, which
+    settles it ``cancelled`` (the turn cannot be stopped mid-step)."""
+    return evolved(run, status=RunStatus.CANCELLING, updated_at=now, error=error)
+
+
 def settled_run(run: Run, settlement: Settlement, now: datetime) -> Run:
     """The run as a terminal settlement leaves it: outcome recorded, a failure counted, slot,
     lease and wake cleared."""
@@ -871,3 +891,23 @@ class Writes:
     """A suspension's event waits, each (name, the last seq its turn read): an event published
     since, while the turn ran, makes the suspended run due at once (its publish could not see
     the wait, which this write creates)."""
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """An operator action taken through the HTTP API or the command line, as the audit log
+    keeps it: when, who (a token's name, or the OS user of a command), through what (``http``
+    or ``cli``), which action on which run, and how it went (``ok``, else what refused it).
+
+    ``detail`` names what else the action was about (a signal's or update's name, a schedule,
+    an event), never a payload. ``id`` is the store's, in the order entries were appended."""
+
+    at: datetime
+    actor: str
+    source: str
+    action: str
+    outcome: str
+    run_id: str | None = None
+    namespace: str | None = None
+    detail: str | None = None
+    id: int = 0

@@ -14,12 +14,13 @@ here takes part in it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from .activity import ActivityCount
-from .models import EngineInfo, Run, RunQuery, RunStatus, Signal, StepRecord
+from .attributes import AttributeValue
+from .models import AuditEntry, EngineInfo, Run, RunQuery, RunStatus, Signal, StepRecord
 from .queues import QueueView
 from .stores.base import Reads
 
@@ -59,6 +60,7 @@ class NamespaceReads:
         namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
         wanted = self._narrowed(namespace)
         if wanted is None:
@@ -71,6 +73,7 @@ class NamespaceReads:
             namespace=wanted,
             limit=limit,
             offset=offset,
+            attributes=attributes,
         )
 
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
@@ -124,6 +127,11 @@ class NamespaceReads:
 
     async def list_signals(self, run_id: str) -> list[Signal]:
         return await self.store.list_signals(run_id) if await self.get_run(run_id) else []
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        return await self.store.list_audit(limit, before=before, namespace=self.namespace)
 
 
 def sees(namespace: str | None, run: Run) -> bool:

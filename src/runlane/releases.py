@@ -21,7 +21,7 @@ from .faults import OutageLog, is_infrastructure
 from .models import Writes
 from .stores.base import Store
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

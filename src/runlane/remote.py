@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .remote_turns import RemoteTurns
     from .turn import Turn
 
-log = logging.getLogger("runlane.remote")
+log = logging.getLogger(__name__)
 
 Key = tuple[str, int]  # (step id, attempt)
 RESULT_BATCH = 64

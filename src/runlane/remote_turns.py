@@ -55,7 +55,7 @@ from .workflow_tasks import (
     workflow_task,
 )
 
-log = logging.getLogger("runlane.remote")
+log = logging.getLogger(__name__)
 
 PERSISTED_KEEP = 10_000  # task ids whose last persisted beat (and window) is remembered
 IN_PROCESS = "in-process"  # the worker a decision made by the engine itself names

@@ -209,7 +209,7 @@ class DecisionTurn(Turn):
 
     async def flush(self, children: Sequence[RunSpec] = ()) -> list[Started]:
         writes = self._take_writes()
-        self._keep(writes.steps, writes.consumed_signals)
+        self._keep([*writes.steps, *self.take_attributes()], writes.consumed_signals)
         return []
 
     def _keep(self, records: Iterable[Any], consumed: Iterable[int]) -> None:

@@ -19,7 +19,7 @@ from .definitions import Seconds, as_seconds
 from .errors import DefinitionError
 from .models import RunStatus
 
-log = logging.getLogger("runlane.retention")
+log = logging.getLogger(__name__)
 
 CATCH_UP_PAUSE = 0.25
 """Seconds between two batches while settled runs past their period remain."""

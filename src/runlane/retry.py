@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from .errors import DefinitionError
+
 
 @dataclass(frozen=True)
 class Retry:
@@ -17,11 +19,11 @@ class Retry:
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
-            raise ValueError("Retry.max_attempts must be at least 1")
+            raise DefinitionError("Retry.max_attempts must be at least 1")
         if self.backoff < 0 or self.max_backoff < 0:
-            raise ValueError("Retry backoff values must not be negative")
+            raise DefinitionError("Retry backoff values must not be negative")
         if not 0 <= self.jitter <= 1:
-            raise ValueError("Retry.jitter must be between 0 and 1")
+            raise DefinitionError("Retry.jitter must be between 0 and 1")
 
     def retry_in(self, attempt: int, fatal: bool) -> float | None:
         """Seconds until the next attempt after the ``attempt``-th failed; None when the step

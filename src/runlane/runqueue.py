@@ -23,7 +23,7 @@ from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, Malformed, check
 from .transports.names import code
 
-log = logging.getLogger("runlane.runqueue")
+log = logging.getLogger(__name__)
 
 FAILURE_LOG_INTERVAL = 60.0
 SEND_RETRY_DELAYS = (0.25, 1.0, 4.0)

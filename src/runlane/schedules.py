@@ -39,7 +39,7 @@ from .models import (
     StoredSchedule,
     WindowFire,
 )
-from .serialization import normalise
+from .serialization import ENCODED, normalise
 from .stores.base import Store
 
 Overlap = Literal["allow", "skip", "buffer_one", "cancel_other"]
@@ -167,7 +167,13 @@ class Schedule:
         )
         values["tags"] = tuple(values.get("tags") or ())
         values.pop(DECLARED_PAUSED, None)
-        return cls(**values, paused=paused)
+        stored_input = values.get("input")
+        if type(stored_input) is not dict or ENCODED not in stored_input:
+            return cls(**values, paused=paused)
+        # An input still encoded (read without the codec's key) is kept as it was stored.
+        schedule = cls(**{**values, "input": None}, paused=paused)
+        object.__setattr__(schedule, "input", stored_input)
+        return schedule
 
 
 def _quota_record(quota: Concurrency) -> dict[str, Any]:

@@ -4,7 +4,8 @@ Every value runlane stores (a run's input and output, a signal or event payload,
 and result) is checked where it enters, before anything is written: it must be JSON (dict with
 string keys, list, str, int, float, bool, None; no NaN or infinity), nest at most ``MAX_DEPTH``
 levels (a cycle never ends, so it is refused the same way), be encodable as UTF-8 (no lone
-surrogates) and take at most ``MAX_PAYLOAD_BYTES`` as JSON text. Anything else raises
+surrogates) and take at most ``MAX_PAYLOAD_BYTES`` as JSON text; an object may not have the key ``$encoded``
+at its top (the envelope of an encoded payload). Anything else raises
 ``SerializationError`` naming where the offending value is.
 """
 
@@ -22,6 +23,10 @@ MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 
 MAX_DEPTH = 100
 """How many levels lists and dicts may nest inside a value."""
+
+ENCODED = "$encoded"
+"""The key of an encoded payload's envelope (see ``runlane.payloads``): no value runlane stores
+may be an object with this key at its top, or it would read as encoded."""
 
 
 def check_json(value: Any, what: str = "value") -> Any:
@@ -127,6 +132,10 @@ def normalise(value: Any, what: str = "value") -> Any:
     """Check a value at the boundary and round-trip it through JSON, so it comes back exactly as
     a replay would read it (tuples as lists)."""
     check_json(value, what)
+    if type(value) is dict and ENCODED in value:
+        raise SerializationError(
+            f"{what} has the key {ENCODED!r}, which runlane reserves for encoded payloads"
+        )
     if value is None or isinstance(value, bool | float):
         return value
     try:

@@ -7,12 +7,13 @@ admits or refuses it atomically when it creates the run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from . import admission
+from .attributes import AttributeValue
 from .definitions import Concurrency, WorkflowDefinition
 from .errors import UnsupportedStoreError
 from .models import JSON, RetryTimer, Run, RunSpec, Settlement, SingletonGate
@@ -56,6 +57,7 @@ class RunSpecs:
         debounce: bool = False,
         execution_timeout: float | None = None,
         detached: bool = False,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> RunSpec:
         """The spec of a new run, with its gates (singleton, quota, rate limit, and with
         ``debounce`` its debounce) evaluated on ``input``.
@@ -99,6 +101,7 @@ class RunSpecs:
             namespace=parent.namespace if parent else self.namespace,
             priority=parent.priority if parent and not priority else priority,
             deadline_at=deadline,
+            attributes=attributes or {},
             singleton=singleton,
             quota=quota,
             rate=rate,
@@ -123,7 +126,15 @@ class RunSpecs:
         # The new input may name other lanes: the run's own lane tags do not carry over.
         inherited = (*definition.tags, *admission.run_lane_tags(run))
         user_tags = tuple(t for t in run.tags if t not in inherited)
-        spec = await self.build(definition, input, next_id, priority=run.priority, tags=user_tags)
+        # The continuation carries on the run: its attributes still find it.
+        spec = await self.build(
+            definition,
+            input,
+            next_id,
+            priority=run.priority,
+            tags=user_tags,
+            attributes=run.attributes,
+        )
         return replace(spec, namespace=run.namespace)
 
     async def handler(self, workflow: str, run: Run, settlement: Settlement) -> RunSpec:

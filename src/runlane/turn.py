@@ -11,11 +11,12 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
+from .attributes import AttributeValue
 from .context import ChildOp, Context, Operation, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
 from .errors import (
@@ -57,6 +58,7 @@ from .models import (
     StepRecord,
     StepStatus,
     Writes,
+    evolved,
     ready_ids,
     settled_run,
     with_handler_error,
@@ -71,7 +73,7 @@ from .stores.base import Store
 from .tracing import Tracing
 from .updates import Update
 
-log = logging.getLogger("runlane.engine")
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -81,6 +83,9 @@ turn's records), or None when it suspends."""
 
 BATCH = 500
 """Children are started and checked in batches of this many, so wide fans stay few writes."""
+
+ATTRIBUTES = "attributes"
+"""The name of a ``ctx.set_attributes`` record (its kind is ``attributes`` too)."""
 
 NEWER_CODE_RETRY = 2.0
 """Seconds a run whose history this code cannot replay for want of a patch (``NewerCode``)
@@ -170,6 +175,9 @@ class Turn:
         self.records = {r.seq: r for r in claim.steps}
         self.signals: list[Signal] = list(claim.signals)
         self.staged: dict[int, StepRecord] = {}
+        # ``ctx.set_attributes`` records not written yet: each goes with its merge into the
+        # run's attributes (``Store.set_attributes``), never with another write's records.
+        self.attributes_set: dict[int, StepRecord] = {}
         self.consumed: list[int] = []
         self.wakes: list[datetime] = []
         self.live_errors: dict[int, BaseException] = {}
@@ -284,7 +292,19 @@ class Turn:
         return result
 
     def stage(self, record: StepRecord) -> None:
-        self.staged[record.seq] = record
+        if record.kind == StepKind.ATTRIBUTES:
+            self.attributes_set[record.seq] = record
+            # The run as this turn leaves it (a continuation carries its attributes on).
+            self.run = evolved(self.run, attributes={**self.run.attributes, **record.output})
+        else:
+            self.staged[record.seq] = record
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None:
+        """``ctx.set_attributes``: recorded at the next position and staged for the next write,
+        which merges them into the run's; a replay finds them recorded and writes nothing."""
+        seq = self.next_seq()
+        if self.recorded(seq, StepKind.ATTRIBUTES, ATTRIBUTES) is None:
+            self.complete(seq, StepKind.ATTRIBUTES, ATTRIBUTES, dict(attributes), None)
 
     async def cancel_child(self, child_id: str, error: dict[str, object]) -> None:
         """Cancel a child (and its subtree); what that wakes, other than this run, runs now."""
@@ -434,7 +454,8 @@ class Turn:
         recorded is never asked for again, and would be held until the run settles. Anything
         staged since is newer and wins."""
         for record in writes.steps:
-            self.staged.setdefault(record.seq, record)
+            if record.seq not in self.staged and record.seq not in self.attributes_set:
+                self.stage(record)
         self.consumed = [*writes.consumed_signals, *self.consumed]
         self.unreleased = [*freed, *(s for s in self.unreleased if s not in freed)]
 
@@ -451,15 +472,43 @@ class Turn:
         return result
 
     async def flush(self, children: Sequence[RunSpec] = ()) -> list[Started]:
-        """Write staged records (and create children) in one fenced transaction."""
+        """Write staged records (and create children) in one fenced transaction; attributes
+        the body set go first, in one of their own with what is staged then."""
         if self.unreleased:
             await self.release()  # the staged records go with the slots (no children here)
         async with self._lock:
+            await self._flush_attributes()
             if not self.staged and not self.consumed and not children:
                 return []
             writes = self._take_writes(children)
             checkpoint = self.host.store.checkpoint(self.run.id, self.owner, writes, self.now())
             return await self._fenced(writes, checkpoint)
+
+    def take_attributes(self) -> list[StepRecord]:
+        """The ``set_attributes`` records not written yet, by seq; from now on recorded."""
+        records = [self.attributes_set[seq] for seq in sorted(self.attributes_set)]
+        self.records.update(self.attributes_set)
+        self.attributes_set = {}
+        return records
+
+    def _attributes_call(self) -> tuple[Writes, Awaitable[None]] | None:
+        """The write of the attributes the body set, with every record staged before it;
+        None when the body set none since the last one."""
+        if not self.attributes_set:
+            return None
+        records = self.take_attributes()
+        merged = {key: value for record in records for key, value in record.output.items()}
+        staged = self._take_writes()
+        writes = replace(staged, steps=(*staged.steps, *records))
+        call = self.host.store.set_attributes(self.run.id, self.owner, writes, merged, self.now())
+        return writes, call
+
+    async def _flush_attributes(self) -> None:
+        """Write the attributes the body set since the last write, if any (the caller holds
+        the turn's lock): a cancellation or a lost lease ends the turn, as ``flush``'s do."""
+        attributes = self._attributes_call()
+        if attributes is not None:
+            await self._fenced(*attributes)
 
     async def _fenced(self, writes: Writes, call: Awaitable[T], freed: Sequence[int] = ()) -> T:
         """A fenced write of this turn: a cancellation or a lost lease ends the turn."""
@@ -482,6 +531,7 @@ class Turn:
         assert op.definition.queue is not None
         request = QueueRequest(op.definition.queue, op.seq, op.priority, op.fairness_key)
         async with self._lock:
+            await self._flush_attributes()
             writes, release = self._take_writes(), self._take_unreleased()
             ask = self.host.store.admit_step(
                 self.run.id,
@@ -877,27 +927,37 @@ class Turn:
 
     async def _suspend(self) -> TurnOutcome:
         wake = min(self.wakes) if self.wakes else None
-        if self.unreleased:
-            try:
-                woken = await self._write(*self._release_call())
-            except RunCancelling:
-                return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
-            except LeaseLostError:
-                return TurnOutcome("abandoned")
-            self.host.wake(woken)
-        writes = replace(self._take_writes(), events=tuple(self.awaited))
-        suspend = self.host.store.suspend_run(
-            self.run.id, self.owner, writes, wake, self.now(), blocked=self.denied
-        )
         try:
-            rewake = await self._write(writes, suspend)
+            rewake = await self._suspend_writes(wake)
         except RunCancelling:
             return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
         except LeaseLostError:
             return TurnOutcome("abandoned")
         return TurnOutcome("rewake" if rewake else "suspended", wake_at=wake)
 
+    async def _suspend_writes(self, wake: datetime | None) -> bool:
+        """The writes of a suspension (the attributes set, the slots of the steps recorded,
+        then the suspension with what is staged); whether the run is due again at once."""
+        attributes = self._attributes_call()
+        if attributes is not None:
+            await self._write(*attributes)
+        if self.unreleased:
+            self.host.wake(await self._write(*self._release_call()))
+        writes = replace(self._take_writes(), events=tuple(self.awaited))
+        suspend = self.host.store.suspend_run(
+            self.run.id, self.owner, writes, wake, self.now(), blocked=self.denied
+        )
+        return await self._write(writes, suspend)
+
     async def _finish(self, settlement: Settlement, discard: bool = False) -> TurnOutcome:
+        attributes = None if discard else self._attributes_call()
+        if attributes is not None:
+            try:
+                await self._write(*attributes)
+            except RunCancelling:
+                return await self._finish(Settlement(RunStatus.CANCELLED), discard=True)
+            except LeaseLostError:
+                return TurnOutcome("abandoned")
         settlement = await self._with_handler(settlement)
         writes = Writes() if discard else self._take_writes()
         if settlement.status == RunStatus.CANCELLED and settlement.error is None:

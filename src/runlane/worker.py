@@ -27,14 +27,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._version import __version__
+from .codecs import Codec
 from .concurrency import call_step_body, run_on_own_loop
 from .definitions import StepDefinition, step_definition
-from .errors import UnknownStepError, error_dict
+from .errors import ConfigurationError, UnknownStepError, error_dict
+from .payloads import Payloads
 from .registry import Registry
 from .replay import Pulse, failed_decision, replay
 from .serialization import normalise
 from .tracing import Tracing
 from .transports.base import Message, Transport
+from .transports.encoded import WireCodec
 from .transports.messages import PROTOCOL, WORKER_KIND, Malformed, check
 from .workflow_tasks import (
     WORKFLOW_KIND,
@@ -55,7 +58,11 @@ TAKE_RETRY_DELAY = 1.0
 
 
 class Worker:
-    """Executes the remote steps of one ``group`` that arrive on ``transport``."""
+    """Executes the remote steps of one ``group`` that arrive on ``transport``.
+
+    ``codec``: the engines' codec (``Engine(codec=...)``). A task whose payloads it cannot
+    decode (another key, or the worker has none) is answered with a failure naming its run
+    (``PayloadCodecError``: the step fails and is not retried; a turn fails its run)."""
 
     def __init__(
         self,
@@ -69,11 +76,12 @@ class Worker:
         poll_timeout: float = 1.0,
         name: str | None = None,
         tracer_provider: Any = None,
+        codec: Codec | None = None,
     ) -> None:
         if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+            raise ConfigurationError("concurrency must be at least 1")
         if heartbeat_interval <= 0:
-            raise ValueError("heartbeat_interval must be positive")
+            raise ConfigurationError("heartbeat_interval must be positive")
         self.group = group
         self.transport = transport
         self.concurrency = concurrency
@@ -83,6 +91,8 @@ class Worker:
         self.steps = {d.name: d for d in map(_definition, steps)}
         self.tracing = Tracing(tracer_provider)
         self.workflows = Registry(workflows)
+        # The engines' codec: tasks are opened with it, results and decisions sealed.
+        self.wire = WireCodec(Payloads(codec))
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._running = False
@@ -199,7 +209,12 @@ class Worker:
         try:
             loop = asyncio.get_running_loop()
             main = functools.partial(
-                replay, task, self.workflows, self.steps, step_loop=loop, pulse=pulse
+                replay,
+                self.wire.open_task(task),
+                self.workflows,
+                self.steps,
+                step_loop=loop,
+                pulse=pulse,
             )
             decision = await run_on_own_loop(main, replays)
         except Exception as exc:
@@ -208,7 +223,8 @@ class Worker:
         finally:
             done.set()
             beating.cancel()
-        await self._send(decision_doc(decision, self.name), reply_to(task))
+        sealed = self.wire.seal_result(decision_doc(decision, self.name))
+        await self._send(sealed, reply_to(task))
 
     async def _execute(self, task: Message) -> None:
         done = asyncio.Event()
@@ -229,14 +245,15 @@ class Worker:
                 definition = self.steps.get(name)
                 if definition is None or definition.fn is None:
                     raise UnknownStepError(name)
-                output = await call_step_body(definition.fn, task.get("input"))
+                input = self.wire.open_task(task).get("input")
+                output = await call_step_body(definition.fn, input)
                 output = normalise(output, f"output of step {name!r}")
         except Exception as exc:
             return self._result(task, ok=False, error=error_dict(exc))
         return self._result(task, ok=True, output=output)
 
     def _result(self, task: Message, *, ok: bool, output: Any = None, error: Any = None) -> Message:
-        return {
+        result = {
             **_identity(task),
             "protocol": PROTOCOL,
             "ok": ok,
@@ -245,6 +262,7 @@ class Worker:
             "attempt": task.get("attempt"),
             "worker": self.name,
         }
+        return self.wire.seal_result(result)
 
     async def _beat(self, task: Message, done: asyncio.Event) -> None:
         beat = {

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .attributes import check_attributes
+from .errors import SerializationError
 from .models import JSON, Run, Signal, StepKind, StepRecord, StepStatus
 from .transports.base import Message
 from .transports.messages import PROTOCOL, Malformed
@@ -33,6 +35,7 @@ RECORD_KINDS = frozenset(
         StepKind.PATCH,
         StepKind.UPDATE,
         StepKind.REPLY,
+        StepKind.ATTRIBUTES,
     }
 )
 """The records a decision may write itself (children and remote steps are commands; a
@@ -261,6 +264,8 @@ def parse_decision(message: Any) -> Decision:
             continue  # a child's outcome, read from the task's ``children``
         if record.kind not in RECORD_KINDS:
             raise Malformed(f"a decision cannot write a {record.kind} record (#{record.seq})")
+        if record.kind == StepKind.ATTRIBUTES:
+            _check_attributes_record(record)
     decision = Decision(str(message["task_id"]), run_id, records, outcome=dict(outcome))
     consumed = _list(message, "consumed_signals")
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in consumed):
@@ -269,6 +274,16 @@ def parse_decision(message: Any) -> Decision:
     for command in _list(message, "commands"):
         _add_command(decision, command)
     return decision
+
+
+def _check_attributes_record(record: StepRecord) -> None:
+    """An ``attributes`` record of a decision: completed, its output the attributes it sets."""
+    if record.status != StepStatus.COMPLETED:
+        raise Malformed(f"attributes record #{record.seq} must be completed")
+    try:
+        check_attributes(record.output, f"attributes record #{record.seq}")
+    except SerializationError as exc:
+        raise Malformed(str(exc)) from None
 
 
 def _add_command(decision: Decision, command: Any) -> None:

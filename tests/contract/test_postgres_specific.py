@@ -314,7 +314,7 @@ async def _nested_plans(
 _BULK = """
 INSERT INTO runlane_runs (id, workflow, version, status, input, created_at, updated_at, settled_at,
     wake_at, lease_owner, lease_expires_at, deadline_at, parent_id, priority, singleton_key,
-    holds_slot, concurrency_key, namespace, tags)
+    holds_slot, concurrency_key, namespace, tags, attributes)
 SELECT 'run-' || i, 'wf-' || (i % 20), '1',
        CASE WHEN i % 100 < 5 THEN 'pending' WHEN i % 100 < 10 THEN 'suspended'
             WHEN i % 100 < 12 THEN 'running' WHEN i % 100 = 12 THEN 'blocked'
@@ -330,7 +330,9 @@ SELECT 'run-' || i, 'wf-' || (i % 20), '1',
        i % 100 IN (10, 11) AND i % 10 = 0,
        CASE WHEN i % 7 = 0 THEN 'tenant-' || (i % 50) END,
        'ns-' || (i % 4),
-       CASE WHEN i % 1000 = 0 THEN ARRAY['vip'] ELSE ARRAY['web'] END
+       CASE WHEN i % 1000 = 0 THEN ARRAY['vip'] ELSE ARRAY['web'] END,
+       CASE WHEN i % 2 = 0
+            THEN jsonb_build_object('customer', 'customer-' || (i % 100), 'tier', i % 3) END
 FROM generate_series(1, 100000) AS i,
      LATERAL (SELECT timestamptz '2026-01-01 00:00:00+00' + i * interval '1 second' AS t) AS c
 """
@@ -493,6 +495,22 @@ _HOT = {
         "page_runs",
         {"created_from": T0, "created_until": T0 + timedelta(hours=1), "limit": 50},
     ),
+    "a page of an attribute": (
+        "page_runs_by_attributes",
+        {"attributes": '{"customer": "customer-42"}', "limit": 50},
+    ),
+    "a page of two attributes from a cursor": (
+        "page_runs_by_attributes",
+        {"attributes": '{"customer": "customer-42", "tier": 1}', **_CURSOR, "limit": 50},
+    ),
+    "counting the runs of an attribute": (
+        "count_runs",
+        {"attributes": '{"customer": "customer-42"}'},
+    ),
+    "listing the runs of an attribute": (
+        "list_runs_by_attributes",
+        {"attributes": '{"customer": "customer-42"}', "limit": 100, "offset": 0},
+    ),
     "the lanes": ("lane_runs", {}),
     "the overview's last hour": (
         "run_activity",
@@ -626,11 +644,12 @@ async def _one_run(store: PostgresStore, run_id: str, checkpoints: int) -> None:
 @pytest.mark.slow
 async def test_a_checkpoints_touch_of_its_run_is_a_heap_only_update(scratch_url: str) -> None:
     # No index reads updated_at (retention walks settled_at), so the touch writes no index
-    # entry: the xact counters see one HOT update of runlane_runs.
+    # entry: the xact counters see one HOT update of runlane_runs. A run with attributes has
+    # entries in their GIN index, which the touch leaves alone all the same.
     store = PostgresStore(scratch_url)
     await store.open()
     try:
-        spec = RunSpec("run-1", "wf", "1", None, T0)
+        spec = RunSpec("run-1", "wf", "1", None, T0, attributes={"customer": "acme"})
         [started] = await store.create_runs([spec], T0, lease=Lease("owner", T0 + LATER * 30))
         assert started.claim is not None
     finally:
@@ -650,6 +669,19 @@ async def test_a_checkpoints_touch_of_its_run_is_a_heap_only_update(scratch_url:
             " WHERE i.indrelid = 'runlane_runs'::regclass AND a.attname = 'updated_at'"
         )
         assert await cur.fetchone() == (0,)
+
+
+async def test_the_attributes_index_holds_only_runs_with_attributes_and_no_pending_list(
+    pg_store: PostgresStore, pg_url: str
+) -> None:
+    # A start without attributes writes it nothing; one with attributes writes its entries at
+    # once (no fastupdate list for every search to read through until a vacuum).
+    with psycopg.connect(pg_url) as conn:
+        [(definition,)] = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'runlane_runs_attributes'"
+        ).fetchall()
+    assert "USING gin (attributes jsonb_path_ops)" in definition
+    assert "WITH (fastupdate=off)" in definition and "WHERE (attributes IS NOT NULL)" in definition
 
 
 async def test_retention_prunes_runs_an_engine_before_version_16_settled_by_updated_at(

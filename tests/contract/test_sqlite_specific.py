@@ -22,6 +22,7 @@ from runlane.errors import (
     StoreUnavailableError,
 )
 from runlane.models import (
+    Lease,
     QuotaGate,
     RateGate,
     RetryTimer,
@@ -107,6 +108,50 @@ async def test_the_overviews_reads_search_their_indexes(
             rows = conn.execute(f"EXPLAIN QUERY PLAN {SQL[statement]}", (*span, namespace))
             plan = " | ".join(str(row[-1]) for row in rows)
         assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, plan
+
+
+async def test_a_filter_on_attributes_searches_their_index_whatever_the_runs_order(
+    tmp_path: Path,
+) -> None:
+    # Newest first with a limit could walk runs_newest and test each run: for a rare value,
+    # every run. The (key, value) index finds the matches instead; they are sorted after.
+    path = tmp_path / "plan.db"
+    await open_and_close(path)
+    query = (
+        f"EXPLAIN QUERY PLAN SELECT * FROM runs WHERE {SQL['has_attribute']}"
+        " ORDER BY created_at DESC, id DESC LIMIT 50"
+    )
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(query, ("customer", '"acme"'))
+        plan = " | ".join(str(row[-1]) for row in rows)
+    assert "USING COVERING INDEX run_attributes_value (key=? AND value=?)" in plan, plan
+    assert "SCAN runs" not in plan, plan
+
+
+async def test_the_attribute_index_follows_every_write_of_the_runs(tmp_path: Path) -> None:
+    # run_attributes follows the column: a start, a merge (a name set again replaced), a prune.
+    store = SqliteStore(tmp_path / "x.db")
+    await store.open()
+    try:
+        spec = RunSpec("a", "wf", "1", None, T0, attributes={"k": "v", "flag": True, "n": 2})
+        [started] = await store.create_runs([spec], T0, lease=Lease("o", T0 + timedelta(60)))
+        assert started.claim is not None
+        await store.create_runs([RunSpec("b", "wf", "1", None, T0)], T0)
+        await store.set_attributes("a", "o", Writes(), {"k": "w", "x": 0.5}, T0)
+        with sqlite3.connect(tmp_path / "x.db") as conn:
+            rows = conn.execute("SELECT run_id, key, value FROM run_attributes ORDER BY key")
+            assert rows.fetchall() == [
+                ("a", "flag", b"\x01"),
+                ("a", "k", "w"),
+                ("a", "n", 2),
+                ("a", "x", 0.5),
+            ]
+        await store.settle_run("a", "o", Writes(), Settlement(RunStatus.COMPLETED), T0)
+        assert await store.prune_runs({RunStatus.COMPLETED: T0 + timedelta(1)}, 10) == ["a"]
+        with sqlite3.connect(tmp_path / "x.db") as conn:
+            assert conn.execute("SELECT count(*) FROM run_attributes").fetchone() == (0,)
+    finally:
+        await store.close()
 
 
 async def test_opening_records_the_latest_schema_version(tmp_path: Path) -> None:

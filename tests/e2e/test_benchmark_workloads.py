@@ -45,6 +45,23 @@ def test_the_benchmark_workloads_run_on_sqlite(tmp_path: Path) -> None:
     assert figures["queue"]["enqueue_seconds"] <= figures["queue"]["total_seconds"]
 
 
+def test_the_attributes_benchmark_runs_and_its_filters_read_the_index(tmp_path: Path) -> None:
+    command = [sys.executable, "benchmarks/attributes.py", "--db", "sqlite"]
+    command += ["--runs", "300", "--reads", "2"]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    matching = {line["filter"]: line["matching"] for line in lines if "filter" in line}
+    assert matching == {
+        "one customer (1%)": 3,
+        "a customer and a tier (0.3%)": 1,
+        "a rare customer (10 runs)": 10,
+        "a value no run has": 0,
+        "one tier (33%)": 100,
+    }
+    assert "USING COVERING INDEX run_attributes_value" in done.stdout
+
+
 def _module(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None

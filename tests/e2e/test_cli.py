@@ -305,6 +305,57 @@ def test_runs_start_starts_a_run_of_the_apps_workflow_with_a_json_input(
     assert run.input == {"name": "cy"}
 
 
+def test_runs_are_started_with_attributes_and_listed_by_them(
+    db: str, app: str, waiting_run: str
+) -> None:
+    for run_id, attrs in {
+        "c1": ["customer=acme", "tier=2"],
+        "c2": ["customer=acme", 'tier="2"'],
+        "c3": ["customer=Acme Corp", "vip=true"],
+    }.items():
+        options = [arg for attr in attrs for arg in ("--attr", attr)]
+        started = cli(
+            "runs", "start", "greet", '{"name": "x"}', "--run-id", run_id, *options,
+            "--app", f"{app}:engine", "--json",
+        )  # fmt: skip
+        assert started.exit_code == 0, started.output
+
+    def listed(*attrs: str) -> list[str]:
+        options = [arg for attr in attrs for arg in ("--attr", attr)]
+        result = cli("runs", "list", "--db", db, *options, "--json")
+        assert result.exit_code == 0, result.output
+        return [run["id"] for run in json.loads(result.output)]
+
+    assert listed("customer=acme") == ["c2", "c1"]
+    assert listed("customer=acme", "tier=2") == ["c1"]
+    assert listed('tier="2"') == ["c2"]
+    assert listed("vip=true", "customer=Acme Corp") == ["c3"]
+    assert listed("customer=nobody") == []
+    [shown] = json.loads(cli("runs", "list", "--db", db, "--attr", "tier=2", "--json").output)
+    assert shown["attributes"] == {"customer": "acme", "tier": 2}
+    wide = CliRunner(env={"COLUMNS": "200"})
+    table = wide.invoke(main, ["runs", "list", "--db", db, "--attr", "customer=acme"]).output
+    assert 'customer=acme tier="2"' in table and "customer=acme tier=2" in table
+    details = wide.invoke(main, ["runs", "show", "c3", "--db", db]).output
+    assert "customer=Acme Corp vip=true" in details
+    followed = cli(
+        "runs", "list", "--db", db, "--attr", "tier=2", "--follow", "--polls", "1", "--json"
+    )
+    assert [json.loads(line)["id"] for line in followed.output.splitlines()] == ["c1"]
+
+
+@pytest.mark.parametrize(
+    ("attr", "message"),
+    [("customer", "is not NAME=VALUE"), ("=acme", "non-empty"), ("n=1e400", "JSON cannot")],
+)
+def test_a_bad_attr_option_is_a_usage_error(
+    db: str, waiting_run: str, attr: str, message: str
+) -> None:
+    result = cli("runs", "list", "--db", db, "--attr", attr)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+
+
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
@@ -453,7 +504,7 @@ def test_worker_logs_each_run_that_fails(db: str, app: str) -> None:
         _, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
     [line] = [line for line in err.splitlines() if "b1" in line]
-    assert "WARNING runlane.engine: run b1 (blow-up@1) failed: ValueError: boom: x" in line
+    assert "WARNING runlane.execution: run b1 (blow-up@1) failed: ValueError: boom: x" in line
 
 
 def test_serve_refuses_a_public_address_without_a_token(
@@ -740,3 +791,25 @@ def test_runs_prune_refuses_a_duration_it_cannot_read(db: str, waiting_run: str)
     result = cli("runs", "prune", "--older-than", "soon", "--db", db)
     assert result.exit_code == 2
     assert "no duration" in result.output
+
+
+def test_every_action_is_audited_in_the_os_users_name_and_runlane_audit_lists_it(
+    db: str, app: str, waiting_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("getpass.getuser", lambda: "ada")
+    assert cli("runs", "signal", "r1", "go", '"yes"', "--db", db).exit_code == 0
+    assert cli("runs", "cancel", "nosuch", "--db", db).exit_code == 1
+    started = cli("runs", "start", "greet", '{"name": "cy"}', "--app", f"{app}:engine")
+    assert started.exit_code == 0, started.output
+    listed = json.loads(cli("audit", "--db", db, "--json").output)
+    new_run = listed[0]["run_id"]
+    assert [(e["actor"], e["source"], e["action"], e["run_id"], e["detail"], e["outcome"])
+            for e in listed] == [
+        ("ada", "cli", "start", new_run, None, "ok"),
+        ("ada", "cli", "cancel", "nosuch", None, "RunNotFoundError"),
+        ("ada", "cli", "signal", "r1", "go", "ok"),
+    ]  # fmt: skip
+    table = cli("audit", "--db", db, "--limit", "1")
+    assert table.exit_code == 0 and "start" in table.output and "signal" not in table.output
+    older = json.loads(cli("audit", "--db", db, "--json", "--before", str(listed[1]["id"])).output)
+    assert [e["action"] for e in older] == ["signal"]

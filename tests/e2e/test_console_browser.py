@@ -38,6 +38,7 @@ pytestmark = [
     pytest.mark.slow,
 ]
 TOKEN = "browser-token"
+READ_TOKEN = "browser-read-token"
 PAGES = {
     "overview": "/",
     "runs": "/ui/runs",
@@ -56,7 +57,8 @@ class Served:
         from runlane.http import create_app
 
         self.url = f"http://127.0.0.1:{free_port()}"
-        app = create_app(build(db), token=TOKEN, sample_every=0.5)
+        readers = f"viewer:read:{READ_TOKEN}"
+        app = create_app(build(db), token=TOKEN, tokens=readers, sample_every=0.5)
         config = uvicorn.Config(
             app, host="127.0.0.1", port=int(self.url.rsplit(":", 1)[1]), log_level="warning"
         )
@@ -76,8 +78,8 @@ class Served:
         self.thread.join(20)
 
 
-def start(client: httpx.Client, workflow: str, input: Any, run_id: str) -> None:
-    body = {"workflow": workflow, "input": input, "run_id": run_id}
+def start(client: httpx.Client, workflow: str, input: Any, run_id: str, **attributes: Any) -> None:
+    body = {"workflow": workflow, "input": input, "run_id": run_id, "attributes": attributes}
     assert client.post("/runs", json=body).status_code == 201
 
 
@@ -99,11 +101,17 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
         headers = {"Authorization": f"Bearer {TOKEN}"}
         with httpx.Client(base_url=server.url, headers=headers) as client:
             order = {"amount": 12, "customer": "ada"}
+            done = {**order, "items": ["mug", "tee"], "pages": 3}
+            start(client, "shop.order", done, "order-done", customer="ada", tier=2)
             start(
-                client, "shop.order", {**order, "items": ["mug", "tee"], "pages": 3}, "order-done"
+                client,
+                "shop.order",
+                {**order, "hold": True},
+                "order-held",
+                customer="ada",
+                tier="2",
             )
-            start(client, "shop.order", {**order, "hold": True}, "order-held")
-            start(client, "shop.order", {**order, "nap": 3600}, "order-asleep")
+            start(client, "shop.order", {**order, "nap": 3600}, "order-asleep", customer="bob")
             start(client, "shop.order", {**order, "fail": True}, "order-fails")
             for n in range(3):
                 start(client, "shop.sync", {"store": "A"}, f"sync-{n}")
@@ -132,13 +140,13 @@ def browser() -> Iterator[Any]:
 class Console:
     """A page of the console, its token given, that records every console error."""
 
-    def __init__(self, browser: Any, served: httpx.Client, token: bool = True) -> None:
+    def __init__(self, browser: Any, served: httpx.Client, token: str | None = TOKEN) -> None:
         self.base = str(served.base_url)
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
         self.context.grant_permissions(["clipboard-read", "clipboard-write"])
         if token:
             self.context.add_init_script(
-                f"try {{ sessionStorage.setItem('runlane.token', '{TOKEN}') }} catch {{}}"
+                f"try {{ sessionStorage.setItem('runlane.token', '{token}') }} catch {{}}"
             )
         self.page = self.context.new_page()
         self.errors: list[str] = []
@@ -207,9 +215,9 @@ def test_every_page_renders_with_no_console_error_and_no_serious_axe_violation(
 def test_the_token_is_asked_once_and_kept_for_the_session(
     browser: Any, served: httpx.Client
 ) -> None:
-    opened = Console(browser, served, token=False)
+    opened = Console(browser, served, token=None)
     page = opened.open("/ui/runs")
-    page.get_by_label("This API needs its token (RUNLANE_API_TOKEN)").fill(TOKEN)
+    page.get_by_label("This API needs a token (RUNLANE_API_TOKENS)").fill(TOKEN)
     page.get_by_role("button", name="Use token").click()
     expect(page.locator("#runs tr[data-item='order-done']")).to_be_visible()
     page.get_by_role("link", name="Lanes").click()
@@ -221,6 +229,32 @@ def test_the_token_is_asked_once_and_kept_for_the_session(
 
 
 # ---------------------------------------------------------------- the cache bug
+
+
+def test_a_read_token_sees_every_action_disabled_with_a_note(
+    browser: Any, served: httpx.Client
+) -> None:
+    opened = Console(browser, served, token=READ_TOKEN)
+    page = opened.open("/ui/runs/order-held")
+    expect(page.locator("#timeline li").first).to_be_visible(timeout=15000)
+    for action in ("pause", "resume", "cancel", "retry"):
+        expect(page.locator(f"#{action}")).to_be_disabled()
+    for form in ("signal", "update", "fork"):
+        opener = page.locator(f"details[data-key='{form}'] > summary")
+        expect(opener).to_have_attribute("aria-disabled", "true")
+    expect(page.get_by_role("note")).to_contain_text("(viewer) may only read")
+    expect(page.locator("#export")).to_be_enabled()  # reading is what it may do
+    page = opened.open("/ui/runs")
+    page.locator("#runs tr[data-item='order-held'] input.pick").check()
+    expect(page.locator("#bulk-cancel")).to_be_disabled()
+    expect(page.get_by_role("note")).to_contain_text("may only read")
+    page = opened.open("/ui/schedules")
+    expect(page.locator("button[data-action='trigger']").first).to_be_disabled()
+    expect(page.get_by_role("note")).to_contain_text("may only read")
+    opened.context.close()
+    assert opened.errors == []
+    # Nothing it saw was done: the runs are as they were.
+    assert served.get("/runs/order-held").json()["status"] == "suspended"
 
 
 def test_a_runs_address_opened_in_a_browser_shows_the_page_not_a_cached_json_error(
@@ -280,6 +314,34 @@ def test_runs_are_searched_by_status_workflow_tag_and_id_and_the_search_is_the_a
     page.get_by_label("run id").fill("nosuch")
     page.get_by_label("run id").press("Enter")
     expect(page.locator("#runs")).to_contain_text("No run with id nosuch.")
+
+
+def test_runs_are_searched_by_attributes_and_a_runs_attributes_link_to_the_search(
+    console: Console,
+) -> None:
+    page = console.open("/ui/runs")
+    expect(page.locator("#summary")).to_contain_text("runs match")
+    page.get_by_label("attributes").fill("customer=ada")
+    page.get_by_label("attributes").press("Enter")
+    expect(page).to_have_url(f"{console.base}/ui/runs?attr.customer=ada")
+    expect(page.locator("#runs tr[data-item]")).to_have_count(2)
+    page.get_by_label("attributes").fill("customer=ada tier=2")  # a number: order-done only
+    page.get_by_label("attributes").press("Enter")
+    expect(page.locator("#runs tr[data-item]")).to_have_count(1)
+    expect(page.locator("#runs tr[data-item='order-done']")).to_contain_text("tier=2")
+    page.get_by_label("attributes").fill('tier="2"')  # the string
+    page.get_by_label("attributes").press("Enter")
+    expect(page.locator("#runs tr[data-item]")).to_have_count(1)
+    expect(page.locator("#runs tr[data-item='order-held']")).to_be_visible()
+    # The address is the saved search: opened again, it shows the same runs and the field.
+    page.goto(page.url)
+    expect(page.locator("#attributes")).to_have_value('tier="2"')
+    expect(page.locator("#runs tr[data-item]")).to_have_count(1)
+    # A run's attribute links to the runs that have it too.
+    page = console.open("/ui/runs/order-done")
+    page.get_by_role("link", name="customer=ada").click()
+    expect(page).to_have_url(f"{console.base}/ui/runs?attr.customer=ada")
+    expect(page.locator("#runs tr[data-item]")).to_have_count(2)
 
 
 def test_runs_selected_are_cancelled_then_retried_in_bulk_after_a_confirmation(

@@ -200,6 +200,55 @@ async def test_list_runs_filters_by_status_workflow_and_tag(
     assert "pending, running" in bogus.json()["message"]
 
 
+async def test_runs_are_started_with_attributes_and_filtered_by_them(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    for run_id, attributes in {
+        "a1": {"customer": "acme", "tier": 2},
+        "a2": {"customer": "acme", "tier": "2"},
+        "a3": {"customer": "Acme Corp", "vip": True},
+        "a4": {"customer": "globex", "tier": 2.5},
+    }.items():
+        body = {"workflow": "approval", "input": {"item": run_id}, "run_id": run_id}
+        started = await client.post("/runs", json={**body, "attributes": attributes})
+        assert started.status_code == 201 and started.json()["attributes"] == attributes
+
+    async def ids(query: str) -> list[str]:
+        response = await client.get(f"/runs?{query}")
+        assert response.status_code == 200, response.json()
+        return [r["id"] for r in response.json()["runs"]]
+
+    assert await ids("attr.customer=acme") == ["a2", "a1"]
+    assert await ids("attr.customer=acme&attr.tier=2") == ["a1"]  # a JSON number
+    assert await ids('attr.tier="2"') == ["a2"]  # a JSON string
+    assert await ids("attr.tier=2.5&workflow=approval") == ["a4"]
+    assert await ids("attr.vip=true") == ["a3"]
+    assert await ids("attr.customer=Acme%20Corp") == ["a3"]
+    assert await ids("attr.customer=acme&limit=1") == ["a2"]
+    assert await ids("attr.customer=nobody") == []
+    assert await ids("id=a1&attr.tier=2") == ["a1"]
+    assert await ids("id=a1&attr.tier=3") == []
+    counts = (await client.get("/stats/runs?attr.customer=acme")).json()
+    assert counts == {"counts": {"pending": 2}, "total": 2}
+    shown = (await client.get("/runs/a3")).json()
+    assert shown["attributes"] == {"customer": "Acme Corp", "vip": True}
+    page = (await client.get("/runs?attr.customer=acme&limit=1")).json()
+    rest = await client.get(f"/runs?attr.customer=acme&cursor={page['next_cursor']}")
+    assert [r["id"] for r in rest.json()["runs"]] == ["a1"]
+
+
+@pytest.mark.parametrize(
+    "query", ["attr.=acme", "attr.n=1e400", "attr.n=99999999999999999999", "attr.k=%22a%5Cu0000%22"]
+)
+async def test_a_bad_attribute_filter_is_a_422_naming_its_parameter(
+    client: httpx.AsyncClient, query: str
+) -> None:
+    for path in ("/runs", "/stats/runs"):
+        response = await client.get(f"{path}?{query}")
+        assert response.status_code == 422, response.json()
+        assert response.json()["field"] == query.split("=")[0]
+
+
 async def test_a_start_over_the_quota_is_answered_429_with_the_key_and_limit(
     client: httpx.AsyncClient,
 ) -> None:
@@ -282,6 +331,9 @@ async def test_a_key_function_that_raises_on_the_input_is_a_422_naming_workflow_
         ({"workflow": "approval", "run_id": ""}, 422, "invalid_request"),
         ({"workflow": "approval", "if_exists": "replace"}, 422, "invalid_request"),
         ({"workflow": "approval", "inptu": {}}, 422, "invalid_request"),
+        ({"workflow": "approval", "attributes": ["customer", "acme"]}, 422, "invalid_request"),
+        ({"workflow": "approval", "attributes": {"tags": ["a"]}}, 422, "invalid_request"),
+        ({"workflow": "approval", "attributes": {"": "x"}}, 422, "invalid_request"),
         (["approval"], 422, "invalid_request"),
     ],
 )

@@ -1,4 +1,4 @@
-"""``GET /metrics``: the names API.md lists, with their labels, counted per process; the
+"""``GET /metrics``: the names the README lists, with their labels, counted per process; the
 store's gauges read at most once per cache period, however often Prometheus scrapes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Behaviours users rely on, as API.md states them, on every store (the conformance issue)."""
+"""Behaviours users rely on, as the README and the guides state them, on every store."""
 
 from __future__ import annotations
 

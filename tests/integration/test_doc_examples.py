@@ -27,7 +27,7 @@ import pytest
 from runlane.stores.postgres import PostgresStore
 from runlane.stores.sqlite import SqliteStore
 from runlane.transports import RedisTransport
-from tests.integration.test_node_worker import NODE, node_modules, node_worker, prefix
+from tests.integration.test_node_worker import NODE, node_modules, node_worker, prefix, start_node
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
@@ -43,12 +43,14 @@ EMBEDDED = [
     "deploys",
     "updates",
     "operating_runs",
+    "encryption",
 ]
 ON_SERVICES = ["fleet", "remote_workers"]
 PYTEST_MODULES = ["test_workflows", "test_my_store", "test_my_transport"]
 ON_THEIR_OWN = ["tutorial", "node_engine"]  # a test of their own below
 
-__all__ = ["node_modules", "node_worker", "prefix"]  # the Node worker's fixtures, used here
+# The Node worker's fixtures, used here.
+__all__ = ["node_modules", "node_worker", "prefix", "start_node"]
 
 
 def load(name: str) -> ModuleType:

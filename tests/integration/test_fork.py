@@ -194,3 +194,15 @@ async def test_a_fork_of_nothing_or_from_a_bad_seq_is_refused(make_engine: Any) 
             await engine.fork("o1", from_seq=bad)
     with pytest.raises(ValueError, match="run_id"):
         await engine.fork("o1", run_id="")
+
+
+async def test_a_fork_starts_with_the_originals_attributes(make_engine: Any) -> None:
+    engine = await make_engine(order)
+    await engine.start(order, "o1", run_id="o1", attributes={"customer": "acme"})
+    await engine.tick()
+    await engine.signal("o1", "confirm", "yes")
+    await settle(engine, "o1")
+    fork = await engine.fork("o1")
+    assert fork.attributes == {"customer": "acme"}
+    found = await engine.list_runs(attributes={"customer": "acme"})
+    assert {run.id for run in found} == {"o1", fork.id}

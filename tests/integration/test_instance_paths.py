@@ -445,7 +445,10 @@ async def test_runs_a_recovery_poll_finds_travel_the_run_queue_and_spread_over_t
     await instance("other")  # the rest of the fleet
     assert await finder.recover_incomplete() == 6
     await until("all six executing", lambda: occupancy.total() == 6, lambda: occupancy)
-    assert (occupancy["finder"], occupancy["other"]) == (2, 4)
+    # The finder takes what it has room for at most; which consumer pops first is a race (on
+    # the db transport, the other may take all six in one poll), but the other instance can
+    # only have its runs from the run queue.
+    assert occupancy["finder"] <= 2 and occupancy["other"] >= 4, occupancy
     assert await finder.recover_incomplete() == 0  # found again: not sent again
     events["gate"].set()
     await all_completed(web, ids)

@@ -9,13 +9,17 @@ import shutil
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet as FernetKeys
 
 from runlane import Engine, RemoteWorkflow, RunStatus, UpdateRejectedError
+from runlane.codecs import Fernet
+from runlane.payloads import ENCODED
 from runlane.stores.base import Store
+from runlane.stores.encoded import unwrapped
 from runlane.transports import RedisTransport
 
 NODE_DIR = Path(__file__).parents[2] / "workers" / "node"
@@ -52,24 +56,40 @@ def prefix() -> str:
 
 
 @pytest.fixture
-def node_worker(node_modules: None, prefix: str) -> Iterator[subprocess.Popen[str]]:
-    env = {**os.environ, "RUNLANE_PREFIX": prefix, "RUNLANE_REDIS_URL": REDIS_URL}
-    proc = subprocess.Popen(
-        [str(NODE), "example.js"],
-        cwd=NODE_DIR,
-        env=env,
-        text=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    yield proc
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        proc.communicate(timeout=10)  # reaps it and closes its stderr pipe
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+def start_node(node_modules: None, prefix: str) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start the example's Node workers (with ``RUNLANE_FERNET_KEYS`` when ``keys`` are given);
+    each is stopped (SIGTERM) and reaped after the test."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(keys: list[bytes] | None = None) -> subprocess.Popen[str]:
+        env = {**os.environ, "RUNLANE_PREFIX": prefix, "RUNLANE_REDIS_URL": REDIS_URL}
+        if keys:
+            env["RUNLANE_FERNET_KEYS"] = ",".join(k.decode() for k in keys)
+        proc = subprocess.Popen(
+            [str(NODE), "example.js"],
+            cwd=NODE_DIR,
+            env=env,
+            text=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.communicate(timeout=10)  # reaps it and closes its stderr pipe
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture
+def node_worker(start_node: Callable[..., subprocess.Popen[str]]) -> subprocess.Popen[str]:
+    return start_node()
 
 
 async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
@@ -92,6 +112,7 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
             await engine.signal("js-1", "ship", "by sea")
             done = await engine.wait_for_run("js-1", timeout=30)
             steps = await engine.list_steps("js-1")
+            found = await engine.list_runs(attributes={"customer": "ada", "shipped": "by sea"})
             assert engine._execution.remote is not None
             for _ in range(100):  # announced every 10 heartbeat intervals (0.2 s here)
                 if any(w["group"] == "node-wf" for w in engine._execution.remote.workers.values()):
@@ -112,7 +133,7 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
         "pid": node_worker.pid,
     }
     assert [(w["language"], w["protocol"], w["workflows"]) for w in announced] == [
-        ("node", 1, ["js-child", "js-desk", "js-order"])
+        ("node", 1, ["js-child", "js-desk", "js-keeper", "js-order", "js-waiter"])
     ]
     assert [(s.seq, s.kind, s.status) for s in steps] == [
         (1, "step", "completed"),
@@ -120,8 +141,11 @@ async def test_a_node_worker_decides_turns_and_runs_steps_for_a_python_engine(
         (3, "step", "completed"),
         (4, "sleep", "completed"),
         (5, "signal", "completed"),
-        (6, "child", "completed"),
+        (6, "attributes", "completed"),
+        (7, "child", "completed"),
     ]
+    assert done.attributes == {"customer": "ada", "shipped": "by sea"}
+    assert [run.id for run in found] == ["js-1"]
 
 
 async def test_a_node_worker_answers_and_rejects_updates(
@@ -187,9 +211,12 @@ async def test_a_node_worker_replays_a_history_from_before_a_patch_down_the_old_
         await transport.close()
     [decision] = decisions
     assert decision["task_id"] == "t-old" and decision["consumed_signals"] == [7]
-    assert [(c["kind"], c["seq"]) for c in decision["checkpoints"]] == [("signal", 3)]
+    assert [(c["kind"], c["seq"], c["output"]) for c in decision["checkpoints"]] == [
+        ("signal", 3, "by air"),
+        ("attributes", 4, {"customer": "ada", "shipped": "by air"}),
+    ]
     assert [(c["type"], c["seq"], c["input"]) for c in decision["commands"]] == [
-        ("child", 4, "by air")
+        ("child", 5, "by air")
     ]
     assert decision["outcome"] == {"type": "suspend", "wake_at": None}
 
@@ -208,3 +235,91 @@ async def _until_waiting_for_signal(
             )
         await asyncio.sleep(0.1)
     raise AssertionError(f"run {run_id} never waited for its signal; records: {kinds}")
+
+
+async def test_a_node_workers_detached_child_outlives_its_parents_cancellation(
+    store: Store, prefix: str, node_worker: subprocess.Popen[str]
+) -> None:
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    declared = [RemoteWorkflow(name, group="node-wf") for name in ("js-keeper", "js-waiter")]
+    engine = Engine(store, transport=transport, poll_interval=0.1, remote_workflows=declared)
+    kept, tied = "k-1.child.1", "k-1.child.2"
+    try:
+        async with engine:
+            await engine.start("js-keeper", None, run_id="k-1")
+            for _ in range(300):
+                runs = [await engine.get_run(run_id) for run_id in (kept, tied)]
+                if all(r is not None and r.status == RunStatus.SUSPENDED for r in runs):
+                    break
+                await asyncio.sleep(0.05)
+            assert await engine.cancel("k-1") is True
+            cancelled = await engine.wait_for_run(tied, timeout=10)
+            await engine.signal(kept, "done", "still here")
+            done = await engine.wait_for_run(kept, timeout=30)
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert cancelled.status == RunStatus.CANCELLED and not cancelled.detached
+    assert (done.status, done.output, done.detached) == (RunStatus.COMPLETED, "still here", True)
+
+
+# ---------------------------------------------------------------- payloads encrypted
+
+
+def _order_engine(store: Store, transport: RedisTransport, keys: list[bytes]) -> Engine:
+    return Engine(
+        store,
+        transport=transport,
+        poll_interval=0.1,
+        remote_workflows=[
+            RemoteWorkflow("js-order", group="node-wf"),
+            RemoteWorkflow("js-child", group="node-wf"),
+        ],
+        codec=Fernet(keys),
+    )
+
+
+async def test_a_node_worker_with_the_engines_keys_works_on_encrypted_payloads(
+    store: Store, prefix: str, start_node: Callable[..., subprocess.Popen[str]]
+) -> None:
+    old, new = FernetKeys.generate_key(), FernetKeys.generate_key()
+    worker = start_node([new, old])  # a rotation: the engine writes under the new key
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    engine = _order_engine(store, transport, [new, old])
+    try:
+        async with engine:
+            await engine.start("js-order", {"name": "ada"}, run_id="enc-1")
+            await _until_waiting_for_signal(engine, "enc-1", worker)
+            await engine.signal("enc-1", "ship", "by sea")
+            done = await engine.wait_for_run("enc-1", timeout=30)
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert {k: done.output[k] for k in ("greeting", "loud", "said", "child")} == {
+        "greeting": "hello ada",
+        "loud": "HELLO ADA",
+        "said": "by sea",
+        "child": "BY SEA",
+    }
+    stored = await unwrapped(engine.store).list_steps("enc-1")
+    step = next(s for s in stored if s.kind == "step")
+    assert set(step.input) == set(step.output) == {ENCODED}  # as the Node worker sealed them
+
+
+async def test_a_node_worker_with_another_key_fails_the_run_naming_it(
+    store: Store, prefix: str, start_node: Callable[..., subprocess.Popen[str]]
+) -> None:
+    start_node([FernetKeys.generate_key()])
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    engine = _order_engine(store, transport, [FernetKeys.generate_key()])
+    try:
+        async with engine:
+            await engine.start("js-order", {"name": "ada"}, run_id="enc-2")
+            done = await engine.wait_for_run("enc-2", timeout=30)
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert done.status == RunStatus.FAILED
+    assert done.error is not None and done.error["type"] == "PayloadCodecError"
+    assert "run 'enc-2'" in done.error["message"]

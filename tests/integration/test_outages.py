@@ -325,7 +325,7 @@ async def test_the_loop_backs_off_while_the_store_is_down_and_resumes_by_itself(
         await inner.close()
     store = FlakyStore(inner)
     engine = Engine(store, workflows=WORKFLOWS, poll_interval=0.05)
-    with caplog.at_level(logging.WARNING, logger="runlane.engine"):
+    with caplog.at_level(logging.WARNING, logger="runlane.execution"):
         async with engine:
             store.down = True
             await asyncio.sleep(0.2)
@@ -339,7 +339,7 @@ async def test_the_loop_backs_off_while_the_store_is_down_and_resumes_by_itself(
             run = await engine.start(two, 2, run_id="after")
             done = await engine.wait_for_run(run.id, timeout=15)
             assert (done.status, done.output) == (RunStatus.COMPLETED, 30)
-    lines = [r.getMessage() for r in caplog.records if r.name == "runlane.engine"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "runlane.execution"]
     assert sum("unavailable" in line for line in lines) == 1, lines
     assert sum("available again" in line for line in lines) == 1, lines
 

@@ -193,6 +193,16 @@ async def nest(ctx: runlane.Context, seconds: float) -> Any:
     return await ctx.child(patient, seconds, run_id=f"{ctx.run_id}.patient")
 
 
+@runlane.workflow(name="attributed", group="wf")
+async def attributed(ctx: runlane.Context, customer: str) -> int:
+    ctx.set_attributes({"customer": customer, "stage": "doubling"})
+    x = int(await ctx.step(double, 2))  # the worker's decision carries the record
+    await ctx.set_attributes({"stage": "sleeping", "x": x})
+    await ctx.sleep(0.01)
+    ctx.set_attributes({"stage": "done"})
+    return x
+
+
 WORKFLOWS = [
     nest,
     tour,
@@ -208,6 +218,7 @@ WORKFLOWS = [
     patching,
     stranded,
     desk,
+    attributed,
 ]
 NAMES = (
     "nest",
@@ -224,6 +235,7 @@ NAMES = (
     "queued",
     "patching",
     "stranded",
+    "attributed",
 )
 LOCAL_STEPS = [inc, slow, where_async, where_sync, mark]
 DECLARED = [RemoteWorkflow(d, group="wf") for d in NAMES]
@@ -389,6 +401,26 @@ async def test_a_remote_workflow_records_its_patch_markers_through_its_decisions
     assert done.status == RunStatus.COMPLETED and done.output == 8, done.error
     kinds = [(s.kind, s.name) for s in await engine.list_steps("p1")]
     assert kinds == [("patch", "double-it"), ("step", "math.double"), ("sleep", "sleep")]
+
+
+async def test_a_remote_workflow_sets_its_attributes_through_its_decisions(
+    store: Store,
+) -> None:
+    async with fleet(store) as (engine, _, _):
+        await engine.start("attributed", "acme", run_id="a1", attributes={"source": "api"})
+        done = await engine.wait_for_run("a1", timeout=15)
+        found = await engine.list_runs(attributes={"customer": "acme", "stage": "done", "x": 4})
+    assert done.status == RunStatus.COMPLETED and done.output == 4, done.error
+    assert done.attributes == {"source": "api", "customer": "acme", "stage": "done", "x": 4}
+    assert [run.id for run in found] == ["a1"]
+    records = [(s.kind, s.output) for s in await engine.list_steps("a1")]
+    assert records == [
+        ("attributes", {"customer": "acme", "stage": "doubling"}),
+        ("step", 4),
+        ("attributes", {"stage": "sleeping", "x": 4}),
+        ("sleep", None),
+        ("attributes", {"stage": "done"}),
+    ]
 
 
 async def test_a_fan_of_remote_steps_across_turns_is_dispatched_exactly_once(

@@ -181,7 +181,7 @@ def test_retry_in_is_none_once_attempts_run_out_or_for_a_fatal_error() -> None:
 
 def test_engine_rejects_unknown_options() -> None:
     with pytest.raises(TypeError, match="unknown engine option"):
-        runlane.Engine("memory://", leese=3)
+        runlane.Engine("memory://", leese=3)  # type: ignore[call-arg]  # a typo, as untyped code makes it
 
 
 def test_failure_handlers_are_workflow_names_or_decorated_workflows() -> None:
@@ -251,3 +251,11 @@ def test_an_engine_registers_the_failure_handlers_given_as_workflows() -> None:
 
     assert Registry([job]).workflow("notify").fn is notify
     assert Registry([job, notify_v2]).workflow("notify").fn is notify_v2
+
+
+def test_the_engines_typed_knobs_are_exactly_its_options() -> None:
+    from dataclasses import fields
+
+    from runlane.options import EngineKnobs, EngineOptions
+
+    assert set(EngineKnobs.__annotations__) == {f.name for f in fields(EngineOptions)}

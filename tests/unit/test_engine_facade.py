@@ -8,7 +8,7 @@ from runlane.stores import MemoryStore
 
 # The public methods (start, fork, signal, update, cancel, pause, resume, requeue, reads, waits, the loop phases,
 # lifecycle), what the operations views call (read, prune, start_consumers), and the
-# attributes API.md and the command line name.
+# attributes the README and the command line name.
 FACADE = {
     "cancel",
     "drain",
@@ -40,6 +40,7 @@ FACADE = {
     "wait_for_run",
     # attributes
     "clock",
+    "codec",
     "consumers",
     "drive",
     "id",

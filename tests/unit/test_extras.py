@@ -17,7 +17,15 @@ import pytest
 from runlane.errors import MissingExtraError
 from runlane.extras import needs_extra
 
-OPTIONAL = {"psycopg", "psycopg_pool", "redis", "starlette", "uvicorn", "opentelemetry"}
+OPTIONAL = {
+    "psycopg",
+    "psycopg_pool",
+    "redis",
+    "starlette",
+    "uvicorn",
+    "opentelemetry",
+    "cryptography",
+}
 EMBEDDED_APP = Path(__file__).parents[1] / "embedded_app.py"
 
 BLOCK_OPTIONAL = f"""
@@ -70,6 +78,7 @@ def test_the_embedded_engine_on_sqlite_imports_no_optional_package(tmp_path: Pat
 def test_the_public_modules_import_no_optional_package() -> None:
     code = (
         "import json, sys, runlane, runlane.stores, runlane.transports, runlane.testing, runlane.cli\n"
+        "import runlane.codecs, runlane.payloads\n"
         "from runlane.stores import MemoryStore, SqliteStore, open_store\n"
         "from runlane.transports import DbTransport, InProcessTransport\n"
         "from runlane.http import run_to_dict\n"
@@ -101,6 +110,7 @@ def test_the_test_kit_imports_pytest_only_with_a_contract_suite() -> None:
         ("from runlane.transports import open_transport\nopen_transport('redis://h')", "redis", "RedisTransport"),
         ("from runlane.transports import RedisTransport", "redis", "RedisTransport"),
         ("from runlane.http import create_app", "http", "create_app"),
+        ("from runlane.codecs import Fernet\nFernet(['k'])", "crypto", "runlane.codecs.Fernet"),
     ],
 )  # fmt: skip
 def test_a_backend_whose_extra_is_missing_raises_an_error_naming_the_extra(

@@ -76,6 +76,24 @@ def test_every_message_schema_has_a_golden_example() -> None:
             },
         ),
         (
+            "decision",
+            {
+                "kind": "decision",
+                "task_id": "t",
+                "run_id": "r",
+                "outcome": {"type": "suspend"},
+                "checkpoints": [
+                    {
+                        "seq": 1,
+                        "kind": "attributes",
+                        "name": "attributes",
+                        "status": "completed",
+                        "output": {"tags": ["a list is no attribute"]},
+                    }
+                ],
+            },
+        ),
+        (
             "workflow-task",
             {
                 "kind": "workflow",
@@ -138,6 +156,7 @@ def local_step(x: int) -> int:
 
 @runlane.workflow(name="proto-wf", group="proto")
 async def proto_wf(ctx: runlane.Context, x: int) -> int:
+    ctx.set_attributes({"x": x, "stage": "started", "ratio": 0.5, "ok": True})
     a = await ctx.step(local_step, x)
     b = await ctx.step(remote_step, a)
     await ctx.sleep(0.01)

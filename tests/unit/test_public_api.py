@@ -1,4 +1,4 @@
-"""The public door: exactly these names, importable as API.md shows."""
+"""The public door: exactly these names, importable as the README and the reference show."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import runlane
 EXPECTED = {
     "DEFAULT_CONCURRENCY_STATUSES",
     "ChildFailedError",
+    "Codec",
     "Concurrency",
     "ConcurrencyLimitError",
     "ConfigurationError",
@@ -20,6 +21,7 @@ EXPECTED = {
     "KeyFunctionError",
     "MissingExtraError",
     "NonDeterminismError",
+    "PayloadCodecError",
     "RateLimit",
     "RateLimitError",
     "RemoteWorkflow",

@@ -1,9 +1,12 @@
 // An example app (and the one the integration test runs): a workflow whose turns a Python engine
-// sends to this Node worker. Environment: RUNLANE_REDIS_URL, RUNLANE_PREFIX.
-import { Worker } from "./runlane-worker.js";
+// sends to this Node worker. Environment: RUNLANE_REDIS_URL, RUNLANE_PREFIX, and
+// RUNLANE_FERNET_KEYS (comma-separated, the engines' keys) when the engines encrypt payloads.
+import { Fernet, Worker } from "./runlane-worker.js";
 
 const url = process.env.RUNLANE_REDIS_URL ?? "redis://127.0.0.1:6379/0";
 const prefix = process.env.RUNLANE_PREFIX ?? "runlane";
+const keys = process.env.RUNLANE_FERNET_KEYS;
+const codec = keys ? new Fernet(keys.split(",")) : null;
 
 const steps = {
   "js.greet": async (name) => `hello ${name}`,
@@ -22,8 +25,20 @@ const workflows = {
       : greeting.toUpperCase();
     await ctx.sleep(0.2);
     const said = await ctx.waitForSignal("ship");
+    ctx.setAttributes({ customer: input.name, shipped: said }); // what list_runs filters on
     const child = await ctx.child("js-child", said);
     return { greeting, loud, said, child, pid: process.pid };
+  },
+
+  // Waits until signalled "done"; started by js-keeper.
+  "js-waiter": async (ctx) => ctx.waitForSignal("done"),
+
+  // Two children: the first detached (a cancel of this run leaves it running), the second not.
+  "js-keeper": async (ctx) => {
+    const kept = await ctx.startChild("js-waiter", null, { detached: true });
+    const tied = await ctx.startChild("js-waiter", null);
+    await ctx.waitForSignal("done");
+    return { kept, tied };
   },
 
   // Answers updates "ask" (the question shouted back); an empty question is rejected.
@@ -40,8 +55,8 @@ const workflows = {
 };
 
 const crew = [
-  new Worker({ group: "node-wf", url, prefix, workflows, steps, heartbeatInterval: 0.2 }),
-  new Worker({ group: "node-steps", url, prefix, steps, heartbeatInterval: 0.2 }),
+  new Worker({ group: "node-wf", url, prefix, workflows, steps, heartbeatInterval: 0.2, codec }),
+  new Worker({ group: "node-steps", url, prefix, steps, heartbeatInterval: 0.2, codec }),
 ];
 for (const signal of ["SIGTERM", "SIGINT"]) {
   process.on(signal, () => crew.forEach((w) => w.stop()));

@@ -5,13 +5,20 @@
 //                               workflows: { order }, steps: { "app.prepare": prepare } });
 //   await worker.run();
 //
+// With `codec` (a codec.js Fernet of the engines' keys), the payloads of tasks, results and
+// decisions are encoded as the engines' (docs/wire.md, "Encoded payloads").
+//
 // A workflow body is `async (ctx, input) => output`; ctx offers step, sleep, waitForSignal,
-// waitForUpdate and reply, child, startChild and now. An operation that cannot finish in this
-// turn throws a Suspend, which the body must not catch (it ends the turn).
+// waitForUpdate and reply, child, startChild, now, setAttributes, patched and deprecatePatch.
+// An operation that cannot finish in this turn throws a Suspend, which the body must not catch
+// (it ends the turn).
 
 import { createClient } from "redis";
 import os from "node:os";
 import crypto from "node:crypto";
+import { WireCodec } from "./codec.js";
+
+export { Fernet, PayloadCodecError } from "./codec.js";
 
 export const PROTOCOL = 1;
 
@@ -45,6 +52,24 @@ const TERMINAL = new Set(["completed", "failed", "cancelled", "dead"]);
 function errorDoc(err) {
   if (err instanceof StepFailed && err.error) return err.error;
   return { type: err?.name ?? "Error", message: String(err?.message ?? err), fatal: Boolean(err?.fatal) };
+}
+
+// What an attribute may be (the engine drops a decision carrying anything else): a name that
+// is a non-empty string, a string, a finite number (a whole one within a signed 64-bit
+// integer) or a boolean; no NUL character.
+function checkAttributes(attributes) {
+  if (attributes === null || typeof attributes !== "object" || Array.isArray(attributes)) {
+    throw new TypeError("setAttributes takes an object of names to strings, numbers or booleans");
+  }
+  for (const [name, value] of Object.entries(attributes)) {
+    const text = typeof value === "string";
+    const number = typeof value === "number" && Number.isFinite(value)
+      && (!Number.isInteger(value) || Math.abs(value) < 2 ** 63);
+    if (!name || name.includes("\0") || !(text || number || typeof value === "boolean")
+        || (text && value.includes("\0"))) {
+      throw new TypeError(`attribute ${JSON.stringify(name)}: ${JSON.stringify(value)} is no attribute value`);
+    }
+  }
 }
 
 // ------------------------------------------------------------------ replay of one turn
@@ -123,6 +148,7 @@ class Turn {
       startChild: (workflow, input = null, options = {}) =>
         turn.child(workflow, input, options, "start_child"),
       now: () => turn.now(),
+      setAttributes: (attributes) => turn.setAttributes(attributes),
       patched: (changeId) => turn.patched(changeId),
       deprecatePatch: (changeId) => turn.deprecatePatch(changeId),
     };
@@ -276,6 +302,15 @@ class Turn {
     return new Date(value);
   }
 
+  // Attributes that index the run (docs/wire.md): recorded once, in the turn that sets them;
+  // a replay finds the record and sets nothing again. The engine merges them into the run's.
+  setAttributes(attributes) {
+    checkAttributes(attributes);
+    const seq = this.next();
+    const record = this.recorded(seq, "attributes", "attributes");
+    if (!record) this.write(seq, "attributes", "attributes", "completed", { output: { ...attributes } });
+  }
+
   async decide(body) {
     let outcome;
     try {
@@ -303,8 +338,9 @@ class Turn {
 
 export class Worker {
   constructor({ group, url = "redis://127.0.0.1:6379/0", prefix = "runlane", workflows = {}, steps = {},
-                heartbeatInterval = 2.0, concurrency = 8, name = null }) {
+                heartbeatInterval = 2.0, concurrency = 8, name = null, codec = null }) {
     this.group = group;
+    this.wire = new WireCodec(codec);
     this.prefix = prefix;
     this.workflows = workflows;
     this.steps = steps;
@@ -392,12 +428,14 @@ export class Worker {
       const body = this.steps[task.name];
       try {
         if (!body) throw Object.assign(new Error(task.name), { name: "UnknownStepError" });
-        return { ok: true, output: (await body(task.input)) ?? null, error: null };
+        const { input } = this.wire.openTask(task);
+        return { ok: true, output: (await body(input)) ?? null, error: null };
       } catch (err) {
         return { ok: false, output: null, error: errorDoc(err) };
       }
     });
-    await this.send({ protocol: PROTOCOL, ...identity, ...result, attempt: task.attempt, worker: this.name });
+    const message = { protocol: PROTOCOL, ...identity, ...result, attempt: task.attempt, worker: this.name };
+    await this.send(this.wire.sealResult(message));
   }
 
   async turn(task) {
@@ -405,17 +443,22 @@ export class Worker {
     const beat = { protocol: PROTOCOL, kind: "workflow", task_id: task.task_id, run_id: task.run_id, worker: this.name };
     const decision = await this.beating(beat, async () => {
       const body = this.workflows[task.workflow];
-      if (!body) {
-        const error = { type: "UnknownWorkflowError", message: task.workflow };
-        return { checkpoints: [], consumed_signals: [], commands: [], outcome: { type: "fail", error } };
+      const failed = (error) => ({ checkpoints: [], consumed_signals: [], commands: [], outcome: { type: "fail", error } });
+      if (!body) return failed({ type: "UnknownWorkflowError", message: task.workflow });
+      let opened;
+      try {
+        opened = this.wire.openTask(task);
+      } catch (err) {
+        return failed(errorDoc(err)); // another key: the run fails, naming itself
       }
-      return new Turn(task, this.steps).decide(body);
+      return new Turn(opened, this.steps).decide(body);
     });
     // To the queue the task names (only the engines that serve the run's code take it).
-    await this.send({
+    const message = {
       protocol: PROTOCOL, kind: "decision", task_id: task.task_id, run_id: task.run_id,
       worker: this.name, ...decision,
-    }, task.reply_to ?? "results");
+    };
+    await this.send(this.wire.sealResult(message), task.reply_to ?? "results");
   }
 
   async send(message, queue = "results") {

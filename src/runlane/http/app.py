@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
@@ -25,6 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..audit import OK, record
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
 from ..lanes import AllLanes, all_lanes
@@ -32,7 +34,7 @@ from ..models import Run, RunCursor, RunQuery, RunStatus
 from ..presence import unserved
 from ..schedules import ScheduleState
 from ..serialization import normalise
-from .auth import TokenAuth, api_token, wants_html
+from .auth import READ_METHODS, TokenAuth, api_tokens, forbidden, principal_of, wants_html
 from .console import engine_view, heard_workers, overview
 from .errors import HTTPError, error_response, http_exception, server_error
 from .metrics import Metrics
@@ -44,6 +46,7 @@ from .params import (
     UPDATE_TIMEOUT,
     ForkRequest,
     StartRequest,
+    audit_cursor,
     encode_cursor,
     query_int,
     query_seconds,
@@ -54,6 +57,7 @@ from .params import (
 from .sampler import INTERVAL as SAMPLE_EVERY
 from .sampler import LaneSampler
 from .shapes import (
+    audit_to_dict,
     engine_to_dict,
     jsonable,
     lanes_to_dict,
@@ -130,6 +134,10 @@ class Api:
         self.sampler = LaneSampler(engine, sample_every)
         self.started_at = engine.now()
 
+    async def _get_run(self, run_id: str) -> Run | None:
+        """A run as the API shows it: a payload this server cannot decode left encoded."""
+        return await self.engine.read(lambda store: store.get_run(run_id))
+
     async def start(self, request: Request) -> Response:
         wanted = StartRequest.parse(await read_json(request))
         value = normalise(wanted.input, "input")
@@ -146,11 +154,12 @@ class Api:
                 if_exists="fail",
                 version=wanted.version,
                 execution_timeout=wanted.execution_timeout,
+                attributes=wanted.attributes,
             )
         except RunExistsError:
             if wanted.if_exists == "fail":
                 raise
-            existing = await self.engine.get_run(run_id)
+            existing = await self._get_run(run_id)
             if existing is None:  # pragma: no cover - a run is never deleted under a start
                 raise
             return _started(existing, 200, input_differs=existing.input != value)
@@ -173,7 +182,7 @@ class Api:
 
     async def _run_by_id(self, run_id: str, query: RunQuery) -> Response:
         """An id names one run: looked up as it is (the other filters must match too)."""
-        run = await self.engine.get_run(run_id)
+        run = await self._get_run(run_id)
         shown = [run] if run is not None and query.matches(run) else []
         return JSONResponse({"runs": [run_to_dict(r) for r in shown], "next_cursor": None})
 
@@ -188,10 +197,10 @@ class Api:
         if wants_html(request):
             # The page lives at an address of its own, so its JSON's address holds only JSON.
             return RedirectResponse(f"/ui/runs/{quote(run_id, safe='')}", 303)
-        run = await self.engine.get_run(run_id)
+        run = await self._get_run(run_id)
         if run is None:
             raise RunNotFoundError(run_id)
-        steps = await self.engine.list_steps(run_id)
+        steps = await self.engine.read(lambda store: store.list_steps(run_id))
         children = await self.engine.read(
             lambda store: store.list_runs(parent_id=run_id, limit=MAX_CHILDREN)
         )
@@ -224,7 +233,7 @@ class Api:
 
     async def cancel(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        if await self.engine.get_run(run_id) is None:
+        if await self._get_run(run_id) is None:
             raise RunNotFoundError(run_id)
         return JSONResponse({"run_id": run_id, "cancelled": await self.engine.cancel(run_id)})
 
@@ -240,7 +249,7 @@ class Api:
         wanted = ForkRequest.parse(await read_json(request))
         value = None if wanted.input is None else normalise(wanted.input, "input")
         # A fork asked again by its id answers the fork (200), as a start does.
-        known = wanted.run_id is not None and await self.engine.get_run(wanted.run_id) is not None
+        known = wanted.run_id is not None and await self._get_run(wanted.run_id) is not None
         run = await self.engine.fork(
             request.path_params["run_id"],
             from_seq=wanted.from_seq,
@@ -330,6 +339,66 @@ class Api:
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(openapi())
 
+    async def whoami(self, request: Request) -> Response:
+        """The caller's token: its name and scope (the console disables what it may not do)."""
+        principal = principal_of(request)
+        return JSONResponse({"name": principal.name, "scope": principal.scope})
+
+    async def audit(self, request: Request) -> Response:
+        limit = query_int(request, "limit", DEFAULT_PAGE, 1, MAX_PAGE)
+        before = audit_cursor(request.query_params.get("cursor"))
+        found = await self.engine.read(lambda store: store.list_audit(limit + 1, before=before))
+        shown, more = found[:limit], len(found) > limit
+        cursor = str(shown[-1].id) if more else None
+        return JSONResponse({"entries": [audit_to_dict(e) for e in shown], "next_cursor": cursor})
+
+    def operated(self, action: str, handler: Handler) -> Handler:
+        """``handler`` as an operator action: refused (403) to a token that may only read, and
+        audited however it went."""
+        answer = guarded(handler)
+
+        async def operate(request: Request) -> Response:
+            principal = principal_of(request)
+            if principal.operates:
+                response = await answer(request)
+            else:
+                response = error_response(forbidden(principal, request.method, request.url.path))
+                response.headers.update(UNCACHED)
+            await self._audited(request, principal.name, action, response)
+            return response
+
+        return operate
+
+    async def _audited(self, request: Request, actor: str, action: str, response: Response) -> None:
+        params = request.path_params
+        body = _body_of(response)
+        if action == "schedule":
+            action = f"schedule.{params.get('action')}"
+        run_id = params.get("run_id") or (body.get("id") if response.status_code < 300 else None)
+        detail = params.get("name") or params.get("schedule_id")
+        if action == "fork" and response.status_code < 300:
+            detail = body.get("id")
+        ok = response.status_code < 400
+        outcome = OK if ok else f"{response.status_code} {body.get('type', 'error')}"
+        await record(
+            self.engine,
+            actor=actor,
+            source="http",
+            action=action,
+            outcome=outcome,
+            run_id=run_id if isinstance(run_id, str) else None,
+            detail=detail if isinstance(detail, str) else None,
+        )
+
+
+def _body_of(response: Response) -> dict[str, Any]:
+    """A JSON answer's object (what the audit names a run or an error by), else nothing."""
+    try:
+        body = json.loads(bytes(response.body))
+    except (ValueError, AttributeError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
 
 NEXT_FIRES = 3
 
@@ -343,11 +412,29 @@ def next_fires(state: ScheduleState, now: datetime) -> list[str]:
     return [jsonable(window) for window in windows]
 
 
+OPERATIONS: dict[str, str] = {
+    "/runs": "start",
+    "/runs/{run_id}/cancel": "cancel",
+    "/runs/{run_id}/retry": "retry",
+    "/runs/{run_id}/pause": "pause",
+    "/runs/{run_id}/resume": "resume",
+    "/runs/{run_id}/fork": "fork",
+    "/runs/{run_id}/signal/{name}": "signal",
+    "/runs/{run_id}/updates/{name}": "update",
+    "/events/{name}": "publish_event",
+    "/schedules/{schedule_id}/{action}": "schedule",
+}
+"""The action each operator route takes, as the audit log names it (a schedule's:
+``schedule.pause``, ``schedule.resume``, ``schedule.trigger``)."""
+
+
 def routes(api: Api) -> list[BaseRoute]:
     json_routes: list[tuple[str, Handler, str]] = [
         ("/healthz", api.healthz, "GET"),
         ("/metrics", api.metrics, "GET"),
         ("/openapi.json", api.openapi, "GET"),
+        ("/whoami", api.whoami, "GET"),
+        ("/audit", api.audit, "GET"),
         ("/runs", api.start, "POST"),
         ("/runs", api.list_runs, "GET"),
         ("/stats/runs", api.counts, "GET"),
@@ -374,7 +461,10 @@ def routes(api: Api) -> list[BaseRoute]:
         *(Route(path, console, methods=["GET"]) for path in CONSOLE_PAGES),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    api_routes: list[BaseRoute] = [Route(p, guarded(h), methods=[m]) for p, h, m in json_routes]
+    api_routes: list[BaseRoute] = [
+        Route(p, guarded(h) if m in READ_METHODS else api.operated(OPERATIONS[p], h), methods=[m])
+        for p, h, m in json_routes
+    ]
     return api_routes + pages
 
 
@@ -383,13 +473,17 @@ def create_app(
     *,
     manage_engine: bool = True,
     token: str | None = None,
+    tokens: str | None = None,
     sample_every: float = SAMPLE_EVERY,
 ) -> Starlette:
     """A Starlette app serving ``engine``; with ``manage_engine`` its lifespan runs the engine.
 
-    ``token`` (default ``$RUNLANE_API_TOKEN``): every request but ``GET /healthz`` and the
-    console's pages needs ``Authorization: Bearer <token>``. ``sample_every``: seconds between
-    two samples of the lanes for the console's charts (``GET /lanes/history``).
+    ``tokens`` (default ``$RUNLANE_API_TOKENS``), ``name:scope:token,...``, and ``token``
+    (default ``$RUNLANE_API_TOKEN``, scope ``operate``): with any, every request but
+    ``GET /healthz`` and the console's pages needs ``Authorization: Bearer <token>``, and a
+    ``read`` token may only ``GET`` (see ``runlane.http.auth``). Every request of another
+    method is audited (``GET /audit``). ``sample_every``: seconds between two samples of the
+    lanes for the console's charts (``GET /lanes/history``).
     """
 
     api = Api(engine, sample_every)
@@ -403,8 +497,8 @@ def create_app(
             stack.push_async_callback(api.sampler.stop)
             yield
 
-    secret = api_token(token)
-    middleware = [Middleware(TokenAuth, token=secret)] if secret else []
+    accepted = api_tokens(token, tokens)
+    middleware = [Middleware(TokenAuth, tokens=accepted)] if accepted else []
     handlers: dict[Any, Any] = {HTTPException: http_exception, Exception: server_error}
     app = Starlette(
         routes=routes(api),

@@ -14,6 +14,7 @@ from ..errors import (
     ConcurrencyLimitError,
     DefinitionError,
     KeyFunctionError,
+    PayloadCodecError,
     RateLimitError,
     RunExistsError,
     RunFinishedError,
@@ -45,7 +46,7 @@ def invalid(message: str, **extra: Any) -> HTTPError:
     return HTTPError(422, "invalid_request", message, **extra)
 
 
-_ERROR_NAMES = {401: "Unauthorized", 404: "NotFound", 405: "MethodNotAllowed"}
+_ERROR_NAMES = {401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed"}
 
 # (error class, HTTP status, type), most specific first.
 _MAPPING: tuple[tuple[type[Exception], int, str], ...] = (
@@ -59,6 +60,7 @@ _MAPPING: tuple[tuple[type[Exception], int, str], ...] = (
     (RunExistsError, 409, "run_exists"),
     (RunFinishedError, 409, "run_finished"),
     (UpdateRejectedError, 409, "update_rejected"),
+    (PayloadCodecError, 409, "payload_undecodable"),
     (SerializationError, 422, "invalid_input"),
     (KeyFunctionError, 422, "invalid_input"),
     (DefinitionError, 422, "invalid_input"),
@@ -100,6 +102,8 @@ def _details(exc: Exception) -> dict[str, Any]:
         return {"run_id": exc.run_id, "status": str(exc.status)}
     if isinstance(exc, UpdateRejectedError):
         return {"run_id": exc.run_id, "name": exc.name}
+    if isinstance(exc, PayloadCodecError):
+        return {"subject": exc.subject, "what": exc.what}
     return {}
 
 

@@ -86,7 +86,8 @@ class StoreGauges:
 
 
 class RunlaneCollector(Collector):
-    """The families API.md names, from one engine's stats and the last gauge read."""
+    """The families the README's "Metrics" section lists, from one engine's stats and the last
+    gauge read."""
 
     def __init__(self, engine: Engine, gauges: StoreGauges) -> None:
         self._engine = engine

@@ -111,7 +111,36 @@ _FILTERS = [
     ),
 ]
 
+# Parameters named ``attr.<name>``: OpenAPI names each parameter, so the operations say it.
+_ATTRIBUTE_FILTERS = (
+    "Filter by run attributes with one `attr.<name>=<value>` parameter per attribute"
+    " (`?attr.customer=acme&attr.tier=2`): the runs whose attributes hold every one, equal in"
+    " value and type. A value that reads as a JSON number, `true` or `false` is that value; a"
+    ' JSON string (`"42"`, quotes included) is its text; anything else is the text as it is.'
+    " A value no attribute can hold (a number beyond a 64-bit integer, a NUL) is a 422."
+)
+_ATTRIBUTES = {
+    "type": "object",
+    "description": "names to strings, numbers or booleans: what attr.<name> filters match",
+    "additionalProperties": {"type": ["string", "number", "boolean"]},
+}
+
 _SCHEMAS: JSONObject = {
+    "AuditEntry": _object(
+        ["id", "at", "actor", "source", "action", "run_id", "detail", "outcome", "namespace"],
+        id={"type": "integer"},
+        at=_TIME,
+        actor={"type": "string", "description": "the token's name, or the OS user (cli)"},
+        source={"type": "string", "enum": ["http", "cli"]},
+        action={"type": "string", "description": "start, cancel, retry, signal, ..."},
+        run_id={"type": ["string", "null"]},
+        detail={
+            "type": ["string", "null"],
+            "description": "a signal's, update's or event's name, a schedule's id, a fork's id",
+        },
+        outcome={"type": "string", "description": "ok, or what refused it (403 forbidden, ...)"},
+        namespace={"type": ["string", "null"]},
+    ),
     "LaneSeries": _object(
         ["name", "kind", "key", "limit", "points"],
         name={"type": "string"},
@@ -151,6 +180,7 @@ _SCHEMAS: JSONObject = {
                     "forked_from",
                     "deadline_at",
                     "pause_requested_at",
+                    "attributes",
                 ],
                 input=_ANY,
                 output=_ANY,
@@ -169,6 +199,7 @@ _SCHEMAS: JSONObject = {
                     **_MAYBE_TIME,
                     "description": "a pause asked while a turn runs: it pauses after that turn",
                 },
+                attributes=_ATTRIBUTES,
             ),
         ]
     },
@@ -211,6 +242,11 @@ _SCHEMAS: JSONObject = {
                 "exclusiveMinimum": 0,
                 "description": "seconds the run may take (default: the workflow's); then it is"
                 " cancelled with its children",
+            },
+            attributes={
+                **_ATTRIBUTES,
+                "description": "what indexes the run: names (non-empty) to strings, integers"
+                " (64-bit), numbers or booleans",
             },
         ),
         "additionalProperties": False,
@@ -444,6 +480,7 @@ def _operations() -> JSONObject:
         "/runs": {
             "get": {
                 "summary": "runs, newest first, a page at a time",
+                "description": _ATTRIBUTE_FILTERS,
                 "parameters": [
                     _query("id", {"type": "string"}, "only the run of this id (if it matches)"),
                     *_FILTERS,
@@ -492,6 +529,7 @@ def _operations() -> JSONObject:
         "/stats/runs": {
             "get": {
                 "summary": "how many runs match the filters, by status",
+                "description": _ATTRIBUTE_FILTERS,
                 "parameters": _FILTERS,
                 "responses": _responses(
                     {
@@ -839,12 +877,59 @@ def _operations() -> JSONObject:
     }
 
 
+_FORBIDDEN = _json(
+    _ref("Error"),
+    "forbidden: the token's scope is read, and only a token of scope operate may do this",
+)
+
+
+def _scoped(paths: JSONObject) -> JSONObject:
+    """Every operation but a GET needs a token of scope ``operate``: it may answer 403."""
+    for methods in paths.values():
+        for method, operation in methods.items():
+            if method != "get":
+                operation["responses"]["403"] = _FORBIDDEN
+    return paths
+
+
+def _access() -> JSONObject:
+    entry = _ref("AuditEntry")
+    page = _object(
+        ["entries", "next_cursor"],
+        entries={"type": "array", "items": entry},
+        next_cursor={"type": ["string", "null"]},
+    )
+    limit = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE}
+    return {
+        "/whoami": _read(
+            "the caller's token: its name and scope (anonymous, operate: an API without tokens)",
+            _object(
+                ["name", "scope"],
+                name={"type": "string"},
+                scope={"type": "string", "enum": ["read", "operate"]},
+            ),
+            "who is asking",
+        ),
+        "/audit": {
+            "get": {
+                "summary": "the audit log, newest first: every action taken through this API"
+                " or the command line",
+                "parameters": [
+                    _query("limit", limit, "page size"),
+                    _query("cursor", {"type": "string"}, "next_cursor of the previous page"),
+                ],
+                "responses": _responses({"200": _json(page, "a page of the log")}, "422"),
+            }
+        },
+    }
+
+
 def openapi() -> JSONObject:
     """The document: every endpoint of the API (the dashboard's pages are not part of it)."""
     return {
         "openapi": "3.1.0",
         "info": {"title": "runlane", "version": __version__},
-        "paths": _operations(),
+        "paths": _scoped({**_operations(), **_access()}),
         "components": {
             "schemas": _SCHEMAS,
             "securitySchemes": {"token": {"type": "http", "scheme": "bearer"}},

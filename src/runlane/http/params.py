@@ -6,13 +6,15 @@ import base64
 import binascii
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
 from starlette.requests import Request
 
+from ..attributes import AttributeValue, check_attributes, parse_filters
 from ..definitions import check_timeout
+from ..errors import SerializationError
 from ..models import RunCursor, RunQuery, RunStatus
 from .errors import HTTPError, invalid
 
@@ -100,7 +102,8 @@ def _time(request: Request, name: str) -> datetime | None:
 
 def run_query(request: Request, *, cursor: bool = True) -> RunQuery:
     """The runs a request asks for: ``workflow``, ``status``, ``tag``, ``created_from``,
-    ``created_until``, ``namespace`` and, with ``cursor``, where the page starts (``cursor``)."""
+    ``created_until``, ``namespace``, attributes (``attr.<name>=<value>``, any number of them)
+    and, with ``cursor``, where the page starts (``cursor``)."""
     params = request.query_params
     return RunQuery(
         workflow=params.get("workflow") or None,
@@ -110,13 +113,43 @@ def run_query(request: Request, *, cursor: bool = True) -> RunQuery:
         created_until=_time(request, "created_until"),
         after=decode_cursor(params.get("cursor")) if cursor else None,
         namespace=params.get("namespace") or None,
+        attributes=attribute_filter(request) or None,
     )
+
+
+ATTRIBUTE_PREFIX = "attr."
+
+
+def attribute_filter(request: Request) -> dict[str, AttributeValue]:
+    """The ``attr.<name>=<value>`` parameters as an attributes filter: a value that reads as a
+    JSON number, ``true`` or ``false`` is that value, a JSON string its text, anything else
+    the text as it is (``attributes.parse_value``). A bad one is a 422 naming its parameter."""
+    wanted: dict[str, AttributeValue] = {}
+    for name, text in request.query_params.multi_items():
+        if not name.startswith(ATTRIBUTE_PREFIX):
+            continue
+        try:
+            [(key, value)] = parse_filters([(name.removeprefix(ATTRIBUTE_PREFIX), text)]).items()
+        except SerializationError as exc:
+            raise invalid(str(exc), field=name) from None
+        wanted[key] = value
+    return wanted
 
 
 def encode_cursor(cursor: RunCursor) -> str:
     """An opaque cursor: the page's last run, ``(created_at, id)``."""
     text = json.dumps([cursor.created_at.isoformat(), cursor.id])
     return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def audit_cursor(value: str | None) -> int | None:
+    """Where a page of the audit log starts: the id of the previous page's last entry (the
+    ``next_cursor`` that page gave), or None for the newest entries."""
+    if value is None or value == "":
+        return None
+    if not value.isdigit() or len(value) > 18:
+        raise invalid("cursor is not one this API gave out", field="cursor")
+    return int(value)
 
 
 def decode_cursor(value: str | None) -> RunCursor | None:
@@ -145,6 +178,7 @@ class StartRequest:
     if_exists: Literal["return", "fail"] = "return"
     version: str | None = None
     execution_timeout: float | None = None
+    attributes: dict[str, AttributeValue] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, body: Any) -> StartRequest:
@@ -165,6 +199,7 @@ class StartRequest:
             if_exists=_if_exists(body.get("if_exists", "return")),
             version=_version(body.get("version")),
             execution_timeout=_timeout(body.get("execution_timeout")),
+            attributes=_attributes(body.get("attributes")),
         )
 
 
@@ -207,6 +242,15 @@ class ForkRequest:
         )
 
 
+def _attributes(value: Any) -> dict[str, AttributeValue]:
+    if value is None:
+        return {}
+    try:
+        return check_attributes(value, '"attributes"')
+    except SerializationError as exc:
+        raise invalid(str(exc), field="attributes") from None
+
+
 def _version(value: Any) -> str | None:
     if value is None or (isinstance(value, str) and value):
         return value
@@ -245,6 +289,8 @@ __all__ = [
     "DEFAULT_PAGE",
     "MAX_PAGE",
     "StartRequest",
+    "attribute_filter",
+    "audit_cursor",
     "decode_cursor",
     "encode_cursor",
     "query_int",

@@ -21,7 +21,7 @@ from ..engine import Engine
 from ..lanes import AllLanes, all_lanes
 from .shapes import jsonable
 
-log = logging.getLogger("runlane.http")
+log = logging.getLogger(__name__)
 
 INTERVAL = 5.0
 KEEP = 360

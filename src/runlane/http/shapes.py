@@ -9,9 +9,10 @@ from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any
 
+from .. import payloads
 from ..history import ReplayReport
 from ..lanes import AllLanes, DebounceLane, Lane, QueueLane, RateLane
-from ..models import EngineInfo, Run, StepRecord
+from ..models import AuditEntry, EngineInfo, Run, StepRecord
 from ..queues import QueueEntry
 from ..schedules import ScheduleState
 
@@ -20,7 +21,7 @@ SUMMARY_FIELDS = ("id", "workflow", "version", "status", "created_at", "updated_
 
 PUBLIC_RUN_FIELDS = (
     "id", "workflow", "version", "status", "input", "output", "error", "tags",
-    "created_at", "updated_at", "wake_at", "parent_id", "namespace", "priority",
+    "created_at", "updated_at", "wake_at", "parent_id", "namespace", "priority", "attributes",
     "forked_from", "deadline_at", "pause_requested_at",
 )  # fmt: skip
 
@@ -37,13 +38,25 @@ def jsonable(value: Any) -> Any:
 
 
 def run_to_dict(run: Run) -> dict[str, Any]:
-    return {name: jsonable(getattr(run, name)) for name in PUBLIC_RUN_FIELDS}
+    shown = {name: jsonable(getattr(run, name)) for name in PUBLIC_RUN_FIELDS}
+    return _payloads_shown(shown)
 
 
 def step_to_dict(record: StepRecord) -> dict[str, Any]:
-    return {
+    shown = {
         f.name: jsonable(getattr(record, f.name)) for f in fields(record) if f.name != "wake_at"
     }
+    return _payloads_shown(shown)
+
+
+def _payloads_shown(shown: dict[str, Any]) -> dict[str, Any]:
+    """A payload this side could not decode (still encoded: no codec here, or another key)
+    is shown as the string ``"encrypted"``; an error keeps its type, its message
+    ``"encrypted"``."""
+    for name in ("input", "output"):
+        shown[name] = payloads.shown(shown[name])
+    shown["error"] = payloads.shown_error(shown["error"])
+    return shown
 
 
 def run_summary(run: Run) -> dict[str, Any]:
@@ -150,6 +163,24 @@ def _entry(entry: QueueEntry) -> dict[str, Any]:
     }
 
 
+def audit_to_dict(entry: AuditEntry) -> dict[str, Any]:
+    """An audit log entry as ``GET /audit`` and ``runlane audit --json`` show it."""
+    shown: dict[str, Any] = jsonable(
+        {
+            "id": entry.id,
+            "at": entry.at,
+            "actor": entry.actor,
+            "source": entry.source,
+            "action": entry.action,
+            "run_id": entry.run_id,
+            "detail": entry.detail,
+            "outcome": entry.outcome,
+            "namespace": entry.namespace,
+        }
+    )
+    return shown
+
+
 def engine_to_dict(info: EngineInfo) -> dict[str, Any]:
     """An engine's record as ``GET /engines`` and ``runlane engines --json`` show it."""
     shown: dict[str, Any] = jsonable(
@@ -200,9 +231,11 @@ def replay_to_dict(report: ReplayReport) -> dict[str, Any]:
 def schedule_to_dict(state: ScheduleState) -> dict[str, Any]:
     """A schedule as the API, the dashboard and ``runlane schedules --json`` show it."""
     schedule = state.schedule
+    record = schedule.to_record()
     shown: dict[str, Any] = jsonable(
         {
-            **schedule.to_record(),
+            **record,
+            "input": payloads.shown(record["input"]),
             "paused": schedule.paused,
             "next_fire_at": state.next_fire_at,
             "last_fire_at": state.last_fire_at,

@@ -41,8 +41,10 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from ..activity import ActivityCount
+from ..attributes import AttributeValue
 from ..models import (
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -118,13 +120,19 @@ class Reads(Protocol):
         namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
-        """Runs matching every filter given, newest first (``created_at``, then id, descending)."""
+        """Runs matching every filter given, newest first (``created_at``, then id, descending).
+
+        ``attributes``: runs whose attributes hold every entry, equal in value and type
+        (``runlane.attributes.same_value``); an index serves it, so a filter matching few runs
+        reads those, not every run."""
         ...
 
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
         """At most ``limit`` runs matching ``query``, newest first (``created_at``, then id,
-        descending), starting after ``query.after``.
+        descending), starting after ``query.after``. ``query.attributes`` filters as
+        :meth:`list_runs`'s ``attributes`` does.
 
         Keyset paging: a page costs the same however deep it is (an index walk from the
         cursor), and runs created meanwhile never shift the pages that follow.
@@ -200,6 +208,14 @@ class Reads(Protocol):
         unknown run."""
         ...
 
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        """The audit log, newest first: at most ``limit`` entries, those with ``id < before``
+        when it is given (the next page after an entry), of ``namespace`` only when it is
+        given. ``[]`` when there is none."""
+        ...
+
 
 @runtime_checkable
 class Store(Reads, Protocol):
@@ -220,7 +236,8 @@ class Store(Reads, Protocol):
     async def create_runs(
         self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
     ) -> list[Started]:
-        """Create runs as ``pending``, one :class:`Started` per spec, in order.
+        """Create runs as ``pending``, one :class:`Started` per spec, in order. A run keeps its
+        spec's ``attributes`` (indexed as :meth:`list_runs` reads them).
 
         Per spec, atomically: if a run with ``spec.id`` exists, return it (``created=False``)
         without any admission check. Otherwise apply the gates, then insert:
@@ -481,6 +498,23 @@ class Store(Reads, Protocol):
         When a pause was asked of the run (``pause_requested_at``), the writes go through all
         the same and then :class:`~runlane.errors.RunPausing` is raised (its ``started``: the
         results): the turn starts no further step.
+        """
+        ...
+
+    async def set_attributes(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        attributes: Mapping[str, AttributeValue],
+        now: datetime,
+    ) -> None:
+        """Persist ``writes`` (step records, consumed signals; never children) and merge
+        ``attributes`` into the run's: a key set again takes the new value, the others stay.
+
+        One transaction, fenced as :meth:`checkpoint` is: a lost lease raises
+        ``LeaseLostError``, a cancellation ``RunCancelling``, and nothing is written. From the
+        commit on, listings filtered by the new attributes find the run.
         """
         ...
 
@@ -814,6 +848,14 @@ class Store(Reads, Protocol):
 
     async def prune_engines(self, before: datetime) -> int:
         """Delete the records of engines whose last beat is before ``before``; how many."""
+        ...
+
+    # ---------------------------------------------------------------- the audit log
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Append ``entry`` to the audit log and return it with its ``id``: greater than every
+        entry's appended before it (on this store), never reused. Entries are never changed,
+        and no pruning removes them."""
         ...
 
     async def get_reply(self, run_id: str, update_id: str) -> StepRecord | None:

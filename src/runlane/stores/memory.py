@@ -15,6 +15,7 @@ from datetime import datetime
 
 from .. import admission, queues
 from ..activity import ActivityCount, latency_bucket, minute_of
+from ..attributes import AttributeValue
 from ..errors import (
     LeaseLostError,
     RunCancelling,
@@ -26,6 +27,7 @@ from ..errors import (
 from ..models import (
     ACTIVE_STATUSES,
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -54,7 +56,9 @@ from ..models import (
     awaiting_decision,
     buffered_name,
     cancel_result,
+    cancelling_run,
     claimed_run,
+    evolved,
     leaves_line,
     pausable,
     paused_run,
@@ -90,6 +94,7 @@ class MemoryStore:
         self._schedules: dict[str, StoredSchedule] = {}
         self._queues = _MemoryQueues(self)
         self._engines: dict[str, EngineInfo] = {}
+        self._audit: list[AuditEntry] = []
 
     @classmethod
     def from_url(cls, url: str) -> MemoryStore:
@@ -345,6 +350,20 @@ class MemoryStore:
             raise RunPausing(run_id, started)
         return started
 
+    async def set_attributes(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        attributes: Mapping[str, AttributeValue],
+        now: datetime,
+    ) -> None:
+        run = self._fenced(run_id, owner)
+        self._apply(run_id, writes, now)
+        self._runs[run_id] = evolved(
+            run, attributes={**run.attributes, **attributes}, updated_at=now
+        )
+
     async def suspend_run(
         self,
         run_id: str,
@@ -521,9 +540,7 @@ class MemoryStore:
         if run.is_terminal or run.status == RunStatus.CANCELLING:
             return False
         if run.status == RunStatus.RUNNING:
-            self._runs[run.id] = replace(
-                run, status=RunStatus.CANCELLING, updated_at=now, error=error
-            )
+            self._runs[run.id] = cancelling_run(run, error, now)
         else:
             self._finish(run, Settlement(RunStatus.CANCELLED, None, error), now, woken)
         return True
@@ -712,8 +729,9 @@ class MemoryStore:
         namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
-        query = RunQuery(workflow, status, tag, namespace=namespace)
+        query = RunQuery(workflow, status, tag, namespace=namespace, attributes=attributes)
         runs = [
             r
             for r in self._runs.values()
@@ -779,6 +797,21 @@ class MemoryStore:
         for engine_id in gone:
             del self._engines[engine_id]
         return len(gone)
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        appended = replace(entry, id=len(self._audit) + 1)
+        self._audit.append(appended)
+        return appended
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        found = (
+            e
+            for e in reversed(self._audit)
+            if (before is None or e.id < before) and (namespace is None or e.namespace == namespace)
+        )
+        return list(itertools.islice(found, limit))
 
     async def lane_runs(self) -> list[Run]:
         gated = [

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..models import Event, Run, RunStatus, Signal, StepRecord, StoredSchedule
+from ..models import AuditEntry, Event, Run, RunStatus, Signal, StepRecord, StoredSchedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,7 @@ def run_from_row(row: Any, decode: Decode) -> Run:
         parent_id=row["parent_id"],
         namespace=row["namespace"],
         priority=row["priority"],
+        attributes=decode.json(row["attributes"]) or {},
         singleton_key=row["singleton_key"],
         singleton_limit=row["singleton_limit"],
         holds_slot=bool(row["holds_slot"]),
@@ -126,8 +127,24 @@ def event_from_row(row: Any, decode: Decode) -> Event:
     return Event(row["seq"], row["name"], payload, decode.instant(row["created_at"]), row["id"])
 
 
+def audit_from_row(row: Any, decode: Decode) -> AuditEntry:
+    """An audit log row (every column of its table, by name) as an :class:`AuditEntry`."""
+    return AuditEntry(
+        at=decode.instant(row["at"]),
+        actor=row["actor"],
+        source=row["source"],
+        action=row["action"],
+        outcome=row["outcome"],
+        run_id=row["run_id"],
+        namespace=row["namespace"],
+        detail=row["detail"],
+        id=row["id"],
+    )
+
+
 __all__ = [
     "Decode",
+    "audit_from_row",
     "event_from_row",
     "run_from_row",
     "schedule_from_row",

@@ -25,6 +25,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -44,6 +45,7 @@ from runlane.errors import (
     SingletonQueueFullError,
 )
 from runlane.models import (
+    AuditEntry,
     CancelResult,
     ClaimOutcome,
     DebounceGate,
@@ -2060,6 +2062,150 @@ async def test_count_runs_counts_what_the_query_matches_by_status(store: Store) 
     assert await store.count_runs(RunQuery(workflow="none")) == {}
 
 
+# ---------------------------------------------------------------- run attributes
+
+ATTRIBUTED = {
+    "text": {"customer": "acme", "tier": "2"},
+    "int": {"customer": "acme", "tier": 2},
+    "float": {"customer": "globex", "tier": 2.0, "ratio": 0.1},
+    "true": {"customer": "acme", "vip": True},
+    "one": {"customer": "acme", "vip": 1},
+    "false": {"customer": "initech", "vip": False, "big": -(2**62)},
+    "awkward": {"ключ 'quoted' \"twice\"": "значение ☃", "empty": ""},
+    "plain": {},
+}
+
+
+async def attributed_runs(store: Store) -> None:
+    """The runs of ``ATTRIBUTED``, one a second in that order (so newest first is reversed)."""
+    await create(
+        store,
+        *(
+            spec(run_id, created=n, workflow="w2" if run_id == "one" else "wf", attributes=attrs)
+            for n, (run_id, attrs) in enumerate(ATTRIBUTED.items())
+        ),
+    )
+
+
+async def test_a_run_keeps_the_attributes_of_its_spec(store: Store) -> None:
+    await attributed_runs(store)
+    for run_id, attributes in ATTRIBUTED.items():
+        run = await run_of(store, run_id)
+        assert run.attributes == attributes and type(run.attributes) is dict, run_id
+        assert {k: type(v) for k, v in run.attributes.items()} == {
+            k: type(v) for k, v in attributes.items()
+        }, run_id
+    assert (await store.get_runs(["int"]))["int"].attributes == ATTRIBUTED["int"]
+
+
+async def test_list_runs_filters_by_every_attribute_given_equal_in_value_and_type(
+    store: Store,
+) -> None:
+    await attributed_runs(store)
+
+    async def ids(**filters: Any) -> list[str]:
+        return [r.id for r in await store.list_runs(**filters)]
+
+    assert await ids(attributes={"customer": "acme"}) == ["one", "true", "int", "text"]
+    assert await ids(attributes={"tier": "2"}) == ["text"]
+    assert await ids(attributes={"tier": 2}) == ["float", "int"]  # numbers compare by value
+    assert await ids(attributes={"tier": 2.0, "customer": "acme"}) == ["int"]
+    assert await ids(attributes={"vip": True}) == ["true"]  # True is not 1
+    assert await ids(attributes={"vip": 1}) == ["one"]
+    assert await ids(attributes={"vip": False}) == ["false"]  # False is not 0, nor absent
+    assert await ids(attributes={"vip": 0}) == []
+    assert await ids(attributes={"ratio": 0.1, "big": -(2**62)}) == []
+    assert await ids(attributes={"big": -(2**62)}) == ["false"]
+    assert await ids(attributes={"ratio": 0.1}) == ["float"]
+    assert await ids(attributes={"ключ 'quoted' \"twice\"": "значение ☃"}) == ["awkward"]
+    assert await ids(attributes={"empty": ""}) == ["awkward"]
+    assert await ids(attributes={"customer": "acm"}) == []
+    assert await ids(attributes={"customer": "acme"}, workflow="w2") == ["one"]
+    assert await ids(attributes={"customer": "acme"}, limit=2, offset=1) == ["true", "int"]
+    assert await ids(attributes={}) == list(reversed(ATTRIBUTED))
+
+
+async def test_page_and_count_runs_filter_by_attributes(store: Store) -> None:
+    await attributed_runs(store)
+    acme = RunQuery(attributes={"customer": "acme"})
+    assert [r.id for r in await store.page_runs(acme, 2)] == ["one", "true"]
+    after = RunCursor(at(3), "true")
+    assert [r.id for r in await store.page_runs(replace(acme, after=after), 10)] == [
+        "int",
+        "text",
+    ]
+    assert await store.count_runs(acme) == {RunStatus.PENDING: 4}
+    await settle(store, "int")
+    assert await store.count_runs(replace(acme, attributes={"customer": "acme", "tier": 2})) == {
+        RunStatus.COMPLETED: 1
+    }
+    assert await store.count_runs(RunQuery(attributes={"customer": "nobody"})) == {}
+
+
+def attributes_record(run_id: str, seq: int, attributes: dict[str, Any]) -> StepRecord:
+    return step(run_id, seq, name="attributes", kind=StepKind.ATTRIBUTES, output=attributes)
+
+
+async def test_set_attributes_merges_with_its_records_in_one_fenced_write(store: Store) -> None:
+    await create(store, spec("a", attributes={"customer": "acme", "stage": "new"}))
+    await lease(store, "a")
+    first = Writes(steps=[step("a", 1), attributes_record("a", 2, {"stage": "paid", "n": 1})])
+    await store.set_attributes("a", "owner-1", first, {"stage": "paid", "n": 1}, at(1))
+    run = await run_of(store, "a")
+    assert run.attributes == {"customer": "acme", "stage": "paid", "n": 1}
+    assert run.updated_at == at(1) and run.status == RunStatus.RUNNING
+    assert [(s.seq, s.kind, s.output) for s in await store.list_steps("a")] == [
+        (1, "step", None),
+        (2, "attributes", {"stage": "paid", "n": 1}),
+    ]
+    # The listings read the new values at once, and no longer the old ones.
+    assert [r.id for r in await store.list_runs(attributes={"stage": "paid", "n": 1})] == ["a"]
+    assert await store.list_runs(attributes={"stage": "new"}) == []
+    # Any mapping will do, here and in a filter.
+    await store.set_attributes("a", "owner-1", Writes(), MappingProxyType({"n": 2.5}), at(2))
+    assert (await run_of(store, "a")).attributes == {"customer": "acme", "stage": "paid", "n": 2.5}
+    only_n = RunQuery(attributes=MappingProxyType({"n": 2.5}))
+    assert await store.count_runs(only_n) == {RunStatus.RUNNING: 1}
+    assert [r.id for r in await store.list_runs(attributes=MappingProxyType({"n": 2.5}))] == ["a"]
+    await store.suspend_run("a", "owner-1", Writes(), None, at(3))
+    assert (await run_of(store, "a")).attributes["n"] == 2.5  # a suspension keeps them
+
+
+async def test_set_attributes_is_fenced_like_a_checkpoint(store: Store) -> None:
+    await create(store, spec("a", attributes={"k": "v"}), spec("b"))
+    await lease(store, "a", owner="first")
+    await lease(store, "a", owner="second", now=T0 + LEASE)
+    writes = Writes(steps=[attributes_record("a", 1, {"k": "w"})])
+    with pytest.raises(LeaseLostError):
+        await store.set_attributes("a", "first", writes, {"k": "w"}, at(31))
+    with pytest.raises(LeaseLostError):
+        await store.set_attributes("b", "owner-1", Writes(), {"k": "w"}, at(31))
+    await lease(store, "b")
+    await store.cancel_run("b", at(1), None)
+    with pytest.raises(RunCancelling):
+        await store.set_attributes("b", "owner-1", Writes(), {"k": "w"}, at(2))
+    assert (await run_of(store, "a")).attributes == {"k": "v"}
+    assert (await run_of(store, "b")).attributes == {}
+    assert await store.list_steps("a") == [] and await store.list_steps("b") == []
+    assert await store.list_runs(attributes={"k": "w"}) == []
+
+
+async def test_a_requeue_keeps_the_attributes_and_a_prune_leaves_none_behind(
+    store: Store,
+) -> None:
+    await create(store, spec("a", attributes={"customer": "acme"}))
+    await settle(store, "a", Settlement(RunStatus.FAILED, error={"m": "x"}), now=at(1))
+    requeued = await store.requeue_run("a", at(2), None)
+    assert requeued.attributes == {"customer": "acme"}
+    await settle(store, "a", now=at(3))
+    assert await store.prune_runs(every_status_before(at(10)), 10) == ["a"]
+    assert await store.list_runs(attributes={"customer": "acme"}) == []
+    # The id used again without attributes is found by none of the old ones.
+    await create(store, spec("a"))
+    assert await store.list_runs(attributes={"customer": "acme"}) == []
+    assert (await run_of(store, "a")).attributes == {}
+
+
 async def test_run_activity_counts_starts_and_settlements_by_minute_status_and_latency(
     store: Store,
 ) -> None:
@@ -3107,6 +3253,47 @@ async def test_a_refused_fork_writes_no_records(store: Store) -> None:
     [refused] = await store.create_runs([spec("f", quota=quota, history=(step("f", 1),))], T0)
     assert isinstance(refused.rejected, ConcurrencyLimitError)
     assert await store.get_run("f") is None and await store.list_steps("f") == []
+
+
+# ---------------------------------------------------------------- the audit log
+
+
+def audit(n: int, namespace: str | None = None, **fields: Any) -> AuditEntry:
+    values: dict[str, Any] = {
+        "at": T0 + timedelta(seconds=n),
+        "actor": "ops",
+        "source": "http",
+        "action": "cancel",
+        "outcome": "ok",
+        "run_id": f"r{n}",
+        "namespace": namespace,
+        "detail": None,
+        **fields,
+    }
+    return AuditEntry(**values)
+
+
+async def test_an_audit_entry_is_appended_with_a_growing_id_and_read_back_newest_first(
+    store: Store,
+) -> None:
+    assert await store.list_audit(10) == []
+    first = await store.append_audit(audit(1, detail="ship"))
+    second = await store.append_audit(audit(2, actor="ada", source="cli", outcome="409 conflict"))
+    assert 0 < first.id < second.id
+    assert first == replace(audit(1, detail="ship"), id=first.id)
+    assert await store.list_audit(10) == [second, first]
+
+
+async def test_the_audit_log_pages_back_from_an_entry_and_by_namespace(store: Store) -> None:
+    appended = [await store.append_audit(audit(n, "eu" if n % 2 else None)) for n in range(1, 6)]
+    newest = await store.list_audit(2)
+    assert [e.run_id for e in newest] == ["r5", "r4"]
+    older = await store.list_audit(2, before=newest[-1].id)
+    assert [e.run_id for e in older] == ["r3", "r2"]
+    assert await store.list_audit(10, before=appended[0].id) == []
+    eu = await store.list_audit(10, namespace="eu")
+    assert [e.run_id for e in eu] == ["r5", "r3", "r1"]
+    assert [e.run_id for e in await store.list_audit(1, before=eu[0].id, namespace="eu")] == ["r3"]
 
 
 __all__ = export_tests(globals(), "store")

@@ -23,7 +23,7 @@ PROTOCOL = 1
 WORKER_KIND = "worker"
 """A worker's descriptor, published on the heartbeat channel when it starts."""
 
-log = logging.getLogger("runlane.transports")
+log = logging.getLogger(__name__)
 
 Check = Callable[[Any], bool]
 

@@ -11,6 +11,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ... import admission
 from ...models import (
+    AuditEntry,
     Claim,
     EngineInfo,
     Event,
@@ -100,6 +101,20 @@ def engine_from_row(row: Row) -> EngineInfo:
     )
 
 
+def audit_params(entry: AuditEntry) -> dict[str, Any]:
+    """``append_audit``'s parameters."""
+    return {
+        "at": entry.at,
+        "actor": entry.actor,
+        "source": entry.source,
+        "action": entry.action,
+        "outcome": entry.outcome,
+        "run_id": entry.run_id,
+        "namespace": entry.namespace,
+        "detail": entry.detail,
+    }
+
+
 def json_param(value: Any) -> str | None:
     """A JSON value as statement text; None stays SQL NULL (it reads back as None either way)."""
     return None if value is None else dumps(value)
@@ -130,6 +145,7 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "wait_first": s.singleton.retry if s.singleton and not s.singleton.replace else None,
             "forked_from": dumps(list(s.forked_from)) if s.forked_from else None,
             "detached": s.detached,
+            "attributes": dumps(dict(s.attributes)) if s.attributes else None,
         }
         for s in specs
     ]
@@ -299,6 +315,10 @@ def _same(value: Any) -> Any:
 _DECODE = shared.Decode(json=_same, instant=_same, moment=_same)
 
 
+def audit_from_row(row: Row) -> AuditEntry:
+    return shared.audit_from_row(row, _DECODE)
+
+
 def run_from_row(row: Row) -> Run:
     return shared.run_from_row(row, _DECODE)
 
@@ -338,6 +358,7 @@ QUERY_FILTERS = {
     "workflow": "workflow = %(workflow)s",
     "status": "status = %(status)s",
     "tag": "tags @> ARRAY[%(tag)s]::text[]",
+    "attributes": "attributes @> %(attributes)s::jsonb",
     "parent_id": "parent_id = %(parent_id)s",
     "namespace": "namespace = %(namespace)s",
     "created_from": "created_at >= %(created_from)s",
@@ -355,6 +376,8 @@ def query_params(query: RunQuery, *, cursor: bool) -> Row:
     }
     if query.status is not None:
         given["status"] = str(query.status)
+    if query.attributes:
+        given["attributes"] = dumps(dict(query.attributes))
     if cursor and query.after is not None:
         given.update(after_at=query.after.created_at, after_id=query.after.id)
     return given
@@ -470,6 +493,8 @@ __all__ = [
     "QUERY_FILTERS",
     "Checkpoint",
     "Row",
+    "audit_from_row",
+    "audit_params",
     "checkpoints_params",
     "claimable",
     "depth_first",

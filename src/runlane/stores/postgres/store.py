@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 
 from ... import admission, queues
 from ...activity import ActivityCount
+from ...attributes import AttributeValue
 from ...errors import (
     LeaseLostError,
     RunFinishedError,
@@ -27,6 +28,7 @@ from ...errors import (
 from ...faults import unavailable
 from ...models import (
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -60,6 +62,7 @@ from ...models import (
     with_handler_error,
 )
 from ...queues import QueueRequest, QueueView
+from ...serialization import dumps
 from ...urls import redact
 from ..base import check_lease, window_results
 from .db import (
@@ -75,6 +78,8 @@ from .db import (
 )
 from .rows import (
     Row,
+    audit_from_row,
+    audit_params,
     claimable,
     depth_first,
     engine_from_row,
@@ -542,6 +547,22 @@ class PostgresStore:
         await self._writes.checkpoint(run_id, owner, writes, now)
         return []
 
+    async def set_attributes(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        attributes: Mapping[str, AttributeValue],
+        now: datetime,
+    ) -> None:
+        params = {
+            **fenced_params(run_id, owner, writes),
+            "attributes": dumps(dict(attributes)),
+        }
+        _check_fence(
+            _first(await self._db.rows("set_attributes", **params, now=now)), run_id, owner
+        )
+
     async def suspend_run(
         self,
         run_id: str,
@@ -985,6 +1006,7 @@ class PostgresStore:
         namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
         filters = {
             "workflow": workflow,
@@ -993,13 +1015,17 @@ class PostgresStore:
             "parent_id": parent_id,
             "namespace": namespace,
         }
-        given = {k: (str(v) if k == "status" else v) for k, v in filters.items() if v is not None}
-        rows = await self._filtered("list_runs", given, limit=limit, offset=offset)
+        given: Row = {
+            k: (str(v) if k == "status" else v) for k, v in filters.items() if v is not None
+        }
+        if attributes:
+            given["attributes"] = dumps(dict(attributes))
+        rows = await self._filtered(_listing("list_runs", given), given, limit=limit, offset=offset)
         return [run_from_row(row) for row in rows]
 
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
         given = query_params(query, cursor=True)
-        rows = await self._filtered("page_runs", given, limit=limit)
+        rows = await self._filtered(_listing("page_runs", given), given, limit=limit)
         return [run_from_row(row) for row in rows]
 
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
@@ -1074,6 +1100,16 @@ class PostgresStore:
 
     async def prune_engines(self, before: datetime) -> int:
         return len(await self._db.rows("prune_engines", before=before))
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        [row] = await self._db.rows("append_audit", **audit_params(entry))
+        return replace(entry, id=row["id"])
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        rows = await self._db.rows("list_audit", limit=limit, before=before, namespace=namespace)
+        return [audit_from_row(row) for row in rows]
 
     async def lane_runs(self) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("lane_runs")]
@@ -1352,6 +1388,12 @@ def _held(peek: Row) -> bool:
     instant (``SKIP LOCKED``: a signal or a result being recorded): its wake time stands a lease
     ahead, so the claim must wait for the lock rather than leave the run until then."""
     return peek["status"] in (RunStatus.SUSPENDED, RunStatus.BLOCKED)
+
+
+def _listing(name: str, given: Row) -> str:
+    """The listing statement for the filters ``given``: a filter on attributes has its own,
+    which reads the matches from their index first."""
+    return f"{name}_by_attributes" if "attributes" in given else name
 
 
 def _first(rows: list[Row]) -> Row | None:

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from ... import admission, queues
+from ...attributes import AttributeValue
 from ...errors import (
     LeaseLostError,
     RunCancelling,
@@ -22,6 +23,7 @@ from ...errors import (
 )
 from ...models import (
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -45,7 +47,9 @@ from ...models import (
     awaiting_decision,
     buffered_name,
     cancel_result,
+    cancelling_run,
     claimed_run,
+    evolved,
     leaves_line,
     pausable,
     paused_run,
@@ -75,6 +79,7 @@ from .reads import (
 from .rows import (
     RUN_COLUMNS,
     STEP_COLUMNS,
+    audit_values,
     changed_columns,
     engine_values,
     event_from_row,
@@ -111,8 +116,18 @@ _INSERT_NEW_RUN = f"{_INSERT_RUN} ON CONFLICT (id) DO NOTHING"
 
 
 def _insert_run(conn: Conn, run: Run, statement: str = _INSERT_RUN) -> int:
-    """Insert ``run``; how many rows were written."""
-    return conn.execute(statement, run_values(run)).rowcount
+    """Insert ``run`` (and index its attributes); how many rows were written."""
+    written = conn.execute(statement, run_values(run)).rowcount
+    if written:
+        index_attributes(conn, run.id, run.attributes)
+    return written
+
+
+def index_attributes(conn: Conn, run_id: str, attributes: Mapping[str, AttributeValue]) -> None:
+    """Write a run's ``attributes`` into run_attributes (the listings' index), each name
+    taking its new value; nothing for none."""
+    if attributes:
+        conn.execute(SQL["index_attributes"], (run_id, dumps(dict(attributes))))
 
 
 _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
@@ -462,6 +477,21 @@ def resume_run(conn: Conn, run_id: str, now: datetime) -> bool:
     return True
 
 
+def set_attributes(
+    conn: Conn,
+    run_id: str,
+    owner: str,
+    writes: Writes,
+    attributes: Mapping[str, AttributeValue],
+    now: datetime,
+) -> None:
+    run = _fenced(conn, run_id, owner)
+    _apply(conn, run_id, writes, now)
+    merged = evolved(run, attributes={**run.attributes, **attributes}, updated_at=now)
+    _save_run(conn, merged, run)
+    index_attributes(conn, run_id, attributes)
+
+
 def suspend_run(
     conn: Conn,
     run_id: str,
@@ -609,7 +639,7 @@ def cancel_one(
     if run.is_terminal or run.status == RunStatus.CANCELLING:
         return False
     if run.status == RunStatus.RUNNING:
-        _save_run(conn, replace(run, status=RunStatus.CANCELLING, updated_at=now, error=error), run)
+        _save_run(conn, cancelling_run(run, error, now), run)
     else:
         finish(conn, run, Settlement(RunStatus.CANCELLED, None, error), now, woken)
     return True
@@ -673,8 +703,14 @@ def prune_engines(conn: Conn, before: datetime) -> int:
     return int(conn.execute(SQL["prune_engines"], (ts(before),)).rowcount)
 
 
+def append_audit(conn: Conn, entry: AuditEntry) -> AuditEntry:
+    cursor = conn.execute(SQL["append_audit"], audit_values(entry))
+    return replace(entry, id=int(cursor.lastrowid or 0))
+
+
 __all__ = [
     "announce_engine",
+    "append_audit",
     "beat_engine",
     "cancel_run",
     "checkpoint",
@@ -682,6 +718,7 @@ __all__ = [
     "create_runs",
     "deliver_signal",
     "hand_off_due_runs",
+    "index_attributes",
     "pause_run",
     "prune_engines",
     "publish_event",
@@ -691,6 +728,7 @@ __all__ = [
     "renew_leases",
     "requeue_run",
     "resume_run",
+    "set_attributes",
     "settle_run",
     "suspend_run",
 ]

@@ -6,13 +6,25 @@ Each is one statement, so it sees one consistent snapshot of the file (WAL reade
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from ...activity import ActivityCount
-from ...models import EngineInfo, Event, Run, RunQuery, RunStatus, Serves, Signal, StepRecord
+from ...attributes import AttributeValue
+from ...models import (
+    AuditEntry,
+    EngineInfo,
+    Event,
+    Run,
+    RunQuery,
+    RunStatus,
+    Serves,
+    Signal,
+    StepRecord,
+)
 from ...serialization import dumps
 from .rows import (
+    audit_from_row,
     engine_from_row,
     event_from_row,
     run_from_row,
@@ -117,6 +129,7 @@ def list_runs(
     namespace: str | None,
     limit: int,
     offset: int,
+    attributes: Mapping[str, AttributeValue] | None = None,
 ) -> list[Run]:
     filters = {
         "workflow = ?": workflow,
@@ -126,12 +139,22 @@ def list_runs(
         "namespace = ?": namespace,
     }
     given = {clause: value for clause, value in filters.items() if value is not None}
-    where = " AND ".join(["1", *given])
+    clauses, params = _attribute_clauses(attributes)
+    where = " AND ".join(["1", *given, *clauses])
     rows = conn.execute(
         f"SELECT * FROM runs WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
-        (*given.values(), limit, offset),
+        (*given.values(), *params, limit, offset),
     )
     return [run_from_row(row) for row in rows]
+
+
+def _attribute_clauses(
+    attributes: Mapping[str, AttributeValue] | None,
+) -> tuple[list[str], list[object]]:
+    """One condition per attribute of a filter (as many as it has), and their parameters."""
+    wanted = attributes or {}
+    params: list[object] = [p for key, value in wanted.items() for p in (key, dumps(value))]
+    return [SQL["has_attribute"]] * len(wanted), params
 
 
 def _query_where(query: RunQuery, *, cursor: bool) -> tuple[str, list[object]]:
@@ -145,8 +168,9 @@ def _query_where(query: RunQuery, *, cursor: bool) -> tuple[str, list[object]]:
         "namespace = ?": query.namespace,
     }
     given = {clause: value for clause, value in filters.items() if value is not None}
-    params = list(given.values())
-    clauses = ["1", *given]
+    attribute_clauses, attribute_params = _attribute_clauses(query.attributes)
+    params = [*given.values(), *attribute_params]
+    clauses = ["1", *given, *attribute_clauses]
     if cursor and query.after is not None:
         # A row value: SQLite walks the (created_at, id) index from the cursor.
         clauses.append("(created_at, id) < (?, ?)")
@@ -200,6 +224,13 @@ def list_engines(conn: Conn) -> list[EngineInfo]:
     return [engine_from_row(row) for row in conn.execute(SQL["list_engines"])]
 
 
+def list_audit(
+    conn: Conn, limit: int, before: int | None, namespace: str | None
+) -> list[AuditEntry]:
+    rows = conn.execute(SQL["list_audit"], (before, namespace, limit))
+    return [audit_from_row(row) for row in rows]
+
+
 def lane_runs(conn: Conn) -> list[Run]:
     rows = conn.execute(SQL["lane_runs"])
     return [run_from_row(row) for row in rows]
@@ -237,6 +268,7 @@ __all__ = [
     "lane_runs",
     "latest_event_seq",
     "limited_runs",
+    "list_audit",
     "list_engines",
     "list_runs",
     "list_steps",

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...clock import utc
-from ...models import EngineInfo, Event, Run, Signal, StepRecord, StoredSchedule
+from ...models import AuditEntry, EngineInfo, Event, Run, Signal, StepRecord, StoredSchedule
 from ...serialization import dumps, loads
 from .. import rows as shared
 
@@ -51,12 +51,17 @@ RUN_COLUMNS = (
     " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at,"
     " concurrency_limit, concurrency_statuses, admission_retries, queued, failures, rate_key,"
     " rate_at, begin_at, debounce_key, awaiting_decision_task_id, rate_limit, rate_until,"
-    " handoff_at, forked_from, pause_requested_at, detached"
+    " handoff_at, forked_from, pause_requested_at, detached, attributes"
 )
 
 
 def _statuses(statuses: Any) -> str | None:
     return None if statuses is None else dumps(sorted(statuses))
+
+
+def _attributes(attributes: Any) -> str | None:
+    """A run's attributes, NULL while it has none."""
+    return dumps(attributes) if attributes else None
 
 
 # How a run's attribute is kept in its column of the same name, where it is not kept as it is.
@@ -71,6 +76,7 @@ _STORED: dict[str, Callable[[Any], Any]] = {
     "detached": int,
     "forked_from": lambda forked: None if forked is None else dumps(list(forked)),
     "concurrency_statuses": _statuses,
+    "attributes": _attributes,
     **dict.fromkeys(
         (
             "created_at",
@@ -88,7 +94,9 @@ _STORED: dict[str, Callable[[Any], Any]] = {
         ts,
     ),
 }
-_DOCUMENTS = frozenset({"input", "output", "error", "tags", "concurrency_statuses", "forked_from"})
+_DOCUMENTS = frozenset(
+    {"input", "output", "error", "tags", "concurrency_statuses", "forked_from", "attributes"}
+)
 # Each column of RUN_COLUMNS (the run's attribute of that name) with how it is kept.
 _RUN_FIELDS = tuple(
     (name, _STORED.get(name)) for name in (column.strip() for column in RUN_COLUMNS.split(","))
@@ -195,6 +203,24 @@ def engine_from_row(row: sqlite3.Row) -> EngineInfo:
     )
 
 
+def audit_from_row(row: sqlite3.Row) -> AuditEntry:
+    return shared.audit_from_row(row, _DECODE)
+
+
+def audit_values(entry: AuditEntry) -> tuple[Any, ...]:
+    """``append_audit``'s parameters."""
+    return (
+        ts(entry.at),
+        entry.actor,
+        entry.source,
+        entry.action,
+        entry.outcome,
+        entry.run_id,
+        entry.namespace,
+        entry.detail,
+    )
+
+
 def engine_values(info: EngineInfo) -> tuple[Any, ...]:
     """``announce_engine``'s parameters."""
     return (
@@ -213,6 +239,8 @@ def engine_values(info: EngineInfo) -> tuple[Any, ...]:
 __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
+    "audit_from_row",
+    "audit_values",
     "engine_from_row",
     "engine_values",
     "event_from_row",

@@ -11,7 +11,7 @@ from ... import admission
 from ...models import RunSpec, Started, StoredSchedule, WindowFire, run_from_spec
 from ...serialization import dumps
 from ..base import window_results
-from .ops import create
+from .ops import create, index_attributes
 from .reads import get_runs
 from .rows import (
     RUN_COLUMNS,
@@ -129,6 +129,8 @@ def _fire_plain(
             f"INSERT INTO runs ({RUN_COLUMNS}) VALUES {columns}",
             [run_values(r, stamp) for r in new],
         )
+        for run in new:
+            index_attributes(conn, run.id, run.attributes)
     conn.executemany(
         SQL["move_schedule_plainly"],
         [_moved_values(fire, now, stamp) for fire in moved.values()],

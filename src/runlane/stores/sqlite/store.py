@@ -19,11 +19,13 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import parse_qs
 
 from ...activity import ActivityCount
+from ...attributes import AttributeValue
 from ...concurrency import run_in_thread
 from ...errors import RunlaneError, RunPausing
 from ...faults import is_infrastructure, unavailable
 from ...models import (
     Admission,
+    AuditEntry,
     CancelResult,
     Claim,
     ClaimOutcome,
@@ -366,6 +368,18 @@ class SqliteStore:
             raise RunPausing(run_id, started)
         return started
 
+    async def set_attributes(
+        self,
+        run_id: str,
+        owner: str,
+        writes: Writes,
+        attributes: Mapping[str, AttributeValue],
+        now: datetime,
+    ) -> None:
+        await self._job(
+            True, _few(writes), ops.set_attributes, run_id, owner, writes, attributes, now
+        )
+
     async def suspend_run(
         self,
         run_id: str,
@@ -485,6 +499,7 @@ class SqliteStore:
         namespace: str | None = None,
         limit: int = 100,
         offset: int = 0,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> list[Run]:
         return await self._read(
             reads.list_runs,
@@ -495,6 +510,7 @@ class SqliteStore:
             namespace=namespace,
             limit=limit,
             offset=offset,
+            attributes=attributes,
         )
 
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
@@ -538,6 +554,14 @@ class SqliteStore:
 
     async def prune_engines(self, before: datetime) -> int:
         return await self._write(ops.prune_engines, before)
+
+    async def append_audit(self, entry: AuditEntry) -> AuditEntry:
+        return await self._write(ops.append_audit, entry)
+
+    async def list_audit(
+        self, limit: int, *, before: int | None = None, namespace: str | None = None
+    ) -> list[AuditEntry]:
+        return await self._read(reads.list_audit, limit, before, namespace)
 
     async def lane_runs(self) -> list[Run]:
         return await self._read(reads.lane_runs)

@@ -1,5 +1,5 @@
 // The console's one page shell: the address says which page module draws into it.
-import { applyTheme } from "./core.js";
+import { applyTheme, loadAccess } from "./core.js";
 
 const ROUTES = [
   [/^\/$/, "overview"],
@@ -11,6 +11,7 @@ const ROUTES = [
 ];
 
 applyTheme();
+await loadAccess();
 for (const [pattern, name] of ROUTES) {
   const match = location.pathname.match(pattern);
   if (match) {

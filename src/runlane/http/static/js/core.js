@@ -71,17 +71,51 @@ export const post = (path, body) => api(path, {
   body: body === undefined ? undefined : JSON.stringify(body),
 });
 
+// ------------------------------------------------------------------ the caller's scope
+
+// What the token in use may do (GET /whoami), asked once before a page is drawn: a token of
+// scope read sees every action disabled, with a note saying why.
+export const access = { readOnly: false, name: "" };
+
+export async function loadAccess() {
+  try {
+    const who = await api("/whoami");
+    access.readOnly = who.scope === "read";
+    access.name = who.name;
+  } catch (err) {
+    // No token yet: the prompt asks for one, and the page is drawn again with it.
+  }
+}
+
+// Whether an action's control is enabled: `applies`, and the caller may operate.
+export const allowed = (applies = true) => applies && !access.readOnly;
+
+// Said where the actions are, to a caller whose token may only read.
+export function readOnlyNote() {
+  if (!access.readOnly) return null;
+  return el("p", { class: "read-only-note", role: "note" },
+    `This token (${access.name}) may only read: its actions need a token of scope operate.`);
+}
+
+// A popover form of an action (a signal, an update, a fork), for a caller who may only read:
+// its opener and its fields are disabled.
+export function guardForm(details) {
+  if (!access.readOnly) return details;
+  details.querySelector("summary").setAttribute("aria-disabled", "true");
+  for (const field of details.querySelectorAll("input, textarea, button")) field.disabled = true;
+  return details;
+}
+
 function askToken() {
   if ($("#login")) return;
   const input = el("input", { type: "password", id: "token", autocomplete: "off", size: "32" });
   const form = el("form", { id: "login", class: "card login" },
-    el("label", { for: "token" }, "This API needs its token (RUNLANE_API_TOKEN)"), input,
+    el("label", { for: "token" }, "This API needs a token (RUNLANE_API_TOKENS)"), input,
     el("button", { type: "submit", class: "primary" }, "Use token"));
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, input.value);
-    form.remove();
-    live.now();
+    location.reload(); // drawn again with the token, and what its scope allows
   });
   $("main").prepend(form);
   input.focus();
@@ -146,6 +180,25 @@ export function badge(status) {
 
 export const runHref = (id) => "/ui/runs/" + encodeURIComponent(id);
 export const runLink = (id) => el("a", { href: runHref(id), class: "mono" }, id);
+
+// An attribute's value as a filter writes it (`attr.<name>=<text>`, as the API reads it): a
+// string that would read as a number, a boolean or a JSON string goes in JSON quotes.
+export function attributeText(value) {
+  if (typeof value !== "string") return String(value);
+  let read;
+  try {
+    read = JSON.parse(value);
+  } catch {
+    return value;
+  }
+  return read !== null && typeof read !== "object" ? JSON.stringify(value) : value;
+}
+
+// An attribute as a link to the runs that have it too.
+export function attributeLink(name, value) {
+  const query = new URLSearchParams([["attr." + name, attributeText(value)]]);
+  return el("a", { class: "tag", href: "/ui/runs?" + query }, `${name}=${attributeText(value)}`);
+}
 
 export function json(value) {
   return JSON.stringify(value, null, 2);

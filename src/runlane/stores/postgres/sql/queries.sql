@@ -7,6 +7,37 @@
 -- run is active (it keeps its slots, it counts against its quota).
 ('pending', 'running', 'suspended', 'blocked', 'paused', 'cancelling')
 
+-- name: idle
+-- (A fragment.) The statuses of a waiter no lease holds: a settlement may hand it its slot.
+('pending', 'suspended', 'blocked')
+
+-- name: pause_asked
+-- (A fragment.) The statuses a run asked to pause may be in until it is paused: held by a turn,
+-- or suspended while its remote turn is out.
+('running', 'suspended')
+
+-- name: failing
+-- (A fragment.) The terminal statuses a run's failures count (a failure handler's).
+('failed', 'dead')
+
+-- name: leased
+-- (A fragment.) The statuses of a run a lease holds.
+('running', 'cancelling')
+
+-- name: terminal
+-- (A fragment.) The statuses of a finished run (models.TERMINAL_STATUSES), in the order of the
+-- partial indexes' own condition (SQLite uses such an index only for the same term).
+('cancelled', 'completed', 'dead', 'failed')
+
+-- name: waiters
+-- (A fragment.) The statuses of a key's runs that wait their turn for a slot (a cancelling or
+-- paused one never does).
+('pending', 'running', 'suspended', 'blocked')
+
+-- name: waiting
+-- (A fragment.) The statuses of a run that waits for its wake-up.
+('suspended', 'blocked')
+
 -- name: lock_keys
 -- Admission locks: the given keys plus the singleton key of one run (reading that key
 -- unlocked is safe, a run's key never changes). Taken in hash order, so two transactions never
@@ -37,7 +68,7 @@ SELECT * FROM json_to_recordset(%(specs)s::json) AS g (
     parent_id text, namespace text, priority integer, singleton_key text, singleton_limit integer,
     concurrency_key text, concurrency_limit integer, concurrency_statuses text[],
     deadline_at timestamptz, lease_owner text, lease_until timestamptz, wait_first float8,
-    forked_from text, detached boolean)
+    forked_from text, detached boolean, attributes text)
 
 -- name: unlimited
 -- (A fragment.) What ``insert_given`` reads of a start under no rate limit or debounce (a
@@ -46,6 +77,7 @@ NULL::text AS rate_key, NULL::timestamptz AS rate_at, NULL::timestamptz AS begin
 NULL::text AS debounce_key, NULL::integer AS rate_limit, NULL::timestamptz AS rate_until
 
 -- name: insert_given
+-- Twin: models.run_from_spec, models.held_run, models.waiting_run, models.leased_run.
 -- (A fragment.) Insert the rows of ``given`` as pending runs, or as running ones leased to
 -- their creator where ``claimed`` (taking the slot, if keyed); an existing id is left alone.
 -- A run its throttle or debounce holds (``begin_at``) is blocked until then, and its execution
@@ -57,7 +89,7 @@ INSERT INTO runlane_runs (
     priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
     concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot, rate_key,
     rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until, admission_retries,
-    forked_from, detached)
+    forked_from, detached, attributes)
 SELECT id, workflow, version,
        CASE WHEN claimed THEN 'running'
             WHEN begin_at IS NOT NULL OR waits_until IS NOT NULL THEN 'blocked'
@@ -70,7 +102,7 @@ SELECT id, workflow, version,
        claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at,
        coalesce(begin_at, waits_until), debounce_key, rate_limit, rate_until,
        CASE WHEN waits_until IS NOT NULL AND begin_at IS NULL THEN 1 ELSE 0 END,
-       forked_from::json, coalesce(detached, false)
+       forked_from::json, coalesce(detached, false), attributes::jsonb
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -114,6 +146,7 @@ FROM counts AS c
 LEFT JOIN (SELECT *, true AS created FROM inserted UNION ALL SELECT * FROM existing) AS r ON true;
 
 -- name: insert_limited
+-- Twin: models.held_run, models.debounced_run (the fold into a held run).
 -- One start under a rate limit or a debounce (and its gates), its locks taken by
 -- ``limit_counts`` before it counts: the existing run of the id; else the start folded into its
 -- debounce key's held run (``refolded``: the start's input, a later beginning); else the new
@@ -201,14 +234,14 @@ LIMIT %(limit)s;
 
 -- name: due_run_ids
 SELECT id FROM runlane_runs
-WHERE status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+WHERE status IN {waiting} AND wake_at <= %(now)s
   AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 ORDER BY wake_at, id
 LIMIT %(limit)s;
 
 -- name: expired_run_ids
 SELECT id FROM runlane_runs
-WHERE status IN ('running', 'cancelling') AND lease_expires_at <= %(now)s
+WHERE status IN {leased} AND lease_expires_at <= %(now)s
   AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
 ORDER BY lease_expires_at, id
 LIMIT %(limit)s;
@@ -249,7 +282,7 @@ LIMIT %(limit)s;
 -- name: due_run_ids_served
 SELECT r.id FROM {codes} CROSS JOIN LATERAL (
     SELECT id, wake_at FROM runlane_runs
-    WHERE status IN ('suspended', 'blocked') AND workflow = c.workflow AND version = c.version
+    WHERE status IN {waiting} AND workflow = c.workflow AND version = c.version
       AND wake_at <= %(now)s AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
     ORDER BY wake_at, id
     LIMIT %(limit)s
@@ -260,7 +293,7 @@ LIMIT %(limit)s;
 -- name: expired_run_ids_served
 SELECT r.id FROM {codes} CROSS JOIN LATERAL (
     SELECT id, lease_expires_at FROM runlane_runs
-    WHERE status IN ('running', 'cancelling') AND workflow = c.workflow
+    WHERE status IN {leased} AND workflow = c.workflow
       AND version = c.version AND lease_expires_at <= %(now)s
       AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
     ORDER BY lease_expires_at, id
@@ -287,6 +320,7 @@ LIMIT %(limit)s;
 SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE SKIP LOCKED;
 
 -- name: claim_plain
+-- Twin: models.claimed_run.
 -- The claim of a run that needs no admission (no singleton key, or one whose slot it holds) and
 -- is no recovery, in one statement; nothing when the run is locked (``SKIP LOCKED``: not
 -- claimable now) or not claimable this way. ``peek_*`` is the row as the statement's snapshot
@@ -302,7 +336,7 @@ WITH peek AS (
     WHERE id = %(id)s AND (singleton_key IS NULL OR holds_slot) AND {served}
       AND pause_requested_at IS NULL
       AND (status = 'pending'
-           OR (status IN ('suspended', 'blocked')
+           OR (status IN {waiting}
                AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
                     OR wake_at <= %(now)s)))
     FOR NO KEY UPDATE SKIP LOCKED
@@ -321,6 +355,7 @@ SELECT c.*, p.status AS peek_status, p.wake_at AS peek_wake_at,
 FROM peek AS p LEFT JOIN claimed AS c ON true;
 
 -- name: blocked_set
+-- Twin: models.blocked_run.
 -- (A fragment.) A singleton waiter its claim did not admit: blocked until woken, or until its
 -- fallback timer (see ``RetryTimer``: doubling at each denial in a row, up to the most).
 SET status = 'blocked', wake_requested_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
@@ -330,6 +365,7 @@ SET status = 'blocked', wake_requested_at = NULL, lease_owner = NULL, lease_expi
     admission_retries = r.admission_retries + 1, updated_at = %(now)s
 
 -- name: claim_admit
+-- Twin: models.claimed_run, models.admitted_run, models.blocked_run.
 -- The claim of a singleton run that does not hold a slot yet and is no recovery, after the key
 -- lock (an earlier statement of the transaction, so this snapshot sees every run of the key as
 -- the last lock holder left it): admitted when a slot is free for its FIFO rank (claimed, and
@@ -342,7 +378,7 @@ WITH target AS (
     WHERE id = %(id)s AND singleton_key IS NOT NULL AND NOT holds_slot AND {served}
       AND pause_requested_at IS NULL
       AND (status = 'pending'
-           OR (status IN ('suspended', 'blocked')
+           OR (status IN {waiting}
                AND ((%(handoff)s AND (begin_at IS NULL OR begin_at <= %(now)s))
                     OR wake_at <= %(now)s)))
     FOR NO KEY UPDATE SKIP LOCKED
@@ -354,7 +390,7 @@ WITH target AS (
         SELECT count(*) FROM (
             SELECT 1 FROM runlane_runs AS k
             WHERE k.singleton_key = t.singleton_key AND NOT k.holds_slot
-              AND k.status IN ('pending', 'running', 'suspended', 'blocked')
+              AND k.status IN {waiters}
               AND (k.begin_at IS NULL OR k.begin_at <= %(now)s)
               AND (k.created_at, k.id) < (t.created_at, t.id)
             ORDER BY k.created_at, k.id
@@ -393,6 +429,7 @@ FROM (
 ) AS ordered;
 
 -- name: park_full_waiters
+-- Twin: models.blocked_run.
 -- The due waiters of ``timers`` whose key has every slot held, parked again as a claim's denial
 -- parks one (``blocked_set``, each with its own timer), after their keys' locks
 -- (``lock_waiter_keys``, an earlier statement, so this snapshot sees each key as the last lock
@@ -443,7 +480,7 @@ SELECT
     (SELECT count(*) FROM (
         SELECT 1 FROM runlane_runs
         WHERE singleton_key = %(key)s AND NOT holds_slot
-          AND status IN ('pending', 'running', 'suspended', 'blocked')
+          AND status IN {waiters}
           AND (begin_at IS NULL OR begin_at <= %(now)s)
           AND (created_at, id) < (%(created_at)s, %(id)s)
         ORDER BY created_at, id
@@ -451,6 +488,7 @@ SELECT
     ) AS ahead;
 
 -- name: claim
+-- Twin: models.claimed_run, models.admitted_run.
 UPDATE runlane_runs
 SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
     wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s,
@@ -508,7 +546,7 @@ SELECT * FROM runlane_signals WHERE run_id = %(id)s ORDER BY id;
 -- Due runs for the run queue: rows another instance is taking are skipped, not waited for.
 WITH due AS (
     SELECT id, wake_at AS was_due FROM runlane_runs
-    WHERE status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+    WHERE status IN {waiting} AND wake_at <= %(now)s
       AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
     ORDER BY wake_at, id
     LIMIT %(limit)s
@@ -524,7 +562,7 @@ RETURNING r.*, due.was_due;
 WITH candidates AS (
     SELECT r.id FROM {codes} CROSS JOIN LATERAL (
         SELECT id, wake_at FROM runlane_runs
-        WHERE status IN ('suspended', 'blocked') AND workflow = c.workflow
+        WHERE status IN {waiting} AND workflow = c.workflow
           AND version = c.version AND wake_at <= %(now)s
           AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
         ORDER BY wake_at, id
@@ -535,7 +573,7 @@ WITH candidates AS (
 ), due AS (
     SELECT id, wake_at AS was_due FROM runlane_runs
     WHERE id IN (SELECT id FROM candidates)
-      AND status IN ('suspended', 'blocked') AND wake_at <= %(now)s
+      AND status IN {waiting} AND wake_at <= %(now)s
     FOR NO KEY UPDATE SKIP LOCKED
 )
 UPDATE runlane_runs AS r SET wake_at = %(hold_until)s
@@ -546,7 +584,7 @@ RETURNING r.*, due.was_due;
 -- Every lease an engine holds, in one statement; a run no longer held by its owner is skipped.
 UPDATE runlane_runs AS r SET lease_expires_at = %(lease_until)s
 FROM unnest(%(ids)s::text[], %(owners)s::text[]) AS l (id, owner)
-WHERE r.id = l.id AND r.lease_owner = l.owner AND r.status IN ('running', 'cancelling')
+WHERE r.id = l.id AND r.lease_owner = l.owner AND r.status IN {leased}
 RETURNING r.id;
 
 -- name: step_columns
@@ -588,7 +626,7 @@ WITH fence AS (
     FROM runlane_runs
     WHERE id = %(id)s
       AND (%(owner)s::text IS NULL
-           OR (lease_owner = %(owner)s AND status IN ('running', 'cancelling')))
+           OR (lease_owner = %(owner)s AND status IN {leased}))
     FOR NO KEY UPDATE
 ), {writes_of_ok}
 
@@ -614,10 +652,26 @@ WITH fence AS (
     UPDATE runlane_runs AS r
     SET updated_at = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
                           THEN %(now)s ELSE r.updated_at END
-    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN ('running', 'cancelling')
+    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN {leased}
     RETURNING r.id, r.status, r.pause_requested_at IS NOT NULL AS pausing
 ), {writes_of_ok}
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written, pausing FROM fence;
+
+-- name: set_attributes
+-- A checkpoint (as ``checkpoint``) whose touch of the run merges the attributes into the run's:
+-- still one update of the row in the statement. Unlike a checkpoint's, this update changes an
+-- indexed column, so it is not heap-only: the GIN index gets the run's new entries.
+WITH fence AS (
+    UPDATE runlane_runs AS r
+    SET updated_at = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
+                          THEN %(now)s ELSE r.updated_at END,
+        attributes = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
+                          THEN coalesce(r.attributes, '{}') || %(attributes)s::jsonb
+                          ELSE r.attributes END
+    WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN {leased}
+    RETURNING r.id, r.status
+), {writes_of_ok}
+SELECT status, EXISTS (SELECT 1 FROM ok) AS written FROM fence;
 
 -- name: checkpoint_many
 -- Group commit: the checkpoints of several runs in one statement, each run fenced on its own
@@ -630,7 +684,7 @@ WITH given AS (
 ), fence AS (
     SELECT r.id, r.status, r.pause_requested_at IS NOT NULL AS pausing
     FROM runlane_runs AS r JOIN given AS g ON g.id = r.id
-    WHERE r.lease_owner = g.owner AND r.status IN ('running', 'cancelling')
+    WHERE r.lease_owner = g.owner AND r.status IN {leased}
     ORDER BY r.id
     FOR NO KEY UPDATE OF r
 ), ok AS (
@@ -666,13 +720,14 @@ FROM fence;
 -- After ``suspend``, under ``lock_events``: the run is due at once when an event one of its new
 -- waits has not read was published while its turn ran (that publish saw no wait to wake).
 UPDATE runlane_runs SET wake_at = %(now)s
-WHERE id = %(id)s AND status IN ('suspended', 'blocked') AND lease_owner IS NULL
+WHERE id = %(id)s AND status IN {waiting} AND lease_owner IS NULL
   AND EXISTS (
     SELECT 1 FROM unnest(%(names)s::text[], %(afters)s::bigint[]) AS w (name, after)
     WHERE EXISTS (SELECT 1 FROM runlane_events e WHERE e.name = w.name AND e.seq > w.after))
 RETURNING id;
 
 -- name: settle
+-- Twin: models.settled_run; the hand-off: models.claimed_run, models.admitted_run.
 -- The writes and a terminal settlement in one statement: the run's signals go, a failure is
 -- counted, its singleton slot is released and the oldest waiters for the key's free slots are
 -- woken (after a waiter too: it may have been woken for a slot it will not take now), and so
@@ -691,13 +746,13 @@ RETURNING id;
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
         wake_requested_at = NULL, pause_requested_at = NULL, updated_at = %(now)s,
         settled_at = %(now)s,
-        failures = r.failures + CASE WHEN %(status)s IN ('failed', 'dead') THEN 1 ELSE 0 END
+        failures = r.failures + CASE WHEN %(status)s IN {failing} THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
 ), waiters AS (
     SELECT w.id, w.status, w.created_at FROM runlane_runs AS w
     WHERE w.singleton_key = (SELECT singleton_key FROM ok) AND w.id <> (SELECT id FROM ok)
-      AND NOT w.holds_slot AND w.status IN ('pending', 'running', 'suspended', 'blocked')
+      AND NOT w.holds_slot AND w.status IN {waiters}
       AND (w.begin_at IS NULL OR w.begin_at <= %(now)s)
     ORDER BY w.created_at, w.id
     LIMIT (
@@ -712,7 +767,7 @@ RETURNING id;
         updated_at = %(now)s
     FROM (SELECT id, status FROM waiters ORDER BY created_at, id LIMIT 1) AS first
     WHERE r.id = first.id AND %(successor)s::text IS NOT NULL
-      AND first.status IN ('pending', 'suspended', 'blocked') AND {served}
+      AND first.status IN {idle} AND {served}
       AND EXISTS (SELECT FROM finished) AND (SELECT holds_slot FROM ok)
     RETURNING r.*,
         -- A waiter that never ran and was sent nothing (the common case) needs no second read.
@@ -736,6 +791,7 @@ SELECT h.*, fence.status AS fence_status, fence.parent_id AS fence_parent_id,
 FROM fence LEFT JOIN finished AS f ON true LEFT JOIN handed AS h ON true;
 
 -- name: settle_many
+-- Twin: models.settled_run.
 -- Group commit of settlements: runs without a singleton key, a step queue, children, a
 -- continuation or a handler (the caller knows), each fenced on its own as ``settle`` fences one;
 -- a run that is being cancelled settles only cancelled. Each written run's signals go, a failure
@@ -748,7 +804,7 @@ WITH given AS (
 ), fence AS (
     SELECT r.id, r.status, r.parent_id, r.queued
     FROM runlane_runs AS r JOIN given AS g ON g.id = r.id
-    WHERE r.lease_owner = g.owner AND r.status IN ('running', 'cancelling')
+    WHERE r.lease_owner = g.owner AND r.status IN {leased}
     ORDER BY r.id
     FOR NO KEY UPDATE OF r
 ), ok AS (
@@ -764,7 +820,7 @@ WITH given AS (
         holds_slot = false, lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL,
         wake_requested_at = NULL, pause_requested_at = NULL, updated_at = ok.now,
         settled_at = ok.now,
-        failures = r.failures + CASE WHEN ok.status IN ('failed', 'dead') THEN 1 ELSE 0 END
+        failures = r.failures + CASE WHEN ok.status IN {failing} THEN 1 ELSE 0 END
     FROM ok WHERE r.id = ok.id
     RETURNING r.id
 ), woken AS (
@@ -785,11 +841,11 @@ UPDATE runlane_runs SET error = %(error)s::json WHERE id = %(id)s;
 -- name: wake_set
 -- (A fragment.) A waiting run becomes due now; a leased one, or one awaiting a remote decision,
 -- is told to stay due when its turn suspends (the decision's apply suspends it).
-SET wake_at = CASE WHEN status IN ('suspended', 'blocked') AND NOT awaits_decision THEN %(now)s
+SET wake_at = CASE WHEN status IN {waiting} AND NOT awaits_decision THEN %(now)s
                    ELSE wake_at END,
-    updated_at = CASE WHEN status IN ('suspended', 'blocked') AND NOT awaits_decision
+    updated_at = CASE WHEN status IN {waiting} AND NOT awaits_decision
                       THEN %(now)s ELSE updated_at END,
-    wake_requested_at = CASE WHEN status IN ('running', 'cancelling') OR awaits_decision
+    wake_requested_at = CASE WHEN status IN {leased} OR awaits_decision
                              THEN %(now)s ELSE wake_requested_at END
 
 -- name: wake
@@ -799,12 +855,13 @@ WHERE id = ANY(%(ids)s::text[])
 RETURNING id, awaits_decision;
 
 -- name: await_decision
+-- Twin: models.awaiting_decision.
 -- A remote workflow's turn goes out: the leased run is marked with the turn's task id, parked
 -- until the turn's deadline and released, in one fenced statement (a cancelled run: nothing).
 -- A run asked to pause during the turn is parked paused instead, and no turn goes out.
 WITH fence AS (
     SELECT id, status, pause_requested_at IS NOT NULL AS pausing FROM runlane_runs
-    WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN ('running', 'cancelling')
+    WHERE id = %(id)s AND lease_owner = %(owner)s AND status IN {leased}
     FOR NO KEY UPDATE
 ), parked AS (
     UPDATE runlane_runs AS r
@@ -824,7 +881,7 @@ SELECT status, EXISTS (SELECT 1 FROM parked) AS written, pausing FROM fence;
 UPDATE runlane_runs
 SET status = 'paused', lease_owner = NULL, lease_expires_at = NULL, wake_requested_at = NULL,
     pause_requested_at = NULL, updated_at = %(now)s
-WHERE id = %(id)s AND pause_requested_at IS NOT NULL AND status IN ('running', 'suspended');
+WHERE id = %(id)s AND pause_requested_at IS NOT NULL AND status IN {pause_asked};
 
 -- name: pause_run
 -- A pause (models.paused_run): a leased run, or one whose remote turn is out, is asked to
@@ -843,7 +900,7 @@ WITH found AS (
         updated_at = %(now)s
     FROM found AS f
     WHERE r.id = f.id AND f.pause_requested_at IS NULL
-      AND f.status IN ('pending', 'running', 'suspended', 'blocked')
+      AND f.status IN {waiters}
     RETURNING r.id, r.status, r.singleton_key, r.singleton_limit, r.holds_slot
 )
 SELECT f.id, EXISTS (SELECT 1 FROM paused) AS changed,
@@ -859,7 +916,7 @@ FROM found AS f LEFT JOIN paused AS p ON true;
 WITH waiters AS (
     SELECT w.id FROM runlane_runs AS w
     WHERE w.singleton_key = %(key)s AND NOT w.holds_slot
-      AND w.status IN ('pending', 'running', 'suspended', 'blocked')
+      AND w.status IN {waiters}
       AND (w.begin_at IS NULL OR w.begin_at <= %(now)s)
     ORDER BY w.created_at, w.id
     LIMIT (SELECT GREATEST(0, %(most)s - count(*)) FROM runlane_runs AS h
@@ -889,12 +946,13 @@ WITH found AS (
     WHERE r.id = f.id
       AND (f.status = 'paused'
            OR (f.pause_requested_at IS NOT NULL
-               AND f.status NOT IN ('completed', 'failed', 'cancelled', 'dead')))
+               AND f.status NOT IN {terminal}))
     RETURNING r.id
 )
 SELECT f.id, EXISTS (SELECT 1 FROM resumed) AS changed FROM found AS f;
 
 -- name: claim_decision
+-- Twin: models.claimed_run.
 -- The lease to apply the decision of the turn the run awaits, only while it awaits that task
 -- id; ``wake_requested_at`` is kept (a wake that landed while the turn was out rewakes it).
 UPDATE runlane_runs
@@ -928,6 +986,7 @@ ORDER BY tree.depth, tree.created_at, tree.id;
 SELECT id, status FROM runlane_runs WHERE id = ANY(%(ids)s::text[]) ORDER BY id FOR NO KEY UPDATE;
 
 -- name: mark_cancelling
+-- Twin: models.cancelling_run.
 UPDATE runlane_runs SET status = 'cancelling', updated_at = %(now)s, error = %(error)s::json
 WHERE id = %(id)s;
 
@@ -935,7 +994,7 @@ WHERE id = %(id)s;
 -- A held run a hand-off came too early for (by the claimer's clock): the hand-off pushed its
 -- wake time a lease ahead, so it is made due at its begin_at again, not a lease late.
 UPDATE runlane_runs SET wake_at = begin_at
-WHERE id = %(id)s AND status IN ('suspended', 'blocked') AND begin_at > %(now)s
+WHERE id = %(id)s AND status IN {waiting} AND begin_at > %(now)s
   AND wake_at > begin_at;
 
 -- name: lock_run_wait
@@ -945,6 +1004,7 @@ SELECT * FROM runlane_runs WHERE id = %(id)s FOR NO KEY UPDATE;
 DELETE FROM runlane_steps WHERE run_id = %(id)s AND status <> 'completed';
 
 -- name: requeue
+-- Twin: models.requeued_run.
 UPDATE runlane_runs
 SET status = 'pending', output = NULL, error = NULL, holds_slot = false, recoveries = 0,
     lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, wake_requested_at = NULL,
@@ -999,6 +1059,29 @@ SELECT * FROM runlane_runs {filters}
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
+-- name: list_runs_by_attributes
+-- As ``list_runs``, for a filter on attributes (``{filters}`` holds it): see
+-- ``page_runs_by_attributes``.
+WITH matching AS MATERIALIZED (
+    SELECT id, created_at FROM runlane_runs {filters}
+), listed AS (
+    SELECT id FROM matching ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s
+)
+SELECT * FROM runlane_runs WHERE id IN (SELECT id FROM listed) ORDER BY created_at DESC, id DESC;
+
+-- name: page_runs_by_attributes
+-- As ``page_runs``, for a filter on attributes (``{filters}`` holds it): their GIN index finds
+-- every match (the materialized CTE, one narrow row each), the newest of them make the page,
+-- read by id. Left to itself, the planner (which cannot tell how many runs a containment
+-- matches) walks the runs newest first, filtering: to fill a page of a rare value, or of one
+-- no run has, it would read every run. This way a page costs what matches.
+WITH matching AS MATERIALIZED (
+    SELECT id, created_at FROM runlane_runs {filters}
+), page AS (
+    SELECT id FROM matching ORDER BY created_at DESC, id DESC LIMIT %(limit)s
+)
+SELECT * FROM runlane_runs WHERE id IN (SELECT id FROM page) ORDER BY created_at DESC, id DESC;
+
 -- name: count_runs
 SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
 
@@ -1039,6 +1122,18 @@ SELECT * FROM runlane_engines ORDER BY started_at, id;
 -- name: prune_engines
 DELETE FROM runlane_engines WHERE last_beat_at < %(before)s RETURNING id;
 
+-- name: append_audit
+INSERT INTO runlane_audit (at, actor, source, action, outcome, run_id, namespace, detail)
+VALUES (%(at)s, %(actor)s, %(source)s, %(action)s, %(outcome)s, %(run_id)s, %(namespace)s,
+        %(detail)s)
+RETURNING id;
+
+-- name: list_audit
+SELECT * FROM runlane_audit
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+  AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s::text)
+ORDER BY id DESC LIMIT %(limit)s;
+
 -- name: lane_runs
 SELECT * FROM runlane_runs
 WHERE status IN {active}
@@ -1068,14 +1163,14 @@ WITH due AS (
     FROM unnest(%(statuses)s::text[], %(cutoffs)s::timestamptz[]) AS c (status, before)
     CROSS JOIN LATERAL (
         (SELECT r.id, r.status, r.updated_at, r.settled_at FROM runlane_runs AS r
-         WHERE r.status IN ('cancelled', 'completed', 'dead', 'failed')
+         WHERE r.status IN {terminal}
            AND r.status = c.status AND r.settled_at < c.before
            AND NOT EXISTS ({active_children})
          ORDER BY r.settled_at
          LIMIT %(limit)s)
         UNION ALL
         (SELECT r.id, r.status, r.updated_at, r.updated_at FROM runlane_runs AS r
-         WHERE r.status IN ('cancelled', 'completed', 'dead', 'failed')
+         WHERE r.status IN {terminal}
            AND r.status = c.status AND r.settled_at IS NULL AND r.updated_at < c.before
            AND NOT EXISTS ({active_children})
          ORDER BY r.updated_at
@@ -1130,7 +1225,7 @@ SELECT queue, fairness_key, served FROM runlane_queue_keys;
 
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
-    runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines
+    runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines, runlane_audit
     RESTART IDENTITY;
 
 -- name: save_schedule
@@ -1379,7 +1474,7 @@ WITH gone AS (
           WHERE id = %(id)s AND lease_owner = %(owner)s AND status = 'running'))
       AND (NOT %(settled)s OR EXISTS (
           SELECT FROM runlane_runs
-          WHERE id = %(id)s AND status IN ('completed', 'failed', 'cancelled', 'dead')))
+          WHERE id = %(id)s AND status IN {terminal}))
     RETURNING id, queue
 ), room AS (
     SELECT q.name, q.fairness, q.arrival, GREATEST(0, LEAST(
@@ -1438,7 +1533,7 @@ SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
   CROSS JOIN LATERAL (
     -- One range of runlane_runs_settled per status; the IN list matches its predicate.
     SELECT r.status, r.settled_at, r.created_at FROM runlane_runs AS r
-    WHERE r.status = s.status AND r.status IN ('cancelled', 'completed', 'dead', 'failed')
+    WHERE r.status = s.status AND r.status IN {terminal}
       AND r.settled_at >= %(since)s AND r.settled_at < %(until)s
       AND (%(namespace)s::text IS NULL OR r.namespace = %(namespace)s)
   ) AS r

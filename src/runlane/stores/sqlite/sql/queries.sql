@@ -9,6 +9,11 @@
 -- run is active (it keeps its slots, it counts against its quota).
 ('blocked', 'cancelling', 'paused', 'pending', 'running', 'suspended')
 
+-- name: terminal
+-- (A fragment.) The statuses of a finished run (models.TERMINAL_STATUSES), in the order of the
+-- partial indexes' own condition (SQLite uses such an index only for the same term).
+('cancelled', 'completed', 'dead', 'failed')
+
 -- name: leased
 -- (A fragment.) The statuses of a run a lease holds.
 ('cancelling', 'running')
@@ -26,6 +31,24 @@
 -- (A fragment; one parameter: now.) A run its throttle or debounce no longer holds: only such a
 -- run waits for a slot.
 (begin_at IS NULL OR begin_at <= ?)
+
+-- name: attribute_value
+-- (A fragment.) An attribute's value as run_attributes keeps it, from a row of json_each: what
+-- the JSON parses to (text, integer or real), a boolean as a one-byte blob (see migration 0016).
+CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END
+
+-- name: has_attribute
+-- (A fragment; two parameters: the key, the value as JSON text.) A run whose attribute ``key``
+-- equals the value, read from run_attributes' (key, value) index; the value is converted as
+-- the stored ones were.
+id IN (SELECT run_id FROM run_attributes
+       WHERE key = ? AND value = (SELECT {attribute_value} FROM json_each(?)))
+
+-- name: index_attributes
+-- (Two parameters: the run's id, attributes as a JSON object.) Writes them into run_attributes,
+-- a name the run has already taking the new value.
+INSERT OR REPLACE INTO run_attributes (run_id, key, value)
+SELECT ?, key, {attribute_value} FROM json_each(?)
 
 -- ---------------------------------------------------------------- reads
 
@@ -83,6 +106,17 @@ SELECT * FROM engines ORDER BY started_at, id
 
 -- name: prune_engines
 DELETE FROM engines WHERE last_beat_at < ?
+
+-- name: append_audit
+-- Parameters: at, actor, source, action, outcome, run_id, namespace, detail.
+INSERT INTO audit (at, actor, source, action, outcome, run_id, namespace, detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+
+-- name: list_audit
+-- Parameters: before (or NULL), namespace (or NULL), limit.
+SELECT * FROM audit
+WHERE (?1 IS NULL OR id < ?1) AND (?2 IS NULL OR namespace = ?2)
+ORDER BY id DESC LIMIT ?3
 
 -- name: lane_runs
 SELECT * FROM runs WHERE status IN {active}
@@ -458,6 +492,6 @@ GROUP BY minute
 SELECT minute, status, {latency_bucket} AS bucket, count(*) AS runs FROM (
   SELECT CAST(strftime('%s', updated_at) AS INTEGER) / 60 AS minute, status,
     (julianday(updated_at) - julianday(created_at)) * 86400.0 AS took
-  FROM runs WHERE status IN ('cancelled', 'completed', 'dead', 'failed')
+  FROM runs WHERE status IN {terminal}
     AND updated_at >= ?1 AND updated_at < ?2 AND (?3 IS NULL OR namespace = ?3)
 ) GROUP BY minute, status, bucket

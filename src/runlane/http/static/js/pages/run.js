@@ -2,8 +2,9 @@
 // input, output and error, the run's own, its children, its history to download, and the
 // actions an operator takes on it, each confirmed.
 import {
-  $, ACTIVE, TERMINAL, absolute, api, badge, confirmAction, duration, el, emptyItem, errorBlock,
-  fill, folded, json, live, note, post, runLink, shell, sync, took, when,
+  $, ACTIVE, TERMINAL, absolute, allowed, api, attributeLink, badge, confirmAction, duration, el,
+  emptyItem, errorBlock, fill, folded, guardForm, json, live, note, post, readOnlyNote, runLink,
+  shell, sync, took, when,
 } from "../core.js";
 
 const REQUEUEABLE = ["failed", "dead", "cancelled"];
@@ -70,9 +71,10 @@ export default function run(id) {
     el("div", { class: "toolbar", role: "toolbar", "aria-label": "Actions" },
       ...ACTIONS.map((action) => el("button", { type: "button", id: action.name, disabled: true,
         class: action.danger ? "danger" : "", onclick: () => act(action) }, action.label)),
-      ...MESSAGES.map(messageForm),
-      forkForm(),
-      el("button", { type: "button", id: "export", class: "ghost", onclick: exportHistory }, "Export history (JSON)")),
+      ...MESSAGES.map(messageForm).map(guardForm),
+      guardForm(forkForm()),
+      el("button", { type: "button", id: "export", class: "ghost", onclick: exportHistory }, "Export history (JSON)"),
+      readOnlyNote()),
     el("section", { class: "card", "aria-labelledby": "timeline-title" },
       el("div", { class: "section-head" }, el("h2", { id: "timeline-title" }, "Timeline"),
         el("p", { class: "legend" }, el("span", { class: "key completed" }), "step ", el("span", { class: "key failed" }), "failed attempt ",
@@ -185,8 +187,9 @@ function draw(run) {
     run.deadline_at ? fact("deadline", when(run.deadline_at)) : null,
     run.pause_requested_at ? fact("pause asked", when(run.pause_requested_at)) : null,
     run.priority ? fact("priority", run.priority) : null,
-    run.tags.length ? fact("tags", ...run.tags.map((tag) => el("a", { class: "tag", href: `/ui/runs?tag=${encodeURIComponent(tag)}` }, tag))) : null);
-  for (const action of ACTIONS) $("#" + action.name).disabled = !action.applies(run);
+    run.tags.length ? fact("tags", ...run.tags.map((tag) => el("a", { class: "tag", href: `/ui/runs?tag=${encodeURIComponent(tag)}` }, tag))) : null,
+    Object.keys(run.attributes).length ? fact("attributes", ...Object.entries(run.attributes).map(([name, value]) => attributeLink(name, value))) : null);
+  for (const action of ACTIONS) $("#" + action.name).disabled = !allowed(action.applies(run));
   drawWaiting(run.waiting_for);
   const span = spanOf(run);
   sync($("#timeline"), run.steps.map((step) => ({ step, span })), ({ step }) => step.seq, ({ step }) => gantt(step, span));

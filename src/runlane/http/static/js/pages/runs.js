@@ -1,9 +1,9 @@
-// The runs: searched by id, workflow, status, tag (runlane's attributes are tags, key:value)
-// and creation time, the filters kept in the address (a link or a bookmark is a saved search),
-// a page at a time, with cancel and retry for the runs selected.
+// The runs: searched by id, workflow, status, tag, attributes and creation time, the filters
+// kept in the address (a link or a bookmark is a saved search), a page at a time, with cancel
+// and retry for the runs selected.
 import {
-  $, ACTIVE, STATUSES, TERMINAL, api, badge, confirmAction, el, empty, fill, live, note, post,
-  runLink, shell, sync, took, when,
+  $, ACTIVE, STATUSES, TERMINAL, allowed, api, attributeLink, badge, confirmAction, el, empty, fill,
+  live, note, post, readOnlyNote, runLink, shell, sync, took, when,
 } from "../core.js";
 
 const PAGE = 50;
@@ -22,12 +22,13 @@ export default function runs() {
     el("div", { class: "toolbar", role: "toolbar", "aria-label": "Selected runs" },
       el("span", { id: "selection", class: "muted" }, "none selected"),
       el("button", { type: "button", id: "bulk-cancel", class: "danger", disabled: true, onclick: () => bulk("cancel") }, "Cancel selected"),
-      el("button", { type: "button", id: "bulk-retry", disabled: true, onclick: () => bulk("retry") }, "Retry selected")),
+      el("button", { type: "button", id: "bulk-retry", disabled: true, onclick: () => bulk("retry") }, "Retry selected"),
+      readOnlyNote()),
     el("div", { class: "table-wrap", tabindex: 0, role: "region", "aria-label": "table" }, el("table", { class: "runs" },
       el("caption", { class: "sr-only" }, "Runs, newest first"),
       el("thead", {}, el("tr", {},
         el("th", { scope: "col", class: "check" }, el("input", { type: "checkbox", id: "select-all", "aria-label": "Select every run shown", onchange: selectAll })),
-        ...["run", "workflow", "status", "created", "took", "tags"].map((h) => el("th", { scope: "col" }, h)))),
+        ...["run", "workflow", "status", "created", "took", "tags", "attributes"].map((h) => el("th", { scope: "col" }, h)))),
       el("tbody", { id: "runs" }))),
     el("nav", { class: "pager", "aria-label": "Pages" },
       el("button", { type: "button", id: "newest", disabled: true, onclick: restart }, "Newest"),
@@ -46,6 +47,7 @@ function filterForm() {
     field("workflow", el("input", { id: "workflow", name: "workflow", size: 14 })),
     field("status", statuses),
     field("tag", el("input", { id: "tag", name: "tag", size: 18, placeholder: "key:value" })),
+    field("attributes", el("input", { id: "attributes", name: "attributes", size: 24, placeholder: "customer=acme tier=2", autocomplete: "off" })),
     field("created from", el("input", { id: "created_from", name: "created_from", type: "datetime-local" })),
     field("created until", el("input", { id: "created_until", name: "created_until", type: "datetime-local" })),
     el("div", { class: "row" }, el("button", { type: "submit", class: "primary" }, "Search"),
@@ -60,6 +62,18 @@ function fillFrom(params) {
     const value = params.get(name) || "";
     $("#" + name).value = name.startsWith("created_") && value ? localInput(value) : value;
   }
+  $("#attributes").value = [...params].filter(([name]) => name.startsWith(ATTR))
+    .map(([name, value]) => `${name.slice(ATTR.length)}=${/\s/.test(value) && !value.startsWith('"') ? JSON.stringify(value) : value}`)
+    .join(" ");
+}
+
+// The attributes field: `name=value` pairs apart by spaces, a value with spaces in JSON quotes
+// (`name="Acme Corp"`); each is the address's `attr.<name>=<value>`, as the API reads it.
+const ATTR = "attr.";
+const PAIR = /([^\s=]+)=("(?:[^"\\]|\\.)*"|\S*)/g;
+
+function attributeFilters() {
+  return [...$("#attributes").value.matchAll(PAIR)].map(([, name, value]) => [ATTR + name, value]);
 }
 
 const localInput = (iso) => {
@@ -73,11 +87,12 @@ function filters() {
     const value = $("#" + name).value.trim();
     if (value) params.set(name, name.startsWith("created_") ? new Date(value).toISOString() : value);
   }
+  for (const [name, value] of attributeFilters()) params.set(name, value);
   return params;
 }
 
 function clearFilters() {
-  for (const name of FIELDS) $("#" + name).value = "";
+  for (const name of [...FIELDS, "attributes"]) $("#" + name).value = "";
   restart();
 }
 
@@ -106,7 +121,7 @@ async function load() {
 
 function draw(body) {
   sync($("#runs"), body.runs, (run) => run.id, row);
-  if (!body.runs.length) fill($("#runs"), el("tr", {}, el("td", { colspan: 7 }, empty(body.byId ? `No run with id ${body.byId}.` : "No run matches."))));
+  if (!body.runs.length) fill($("#runs"), el("tr", {}, el("td", { colspan: 8 }, empty(body.byId ? `No run with id ${body.byId}.` : "No run matches."))));
   nextCursor = body.next_cursor;
   $("#next").disabled = !nextCursor;
   $("#newest").disabled = !cursors.length;
@@ -132,7 +147,8 @@ function row(run) {
     el("td", {}, badge(run.status)),
     el("td", {}, when(run.created_at)),
     el("td", { class: "num" }, settled ? took(run.created_at, run.updated_at) : el("span", { class: "muted" }, "running " + took(run.created_at))),
-    el("td", { class: "tags" }, ...run.tags.map((tag) => el("a", { class: "tag", href: `?tag=${encodeURIComponent(tag)}` }, tag))));
+    el("td", { class: "tags" }, ...run.tags.map((tag) => el("a", { class: "tag", href: `?tag=${encodeURIComponent(tag)}` }, tag))),
+    el("td", { class: "tags" }, ...Object.entries(run.attributes).map(([name, value]) => attributeLink(name, value))));
 }
 
 function selectAll(event) {
@@ -152,8 +168,8 @@ function selectedRuns() {
 function showSelection() {
   const runs = selectedRuns();
   $("#selection").textContent = runs.length ? `${runs.length} selected` : "none selected";
-  $("#bulk-cancel").disabled = !runs.some((r) => ACTIVE.includes(r.status));
-  $("#bulk-retry").disabled = !runs.some((r) => REQUEUEABLE.includes(r.status));
+  $("#bulk-cancel").disabled = !allowed(runs.some((r) => ACTIVE.includes(r.status)));
+  $("#bulk-retry").disabled = !allowed(runs.some((r) => REQUEUEABLE.includes(r.status)));
 }
 
 async function bulk(action) {

@@ -1,13 +1,14 @@
 // The schedules: when each fires next (the next few windows), its last run and last error,
 // and pause, resume and trigger, each confirmed.
 import {
-  $, api, confirmAction, el, empty, errorBlock, fill, live, note, post, runLink, shell, sync, when,
+  $, allowed, api, confirmAction, el, empty, errorBlock, fill, live, note, post, readOnlyNote, runLink,
+  shell, sync, when,
 } from "../core.js";
 
 export default function schedules() {
   shell("schedules", "Schedules");
   $("#page").append(
-    el("div", { class: "page-head" }, el("h1", {}, "Schedules"), el("p", { id: "summary", class: "muted" }, "loading…")),
+    el("div", { class: "page-head" }, el("h1", {}, "Schedules"), el("p", { id: "summary", class: "muted" }, "loading…"), readOnlyNote()),
     el("div", { id: "schedules", class: "cards" }));
   live.start(() => api("/schedules"), draw, 3);
 }
@@ -26,7 +27,7 @@ function timing(schedule) {
 
 function card(schedule) {
   const id = encodeURIComponent(schedule.id);
-  const action = (name, label, text, cls = "") => el("button", { type: "button", class: cls, "data-action": name,
+  const action = (name, label, text, cls = "") => el("button", { type: "button", class: cls, "data-action": name, disabled: !allowed(),
     onclick: async () => {
       if (!await confirmAction(`${label} ${schedule.id}?`, text, label)) return;
       try {
