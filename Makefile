@@ -85,7 +85,9 @@ bench: $(STAMP) $(PEERS_VENV)/.installed $(ABSURD_VENV)/.installed
 
 # A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of
 # faults (300 by default), CHAOS_SEED (random by default, printed), CHAOS_REPORT (where the
-# figures go; RELIABILITY.md by default). Exits non-zero when an invariant is broken.
+# figures go; RELIABILITY.md by default), CHAOS_STANDBY=sync|async (a primary and a standby, and
+# the "failover" fault), CHAOS_STANDBY_LAG, CHAOS_FAULTS (see chaos/runner.py). Exits non-zero
+# when an invariant is broken.
 chaos: $(STAMP)
 	$(PY) -m chaos
 

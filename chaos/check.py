@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from runlane import Run, RunStatus, StepRecord
-from runlane.definitions import RateLimit, as_seconds
+from runlane.definitions import RateLimit, as_seconds, workflow_definition
 from runlane.queues import StepQueue, window_start
 
-from .app import DEBOUNCED, DOOMED, LIMITED, QUEUES, QUOTA_LIMIT, THROTTLED
+from .app import DEBOUNCED, DOOMED, LIMITED, QUEUES, QUOTA_LIMIT, REMOTE_BODIES, THROTTLED
 from .config import LEASE
+from .failover import Losses, StoreState, losses
 from .workload import SIGNALLED
 
 INVARIANTS = {
@@ -57,7 +58,12 @@ INVARIANTS = {
     "original's",
     "update": "updates answered twice, a reply not the one stored, or a run of c.desk without "
     "its one reply",
+    "forgotten": "step records a failover lost though their run had gone on past them: "
+    "acknowledged commits the promoted standby never had",
 }
+
+REMOTE_WORKFLOWS = {workflow_definition(body).name for body in REMOTE_BODIES.values()}
+"""Workflows whose turns a worker decides: their local steps are checkpointed together."""
 
 # Operations (checkpoints) per completed run, by workflow; c.chain's first runs continue after 1.
 OPERATIONS = {
@@ -138,6 +144,8 @@ class Evidence:
     admissions: list[QueueAdmission] = field(default_factory=list)  # every step queue's
     entries: list[QueueEntry] = field(default_factory=list)  # left when the fleet stopped
     releases: dict[int, str] = field(default_factory=dict)  # each member process's code
+    crashes: list[StoreState] = field(default_factory=list)  # each failover's old primary
+    final: StoreState | None = None  # the store in the end, read as the old primaries are
 
 
 @dataclass
@@ -148,6 +156,8 @@ class Findings:
     # Executions in a step queue whose result is not the one its step recorded (a duplicate, a
     # timed-out attempt's late execution, a turn that lost its lease): no slot covers them.
     unrecorded: list[Execution] = field(default_factory=list)
+    losses: Losses = field(default_factory=Losses)  # what the failovers lost
+    kept: Findings | None = None  # the lane sweeps over the executions the store kept
 
     def add(self, invariant: str, what: str) -> None:
         self.offences[invariant].append(what)
@@ -193,9 +203,27 @@ def check(evidence: Evidence) -> Findings:
     _pauses(evidence, findings)
     _forks(evidence, findings)
     _updates(evidence, findings)
+    if evidence.final is not None:
+        _failovers(evidence, live, findings)
     for name, pid, code in evidence.died:
         findings.add("members_died", f"{name} (pid {pid}) exit code {code}")
     return findings
+
+
+def _failovers(evidence: Evidence, live: list[Execution], findings: Findings) -> None:
+    """What the failovers lost (an acknowledged step record lost is an offence), and the lane
+    sweeps again over the executions whose results the store kept as their steps' records:
+    the history the store knows. An execution made under a commit a failover lost (the next
+    holder a lost settlement admitted, a step whose record was lost) is in no record."""
+    assert evidence.final is not None
+    batched = {r.id for r in evidence.runs.values() if r.workflow in REMOTE_WORKFLOWS}
+    findings.losses = losses(evidence.crashes, evidence.final, evidence.executions, batched)
+    for what in findings.losses.acknowledged:
+        findings.add("forgotten", what)
+    recorded = _recorded(evidence)
+    kept = [e for e in live if recorded.get((e.run, e.label)) == e.token]
+    findings.kept = Findings()
+    _lanes(evidence, kept, findings.kept)
 
 
 def started(record: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -2,7 +2,8 @@
 shuffled deck of all of them, so that even a short run injects every kind.
 
 Transport messages are delayed or dropped by the proxy every member reaches Redis through
-(:mod:`chaos.proxy`).
+(:mod:`chaos.proxy`). With a standby (``CHAOS_STANDBY``), the deck holds one kind more,
+"failover": the primary stopped as in a crash, the standby promoted, a new standby made.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.servers import PrivatePostgres, PrivateRedis
+from tests.servers import PrivatePostgres, PrivateRedis, ReplicatedPostgres
 
 from .config import LEASE
+from .failover import StoreState, read_state
 from .fleet import Fleet
 from .proxy import Proxy
 
@@ -33,6 +35,15 @@ KINDS = (
     "drop-transport",
     "deploy",
 )
+FAILOVER = "failover"
+"""The fault of a topology with a standby."""
+
+
+def kinds_for(standby: bool) -> tuple[str, ...]:
+    """The fault kinds of a run: every kind, and a failover when there is a standby."""
+    return (*KINDS, FAILOVER) if standby else KINDS
+
+
 GAP = (2.0, 5.0)
 """Seconds between two faults, drawn uniformly."""
 
@@ -55,14 +66,18 @@ DROP = 2.0
 class Injector:
     rng: random.Random
     fleet: Fleet
-    pg: PrivatePostgres
+    pg: PrivatePostgres | ReplicatedPostgres
     redis: PrivateRedis
     proxy: Proxy
     database: str
     log: Path
+    kinds: tuple[str, ...] = KINDS
+    lag: float = 0.0  # seconds a failover's standby stops receiving before the crash
     counts: Counter[str] = field(default_factory=Counter)
     freezes: list[tuple[int, float, float]] = field(default_factory=list)  # pid, stop, cont
     terminated: int = 0  # backends terminated
+    crashes: list[StoreState] = field(default_factory=list)  # each old primary's, at its crash
+    switches: list[tuple[float, float]] = field(default_factory=list)  # promoted, rebuilt (s)
     _deck: list[str] = field(default_factory=list)
     _began: float = 0.0
 
@@ -79,7 +94,7 @@ class Injector:
 
     def _draw(self) -> str:
         if not self._deck:
-            self._deck = list(KINDS)
+            self._deck = list(self.kinds)
             self.rng.shuffle(self._deck)
         return self._deck.pop()
 
@@ -125,4 +140,32 @@ class Injector:
             drop = kind == "drop-transport"
             self.proxy.hold(DROP if drop else DELAY, drop=drop)
             return {}
+        if kind == FAILOVER:
+            return self._failover()
         raise ValueError(kind)
+
+    def _failover(self) -> dict[str, Any]:
+        """Stop the primary as in a crash, promote the standby, make a new standby from it (a
+        synchronous primary's commits wait for it meanwhile); with a ``lag``, the standby stops
+        receiving that long before the crash, so the primary's last commits are lost."""
+        if not isinstance(self.pg, ReplicatedPostgres):
+            raise ValueError("a failover needs a standby (CHAOS_STANDBY)")
+        if self.lag:
+            self.pg.standby.detach()
+            time.sleep(self.lag)
+        crashed_at, began = time.time(), time.monotonic()
+        old = self.pg.failover()
+        promoted = time.monotonic() - began
+        self.pg.rebuild_standby()
+        rebuilt = time.monotonic() - began
+        self.switches.append((promoted, rebuilt))
+        self.crashes.append(self._read_crashed(old, crashed_at))
+        return {"promoted": f"{promoted:.1f}s", "rebuilt": f"{rebuilt:.1f}s"}
+
+    def _read_crashed(self, server: PrivatePostgres, crashed_at: float) -> StoreState:
+        """The old primary's data as the crash left it (started on a port of its own, then
+        thrown away): what the checker holds the store to."""
+        with server.aside() as admin:
+            state = read_state(admin.rsplit("/", 1)[0] + f"/{self.database}", crashed_at)
+        server.destroy()
+        return state

@@ -39,6 +39,7 @@ class Proxy:
         asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()  # its self-pipe's sockets, or a ResourceWarning when collected
 
     def hold(self, seconds: float, *, drop: bool = False) -> None:
         """Forward nothing for ``seconds``; then deliver what waited, or drop it (and every

@@ -6,10 +6,13 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
+from typing import Any
+
+from runlane import StepRecord
 
 from .check import INVARIANTS, Evidence, Findings, started
 from .config import LEASE
-from .faults import DELAY, DOWN, DROP, FREEZE, KINDS, Injector
+from .faults import DELAY, DOWN, DROP, FAILOVER, FREEZE, Injector
 
 TEMPLATE = Path(__file__).with_name("reliability.md")
 
@@ -23,6 +26,7 @@ class Run:
     drained_in: float | None  # seconds from the end of the budget to every run terminal
     wall: float  # seconds for the whole run, servers included
     when: str  # UTC date and time of the start
+    standby: str = ""  # "sync" or "async": the database had a standby (see CHAOS_STANDBY)
 
 
 def render(run: Run, evidence: Evidence, findings: Findings, injector: Injector) -> str:
@@ -31,6 +35,7 @@ def render(run: Run, evidence: Evidence, findings: Findings, injector: Injector)
             _summary(run, evidence, findings),
             _workload(evidence),
             _faults(injector),
+            *([_failovers(run, evidence, findings, injector)] if run.standby else []),
             _invariants(findings),
         ]
     )
@@ -42,6 +47,8 @@ def _summary(run: Run, evidence: Evidence, findings: Findings) -> str:
     executions = evidence.executions
     twice = sum(1 for n in Counter((e.run, e.label) for e in executions).values() if n == 2)
     verdict = "**failed**" if findings.failed else "passed: every invariant at zero"
+    replication = {"sync": "a synchronous", "async": "an asynchronous"}.get(run.standby)
+    topology = f" The database: a primary and {replication} standby." if replication else ""
     recovered = [r for r in evidence.runs.values() if r.recoveries]
     records = [s for steps in evidence.steps.values() for s in steps if s.kind == "step"]
     retried = sum(1 for s in records if s.attempts > 1)
@@ -51,7 +58,7 @@ def _summary(run: Run, evidence: Evidence, findings: Findings) -> str:
         [
             f"Seed **{run.seed}**, {run.seconds:.0f} s of faults, started {run.when} UTC; every run "
             f"terminal {drained} after the faults stopped; {run.wall:.0f} s in all. "
-            f"Verdict: {verdict}.",
+            f"Verdict: {verdict}.{topology}",
             "",
             f"- {len(started(evidence.record))} runs started and acknowledged by the producer, "
             f"{len(evidence.runs)} runs in the store in the end (children and continuations "
@@ -123,11 +130,70 @@ def _faults(injector: Injector) -> str:
         "drop-transport": f"every Redis message of {DROP:.0f} s dropped, connections reset",
         "deploy": "a member stopped (SIGTERM, it drains) and started on release 2: a patched "
         "`c.plain` and `c.rwf`, a version 2 of `c.leaf`, a workflow `c.fresh` of its own",
+        FAILOVER: "the primary stopped as in a crash, the standby promoted, a new standby made "
+        "from it"
+        + (f" (the standby cut off {injector.lag:.1f} s before the crash)" if injector.lag else ""),
     }
     rows = ["| fault | injected | |", "|---|---|---|"]
-    rows += [f"| {kind} | {injector.counts[kind]} | {detail.get(kind, '')} |" for kind in KINDS]
+    rows += [
+        f"| {kind} | {injector.counts[kind]} | {detail.get(kind, '')} |" for kind in injector.kinds
+    ]
     total = sum(injector.counts.values())
     return "\n".join(["### Faults", "", *rows, f"| **all** | **{total}** | |"])
+
+
+def _failovers(run: Run, evidence: Evidence, findings: Findings, injector: Injector) -> str:
+    """What the failovers cost: how long each took, and what the old primaries had committed
+    that the store lost (their data read as the crash left it)."""
+    lost = findings.losses
+    promoted = [p for p, _ in injector.switches]
+    rebuilt = [r for _, r in injector.switches]
+    executions = Counter((e.run, e.label) for e in evidence.executions)
+    labels = {(r.run_id, r.seq): r.input[1] for s in evidence.steps.values() for r in s if _own(r)}
+    again = sum(1 for what in lost.records if executions[_label(what, labels)] > 1)
+    timing = (
+        f"{len(promoted)} failovers ({run.standby} replication): the standby promoted "
+        f"{_spread(promoted)} s after the crash, and a new standby streaming "
+        f"{_spread(rebuilt)} s after the crash."
+        if promoted
+        else f"No failover ({run.standby} replication)."
+    )
+    rows = [
+        "| what the old primaries had and the store lost | count |",
+        "|---|---|",
+        f"| runs (starts; the acknowledged ones count as runs lost) | {len(lost.runs)} |",
+        f"| step records (a checkpoint lost: the step runs again; {again} did) | "
+        f"{len(lost.records)} |",
+        f"| of which acknowledged (the run went on past them before the crash) | "
+        f"{len(lost.acknowledged)} |",
+        f"| settlements (the run resumed from its last checkpoint) | {len(lost.settlements)} |",
+        f"| other records (sleeps, signal and update waits, replies, children) | "
+        f"{len(lost.other)} |",
+    ]
+    kept = findings.kept or Findings()
+    sweeps = {k: len(kept.offences[k]) for k in ("overlap", "fifo", "quota")}
+    history = (
+        "Over only the executions whose results the store kept as their steps' records (the "
+        f"history it knows): {sweeps['overlap']} overlapping pairs of a singleton key's runs, "
+        f"{sweeps['fifo']} runs admitted before an older waiter, {sweeps['quota']} instants "
+        "over a quota."
+    )
+    return "\n".join(["### Failovers", "", timing, "", *rows, "", history])
+
+
+def _own(record: StepRecord) -> bool:
+    return record.kind == "step" and isinstance(record.input, list) and len(record.input) == 3
+
+
+def _label(what: str, labels: dict[tuple[str, int], Any]) -> tuple[str, str]:
+    """A lost record's ``"<run> #<seq>"`` as the side-effect log names its step."""
+    run_id, seq = what.split(" #")
+    return run_id, str(labels.get((run_id, int(seq)), ""))
+
+
+def _spread(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.1f}" if f"{low:.1f}" == f"{high:.1f}" else f"{low:.1f} to {high:.1f}"
 
 
 def _invariants(findings: Findings) -> str:

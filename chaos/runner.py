@@ -2,7 +2,12 @@
 
 Environment: ``CHAOS_SECONDS`` (the budget of faults, 300 by default), ``CHAOS_SEED`` (random
 by default; always printed), ``CHAOS_REPORT`` (where the report goes; RELIABILITY.md at the
-repository root by default). Exits 1 when any invariant count is not zero.
+repository root by default), ``CHAOS_STANDBY`` (``sync`` or ``async``: the database is a
+primary and a standby streaming from it, reached through a multi-host URL, and "failover" joins
+the faults; none by default), ``CHAOS_STANDBY_LAG`` (seconds an asynchronous standby stops
+receiving before each failover's crash; 0 by default), ``CHAOS_FAULTS`` (the fault kinds to
+draw from, comma-separated; all of the topology's by default). Exits 1 when any invariant count
+is not zero.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from runlane.stores.postgres import PostgresStore
 from tests.helpers import snapshot
-from tests.servers import REPO, PrivatePostgres, PrivateRedis, spawn_ready
+from tests.servers import REPO, PrivatePostgres, PrivateRedis, ReplicatedPostgres, spawn_ready
 
 from . import report
 from .check import (
@@ -36,7 +43,8 @@ from .check import (
     started,
 )
 from .config import Config
-from .faults import Injector
+from .failover import read_state
+from .faults import Injector, kinds_for
 from .fleet import Fleet
 from .proxy import Proxy
 
@@ -48,15 +56,84 @@ DRAIN = 120.0
 PRODUCER_GRACE = 150.0
 """Seconds the producer has after the budget for its last signals and cancels."""
 
+STANDBYS = ("", "sync", "async")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a chaos run is asked to do (see the module's docstring)."""
+
+    seconds: float
+    seed: int
+    report: Path
+    standby: str = ""
+    lag: float = 0.0
+    faults: tuple[str, ...] = ()  # none named: every kind of the topology
+    drain: float = DRAIN
+
+    @classmethod
+    def from_env(cls) -> Options:
+        seed = os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 32)
+        faults = os.environ.get("CHAOS_FAULTS") or ""
+        return cls(
+            seconds=float(os.environ.get("CHAOS_SECONDS") or 300),
+            seed=int(seed),
+            report=Path(os.environ.get("CHAOS_REPORT") or REPO / "RELIABILITY.md"),
+            standby=os.environ.get("CHAOS_STANDBY") or "",
+            lag=float(os.environ.get("CHAOS_STANDBY_LAG") or 0),
+            faults=tuple(kind.strip() for kind in faults.split(",") if kind.strip()),
+        ).checked()
+
+    def checked(self) -> Options:
+        """These options, or ``ValueError`` naming the one that cannot be run."""
+        if self.standby not in STANDBYS:
+            raise ValueError(f"CHAOS_STANDBY={self.standby!r}: use sync or async")
+        if self.lag and self.standby != "async":
+            raise ValueError("CHAOS_STANDBY_LAG needs CHAOS_STANDBY=async")
+        unknown = set(self.faults) - set(self.kinds)
+        if unknown:
+            raise ValueError(f"CHAOS_FAULTS: no fault {sorted(unknown)} here; {self.kinds}")
+        return self
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return kinds_for(bool(self.standby))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    findings: Findings
+    evidence: Evidence
+    injector: Injector
+    run: report.Run
+
 
 def main() -> int:
-    seconds = float(os.environ.get("CHAOS_SECONDS") or 300)
-    seed = int(os.environ.get("CHAOS_SEED") or random.SystemRandom().randrange(1 << 32))
-    target = Path(os.environ.get("CHAOS_REPORT") or REPO / "RELIABILITY.md")
-    print(f"chaos: seed {seed}, {seconds:.0f} s (CHAOS_SEED={seed} to replay)", flush=True)
+    try:
+        options = Options.from_env()
+    except ValueError as exc:
+        print(f"chaos: {exc}", file=sys.stderr)
+        return 2
+    outcome = run_chaos(options)
+    if outcome.findings.failed:
+        print(report.offenders(outcome.findings), flush=True)
+        print(f"chaos: FAILED, seed {options.seed}", flush=True)
+        return 1
+    print(f"chaos: every invariant at zero, seed {options.seed}", flush=True)
+    return 0
+
+
+def run_chaos(options: Options) -> Outcome:
+    """One chaos run: servers, fleet, faults, drain, checker; the report written."""
+    seed, seconds = options.seed, options.seconds
+    topology = f", standby {options.standby}" if options.standby else ""
+    print(
+        f"chaos: seed {seed}, {seconds:.0f} s{topology} (CHAOS_SEED={seed} to replay)", flush=True
+    )
     began, when = time.monotonic(), datetime.now(UTC).strftime("%Y-%m-%d %H:%M")
     root = Path(tempfile.mkdtemp(prefix="runlane-chaos-"))
-    pg, redis = PrivatePostgres(), PrivateRedis()
+    pg = _postgres(options.standby)
+    redis = PrivateRedis()
     proxy = Proxy(redis.port)
     try:
         pg.start()
@@ -64,27 +141,36 @@ def main() -> int:
         proxy.start()
         config = Config(pg.create_database("chaos"), proxy.url, "chaos", str(root), seed, seconds)
         fleet = Fleet(config.save(), root)
-        database = config.pg_url.rsplit("/", 1)[1]
+        database = str(conninfo_to_dict(config.pg_url)["dbname"])
         injector = Injector(
-            random.Random(seed), fleet, pg, redis, proxy, database, root / "faults.jsonl"
+            random.Random(seed),
+            fleet,
+            pg,
+            redis,
+            proxy,
+            database,
+            root / "faults.jsonl",
+            kinds=options.faults or options.kinds,
+            lag=options.lag,
         )
-        findings, evidence, drained = _run(config, injector)
+        findings, evidence, drained = _run(config, injector, options.drain)
     finally:
         proxy.stop()
         redis.stop()
         pg.destroy()
-    run = report.Run(seed, seconds, drained, time.monotonic() - began, when)
-    target.write_text(report.render(run, evidence, findings, injector))
-    print(f"chaos: report in {target}; logs in {root}", flush=True)
-    if findings.failed:
-        print(report.offenders(findings), flush=True)
-        print(f"chaos: FAILED, seed {seed}", flush=True)
-        return 1
-    print(f"chaos: every invariant at zero, seed {seed}", flush=True)
-    return 0
+    run = report.Run(seed, seconds, drained, time.monotonic() - began, when, options.standby)
+    options.report.write_text(report.render(run, evidence, findings, injector))
+    print(f"chaos: report in {options.report}; logs in {root}", flush=True)
+    return Outcome(findings, evidence, injector, run)
 
 
-def _run(config: Config, injector: Injector) -> tuple[Findings, Evidence, float | None]:
+def _postgres(standby: str) -> PrivatePostgres | ReplicatedPostgres:
+    return ReplicatedPostgres(synchronous=standby == "sync") if standby else PrivatePostgres()
+
+
+def _run(
+    config: Config, injector: Injector, drain: float
+) -> tuple[Findings, Evidence, float | None]:
     asyncio.run(_migrate(config.pg_url))
     fleet = injector.fleet
     producer: subprocess.Popen[bytes] | None = None
@@ -94,10 +180,10 @@ def _run(config: Config, injector: Injector) -> tuple[Findings, Evidence, float 
         producer = spawn_ready(command, config.root / "producer.out")
         injector.run(config.seconds)
         print("chaos: faults stopped; waiting for every run to end", flush=True)
-        deadline = time.monotonic() + DRAIN
+        deadline = time.monotonic() + drain
         _wait_producer(producer, fleet)
         fleet.revive_the_dead()
-        drained = asyncio.run(_drain(config, deadline))
+        drained = asyncio.run(_drain(config, deadline, drain))
     finally:
         # Also when the run itself failed: no member may outlive it.
         if producer is not None and producer.poll() is None:
@@ -114,6 +200,8 @@ def _run(config: Config, injector: Injector) -> tuple[Findings, Evidence, float 
         died=fleet.died,
         admissions=_admissions(config.pg_url),
         entries=_entries(config.pg_url),
+        crashes=injector.crashes,
+        final=read_state(config.pg_url) if injector.crashes else None,
     )
     return check(evidence), evidence, drained
 
@@ -172,10 +260,10 @@ def _entries(url: str) -> list[QueueEntry]:
         return [QueueEntry(*row) for row in rows.fetchall()]
 
 
-async def _drain(config: Config, deadline: float) -> float | None:
-    """Seconds from the end of the faults (``DRAIN`` before the deadline) until every run is
+async def _drain(config: Config, deadline: float, drain: float) -> float | None:
+    """Seconds from the end of the faults (``drain`` before the deadline) until every run is
     terminal; None when some run is not by the deadline."""
-    began = deadline - DRAIN
+    began = deadline - drain
     while time.monotonic() < deadline:
         runs, _ = await snapshot(config.pg_url, steps=False)
         acknowledged = set(started(read_record(config.root)))

@@ -5,7 +5,8 @@ resuming some, forking some and sending updates to the runs that answer them.
 Its record (``producer.jsonl``, one JSON object a line) is what the checker holds the store to:
 every start it made and how it ended (acknowledged, or refused by a quota or a full singleton
 key: expected outcomes), every cancel it asked for, every signal it sent, when each run it
-paused was seen paused and when its resume was asked, every fork it made and every reply it got.
+paused was seen paused and when its resume was asked, every fork it made and every reply it got,
+and a run it found gone (only a failover with asynchronous replication loses one).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from runlane import (
     ConcurrencyLimitError,
     Engine,
     RateLimitError,
+    RunNotFoundError,
     RunStatus,
     SingletonQueueFullError,
     StoreUnavailableError,
@@ -186,9 +188,17 @@ class Producer:
         if workflow == "c.desk":
             actions.append(self.update(run_id, {"n": n}, self.rng.uniform(*UPDATE_AFTER)))
         for action in actions:
-            task = asyncio.ensure_future(action)
+            task = asyncio.ensure_future(self.on_run(run_id, action))
             self.followups.add(task)
             task.add_done_callback(self.followups.discard)
+
+    async def on_run(self, run_id: str, action: Awaitable[None]) -> None:
+        """A follow-up of a run. The run may be gone: a failover lost its start (asynchronous
+        replication), which the record notes and the checker counts as a run lost."""
+        try:
+            await action
+        except RunNotFoundError:
+            self.record.write("missing", run=run_id)
 
     async def cancel(self, run_id: str, after: float) -> None:
         await asyncio.sleep(after)

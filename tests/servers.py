@@ -2,6 +2,9 @@
 
 ``PrivatePostgres``: ``initdb`` into a temporary folder and ``pg_ctl`` on a loopback port of its
 own (run as the ``postgres`` user when the tests run as root, since the server refuses root).
+``ReplicatedPostgres``: a primary and a streaming standby made from it (``pg_basebackup -R``),
+reached through one multi-host URL; a failover stops the primary as in a crash and promotes the
+standby, and a new standby is then made from the new primary on the old one's port.
 ``PrivateRedis``: ``redis-server`` on a port of its own, nothing kept on disk.
 ``spawn_ready`` starts a fleet member as a process and waits for the ``READY`` that
 ``serve_until_terminated`` prints in it.
@@ -20,6 +23,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,18 +47,40 @@ def _pg_bin(name: str) -> str:
 
 
 class PrivatePostgres:
-    """A PostgreSQL server of the test's own: start, stop (even abruptly), start again."""
+    """A PostgreSQL server of the test's own: start, stop (even abruptly), start again.
 
-    def __init__(self) -> None:
+    ``settings`` go into the new cluster's ``postgresql.conf`` (a standby copied from it gets
+    them too). A server made with ``initdb=False`` has no data folder until ``copy_from`` makes
+    it a standby of another. ``port``: a free one by default.
+    """
+
+    def __init__(
+        self,
+        settings: Mapping[str, str] | None = None,
+        *,
+        initdb: bool = True,
+        port: int | None = None,
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="runlane-pg-"))
         self.data = self.root / "data"
-        self.port = free_port()
+        self.port = port or free_port()
         self._as_postgres = os.geteuid() == 0
         if self._as_postgres:
             shutil.chown(self.root, "postgres", "postgres")
-        self._run(
-            _pg_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8"
-        )
+        if initdb:
+            self._run(
+                _pg_bin("initdb"),
+                "-D",
+                str(self.data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+            )
+            with open(self.data / "postgresql.conf", "a") as conf:
+                conf.writelines(f"{name} = '{value}'\n" for name, value in (settings or {}).items())
 
     @property
     def url(self) -> str:
@@ -96,6 +122,29 @@ class PrivatePostgres:
         self.stop(mode)
         self.start()
 
+    def copy_from(self, primary: PrivatePostgres) -> None:
+        """Replace this server's data (it is stopped) with a base backup of ``primary`` that
+        streams from it once started (``pg_basebackup -R``): a standby of ``primary``."""
+        shutil.rmtree(self.data, ignore_errors=True)
+        self._run(
+            _pg_bin("pg_basebackup"),
+            *("-D", str(self.data), "-R", "-X", "stream", "-c", "fast"),
+            *("-h", "127.0.0.1", "-p", str(primary.port), "-U", "postgres"),
+        )
+
+    def promote(self) -> None:
+        """A standby becomes a primary (``pg_ctl promote``), once it has replayed what it got."""
+        self._run(_pg_bin("pg_ctl"), "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def detach(self) -> None:
+        """A standby stops receiving WAL (its upstream forgotten): what its primary commits from
+        now on is not replicated, as behind a lagging or cut link."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET primary_conninfo = ''")
+            conn.execute("SELECT pg_reload_conf()")
+
     def destroy(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
@@ -104,6 +153,118 @@ class PrivatePostgres:
     def _run(self, *command: str) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if self._as_postgres else []
         subprocess.run([*prefix, *command], check=True, capture_output=True, timeout=120)
+
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[str]:
+        """This stopped server started on a port of its own (nothing that uses its usual port
+        reaches it) for a look at its data as a crash left it: its URL; stopped afterwards."""
+        port, self.port = self.port, free_port()
+        try:
+            self.start()
+            yield self.url
+        finally:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                self.stop("immediate")
+            self.port = port
+
+
+SYNCHRONOUS = {"synchronous_standby_names": "*", "synchronous_commit": "on"}
+"""A primary that acknowledges a commit once a standby has it on disk."""
+
+
+class ReplicatedPostgres:
+    """A primary and a standby streaming from it, synchronously or not, on two loopback ports
+    that the URLs list both (``target_session_attrs=read-write``: a client reaches whichever is
+    the primary). ``start``, ``stop``, ``terminate_backends`` act on the primary, as on a single
+    server's; ``failover`` swaps the roles. The servers a failover stopped are kept, their data
+    as the crash left it (``crashed``), until ``destroy``."""
+
+    def __init__(self, synchronous: bool) -> None:
+        self.synchronous = synchronous
+        self.primary = PrivatePostgres(SYNCHRONOUS if synchronous else None)
+        self.standby = PrivatePostgres(initdb=False)
+        self.ports = (self.primary.port, self.standby.port)
+        self.crashed: list[PrivatePostgres] = []
+
+    @property
+    def url(self) -> str:
+        return self.database_url("postgres")
+
+    def database_url(self, name: str) -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        return f"postgresql://postgres@{hosts}/{name}?target_session_attrs=read-write"
+
+    def create_database(self, prefix: str) -> str:
+        """A new database (``<prefix>_<random>``), on both servers; its multi-host URL."""
+        url = self.primary.create_database(prefix)
+        return self.database_url(url.rsplit("/", 1)[1])
+
+    def terminate_backends(self, database: str) -> int:
+        return self.primary.terminate_backends(database)
+
+    def start(self) -> None:
+        """Start the primary, and at the first start make its standby and wait for it."""
+        self.primary.start()
+        if not self.standby.data.exists():
+            self.rebuild_standby()
+
+    def stop(self, mode: str = "fast") -> None:
+        self.primary.stop(mode)
+
+    def failover(self) -> PrivatePostgres:
+        """Stop the primary as in a crash and promote the standby; the old primary, stopped (it
+        is kept in ``crashed``). Until ``rebuild_standby`` there is no standby, and a
+        synchronous primary's commits wait for one."""
+        old = self.primary
+        old.stop("immediate")
+        self.crashed.append(old)
+        self.standby.promote()
+        self.primary = self.standby
+        self.standby = PrivatePostgres(initdb=False, port=old.port)
+        return old
+
+    def rebuild_standby(self) -> None:
+        """Make the standby (where the old primary ran after a failover: the URLs stay right)
+        from the primary, start it and wait until it streams."""
+        self.standby.copy_from(self.primary)
+        self.standby.start()
+        self.wait_streaming()
+
+    def wait_streaming(self, timeout: float = 60.0) -> None:
+        """Until the primary streams to its standby (synchronously, if so made)."""
+        import psycopg
+
+        want = "sync" if self.synchronous else "async"
+        deadline = time.monotonic() + timeout
+        seen: list[Any] = []
+        while time.monotonic() < deadline:
+            with psycopg.connect(self.primary.url, autocommit=True) as conn:
+                seen = conn.execute("SELECT state, sync_state FROM pg_stat_replication").fetchall()
+            if ("streaming", want) in seen:
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"the standby did not stream ({want}) in {timeout} s: {seen}")
+
+    def wait_caught_up(self, timeout: float = 30.0) -> None:
+        """Until the standby has replayed everything the primary has written so far."""
+        import psycopg
+
+        with psycopg.connect(self.primary.url, autocommit=True) as conn:
+            written = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with psycopg.connect(self.standby.url, autocommit=True) as conn:
+                behind = conn.execute(
+                    "SELECT pg_wal_lsn_diff(%s, pg_last_wal_replay_lsn()) > 0", written
+                ).fetchone()
+            if behind == (False,):
+                return
+            time.sleep(0.02)
+        raise RuntimeError(f"the standby did not replay up to {written} in {timeout} s")
+
+    def destroy(self) -> None:
+        for server in [self.primary, self.standby, *self.crashed]:
+            server.destroy()
 
 
 def terminate_backends(admin_url: str, database: str) -> int:

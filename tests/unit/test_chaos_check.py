@@ -13,6 +13,7 @@ from typing import Any
 
 from chaos.app import DOOMED
 from chaos.check import Evidence, Execution, Freeze, QueueAdmission, QueueEntry, check
+from chaos.failover import StoreState, losses
 from chaos.report import offenders
 from runlane import Run, RunStatus, StepRecord
 
@@ -478,3 +479,76 @@ def test_a_remote_step_dispatched_before_the_pause_may_start_while_paused() -> N
 
     assert _counts(_evidence([run], sent(9.0), late, window)) == {}
     assert _counts(_evidence([run], sent(11.0), late, window)) == {"paused": 1}
+
+
+def _state(
+    runs: dict[str, tuple[str, str | None]],
+    records: Sequence[StepRecord] = (),
+    crashed_at: float | None = None,
+) -> StoreState:
+    return StoreState(
+        runs=runs,
+        records={(r.run_id, r.seq): (r.kind, r.status, r.output) for r in records},
+        crashed_at=crashed_at,
+    )
+
+
+def test_what_a_failover_lost_is_sorted_by_what_it_does() -> None:
+    _, records, log = _plain("p1")
+    crash = _state(
+        {"p1": ("completed", "t1"), "gone": ("pending", None), "s1": ("completed", "t1")},
+        [*records, _step("s1", 1, "a", "first"), _step("s1", 2, "b", "x")],
+        crashed_at=10.0,
+    )
+    final = _state(
+        {"p1": ("completed", "t1"), "s1": ("completed", "t2")},
+        [*records, _step("s1", 1, "a", "again"), _step("s1", 2, "b", "x")],
+    )
+    log += [
+        _exec("s1", "a", 1.0, 2.0, token="first"),
+        _exec("s1", "b", 3.0, 4.0, token="x"),  # began after a's execution ended: a acknowledged
+        _exec("s1", "a", 12.0, token="again"),
+    ]
+    lost = losses([crash], final, log)
+    assert lost.runs == ["gone"]
+    assert lost.records == ["s1 #1"]
+    assert lost.acknowledged == ["s1 #1"]
+    assert lost.settlements == ["s1 (completed at t1, now completed)"]
+    assert lost.total == 3
+    # A remote workflow checkpoints its turn's local steps together: going on acknowledges none.
+    assert losses([crash], final, log, batched={"s1"}).acknowledged == []
+
+
+def test_an_acknowledged_record_a_failover_lost_breaks_the_forgotten_invariant() -> None:
+    run, records, log = _plain("p1")
+    evidence = _evidence([run], {"p1": records}, log)
+    lost_a = replace(records[0], output="lost")
+    evidence.crashes = [_state({"p1": ("running", None)}, [lost_a], crashed_at=10.0)]
+    evidence.final = _state({"p1": ("completed", "t1")}, records)
+    evidence.executions.append(_exec("p1", "a", 0.5, 0.6, token="lost"))
+    assert _counts(evidence) == {"forgotten": 1}  # b began after it: its write had committed
+    evidence.crashes = [_state({"p1": ("running", None)}, [lost_a], crashed_at=0.7)]
+    assert _counts(evidence) == {}  # the run had not gone on past it: in flight at the crash
+
+
+def test_the_lane_sweeps_again_over_the_executions_the_store_kept() -> None:
+    lane = "s:queue:0"
+    runs = _lane_runs("c.queue", "q1", "q2")
+    steps = {
+        "q1": [replace(_step("q1", 1, "a", "q1-a"), input=["q1", "a", lane])],
+        "q2": [replace(_step("q2", 1, "a", "q2-a"), input=["q2", "a", lane])],
+    }
+    log = [
+        # q1's settlement (its step's record with it, and q2's admission) is lost with the old
+        # primary after q2 began: q1 resumes and runs its step again, then q2 is admitted again.
+        _exec("q1", "a", 1.0, 2.0, lane=lane, token="lost"),
+        _exec("q2", "a", 2.5, 3.0, lane=lane, token="admitted by a lost settlement"),
+        _exec("q1", "a", 4.0, 5.0, lane=lane),
+        _exec("q2", "a", 6.0, 7.0, lane=lane),
+    ]
+    evidence = _evidence(runs, steps, log)
+    evidence.final = _state({})
+    findings = check(evidence)
+    assert len(findings.offences["overlap"]) == 1
+    assert findings.kept is not None
+    assert not findings.kept.offences["overlap"]

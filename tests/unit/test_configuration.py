@@ -17,6 +17,10 @@ from runlane.urls import redact
     ("url", "shown"),
     [
         ("postgresql://app:s3cret@db:5432/app", "postgresql://app:***@db:5432/app"),
+        (
+            "postgresql://app:s3cret@db1:5432,db2:5433/app?target_session_attrs=primary",
+            "postgresql://app:***@db1:5432,db2:5433/app?target_session_attrs=primary",
+        ),
         ("redis://:s3cret@127.0.0.1:6379/0", "redis://:***@127.0.0.1:6379/0"),
         (
             "postgresql://db/app?sslmode=require&password=s3cret",
@@ -88,3 +92,66 @@ async def test_a_sqlite_file_in_a_missing_folder_names_the_path(tmp_path: Path) 
     message = str(raised.value)
     assert f"{tmp_path}/missing/runlane.db" in message
     assert "sqlite:////absolute" in message
+
+
+MULTI_HOST = "postgresql://app:s3cret@10.0.0.1:5432,10.0.0.2:5433/app"
+
+
+@pytest.mark.parametrize(
+    ("url", "attrs"),
+    [
+        (MULTI_HOST, "read-write"),
+        (f"{MULTI_HOST}?target_session_attrs=primary", "primary"),
+        (f"{MULTI_HOST}?target_session_attrs=read-write", "read-write"),
+        ("postgresql:///app?host=db1,db2&port=5432", "read-write"),
+        ("host=db1,db2 dbname=app", "read-write"),
+        ("postgresql://app@db:5432/app", None),
+        ("postgresql://app@db/app?target_session_attrs=any", "any"),
+    ],
+)
+def test_a_multi_host_url_reaches_only_a_primary(url: str, attrs: str | None) -> None:
+    pytest.importorskip("psycopg")
+    from psycopg.conninfo import conninfo_to_dict
+
+    from runlane.urls import writable_conninfo
+
+    params = conninfo_to_dict(writable_conninfo(url))
+    assert params.get("target_session_attrs") == attrs
+    assert params["dbname"] == "app"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (f"{MULTI_HOST}?target_session_attrs=any", "target_session_attrs=any may reach a standby"),
+        ("postgresql://db/app?target_session_attrs=standby", "use read-write or primary"),
+        ("postgresql://db/app?target_session_attrs=prefer-standby", "may reach a standby"),
+        ("postgresql://app:s3cret@db1,db2/app?port=1,2,3", r"2 host\(s\) and the ports 1,2,3"),
+        ("postgresql://app:s3cret@db:port/app", "the ports port"),
+        ("postgresql://app:s3cret@db/app?colour=blue", "not a PostgreSQL URL"),
+    ],
+)
+def test_a_postgres_url_that_cannot_reach_a_primary_is_refused_at_construction(
+    url: str, says: str
+) -> None:
+    pytest.importorskip("psycopg")
+    from runlane.stores.postgres import PostgresStore
+    from runlane.transports import DbTransport
+
+    for build in (PostgresStore, DbTransport):
+        with pytest.raises(ConfigurationError, match=says) as raised:
+            build(url)
+        assert "s3cret" not in str(raised.value)
+
+
+def test_every_entry_point_takes_a_multi_host_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("psycopg")
+    from runlane.stores.postgres import PostgresStore
+    from runlane.transports import DbTransport, open_transport
+
+    assert isinstance(open_store(MULTI_HOST), PostgresStore)
+    assert isinstance(open_transport(MULTI_HOST), DbTransport)
+    monkeypatch.setenv("RUNLANE_DATABASE_URL", MULTI_HOST)
+    store = runlane.Engine(None).store
+    assert isinstance(store, PostgresStore)
+    assert repr(store) == "PostgresStore('postgresql://app:***@10.0.0.1:5432,10.0.0.2:5433/app')"

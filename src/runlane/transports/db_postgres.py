@@ -1,17 +1,24 @@
-"""PostgreSQL rows for the db transport: a connection pool for claims, one connection to LISTEN."""
+"""PostgreSQL rows for the db transport: a connection pool for claims, one connection to LISTEN.
+
+The URL may list several hosts (``runlane.urls.writable_conninfo``): every connection reaches
+the primary, and after a failover the reconnects reach the promoted standby.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import psycopg
+from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from ..sqlfiles import named_statements, read
+from ..urls import writable_conninfo
 from .base import Message
 from .db import OnNotify, Row
 
@@ -33,6 +40,7 @@ def pg_channel(name: str) -> str:
 class PostgresMessages:
     def __init__(self, url: str, *, poll_interval: float) -> None:
         self.url = url
+        self.conninfo = writable_conninfo(url)
         self.poll_interval = poll_interval
         self._q = named_statements("runlane.transports", "sql", "postgres_queries.sql")
         self._pool: AsyncConnectionPool | None = None
@@ -41,6 +49,7 @@ class PostgresMessages:
         self._names: dict[str, str] = {}  # pg channel -> logical channel
         self._listening: set[str] = set()
         self._requests: list[tuple[list[str], asyncio.Future[None]]] = []
+        self._relisten = False  # the LISTEN connection's server turned read-only: reconnect
 
     @property
     def pool(self) -> AsyncConnectionPool:
@@ -53,11 +62,11 @@ class PostgresMessages:
         # At most POOL_MAX connections beside the LISTEN one: 4 starved a worker's takes for
         # 30 s in the killed-engine fleet test, so a fleet's count is sized on the server side.
         pool = AsyncConnectionPool(
-            self.url, min_size=1, max_size=POOL_MAX, kwargs={"autocommit": True}, open=False
+            self.conninfo, min_size=1, max_size=POOL_MAX, kwargs={"autocommit": True}, open=False
         )
         await pool.open(wait=True)
         self._pool = pool
-        async with pool.connection() as conn, conn.transaction():
+        async with self._connection() as conn, conn.transaction():
             # Concurrent CREATE ... IF NOT EXISTS can still collide in the catalog.
             await conn.execute("SELECT pg_advisory_xact_lock(hashtext('runlane_messages'))")
             await conn.execute(read("runlane.transports", "sql", "postgres.sql").encode())
@@ -81,14 +90,14 @@ class PostgresMessages:
             "priorities": [r[3] for r in rows],
             "channels": [pg_channel(c) for c in channels],
         }
-        async with self.pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(self._q["insert"].encode(), params)
 
     async def claim(
         self, queues: Sequence[str], topics: Sequence[str], limit: int
     ) -> list[Message]:
         params = {"queues": list(queues), "topics": list(topics), "limit": limit}
-        async with self.pool.connection() as conn:
+        async with self._connection() as conn:
             cursor = await conn.execute(self._q["claim"].encode(), params)
             rows = await cursor.fetchall()
         # RETURNING keeps no order: restore urgent first, oldest first.
@@ -96,14 +105,27 @@ class PostgresMessages:
         return [row[2] for row in rows]
 
     async def publish(self, channel: str, payload: str) -> None:
-        async with self.pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(
                 self._q["publish"].encode(), {"channel": pg_channel(channel), "payload": payload}
             )
 
     async def purge(self, prefix: str) -> None:
-        async with self.pool.connection() as conn:
+        async with self._connection() as conn:
             await conn.execute(self._q["purge"].encode(), {"prefix": prefix})
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """A pooled connection. A write refused as read-only means its server was demoted (or
+        fenced) while the pool held connections to it: ``target_session_attrs`` is checked only
+        when a connection is made, so every one is replaced, the LISTEN one too."""
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except pg_errors.ReadOnlySqlTransaction:
+            self._relisten = True
+            await self.pool.drain()
+            raise
 
     async def watch(self, channels: Sequence[str]) -> None:
         missing = [c for c in channels if c not in self._listening]
@@ -126,10 +148,11 @@ class PostgresMessages:
                 await asyncio.sleep(self.poll_interval)
 
     async def _listen_once(self) -> None:
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as conn:
+            self._relisten = False
             for channel in sorted(self._listening):
                 await self._listen(conn, channel)
-            while True:
+            while not self._relisten:
                 await self._serve_requests(conn)
                 async for note in conn.notifies(timeout=LISTEN_SLICE):
                     self._on_notify(self._names.get(note.channel, note.channel), note.payload)

@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ...errors import RunlaneError
 from ...faults import is_infrastructure, unavailable
+from ...urls import writable_conninfo
 from .direct import Direct
 from .rows import Row, load_queries, utc_conninfo
 from .schema import upgrade
@@ -47,6 +48,7 @@ class Database:
 
     def __init__(self, url: str, min_size: int, max_size: int) -> None:
         self.url = url
+        self.conninfo = writable_conninfo(url)  # a bad URL fails here, not at the first open
         self.min_size = min_size
         self.max_size = max_size
         self._pool: AsyncConnectionPool[Conn] | None = None
@@ -61,7 +63,7 @@ class Database:
         async with self._open_lock:
             if self._opens == 0:
                 try:
-                    await upgrade(self.url)
+                    await upgrade(self.conninfo)
                     self._pool = await self._new_pool()
                 except Exception as exc:
                     if is_infrastructure(exc):
@@ -84,7 +86,7 @@ class Database:
         # during a call fails that call: the pool drops it on return, and `_purge` then tests
         # the idle ones once.
         pool = AsyncConnectionPool(
-            utc_conninfo(self.url),
+            utc_conninfo(self.conninfo),
             connection_class=psycopg.AsyncConnection[DictRow],
             # The named statements are prepared by ``direct`` on their first execution (the set
             # is small and fixed, and planning the settle or claim CTEs anew cost more than
@@ -159,11 +161,22 @@ class Database:
                 if attempt >= _ATTEMPTS:
                     raise unavailable(exc) from exc
                 attempt += 1
+            except pg_errors.ReadOnlySqlTransaction as exc:
+                await self._reconnect_all()
+                raise unavailable(exc) from exc
             except Exception as exc:
                 if not is_infrastructure(exc):
                     raise
                 await self._purge()
                 raise unavailable(exc) from exc
+
+    async def _reconnect_all(self) -> None:
+        """After a write met a read-only server: a primary demoted (or fenced read-only) while
+        it kept our connections open. ``target_session_attrs`` is checked only when a connection
+        is made, so every pooled connection is replaced (those in use when they come back), and
+        the new ones reach whichever host is the primary now."""
+        if self._pool is not None:
+            await self._pool.drain()
 
     async def _purge(self) -> None:
         """After a connection failed, test the idle ones once so the next calls get live ones."""

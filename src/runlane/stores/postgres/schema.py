@@ -6,6 +6,7 @@ from typing import Any
 
 import psycopg
 
+from ...urls import writable_conninfo
 from ..migrations import pending_migrations
 
 # A session-level lock (not a transaction one): it spans every migration of the pass, so ten
@@ -20,9 +21,12 @@ _RECORD = "INSERT INTO runlane_schema_version (version) VALUES (%s)"
 async def upgrade(url: str) -> int:
     """Bring the database at ``url`` to the newest schema this runlane knows; return its version.
 
-    Raises ``RunlaneError`` (and changes nothing) when the database is newer than that.
+    ``url`` may list several hosts: the migrations run on the primary. Raises ``RunlaneError``
+    (and changes nothing) when the database is newer than that, ``ConfigurationError`` for a
+    URL that cannot reach a primary (see ``runlane.urls.writable_conninfo``).
     """
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    conninfo = writable_conninfo(url)
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
         await conn.execute(_LOCK)
         try:
             return await _migrate(conn)
