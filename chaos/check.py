@@ -65,6 +65,10 @@ INVARIANTS = {
 REMOTE_WORKFLOWS = {workflow_definition(body).name for body in REMOTE_BODIES.values()}
 """Workflows whose turns a worker decides: their local steps are checkpointed together."""
 
+PAUSE_SLACK = 5.0
+"""Seconds after an older waiter's resume within which a run's body may begin and still have
+been admitted while that waiter was paused (the turn after an admission is late under faults)."""
+
 # Operations (checkpoints) per completed run, by workflow; c.chain's first runs continue after 1.
 OPERATIONS = {
     "c.plain": 3,
@@ -463,7 +467,7 @@ def _lanes(evidence: Evidence, live: list[Execution], findings: Findings) -> Non
         if lane.startswith("s:"):
             _overlaps(lane, runs, findings)
         if lane.startswith("s:queue:"):
-            _fifo(lane, runs, evidence.runs, findings)
+            _fifo(lane, runs, evidence, findings)
         if lane.startswith("c:"):
             _quota(lane, runs, findings)
     for e in findings.frozen:
@@ -483,16 +487,49 @@ def _overlaps(lane: str, runs: dict[str, tuple[float, float]], findings: Finding
 
 
 def _fifo(
-    lane: str, bodies: dict[str, tuple[float, float]], runs: dict[str, Run], findings: Findings
+    lane: str, bodies: dict[str, tuple[float, float]], evidence: Evidence, findings: Findings
 ) -> None:
+    """Runs of a queue-mode key are admitted in creation order, except past a paused waiter: a
+    paused run waits in no line, so a run admitted while an older one was paused has not jumped
+    it (its body may begin up to ``PAUSE_SLACK`` after that resume: it was admitted before)."""
+    runs = evidence.runs
+    paused = _pause_windows(evidence.record)
+
     def created(run_id: str) -> tuple[datetime, str]:
         return runs[run_id].created_at, run_id
 
+    def passed_while_paused(run: str, older: str) -> bool:
+        begin = bodies[run][0]
+        return any(b <= begin <= e + PAUSE_SLACK for b, e in paused.get(older, ()))
+
     admitted = sorted((run for run in bodies if run in runs), key=lambda r: bodies[r][0])
     for i, run in enumerate(admitted):
-        older_later = [r for r in admitted[i + 1 :] if created(r) < created(run)]
+        older_later = [
+            r
+            for r in admitted[i + 1 :]
+            if created(r) < created(run) and not passed_while_paused(run, r)
+        ]
         if older_later:
             findings.add("fifo", f"{lane}: {run} admitted before the older {older_later[:3]}")
+
+
+def _pause_windows(record: list[dict[str, Any]]) -> dict[str, list[tuple[float, float]]]:
+    """Each run's pauses, from the pause asked (when it paused) to its resume answered (or
+    forever, when the producer gave the resume up)."""
+    asked: dict[str, float] = {}
+    windows: defaultdict[str, list[tuple[float, float]]] = defaultdict(list)
+    for event in record:
+        run = str(event.get("run"))
+        if event["event"] == "pause":
+            asked[run] = event["t"]
+        elif event["event"] == "paused" and not event.get("result"):
+            asked.pop(run, None)
+        elif event["event"] in ("resumed", "gave-up") and run in asked:
+            end = event["t"] if event["event"] == "resumed" else float("inf")
+            windows[run].append((asked.pop(run), end))
+    for run, begin in asked.items():
+        windows[run].append((begin, float("inf")))
+    return windows
 
 
 def _quota(lane: str, runs: dict[str, tuple[float, float]], findings: Findings) -> None:

@@ -40,6 +40,7 @@ HEAVY_MODULES = {
     "test_pg_connection_loss",
     "test_worker",
     "test_instance_paths",
+    "test_fencing",
 }
 
 

@@ -27,6 +27,7 @@ from .errors import (
     KeyFunctionError,
     MissingExtraError,
     NonDeterminismError,
+    NotInStepError,
     PayloadCodecError,
     RateLimitError,
     RunExistsError,
@@ -44,6 +45,7 @@ from .errors import (
     UpdateRejectedError,
     UpdateTimeoutError,
 )
+from .fences import StepContext, step_context
 from .models import Run, RunStatus, Settled, StepRecord
 from .queues import StepQueue
 from .retention import Retention
@@ -69,6 +71,7 @@ __all__ = [
     "KeyFunctionError",
     "MissingExtraError",
     "NonDeterminismError",
+    "NotInStepError",
     "PayloadCodecError",
     "RateLimit",
     "RateLimitError",
@@ -89,6 +92,7 @@ __all__ = [
     "SignalTimeoutError",
     "Singleton",
     "SingletonQueueFullError",
+    "StepContext",
     "StepQueue",
     "StepRecord",
     "StepTimeoutError",
@@ -100,5 +104,6 @@ __all__ = [
     "UpdateTimeoutError",
     "Worker",
     "step",
+    "step_context",
     "workflow",
 ]

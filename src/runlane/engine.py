@@ -207,7 +207,7 @@ class Engine:
         left as stored (a view shows it as ``"encrypted"``) rather than raised."""
         store = self.store
         lenient = store.lenient() if isinstance(store, EncodedStore) else store
-        return fenced(cast(Store, lenient), self._scope)
+        return fenced(lenient, self._scope)
 
     @property
     def options(self) -> EngineOptions:

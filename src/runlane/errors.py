@@ -258,6 +258,11 @@ class UpdateRejectedError(RunlaneError):
         super().__init__(message or f"update {name!r} of run {run_id!r} was rejected")
 
 
+class NotInStepError(RunlaneError, LookupError):
+    """runlane.step_context() was called outside a step's function: only a step that runs (on
+    an engine or on a worker) has a fence, a run id, a seq and an attempt."""
+
+
 class StepTimeoutError(RunlaneError, TimeoutError):
     """A step did not finish within its timeout."""
 

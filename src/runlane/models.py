@@ -111,6 +111,10 @@ class Run:
     pause_requested_at: datetime | None = None
     # A child started with ``detached=True``: its parent's cancellation leaves it running.
     detached: bool = False
+    # The fencing token of the run's latest claim: every claim that leases the run takes the
+    # next one, so each execution of a step presents a greater fence than the ones before it
+    # (``runlane.step_context``).
+    fence: int = 0
 
     @property
     def is_terminal(self) -> bool:
@@ -170,6 +174,9 @@ class StepRecord:
     wake_at: datetime | None = None
     # How many times the current attempt of a remote step was sent (re-sends of a lost dispatch).
     dispatches: int = 0
+    # The fence of the execution that made the record, where the engine knows it (a step
+    # executed by one of its turns, a remote step's last dispatch); None otherwise.
+    fence: int | None = None
 
     @property
     def done(self) -> bool:
@@ -611,6 +618,7 @@ def leased_run(run: Run, lease: Lease) -> Run:
         lease_expires_at=lease.until,
         holds_slot=run.singleton_key is not None,
         admission_retries=0,
+        fence=run.fence + 1,
     )
 
 
@@ -667,8 +675,16 @@ def waiting_run(run: Run, retry: float, now: datetime) -> Run:
     )
 
 
+def older_fence(fence: int | None, record: StepRecord) -> bool:
+    """Whether a worker's ``fence`` (of its task) is older than the fence of the step's record:
+    the step was sent again since under a newer fence, so that worker's result or beat is
+    stale. A side that sends no fence (a worker or an engine from before fencing) is never."""
+    return fence is not None and record.fence is not None and fence < record.fence
+
+
 def claimed_run(run: Run, lease: Lease, now: datetime) -> Run:
-    """A run its claim leased to ``lease``: running, its wake-up and wake request consumed."""
+    """A run its claim leased to ``lease``: running, its wake-up and wake request consumed,
+    its fence the next one (invariant 16 of docs/design.md)."""
     return evolved(
         run,
         status=RunStatus.RUNNING,
@@ -677,6 +693,7 @@ def claimed_run(run: Run, lease: Lease, now: datetime) -> Run:
         wake_at=None,
         wake_requested_at=None,
         updated_at=now,
+        fence=run.fence + 1,
     )
 
 

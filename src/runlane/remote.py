@@ -8,6 +8,11 @@ takes the task (its first heartbeat, sent the moment it starts): time spent queu
 workers is not counted, and a task nobody takes is re-sent after ``remote_redispatch`` (else
 ``reconcile_interval``) seconds. Once taken, heartbeats re-arm the window; when it runs out, the
 checkpoint is read again before anything is declared dead.
+
+Each dispatch carries the fence of the turn that sends it (``fences``), recorded on the attempt;
+a turn sends a step at most once, so a re-send of a task this turn sent already ends the turn
+(due at once) and the claim that follows sends it under the next fence. A result or a beat of an
+older fence than the record's is a stale execution's: dropped.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import Abandon, Cancelled, StepTimeoutError, error_dict, is_fatal, raise_stored
 from .faults import OutageLog, is_infrastructure
-from .models import JSON, RunStatus, Settled, StepKind, StepRecord, StepStatus
+from .fences import fence_of
+from .models import JSON, RunStatus, Settled, StepKind, StepRecord, StepStatus, older_fence
 from .routing import Reason
 from .runqueue import RateLimitedLog
 from .stores.base import Store
@@ -98,11 +104,14 @@ class RemoteSteps:
         self.host = host
         self.transport = transport
         self._waiters: dict[Key, asyncio.Future[Message]] = {}
+        self._awaited: dict[Key, StepRecord] = {}  # the dispatch each waiter awaits (its fence)
         self._heard: dict[Key, float] = {}  # monotonic time of the last beat heard, per waiter
         # When (by the engine's clock) the last beat of a waiter's attempt was heard here: a
         # worker took its task. Compared with a beat another instance persisted.
         self._beats: dict[Key, datetime] = {}
-        self._persisted: dict[Key, float] = {}  # monotonic time a beat was last written
+        # Monotonic time a beat was last written, per dispatch (a beat of another dispatch of the
+        # same attempt, a stale one among them, must not hold back this one's).
+        self._persisted: dict[tuple[Key, int | None], float] = {}
         self.workers: dict[str, Message] = {}  # descriptors of the workers heard announcing
         self._tasks: list[asyncio.Task[None]] = []
         # Results and decisions taken off the transport that the store could not record yet
@@ -165,17 +174,31 @@ class RemoteSteps:
             self._failures.warning("dispatching %s failed (%s)", task.get("step_id"), exc)
 
     @contextlib.contextmanager
-    def expecting(self, key: Key) -> Iterator[asyncio.Future[Message]]:
-        """A future for the attempt's result, and its beats heard, while the block runs."""
+    def expecting(self, key: Key, record: StepRecord) -> Iterator[asyncio.Future[Message]]:
+        """A future for the result of the attempt's dispatch ``record``, and its beats heard,
+        while the block runs."""
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiters[key] = future
+        self._awaited[key] = record
         self._heard[key] = time.monotonic()
         try:
             yield future
         finally:
             self._waiters.pop(key, None)
+            self._awaited.pop(key, None)
             self._heard.pop(key, None)
             self._beats.pop(key, None)
+
+    def expect_dispatch(self, key: Key, record: StepRecord) -> None:
+        """The awaited attempt was sent again (``record``): what its earlier dispatches send
+        back is stale from now on."""
+        if key in self._awaited:
+            self._awaited[key] = record
+
+    def _stale(self, message: Message) -> bool:
+        """A result or beat of an awaited attempt sent by an older dispatch than the awaited one."""
+        awaited = self._awaited.get(_key(message))
+        return awaited is not None and older_fence(fence_of(message), awaited)
 
     def interrupt(self, run_ids: Iterable[str]) -> None:
         """Runs this instance cancelled: their turns waiting here in memory for a remote step
@@ -205,7 +228,8 @@ class RemoteSteps:
     ) -> None:
         """Take results (or decisions) and land them; ``held`` keeps what an outage left
         unlanded."""
-        pause = TAKE_TIMEOUT
+        most = self._held_pause()
+        pause = min(TAKE_TIMEOUT, most)
         while not self._stopping:
             if held:
                 # The store was unreachable: record what is held before taking more, which
@@ -213,9 +237,9 @@ class RemoteSteps:
                 held[:] = await self._land_all(held)
                 if held:
                     await asyncio.sleep(pause)
-                    pause = min(OUTAGE_PAUSE_MAX, pause * 2)
+                    pause = min(most, pause * 2)
                     continue
-                pause = TAKE_TIMEOUT
+                pause = min(TAKE_TIMEOUT, most)
             try:
                 messages = await take(RESULT_BATCH, TAKE_TIMEOUT)
             except Exception as exc:
@@ -225,6 +249,14 @@ class RemoteSteps:
                 await asyncio.sleep(TAKE_TIMEOUT)
                 continue
             held[:] = await self._land_all(messages)
+
+    def _held_pause(self) -> float:
+        """The longest pause between two tries to land what an outage held: at most a third of
+        the redispatch window. A store that flaps (reconnects failing and succeeding) lets the
+        turns' writes through now and then; a result held through a longer pause misses the
+        window, and the turn that finds its step silent sends it again (the step executes once
+        more per window missed: RELIABILITY.md, "seen once")."""
+        return min(OUTAGE_PAUSE_MAX, _redispatch_window(self.host.options) / 3)
 
     async def _land_all(self, results: list[Message]) -> list[Message]:
         """Land results; the ones the store could not record (an outage) come back, held."""
@@ -274,6 +306,9 @@ class RemoteSteps:
 
     async def _land(self, result: Message) -> None:
         key = _key(result)
+        if self._stale(result):
+            log.info("dropping a result of %s from a dispatch sent again since", key[0])
+            return
         waiter = self._waiters.get(key)
         if waiter is not None and not waiter.done():
             waiter.set_result(result)
@@ -287,6 +322,7 @@ class RemoteSteps:
             result.get("output"),
             result.get("error"),
             self.host.now(),
+            fence=fence_of(result),
         )
         if outcome != "dropped":
             # The run resumes where its result landed, when this instance has room for it.
@@ -339,24 +375,31 @@ class RemoteSteps:
 
     async def _heard_beat(self, beat: Message) -> None:
         key = _key(beat)
+        if self._stale(beat):
+            return  # a stale execution's: it says nothing of the dispatch awaited
         if key in self._waiters:
             self._heard[key] = time.monotonic()
             self._beats[key] = self.host.now()
             return
-        throttle = self.host.options.heartbeat_persist_throttle
-        if time.monotonic() - self._persisted.get(key, -throttle) < throttle:
+        throttle = persist_throttle(self.host.options)
+        dispatch = (key, fence_of(beat))
+        if time.monotonic() - self._persisted.get(dispatch, -throttle) < throttle:
             return
-        self._persisted[key] = time.monotonic()
+        self._persisted[dispatch] = time.monotonic()
         if len(self._persisted) > 10_000:
             self._persisted.clear()
         try:
             await self.host.store.record_heartbeat(
-                str(beat.get("run_id")), int(beat.get("seq") or 0), key[1], self.host.now()
+                str(beat.get("run_id")),
+                int(beat.get("seq") or 0),
+                key[1],
+                self.host.now(),
+                fence=fence_of(beat),
             )
         except Exception as exc:
             # The worker's next beat is persisted instead; if the store stays away longer than
             # the attempt's window, the attempt falls silent and its retry rules apply.
-            del self._persisted[key]
+            del self._persisted[dispatch]
             if not is_infrastructure(exc):
                 raise
             self.host.outage.failed(exc, "recording a heartbeat")
@@ -423,6 +466,7 @@ def _running(
         last_heartbeat_at=prior.last_heartbeat_at if prior and prior.attempts == attempt else None,
         wake_at=_next_check(turn, op, started),
         dispatches=dispatches,
+        fence=turn.fence,
     )
 
 
@@ -437,13 +481,36 @@ def _redispatch_window(options: EngineOptions) -> float:
     return options.remote_redispatch or options.reconcile_interval
 
 
+def persist_throttle(options: EngineOptions) -> float:
+    """Seconds between two beats of one attempt an instance persists: the
+    ``heartbeat_persist_throttle``, but at most a third of the redispatch window. A turn judges
+    a step without ``timeout`` silent by the beat persisted last, which lags the last one heard
+    by up to this much: a throttle as long as the window (10 s against a ``remote_redispatch``
+    of 3) had a step whose worker was beating all along sent again after the window."""
+    return min(options.heartbeat_persist_throttle, _redispatch_window(options) / 3)
+
+
 def _out_of_dispatches(options: EngineOptions, record: StepRecord) -> bool:
     limit = options.remote_redispatch_max
     return limit is not None and record.dispatches > limit
 
 
+class _SendAgain(Exception):
+    """A task this turn sent already is to be sent again: it needs a newer fence than this
+    turn's, so the turn ends (due at once) and the next claim of the run sends it."""
+
+
+def _sent_by(turn: Turn, record: StepRecord) -> bool:
+    """Whether ``record``'s dispatch went out under this turn's fence (this turn sent it)."""
+    return record.fence is not None and record.fence >= turn.fence
+
+
 async def _redispatched(turn: Turn, op: StepOp, record: StepRecord) -> StepRecord:
-    """The same attempt recorded as sent once more, durably before it is sent."""
+    """The same attempt recorded as sent once more, durably before it is sent, under this
+    turn's fence; ``_SendAgain`` when this turn sent it already (a step is sent at most once
+    under a fence)."""
+    if _sent_by(turn, record):
+        raise _SendAgain()
     again = _running(
         turn, op, record, record.attempts, dispatches=record.dispatches + 1, started=turn.now()
     )
@@ -464,6 +531,7 @@ def _task(turn: Turn, op: StepOp, record: StepRecord) -> Message:
         "group": op.definition.group,
         "input": op.input,
         "attempt": record.attempts,
+        "fence": record.fence,
         "dispatched_at": turn.now().isoformat(),
     }
 
@@ -501,11 +569,15 @@ async def _watched(
 ) -> Settled | None:
     """Wait in memory for an attempt's result (sending its task first when ``send``)."""
     watch = _Watch(turn, op, remote, record, timeout)
-    # Expect before sending: the beat a worker sends as it takes the task must not be missed.
-    with remote.expecting(watch.key) as waiter:
-        if send:
-            await watch.send()
-        result = await watch.result(waiter, first)
+    try:
+        # Expect before sending: the beat a worker sends as it takes the task must not be missed.
+        with remote.expecting(watch.key, record) as waiter:
+            if send:
+                await watch.send()
+            result = await watch.result(waiter, first)
+    except _SendAgain:
+        turn.wake_by(turn.now())
+        return None
     return _resolve(turn, op, watch.record, result)
 
 
@@ -595,6 +667,7 @@ class _Watch:
             if _out_of_dispatches(options, self.record):
                 return None
             self.record = await _redispatched(self.turn, self.op, self.record)
+            self.remote.expect_dispatch(self.key, self.record)
             await self.send()
             due = window
         return min(self.timeout, due)
@@ -632,7 +705,7 @@ def _persisted_grace(
 ) -> float:
     """Seconds of silence still allowed because another instance persisted a recent beat.
 
-    That instance persists at most one beat per ``heartbeat_persist_throttle``: a worker beating
+    That instance persists at most one beat per ``persist_throttle``: a worker beating
     all along may have been heard that long after the last persisted beat, so a dispatcher that
     did not hear that beat itself allows one throttle more (seed 003, rule 3). A dispatcher that
     heard it (every instance hears every beat) gets no ``allowance``: it knows the worker's last
@@ -640,7 +713,7 @@ def _persisted_grace(
     """
     if stored is None or stored.last_heartbeat_at is None:
         return 0.0
-    window = timeout + (turn.host.options.heartbeat_persist_throttle if allowance else 0.0)
+    window = timeout + (persist_throttle(turn.host.options) if allowance else 0.0)
     return window - (turn.now() - stored.last_heartbeat_at).total_seconds()
 
 
@@ -655,7 +728,14 @@ def _resolve(turn: Turn, op: StepOp, record: StepRecord, result: Message | None)
     if result.get("ok"):
         output: JSON = result.get("output")
         turn.complete(
-            op.seq, StepKind.STEP, op.name, output, record, input=op.input, attempts=record.attempts
+            op.seq,
+            StepKind.STEP,
+            op.name,
+            output,
+            record,
+            input=op.input,
+            attempts=record.attempts,
+            fence=record.fence,
         )
         return Settled(True, output)
     return _attempt_failed(turn, op, record, dict(result.get("error") or {}))
@@ -706,7 +786,12 @@ async def _in_flight(
         return None
     if _out_of_dispatches(options, record):
         return _attempt_failed(turn, op, record, _timed_out(op, silent))
-    return await _send_and_wait(turn, op, remote, await _redispatched(turn, op, record))
+    try:
+        again = await _redispatched(turn, op, record)
+    except _SendAgain:
+        turn.wake_by(turn.now())
+        return None
+    return await _send_and_wait(turn, op, remote, again)
 
 
 async def _watch_again(

@@ -30,6 +30,7 @@ from .errors import (
     UnknownWorkflowError,
 )
 from .errors import error_dict as _error_dict
+from .fences import fence_of
 from .leases import LeaseKeeper
 from .models import (
     JSON,
@@ -389,6 +390,7 @@ def _task_run(task: Message) -> Run:
         namespace=None,
         priority=int(task.get("priority") or 0),
         recoveries=int(task.get("attempt") or 1) - 1,
+        fence=fence_of(task) or 0,  # the fence the turn's local steps present
     )
 
 

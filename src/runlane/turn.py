@@ -40,6 +40,7 @@ from .errors import (
     with_attempt,
 )
 from .faults import is_infrastructure
+from .fences import StepContext, within
 from .leases import LeaseKeeper
 from .models import (
     JSON,
@@ -170,6 +171,7 @@ class Turn:
     ) -> None:
         self.host = host
         self.run = claim.run
+        self.fence = claim.run.fence  # every step this turn executes or sends presents it
         self.owner = owner
         self.definition = definition
         self.records = {r.seq: r for r in claim.steps}
@@ -637,10 +639,11 @@ class Turn:
         started = self.now()
         began = time.monotonic()
         run = self.run
+        context = StepContext(run.id, op.seq, op.name, attempt, self.fence)
         try:
             with self.host.tracing.step(run.id, run.workflow, op.name, op.seq, attempt):
                 output = normalise(
-                    await self.host.call_step(op.definition, op.input),
+                    await within(context, self.host.call_step(op.definition, op.input)),
                     f"output of step {op.name!r}",
                 )
         except Exception as exc:
@@ -656,6 +659,7 @@ class Turn:
             input=op.input,
             attempts=attempt,
             started_at=started,
+            fence=self.fence,
         )
         return Settled(True, output)
 
@@ -679,6 +683,7 @@ class Turn:
             started_at=started,
             error=error,
             wake_at=wake,
+            fence=self.fence,
         )
         if wake is not None:
             self.wake_by(wake)

@@ -9,6 +9,11 @@ does not hold up this loop's beats and steps; the local steps it calls run on th
 A worker never touches the store. It runs up to ``concurrency`` steps at once, beats while each
 runs so the dispatching instance knows it is alive, and on ``stop()`` or cancellation it takes
 nothing more but finishes the steps in flight and sends their results.
+
+Every task carries its fence (``runlane.fences``): the worker starts no step task whose fence is
+not above the highest it has seen for that step, and no workflow task whose fence is not above
+the highest it has seen for that run's turns (a task sent again since, or a copy delivered
+twice); its results and beats carry the fence back.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from .codecs import Codec
 from .concurrency import call_step_body, run_on_own_loop
 from .definitions import StepDefinition, step_definition
 from .errors import ConfigurationError, UnknownStepError, error_dict
+from .fences import FenceBook, StepContext, fence_of, within
 from .payloads import Payloads
 from .registry import Registry
 from .replay import Pulse, failed_decision, replay
@@ -97,6 +103,7 @@ class Worker:
         self._stopped = asyncio.Event()
         self._running = False
         self._in_flight: set[asyncio.Task[None]] = set()
+        self.fences = FenceBook()  # the highest fence seen per step and per run's turns
 
     async def run(self) -> None:
         """Take and execute tasks until ``stop()`` or cancellation, then drain."""
@@ -179,7 +186,28 @@ class Worker:
             except Malformed as exc:
                 log.warning("worker %s: dropping a malformed task: %s", self.name, exc)
                 continue
+            if self._fenced_out(("step", str(task["run_id"]), str(task["seq"])), task):
+                continue
             self._start(self._execute(task))
+
+    def _fenced_out(self, key: tuple[str, ...], task: Message) -> bool:
+        """Whether the task's fence is not above the highest seen for ``key``: the task was
+        sent again since (or this is a copy of one taken already), and it is dropped."""
+        fence = fence_of(task)
+        if self.fences.admits(key, fence):
+            return False
+        seen = self.fences.seen(key)
+        what = "a copy of a task taken already" if fence == seen else "sent again since"
+        log.warning(
+            "worker %s: dropping %s task of %s under fence %s (%s: fence %s seen)",
+            self.name,
+            key[0],
+            ":".join(key[1:]),
+            fence,
+            what,
+            seen,
+        )
+        return True
 
     def _start(self, work: Coroutine[Any, Any, None]) -> None:
         running = asyncio.create_task(work)
@@ -195,6 +223,8 @@ class Worker:
             return
         if expired(task, datetime.now(UTC)):
             log.info("worker %s: skipping turn %s, sent again since", self.name, task["task_id"])
+            return
+        if self._fenced_out(("turn", str(task["run_id"])), task):
             return
         beat = {
             "protocol": PROTOCOL,
@@ -246,7 +276,7 @@ class Worker:
                 if definition is None or definition.fn is None:
                     raise UnknownStepError(name)
                 input = self.wire.open_task(task).get("input")
-                output = await call_step_body(definition.fn, input)
+                output = await within(_step_context(task), call_step_body(definition.fn, input))
                 output = normalise(output, f"output of step {name!r}")
         except Exception as exc:
             return self._result(task, ok=False, error=error_dict(exc))
@@ -259,18 +289,12 @@ class Worker:
             "ok": ok,
             "output": output,
             "error": error,
-            "attempt": task.get("attempt"),
             "worker": self.name,
         }
         return self.wire.seal_result(result)
 
     async def _beat(self, task: Message, done: asyncio.Event) -> None:
-        beat = {
-            **_identity(task),
-            "protocol": PROTOCOL,
-            "attempt": task.get("attempt"),
-            "worker": self.name,
-        }
+        beat = {**_identity(task), "protocol": PROTOCOL, "worker": self.name}
         await self._beats(beat, done)
 
     async def _beats(self, beat: Message, done: asyncio.Event, pulse: Pulse | None = None) -> None:
@@ -309,7 +333,26 @@ def _definition(step: Any) -> StepDefinition:
 
 
 def _identity(task: Message) -> Message:
-    return {"step_id": task.get("step_id"), "run_id": task.get("run_id"), "seq": task.get("seq")}
+    """What a step task's result and beats repeat of it: the step, its attempt and its fence."""
+    fence = fence_of(task)
+    return {
+        "step_id": task.get("step_id"),
+        "run_id": task.get("run_id"),
+        "seq": task.get("seq"),
+        "attempt": task.get("attempt"),
+        **({} if fence is None else {"fence": fence}),
+    }
+
+
+def _step_context(task: Message) -> StepContext:
+    """A step task's :func:`runlane.step_context` (fence 0: an engine that sends none)."""
+    return StepContext(
+        str(task["run_id"]),
+        int(task["seq"]),
+        str(task["name"]),
+        int(task["attempt"]),
+        fence_of(task) or 0,
+    )
 
 
 ANNOUNCE_EVERY = 10

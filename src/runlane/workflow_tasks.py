@@ -131,6 +131,7 @@ def workflow_task(
         "group": group,
         "input": run.input,
         "attempt": run.recoveries + 1,
+        "fence": run.fence,
         "priority": run.priority,
         "history": [record_doc(r) for r in sorted(history, key=lambda r: r.seq)],
         "signals": [{"id": s.id, "name": s.name, "payload": s.payload} for s in signals],
@@ -232,6 +233,9 @@ def check_workflow_task(message: Any) -> Message:
             raise Malformed(f"workflow task field {name!r} must be a non-empty string")
     if not _seq(message.get("attempt")):
         raise Malformed("workflow task field 'attempt' must be a positive integer")
+    fence = message.get("fence")
+    if fence is not None and (not isinstance(fence, int) or isinstance(fence, bool) or fence < 0):
+        raise Malformed(f"workflow task field 'fence' must be a non-negative integer: {fence!r}")
     for name, kind in (("history", list), ("signals", list), ("children", dict)):
         if not isinstance(message.get(name, kind()), kind):
             raise Malformed(f"workflow task field {name!r} must be a JSON {kind.__name__}")

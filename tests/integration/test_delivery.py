@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 import runlane
-from runlane import Engine, Retry, RunStatus
+from runlane import Engine, Retry, RunStatus, StoreUnavailableError
 from runlane.stores import open_store
 from runlane.transports import DbTransport, RedisTransport
 from runlane.transports.base import Transport
@@ -195,9 +195,9 @@ async def test_a_result_another_instance_recorded_resolves_the_dispatchers_wait_
     recorded: list[str] = []
     record = other.store.record_step_result
 
-    async def recording(run_id: str, *args: Any) -> Any:
+    async def recording(run_id: str, *args: Any, **kwargs: Any) -> Any:
         recorded.append(run_id)
-        return await record(run_id, *args)
+        return await record(run_id, *args, **kwargs)
 
     setattr(other.store, "record_step_result", recording)  # noqa: B010 (a spy for the test)
     await fleet.worker()
@@ -401,6 +401,49 @@ async def test_a_beat_persisted_elsewhere_buys_one_persist_interval_of_silence(f
     assert done.status == RunStatus.COMPLETED, done.error
     [step] = await dispatcher.list_steps("live-2")
     assert step.attempts == 1
+
+
+async def test_a_step_whose_worker_beats_is_not_sent_again_however_long_it_runs(
+    fleet: Any,
+) -> None:
+    # Found by the simulation with workers: a step without a timeout is judged silent by the
+    # beat persisted last, and beats were persisted at most every heartbeat_persist_throttle
+    # (10 s) whatever remote_redispatch was: a step running longer than the window was sent
+    # again while its worker beat. Persisted at least every third of the window now.
+    engine = await fleet("solo", remote_redispatch=0.6)
+    await fleet.worker()
+    await engine.start(checkout, {"amount": 7, "seconds": 2.0}, run_id="long-1")
+    done = await engine.wait_for_run("long-1", timeout=20)
+    assert done.status == RunStatus.COMPLETED, done.error
+    [_, step] = await engine.list_steps("long-1")
+    assert (step.attempts, step.dispatches) == (1, 1), step
+
+
+async def test_a_result_held_through_an_outage_lands_before_its_step_is_sent_again(
+    fleet: Any,
+) -> None:
+    # The "seen once" triple execution of the chaos run: while PostgreSQL's connections kept
+    # failing and reconnecting, an engine held each result through a retry pause that grew to
+    # 5 s, past the 3 s redispatch window, and a turn whose own writes went through sent the
+    # step again. The pause is at most a third of the window now.
+    engine = await fleet("solo", remote_redispatch=2.4)
+    store: Any = engine.store
+    record, failed = store.record_step_result, list[str]()
+
+    async def flapping(*args: Any, **kwargs: Any) -> Any:
+        if len(failed) < 3:
+            failed.append(args[0])
+            raise StoreUnavailableError("the connection was reset")
+        return await record(*args, **kwargs)
+
+    store.record_step_result = flapping
+    await fleet.worker()
+    await engine.start(checkout, {"amount": 8}, run_id="held-1")
+    done = await engine.wait_for_run("held-1", timeout=20)
+    assert done.status == RunStatus.COMPLETED, done.error
+    assert failed == ["held-1"] * 3
+    [_, step] = await engine.list_steps("held-1")
+    assert (step.attempts, step.dispatches) == (1, 1), step
 
 
 async def test_a_lost_dispatch_is_sent_again(fleet: Any) -> None:

@@ -44,6 +44,7 @@ EMBEDDED = [
     "updates",
     "operating_runs",
     "encryption",
+    "fencing",
 ]
 ON_SERVICES = ["fleet", "remote_workers"]
 PYTEST_MODULES = ["test_workflows", "test_my_store", "test_my_transport"]

@@ -221,6 +221,50 @@ async def test_a_node_worker_replays_a_history_from_before_a_patch_down_the_old_
     assert decision["outcome"] == {"type": "suspend", "wake_at": None}
 
 
+async def test_a_node_worker_starts_no_task_under_a_fence_it_has_seen_surpassed(
+    prefix: str, node_worker: subprocess.Popen[str]
+) -> None:
+    """Step tasks of one step under fences 5, 3 (sent again since), 5 (a copy), 6: the step
+    runs for 5 and 6 only and reads each one's fence in its context; a workflow task of a run
+    under a fence below one its turns were taken under is not replayed either."""
+    transport = RedisTransport(REDIS_URL, prefix=prefix)
+    await transport.open()
+
+    def stamp(fence: int) -> dict[str, object]:
+        return {
+            "protocol": 1, "step_id": "r1:2", "run_id": "r1", "seq": 2, "name": "js.stamp",
+            "group": "node-steps", "input": fence, "attempt": 1, "fence": fence,
+        }  # fmt: skip
+
+    def turn(fence: int) -> dict[str, object]:
+        return {
+            "protocol": 1, "kind": "workflow", "task_id": f"t{fence}", "run_id": "w1",
+            "workflow": "js-child", "version": "1", "group": "node-wf", "input": "hi",
+            "attempt": 1, "fence": fence, "history": [], "signals": [], "children": {},
+            "expires_at": "2999-01-01T00:00:00+00:00", "reply_to": "decisions:js-child@1",
+        }  # fmt: skip
+
+    try:
+        await transport.send_tasks("node-steps", [stamp(5), stamp(3), stamp(5), stamp(6)])
+        await transport.send_tasks("node-wf", [turn(4), turn(2)])
+        results: list[dict[str, object]] = []
+        for _ in range(30):
+            results += await transport.take_results(4, 0.5)
+            if len(results) >= 2:
+                break
+        results += await transport.take_results(4, 0.5)  # nothing more may come
+        decisions = await transport.take_decisions(["decisions:js-child@1"], 4, 10.0)
+        decisions += await transport.take_decisions(["decisions:js-child@1"], 4, 0.5)
+    finally:
+        await transport.purge()
+        await transport.close()
+    assert [(r["fence"], r["output"]) for r in results] == [
+        (5, {"input": 5, "step": "r1:2", "fence": 5}),
+        (6, {"input": 6, "step": "r1:2", "fence": 6}),
+    ]
+    assert [d["task_id"] for d in decisions] == ["t4"]
+
+
 async def _until_waiting_for_signal(
     engine: Engine, run_id: str, proc: subprocess.Popen[str]
 ) -> None:

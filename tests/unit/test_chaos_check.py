@@ -172,6 +172,29 @@ def test_a_waiter_admitted_before_an_older_one_breaks_fifo() -> None:
     assert _counts(_evidence(runs, executions=log))["fifo"] == 1
 
 
+def test_a_waiter_passing_an_older_one_that_was_paused_keeps_fifo() -> None:
+    # A paused run waits in no line: q3 admitted during q2's pause, or just after its resume
+    # (admitted before it), has not jumped it; once q2 is back in line, q4 has.
+    lane = "s:queue:0"
+    runs = _lane_runs("c.queue", "q1", "q2", "q3", "q4", "q5")
+    pause = [
+        {"event": "pause", "run": "q2", "t": 1.5},
+        {"event": "paused", "run": "q2", "t": 1.6, "result": True},
+        {"event": "resume", "run": "q2", "t": 2.9},
+        {"event": "resumed", "run": "q2", "t": 3.0, "result": True},
+    ]
+    log = [
+        _exec("q1", "a", 1.0, lane=lane),
+        _exec("q3", "a", 2.0, lane=lane),
+        _exec("q4", "a", 4.0, lane=lane),
+        _exec("q2", "a", 10.0, lane=lane),
+        _exec("q5", "a", 11.0, lane=lane),
+    ]
+    assert "fifo" not in _counts(_evidence(runs, executions=log, record=pause))
+    late = [*log[:2], _exec("q4", "a", 9.0, lane=lane), *log[3:]]
+    assert _counts(_evidence(runs, executions=late, record=pause))["fifo"] == 1
+
+
 def test_more_bodies_of_a_quota_key_than_its_limit_are_caught() -> None:
     lane = "c:0"
     runs = _lane_runs("c.quota", "k1", "k2", "k3", "k4")

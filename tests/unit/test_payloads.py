@@ -154,6 +154,18 @@ def test_every_store_method_is_known_to_carry_payloads_or_not() -> None:
     assert not (own & PASSED)
 
 
+def test_every_method_the_encoded_store_defines_takes_what_the_protocol_takes() -> None:
+    # A parameter the protocol gains (a keyword such as ``fence``) must reach the inner store.
+    for name, method in vars(EncodedStore).items():
+        if name.startswith("_") or not hasattr(Store, name):
+            continue
+        ours = list(inspect.signature(method).parameters.values())
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ours):
+            continue  # forwards every keyword as it came
+        theirs = list(inspect.signature(getattr(Store, name)).parameters.values())
+        assert [(p.name, p.kind) for p in ours] == [(p.name, p.kind) for p in theirs], name
+
+
 def test_a_store_method_not_said_to_carry_no_payload_is_refused_not_passed_in_clear(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

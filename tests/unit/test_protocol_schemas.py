@@ -106,6 +106,14 @@ def test_every_message_schema_has_a_golden_example() -> None:
             },
         ),
         ("step-result", {"step_id": "r:1", "run_id": "r", "seq": 1, "attempt": 1}),
+        (
+            "step-task",
+            {"step_id": "r:1", "run_id": "r", "seq": 1, "name": "s", "attempt": 1, "fence": -1},
+        ),
+        (
+            "step-heartbeat",
+            {"step_id": "r:1", "run_id": "r", "seq": 1, "attempt": 1, "fence": "7"},
+        ),
     ],
 )
 def test_a_message_breaking_its_schema_is_refused(kind: str, message: Message) -> None:
@@ -220,6 +228,8 @@ async def test_the_messages_the_engine_and_the_worker_send_follow_the_schemas() 
     assert {"workflow-task", "decision", "step-task", "step-result", "worker-descriptor"} <= seen
     written = {c["kind"] for m in transport.sent for c in m.get("checkpoints", [])}
     assert {"update", "reply"} <= written
+    fenced = {message_kind(m) for m in transport.sent if isinstance(m.get("fence"), int)}
+    assert {"workflow-task", "step-task", "step-result", "step-heartbeat"} <= fenced
 
 
 async def test_an_engine_hears_who_joined_and_says_when_a_worker_speaks_another_protocol(

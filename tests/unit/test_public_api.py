@@ -21,6 +21,7 @@ EXPECTED = {
     "KeyFunctionError",
     "MissingExtraError",
     "NonDeterminismError",
+    "NotInStepError",
     "PayloadCodecError",
     "RateLimit",
     "RateLimitError",
@@ -41,6 +42,7 @@ EXPECTED = {
     "SignalTimeoutError",
     "Singleton",
     "SingletonQueueFullError",
+    "StepContext",
     "StepQueue",
     "StepRecord",
     "StepTimeoutError",
@@ -52,6 +54,7 @@ EXPECTED = {
     "UpdateTimeoutError",
     "Worker",
     "step",
+    "step_context",
     "workflow",
 }
 

@@ -11,6 +11,8 @@ const codec = keys ? new Fernet(keys.split(",")) : null;
 const steps = {
   "js.greet": async (name) => `hello ${name}`,
   "js.shout": async (text) => text.toUpperCase(),
+  // A step's second argument is its context: its fence goes to the system it writes to.
+  "js.stamp": async (input, step) => ({ input, step: step.stepId, fence: step.fence }),
 };
 
 const workflows = {

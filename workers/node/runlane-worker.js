@@ -12,6 +12,10 @@
 // waitForUpdate and reply, child, startChild, now, setAttributes, patched and deprecatePatch.
 // An operation that cannot finish in this turn throws a Suspend, which the body must not catch
 // (it ends the turn).
+//
+// A step body is `async (input, step) => output`; `step` is its step context: runId, seq,
+// stepId, name, attempt and fence (the fencing token: greater for each later execution of the
+// step; pass it to the systems the step writes to, which refuse a lower one).
 
 import { createClient } from "redis";
 import os from "node:os";
@@ -45,6 +49,7 @@ export class StepFailed extends Error {
 }
 
 const NEWER_CODE_RETRY = 2.0; // seconds
+const FENCES_KEPT = 10000; // the steps (and runs' turns) whose highest fence a worker remembers
 const UPDATE_SIGNALS = "$update:"; // an update is buffered as a signal named so (docs/wire.md)
 const iso = (ms) => new Date(ms).toISOString().replace("Z", "+00:00");
 const TERMINAL = new Set(["completed", "failed", "cancelled", "dead"]);
@@ -69,6 +74,30 @@ function checkAttributes(attributes) {
         || (text && value.includes("\0"))) {
       throw new TypeError(`attribute ${JSON.stringify(name)}: ${JSON.stringify(value)} is no attribute value`);
     }
+  }
+}
+
+// A step's context, as its body's second argument (the Python worker's runlane.step_context()).
+function stepContext(runId, seq, name, attempt, fence) {
+  return { runId, seq, stepId: `${runId}:${seq}`, name, attempt, fence: fence ?? 0 };
+}
+
+// The highest fence taken per key: a task whose fence is not above it was sent again since (or
+// is a copy of one taken already) and is not started. A task without a fence always is.
+class FenceBook {
+  constructor(size = FENCES_KEPT) {
+    this.size = size;
+    this.highest = new Map();
+  }
+
+  admits(key, fence) {
+    if (typeof fence !== "number") return true;
+    const seen = this.highest.get(key);
+    if (seen !== undefined && fence <= seen) return false;
+    this.highest.delete(key); // re-inserted last: the most recently seen stay
+    this.highest.set(key, fence);
+    if (this.highest.size > this.size) this.highest.delete(this.highest.keys().next().value);
+    return true;
   }
 }
 
@@ -190,7 +219,8 @@ class Turn {
     const body = this.steps[name];
     try {
       if (!body) throw Object.assign(new Error(name), { name: "UnknownStepError" });
-      const output = (await body(input)) ?? null;
+      const step = stepContext(this.task.run_id, seq, name, attempt, this.task.fence);
+      const output = (await body(input, step)) ?? null;
       this.write(seq, "step", name, "completed", { input, output, attempts: attempt });
       return output;
     } catch (err) {
@@ -351,6 +381,7 @@ export class Worker {
     this.sender = createClient({ url });
     this.inFlight = new Set();
     this.stopping = false;
+    this.fences = new FenceBook();
   }
 
   key(name) {
@@ -402,6 +433,11 @@ export class Worker {
       console.warn(`runlane worker ${this.name}: dropping a malformed task (${err.message})`);
       return;
     }
+    const key = task.kind === "workflow" ? `turn:${task.run_id}` : `step:${task.run_id}:${task.seq}`;
+    if (!this.fences.admits(key, task.fence)) {
+      console.warn(`runlane worker ${this.name}: dropping ${key} under fence ${task.fence} (a newer one was taken)`);
+      return;
+    }
     const work = (task.kind === "workflow" ? this.turn(task) : this.execute(task))
       .catch((err) => console.error(`runlane worker ${this.name}:`, err))
       .finally(() => this.inFlight.delete(work));
@@ -422,19 +458,22 @@ export class Worker {
   }
 
   async execute(task) {
-    const identity = { step_id: task.step_id, run_id: task.run_id, seq: task.seq };
-    const beat = { protocol: PROTOCOL, ...identity, attempt: task.attempt, worker: this.name };
+    // Results and beats repeat the step, its attempt and its fence (when the task had one).
+    const identity = { step_id: task.step_id, run_id: task.run_id, seq: task.seq, attempt: task.attempt };
+    if (typeof task.fence === "number") identity.fence = task.fence;
+    const beat = { protocol: PROTOCOL, ...identity, worker: this.name };
+    const step = stepContext(task.run_id, task.seq, task.name, task.attempt, task.fence);
     const result = await this.beating(beat, async () => {
       const body = this.steps[task.name];
       try {
         if (!body) throw Object.assign(new Error(task.name), { name: "UnknownStepError" });
         const { input } = this.wire.openTask(task);
-        return { ok: true, output: (await body(input)) ?? null, error: null };
+        return { ok: true, output: (await body(input, step)) ?? null, error: null };
       } catch (err) {
         return { ok: false, output: null, error: errorDoc(err) };
       }
     });
-    const message = { protocol: PROTOCOL, ...identity, ...result, attempt: task.attempt, worker: this.name };
+    const message = { protocol: PROTOCOL, ...identity, ...result, worker: this.name };
     await this.send(this.wire.sealResult(message));
   }
 

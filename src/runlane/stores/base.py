@@ -28,6 +28,11 @@ Vocabulary:
 * **Held**: a run its throttle or debounce holds is ``blocked`` with ``wake_at = begin_at`` and
   ``begin_at > now``. It is no singleton waiter until then: admission neither counts it ahead of
   other waiters nor wakes or hands a slot to it.
+* **Fence**: every write that leases a run to a claimer (a claim, a claim at creation, a
+  settlement's hand-off to a successor, a decision's claim) sets ``fence = fence + 1`` in that
+  same write, and never otherwise changes it (a requeue keeps it). A step record keeps the
+  ``fence`` its writer gave it (the execution that made it); a worker's report carrying a fence
+  older than its record's is stale (``models.older_fence``).
 * **Served**: an engine claims only the runs whose ``(workflow, version)`` it can replay
   (:class:`~runlane.models.Serves`). The claim queries and claims take ``serves`` and leave
   every other run exactly as it is (``serves=None``: every code, for tools and tests). An index
@@ -356,9 +361,9 @@ class Store(Reads, Protocol):
           write on (and ``admission_retries`` goes back to 0). Denied, it is parked ``blocked``
           with ``wake_at = singleton_retry.due(now, admission_retries)``, ``admission_retries``
           grows by one, and ``outcome.parked`` is true.
-        * Claimed: status ``running``, lease set, ``wake_at`` and ``wake_requested_at`` cleared;
-          the outcome carries the run, its step records (by seq) and its unconsumed signals
-          (oldest first).
+        * Claimed: status ``running``, lease set, ``wake_at`` and ``wake_requested_at`` cleared,
+          the next ``fence`` taken; the outcome carries the run, its step records (by seq) and
+          its unconsumed signals (oldest first).
         """
         ...
 
@@ -415,24 +420,32 @@ class Store(Reads, Protocol):
         output: object,
         error: dict[str, object] | None,
         now: datetime,
+        *,
+        fence: int | None = None,
     ) -> str:
         """Write a remote step's result reported by a worker, outside any lease; wake the run.
 
         Applies when the run is active and its record at ``seq`` is ``running`` with
-        ``attempts == attempt``: the record becomes ``completed`` with ``output``, or, for a
+        ``attempts == attempt`` and a ``fence`` no newer than the result's (the result's task
+        was the record's last dispatch; ``fence=None``, a worker that sends none, or a record
+        without one: by attempt only): the record becomes ``completed`` with ``output``, or, for a
         failed attempt, ``pending`` with ``error`` and no ``wake_at`` (the next turn decides on
         a retry); ``finished_at = now``; then the run is woken. Returns ``"recorded"``.
         ``"duplicate"``: the record already left ``running`` for that attempt; nothing is
         written, but a suspended run is woken all the same (whoever settled the step may have
-        died before waking it). ``"dropped"``: unknown or terminal run, no such record, or a
-        stale attempt; nothing written.
+        died before waking it). ``"dropped"``: unknown or terminal run, no such record, a
+        stale attempt, or a stale fence (``models.older_fence``: the step was sent again since);
+        nothing written.
         """
         ...
 
-    async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
+    async def record_heartbeat(
+        self, run_id: str, seq: int, attempt: int, at: datetime, *, fence: int | None = None
+    ) -> bool:
         """Set ``last_heartbeat_at = at`` on the ``running`` record at ``seq`` for ``attempt``.
 
-        False (nothing written) when there is no such record or the run is terminal.
+        False (nothing written) when there is no such record, the run is terminal, or the beat's
+        ``fence`` is older than the record's (``models.older_fence``).
         """
         ...
 

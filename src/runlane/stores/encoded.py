@@ -301,10 +301,19 @@ class EncodedStore:
         output: object,
         error: dict[str, object] | None,
         now: datetime,
+        *,
+        fence: int | None = None,
     ) -> str:
         payloads = self.payloads
         return await self.inner.record_step_result(
-            run_id, seq, attempt, ok, payloads.seal(output), payloads.seal_error(error), now
+            run_id,
+            seq,
+            attempt,
+            ok,
+            payloads.seal(output),
+            payloads.seal_error(error),
+            now,
+            fence=fence,
         )
 
     async def deliver_signal(

@@ -60,6 +60,7 @@ from ..models import (
     claimed_run,
     evolved,
     leaves_line,
+    older_fence,
     pausable,
     paused_run,
     requeue_spec,
@@ -246,9 +247,11 @@ class MemoryStore:
         output: object,
         error: dict[str, object] | None,
         now: datetime,
+        *,
+        fence: int | None = None,
     ) -> str:
         record = self._steps.get(run_id, {}).get(seq)
-        verdict = report_verdict(self._runs.get(run_id), record, attempt)
+        verdict = report_verdict(self._runs.get(run_id), record, attempt, fence)
         if verdict == "recorded" and record is not None:
             self._steps[run_id][seq] = reported_step(record, ok, output, error, now)
             if self._runs[run_id].queued:
@@ -257,12 +260,16 @@ class MemoryStore:
             self._wake(run_id, now)
         return verdict
 
-    async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
+    async def record_heartbeat(
+        self, run_id: str, seq: int, attempt: int, at: datetime, *, fence: int | None = None
+    ) -> bool:
         run = self._runs.get(run_id)
         record = self._steps.get(run_id, {}).get(seq)
         if run is None or run.is_terminal or record is None:
             return False
         if record.status != StepStatus.RUNNING or record.attempts != attempt:
+            return False
+        if older_fence(fence, record):
             return False
         self._steps[run_id][seq] = replace(record, last_heartbeat_at=at)
         return True
@@ -946,9 +953,14 @@ class _MemoryQueues:
         return [run_id for run_id in run_ids if self._store._wake(run_id, now)]
 
 
-def report_verdict(run: Run | None, record: StepRecord | None, attempt: int) -> str:
-    """How a worker's report on ``attempt`` of ``record`` lands (``Store.record_step_result``)."""
+def report_verdict(
+    run: Run | None, record: StepRecord | None, attempt: int, fence: int | None
+) -> str:
+    """How a worker's report on ``attempt`` of ``record``, sent under ``fence``, lands
+    (``Store.record_step_result``)."""
     if run is None or run.is_terminal or record is None or record.attempts != attempt:
+        return "dropped"
+    if older_fence(fence, record):
         return "dropped"
     return "recorded" if record.status == StepStatus.RUNNING else "duplicate"
 

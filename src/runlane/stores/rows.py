@@ -68,6 +68,7 @@ def run_from_row(row: Any, decode: Decode) -> Run:
         forked_from=_forked_from(decode.json(row["forked_from"])),
         pause_requested_at=moment(row["pause_requested_at"]),
         detached=bool(row["detached"]),
+        fence=row["fence"],
     )
 
 
@@ -96,6 +97,7 @@ def step_from_row(row: Any, decode: Decode) -> StepRecord:
         last_heartbeat_at=decode.moment(row["last_heartbeat_at"]),
         wake_at=decode.moment(row["wake_at"]),
         dispatches=row["dispatches"],
+        fence=row["fence"],
     )
 
 

@@ -3216,6 +3216,72 @@ async def test_cancel_of_a_paused_run_settles_it_and_frees_its_slot(store: Store
     assert await store.pause_run("a", at(3)) is False
 
 
+# ---------------------------------------------------------------- fences
+
+
+async def test_every_claim_of_a_run_takes_its_next_fence(store: Store) -> None:
+    await create(store, spec("a"))
+    assert (await run_of(store, "a")).fence == 0
+    assert (await lease(store, "a")).fence == 1
+    await store.suspend_run("a", "owner-1", Writes(), at(5), at(1))
+    assert (await run_of(store, "a")).fence == 1  # a turn's writes keep it
+    assert (await lease(store, "a", now=at(5))).fence == 2
+    recovered = await claim(store, "a", owner="owner-2", now=at(5) + LEASE)
+    assert recovered.claim is not None and recovered.claim.run.fence == 3
+    await store.settle_run("a", "owner-2", Writes(), Settlement(RunStatus.FAILED), at(40))
+    await store.requeue_run("a", at(41), None)
+    assert (await run_of(store, "a")).fence == 3  # a requeue keeps it
+    assert (await lease(store, "a", now=at(41))).fence == 4
+
+
+async def test_a_claim_at_creation_a_hand_off_and_a_decision_take_the_next_fence(
+    store: Store,
+) -> None:
+    [started] = await store.create_runs([spec("a")], T0, lease=Lease("owner-1", at(30)))
+    assert started.claim is not None and started.claim.run.fence == 1
+    await holder_and_waiter(store, "heir")
+    result = await store.settle_run(
+        "holder", "owner-1", Writes(), DONE, at(10), successor=Lease("heir-owner", at(40))
+    )
+    assert result.successor is not None and result.successor.run.fence == 1
+    assert (await awaiting(store, "r", "t1")).fence == 1
+    decided = await store.claim_decision("r", "t1", "owner-2", at(1), at(31))
+    assert decided is not None and decided.run.fence == 2
+
+
+async def test_a_step_record_keeps_the_fence_its_writer_gave_it(store: Store) -> None:
+    await dispatched(store, "a", remote("a", fence=7), step("a", 2, fence=6), step("a", 3))
+    assert [r.fence for r in await store.list_steps("a")] == [7, 6, None]
+
+
+async def test_a_result_of_an_older_fence_than_its_records_drops(store: Store) -> None:
+    await dispatched(store, "a", remote("a", fence=5))
+    steps = await store.list_steps("a")
+    assert await store.record_step_result("a", 1, 1, True, "old", None, at(3), fence=4) == "dropped"
+    assert await store.list_steps("a") == steps
+    assert (await run_of(store, "a")).wake_at is None  # not woken either
+    assert await store.record_step_result("a", 1, 1, True, "ok", None, at(4), fence=5) == "recorded"
+    assert await store.record_step_result("a", 1, 1, True, "x", None, at(5), fence=4) == "dropped"
+    assert await store.record_step_result("a", 1, 1, True, "x", None, at(5)) == "duplicate"
+
+
+async def test_a_result_without_a_fence_or_for_a_record_without_one_goes_by_attempt(
+    store: Store,
+) -> None:
+    await dispatched(store, "a", remote("a", 1, fence=5), remote("a", 2))
+    assert await store.record_step_result("a", 1, 1, True, "v", None, at(3)) == "recorded"
+    assert await store.record_step_result("a", 2, 1, True, "w", None, at(3), fence=1) == "recorded"
+
+
+async def test_a_heartbeat_of_an_older_fence_than_its_records_is_refused(store: Store) -> None:
+    await dispatched(store, "a", remote("a", fence=5))
+    assert await store.record_heartbeat("a", 1, 1, at(3), fence=4) is False
+    assert (await store.get_step("a", 1)) == remote("a", fence=5)
+    assert await store.record_heartbeat("a", 1, 1, at(4), fence=5) is True
+    assert await store.record_heartbeat("a", 1, 1, at(5)) is True
+    assert (await store.get_step("a", 1)) == remote("a", fence=5, last_heartbeat_at=at(5))
+
+
 # ---------------------------------------------------------------- forks
 
 

@@ -48,6 +48,11 @@ def _optional_int(value: Any) -> bool:
     return value is None or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def _optional_fence(value: Any) -> bool:
+    """A fencing token, or none (a sender from before fencing)."""
+    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+
 def _reason(value: Any) -> bool:
     return value in ("start", "wake", "timer")
 
@@ -79,6 +84,7 @@ _FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
         "seq": (_count, "a positive integer"),
         "name": (_text, "a non-empty string"),
         "attempt": (_count, "a positive integer"),
+        "fence": (_optional_fence, "a non-negative integer or absent"),
     },
     "result": {
         "step_id": (_text, "a non-empty string"),
@@ -87,6 +93,7 @@ _FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
         "attempt": (_count, "a positive integer"),
         "ok": (_flag, "true or false"),
         "error": (_error, "an object or null"),
+        "fence": (_optional_fence, "a non-negative integer or absent"),
     },
     "worker": {
         "worker": (_text, "a non-empty string"),
@@ -99,6 +106,7 @@ _FIELDS: dict[str, dict[str, tuple[Check, str]]] = {
         "run_id": (_text, "a non-empty string"),
         "seq": (_count, "a positive integer"),
         "attempt": (_count, "a positive integer"),
+        "fence": (_optional_fence, "a non-negative integer or absent"),
     },
 }
 

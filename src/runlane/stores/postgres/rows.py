@@ -298,6 +298,7 @@ def step_documents(writes: Writes) -> list[dict[str, Any]]:
             "last_heartbeat_at": _iso(r.last_heartbeat_at),
             "wake_at": _iso(r.wake_at),
             "dispatches": r.dispatches,
+            "fence": r.fence,
         }
         for r in writes.steps
     ]

@@ -468,6 +468,8 @@ class PostgresStore:
         output: object,
         error: dict[str, object] | None,
         now: datetime,
+        *,
+        fence: int | None = None,
     ) -> str:
         result = {
             "id": run_id,
@@ -486,6 +488,8 @@ class PostgresStore:
             found = _first(rows)
             if found is None or found["run_status"] in _TERMINAL or found["attempts"] != attempt:
                 return "dropped"
+            if fence is not None and found["fence"] is not None and fence < found["fence"]:
+                return "dropped"  # an older execution's (models.older_fence)
             if found["status"] != StepStatus.RUNNING:
                 await self._wake(conn, [run_id], now)
                 return "duplicate"
@@ -499,8 +503,10 @@ class PostgresStore:
 
         return await self._db.tx(work)
 
-    async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
-        beat = {"id": run_id, "seq": seq, "attempt": attempt, "at": at}
+    async def record_heartbeat(
+        self, run_id: str, seq: int, attempt: int, at: datetime, *, fence: int | None = None
+    ) -> bool:
+        beat = {"id": run_id, "seq": seq, "attempt": attempt, "at": at, "fence": fence}
         return bool(await self._db.rows("record_heartbeat", **beat))
 
     # ---------------------------------------------------------------- turn writes (fenced)

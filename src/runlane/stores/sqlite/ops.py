@@ -343,9 +343,10 @@ def record_step_result(
     output: object,
     error: dict[str, object] | None,
     now: datetime,
+    fence: int | None,
 ) -> str:
     record = get_step(conn, run_id, seq)
-    verdict = report_verdict(get_run(conn, run_id), record, attempt)
+    verdict = report_verdict(get_run(conn, run_id), record, attempt, fence)
     if verdict == "recorded" and record is not None:
         _save_step(conn, reported_step(record, ok, output, error, now))
         if _existing(conn, run_id).queued:
@@ -355,9 +356,12 @@ def record_step_result(
     return verdict
 
 
-def record_heartbeat(conn: Conn, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
+def record_heartbeat(
+    conn: Conn, run_id: str, seq: int, attempt: int, at: datetime, fence: int | None
+) -> bool:
     cursor = conn.execute(
-        SQL["record_heartbeat"], (ts(at), run_id, seq, str(StepStatus.RUNNING), attempt)
+        SQL["record_heartbeat"],
+        (ts(at), run_id, seq, str(StepStatus.RUNNING), attempt, fence, fence),
     )
     return cursor.rowcount == 1
 

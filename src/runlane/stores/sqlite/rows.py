@@ -51,7 +51,7 @@ RUN_COLUMNS = (
     " concurrency_key, lease_owner, lease_expires_at, deadline_at, recoveries, wake_requested_at,"
     " concurrency_limit, concurrency_statuses, admission_retries, queued, failures, rate_key,"
     " rate_at, begin_at, debounce_key, awaiting_decision_task_id, rate_limit, rate_until,"
-    " handoff_at, forked_from, pause_requested_at, detached, attributes"
+    " handoff_at, forked_from, pause_requested_at, detached, attributes, fence"
 )
 
 
@@ -148,7 +148,7 @@ def step_from_row(row: sqlite3.Row) -> StepRecord:
 
 STEP_COLUMNS = (
     "run_id, seq, name, kind, status, input, output, error, attempts, started_at, finished_at,"
-    " last_heartbeat_at, wake_at, dispatches"
+    " last_heartbeat_at, wake_at, dispatches, fence"
 )
 
 
@@ -169,6 +169,7 @@ def step_values(record: StepRecord) -> tuple[Any, ...]:
         ts(record.last_heartbeat_at),
         ts(record.wake_at),
         record.dispatches,
+        record.fence,
     )
 
 

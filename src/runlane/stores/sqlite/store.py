@@ -323,13 +323,17 @@ class SqliteStore:
         output: object,
         error: dict[str, object] | None,
         now: datetime,
+        *,
+        fence: int | None = None,
     ) -> str:
         return await self._write(
-            ops.record_step_result, run_id, seq, attempt, ok, output, error, now
+            ops.record_step_result, run_id, seq, attempt, ok, output, error, now, fence
         )
 
-    async def record_heartbeat(self, run_id: str, seq: int, attempt: int, at: datetime) -> bool:
-        return await self._write(ops.record_heartbeat, run_id, seq, attempt, at)
+    async def record_heartbeat(
+        self, run_id: str, seq: int, attempt: int, at: datetime, *, fence: int | None = None
+    ) -> bool:
+        return await self._write(ops.record_heartbeat, run_id, seq, attempt, at, fence)
 
     # ---------------------------------------------------------------- remote workflow turns
 

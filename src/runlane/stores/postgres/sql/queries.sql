@@ -89,7 +89,7 @@ INSERT INTO runlane_runs (
     priority, singleton_key, singleton_limit, concurrency_key, concurrency_limit,
     concurrency_statuses, deadline_at, lease_owner, lease_expires_at, holds_slot, rate_key,
     rate_at, begin_at, wake_at, debounce_key, rate_limit, rate_until, admission_retries,
-    forked_from, detached, attributes)
+    forked_from, detached, attributes, fence)
 SELECT id, workflow, version,
        CASE WHEN claimed THEN 'running'
             WHEN begin_at IS NOT NULL OR waits_until IS NOT NULL THEN 'blocked'
@@ -102,7 +102,8 @@ SELECT id, workflow, version,
        claimed AND singleton_key IS NOT NULL, rate_key, rate_at, begin_at,
        coalesce(begin_at, waits_until), debounce_key, rate_limit, rate_until,
        CASE WHEN waits_until IS NOT NULL AND begin_at IS NULL THEN 1 ELSE 0 END,
-       forked_from::json, coalesce(detached, false), attributes::jsonb
+       forked_from::json, coalesce(detached, false), attributes::jsonb,
+       CASE WHEN claimed THEN 1 ELSE 0 END
 FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
@@ -343,7 +344,7 @@ WITH peek AS (
 ), claimed AS (
     UPDATE runlane_runs AS r
     SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
-        wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s
+        wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s, fence = r.fence + 1
     FROM target WHERE r.id = target.id
     RETURNING r.*
 )
@@ -405,7 +406,7 @@ WITH target AS (
     UPDATE runlane_runs AS r
     SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
         wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s, holds_slot = true,
-        admission_retries = 0, handoff_at = NULL
+        admission_retries = 0, handoff_at = NULL, fence = r.fence + 1
     FROM decision AS d WHERE r.id = d.id AND d.admit
     RETURNING r.*
 ), parked AS (
@@ -493,7 +494,7 @@ UPDATE runlane_runs
 SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
     wake_at = NULL, wake_requested_at = NULL, updated_at = %(now)s,
     holds_slot = holds_slot OR %(admit)s,
-    admission_retries = CASE WHEN %(admit)s THEN 0 ELSE admission_retries END
+    admission_retries = CASE WHEN %(admit)s THEN 0 ELSE admission_retries END, fence = fence + 1
 WHERE id = %(id)s
 RETURNING *;
 
@@ -504,7 +505,7 @@ WHERE r.id = %(id)s;
 -- name: step_for_result
 -- Locks the run (a turn's fenced writes lock it too) and the record a worker reports on. Both
 -- rows are locked so that, after waiting for a concurrent writer, both are read as it left them.
-SELECT r.status AS run_status, r.queued, s.status, s.attempts
+SELECT r.status AS run_status, r.queued, s.status, s.attempts, s.fence
 FROM runlane_runs AS r JOIN runlane_steps AS s ON s.run_id = r.id AND s.seq = %(seq)s
 WHERE r.id = %(id)s
 FOR NO KEY UPDATE;
@@ -516,7 +517,8 @@ SET status = %(status)s, output = %(output)s::json, error = %(error)s::json, wak
 WHERE run_id = %(id)s AND seq = %(seq)s;
 
 -- name: record_heartbeat
--- The share lock waits out a concurrent settlement of the run, then sees it terminal.
+-- The share lock waits out a concurrent settlement of the run, then sees it terminal. A beat of
+-- an older fence than the record's is a stale execution's (models.older_fence).
 WITH run AS (
     SELECT id FROM runlane_runs
     WHERE id = %(id)s AND status IN {active}
@@ -526,6 +528,7 @@ UPDATE runlane_steps AS s SET last_heartbeat_at = %(at)s
 FROM run
 WHERE s.run_id = run.id AND s.seq = %(seq)s AND s.status = 'running'
   AND s.attempts = %(attempt)s
+  AND (%(fence)s::bigint IS NULL OR s.fence IS NULL OR s.fence <= %(fence)s)
 RETURNING s.seq;
 
 -- name: get_step
@@ -591,22 +594,22 @@ RETURNING r.id;
 -- (A fragment.) A step record as the JSON documents of ``fenced_writes`` carry it.
 seq integer, name text, kind text, status text, input text, output text, error text,
 attempts integer, started_at timestamptz, finished_at timestamptz,
-last_heartbeat_at timestamptz, wake_at timestamptz, dispatches integer
+last_heartbeat_at timestamptz, wake_at timestamptz, dispatches integer, fence bigint
 
 -- name: upsert_steps
 -- (A fragment.) Writes the records of ``step_rows`` (run_id, then ``step_columns``).
 INSERT INTO runlane_steps (
     run_id, seq, name, kind, status, input, output, error, attempts, started_at,
-    finished_at, last_heartbeat_at, wake_at, dispatches)
+    finished_at, last_heartbeat_at, wake_at, dispatches, fence)
 SELECT run_id, seq, name, kind, status, input::json, output::json, error::json, attempts,
-       started_at, finished_at, last_heartbeat_at, wake_at, dispatches
+       started_at, finished_at, last_heartbeat_at, wake_at, dispatches, fence
 FROM step_rows
 ON CONFLICT (run_id, seq) DO UPDATE SET
     name = EXCLUDED.name, kind = EXCLUDED.kind, status = EXCLUDED.status,
     input = EXCLUDED.input, output = EXCLUDED.output, error = EXCLUDED.error,
     attempts = EXCLUDED.attempts, started_at = EXCLUDED.started_at,
     finished_at = EXCLUDED.finished_at, last_heartbeat_at = EXCLUDED.last_heartbeat_at,
-    wake_at = EXCLUDED.wake_at, dispatches = EXCLUDED.dispatches
+    wake_at = EXCLUDED.wake_at, dispatches = EXCLUDED.dispatches, fence = EXCLUDED.fence
 
 -- name: insert_history
 -- A fork's records (copied from the run it forks), written with its run in one transaction.
@@ -764,7 +767,7 @@ RETURNING id;
     UPDATE runlane_runs AS r
     SET status = 'running', holds_slot = true, lease_owner = %(successor)s,
         lease_expires_at = %(successor_until)s, wake_at = NULL, wake_requested_at = NULL,
-        updated_at = %(now)s
+        updated_at = %(now)s, fence = r.fence + 1
     FROM (SELECT id, status FROM waiters ORDER BY created_at, id LIMIT 1) AS first
     WHERE r.id = first.id AND %(successor)s::text IS NOT NULL
       AND first.status IN {idle} AND {served}
@@ -957,7 +960,7 @@ SELECT f.id, EXISTS (SELECT 1 FROM resumed) AS changed FROM found AS f;
 -- id; ``wake_requested_at`` is kept (a wake that landed while the turn was out rewakes it).
 UPDATE runlane_runs
 SET status = 'running', lease_owner = %(owner)s, lease_expires_at = %(lease_until)s,
-    wake_at = NULL, awaiting_decision_task_id = NULL, updated_at = %(now)s
+    wake_at = NULL, awaiting_decision_task_id = NULL, updated_at = %(now)s, fence = fence + 1
 WHERE id = %(id)s AND status = 'suspended' AND awaiting_decision_task_id = %(task_id)s
   AND {served}
 RETURNING *;

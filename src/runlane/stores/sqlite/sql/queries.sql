@@ -276,9 +276,11 @@ WHERE id = ? AND lease_owner = ? AND status IN {leased}
 -- ---------------------------------------------------------------- steps and signals
 
 -- name: record_heartbeat
--- Parameters: at, run id, seq, the running status, attempt.
+-- Parameters: at, run id, seq, the running status, attempt, the beat's fence (twice). A beat
+-- of an older fence than the record's is a stale execution's (models.older_fence).
 UPDATE steps SET last_heartbeat_at = ?
 WHERE run_id = ? AND seq = ? AND status = ? AND attempts = ?
+  AND (? IS NULL OR fence IS NULL OR fence <= ?)
   AND EXISTS (SELECT 1 FROM runs WHERE id = steps.run_id AND status IN {active})
 
 -- name: touch_run
