@@ -341,7 +341,7 @@ def workflow(
     """Declare an ``async def body(ctx, input)`` as a durable workflow.
 
     ``on_failure`` and ``dead_letter`` name the workflows (by name, or the decorated function)
-    that a failed, respectively dead, run starts; see README "When a run fails".
+    that a failed, respectively dead, run starts; see docs/features/failures.md.
     """
     checked_tags = check_tags(tags)
     _check_group(group)

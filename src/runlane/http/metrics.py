@@ -86,7 +86,7 @@ class StoreGauges:
 
 
 class RunlaneCollector(Collector):
-    """The families the README's "Metrics" section lists, from one engine's stats and the last
+    """The families docs/features/observability.md lists, from one engine's stats and the last
     gauge read."""
 
     def __init__(self, engine: Engine, gauges: StoreGauges) -> None:
