@@ -279,7 +279,7 @@ def _outcomes(evidence: Evidence, findings: Findings) -> None:
                 f"{run.id} {run.status}: {error.get('type')}: {str(error.get('message'))[:160]}",
             )
         if run.status == RunStatus.CANCELLED and not (
-            run.id in asked or run.id in replaced or _cancelled_parent(run, evidence.runs)
+            run.id in asked or run.id in replaced or _cancelled_ancestor(run, evidence.runs)
         ):
             findings.add("cancelled_unasked", run.id)
         if run.workflow == "c.doomed" and run.status != RunStatus.FAILED and run.id not in asked:
@@ -301,9 +301,17 @@ def _replaced(evidence: Evidence) -> set[str]:
     return {run_id for ids in lanes.values() for run_id in ids[:-1]}
 
 
-def _cancelled_parent(run: Run, runs: dict[str, Run]) -> bool:
-    parent = runs.get(run.parent_id or "")
-    return parent is not None and parent.status == RunStatus.CANCELLED
+def _cancelled_ancestor(run: Run, runs: dict[str, Run]) -> bool:
+    """Whether a cancellation of an ancestor reached ``run``: a cancel reaches every active
+    descendant that is not detached (nor below a detached one), through children that ended."""
+    while not run.detached:
+        parent = runs.get(run.parent_id or "")
+        if parent is None:
+            return False
+        if parent.status == RunStatus.CANCELLED:
+            return True
+        run = parent
+    return False
 
 
 def _checkpoints(evidence: Evidence, findings: Findings) -> None:

@@ -132,6 +132,19 @@ def test_a_cancel_nobody_asked_for_is_caught() -> None:
     assert _counts(evidence) == {"cancelled_unasked": 1}
 
 
+def test_a_cancel_reaches_descendants_through_a_child_that_ended_but_not_a_detached_one() -> None:
+    # A cancelled fan: its child completed after starting a grandchild, which the cancel
+    # reached; a detached grandchild's own child is never reached.
+    fan = _run("f1", "c.fan", "cancelled")
+    child = _run("f1.c", "c.leaf", "completed", parent_id="f1")
+    grandchild = _run("f1.c.g", "c.fresh", "cancelled", parent_id="f1.c")
+    detached = _run("f1.d", "c.fresh", "completed", parent_id="f1", detached=True)
+    below = _run("f1.d.g", "c.fresh", "cancelled", parent_id="f1.d")
+    runs = [fan, child, grandchild, detached, below]
+    evidence = _evidence(runs, record=[{"event": "cancel", "run": "f1"}])
+    assert check(evidence).offences["cancelled_unasked"] == ["f1.d.g"]
+
+
 def test_checkpoints_not_exactly_one_to_n_are_caught() -> None:
     run, records, log = _plain("p1")
     assert _counts(_evidence([run], {"p1": records[:2]}, log))["checkpoints"] == 1
