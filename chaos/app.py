@@ -40,9 +40,9 @@ from runlane import (
     Singleton,
     StepQueue,
 )
+from runlane.remote.worker import Worker
 from runlane.stores.postgres import PostgresStore
 from runlane.transports import RedisTransport
-from runlane.worker import Worker
 from tests.servers import serve_until_terminated
 
 from .config import GROUP, LEASE, Config

@@ -21,7 +21,7 @@ from typing import Any
 
 from runlane import Run, RunStatus, StepRecord
 from runlane.definitions import RateLimit, as_seconds, workflow_definition
-from runlane.queues import StepQueue, window_start
+from runlane.step_queues import StepQueue, window_start
 
 from .app import DEBOUNCED, DOOMED, LIMITED, QUEUES, QUOTA_LIMIT, REMOTE_BODIES, THROTTLED
 from .config import LEASE

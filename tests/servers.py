@@ -354,7 +354,7 @@ def spawn_ready(
 async def serve_until_terminated(member: Any) -> None:
     """Run a fleet member in its process until SIGTERM, printing ``READY`` once it is up: an
     engine drives (and drains at the end); a ``Worker`` works, then finishes its steps in flight."""
-    from runlane.worker import Worker
+    from runlane.remote.worker import Worker
 
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)

@@ -47,12 +47,12 @@ from .errors import (
 )
 from .fences import StepContext, step_context
 from .models import Run, RunStatus, Settled, StepRecord
-from .queues import StepQueue
+from .remote.worker import Worker
 from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
+from .step_queues import StepQueue
 from .updates import Update
-from .worker import Worker
 
 __all__ = [
     "DEFAULT_CONCURRENCY_STATUSES",

@@ -67,12 +67,12 @@ from .lanes import AllLanes, all_lanes
 from .models import ACTIVE_STATUSES, EngineInfo, Run, RunQuery, RunStatus, StepRecord
 from .payloads import shown_record, shown_run
 from .presence import unserved
+from .remote.worker import Worker
 from .stores import open_store
 from .stores.base import Reads, Store
 from .stores.encoded import unwrapped
 from .stores.sqlite import SqliteStore
 from .urls import SQLITE_URLS
-from .worker import Worker
 
 T = TypeVar("T")
 

@@ -227,7 +227,7 @@ class StepDefinition:
     retry: Retry = NO_RETRY
     timeout: float | None = None
     group: str | None = None
-    queue: str | None = None  # the step queue that admits its attempts (see queues.py)
+    queue: str | None = None  # the step queue that admits its attempts (see step_queues.py)
 
     @property
     def is_async(self) -> bool:

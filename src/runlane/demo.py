@@ -33,8 +33,8 @@ from .context import Context
 from .engine import Engine
 from .errors import ConcurrencyLimitError
 from .models import JSON, StepStatus
-from .queues import StepQueue
 from .retry import Retry
+from .step_queues import StepQueue
 from .stores import open_store
 
 DEMO_DIR = "runlane-demo"

@@ -62,7 +62,6 @@ from .namespaces import fenced, sees
 from .options import EngineKnobs, EngineOptions
 from .payloads import Payloads
 from .presence import judged
-from .queues import StepQueue
 from .registry import Registry
 from .retention import Pruner, Retention
 from .retention import older_than as older_than_cutoffs
@@ -70,6 +69,7 @@ from .routing import Reason
 from .schedules import Schedule, Scheduler
 from .serialization import normalise
 from .stats import EngineStats
+from .step_queues import StepQueue
 from .stores import open_store
 from .stores.base import Reads, Store
 from .stores.encoded import EncodedStore, unwrapped
@@ -577,7 +577,7 @@ class Engine:
                 run_id, self.now(), deadline, quota=quota, singleton=singleton
             )
         )
-        self._execution.settlements.forget(run_id)
+        self._execution.watchers.forget(run_id)
         self._execution.send([run_id])
         return requeued
 
@@ -675,14 +675,14 @@ class Engine:
     async def wait_for_run(self, run_id: str, timeout: float | None = None) -> Run:
         """Return once the run is terminal; ``TimeoutError`` after ``timeout`` wall-clock seconds."""
         await self._ready()
-        settlements = self._execution.settlements
+        watchers = self._execution.watchers
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            completed = settlements.completed(run_id)
+            completed = watchers.completed(run_id)
             if completed is not None:  # completed here a moment ago: no read
                 return completed
             # Listen before reading, so a settle landing between the two is not missed.
-            waiter = settlements.listen(run_id)
+            waiter = watchers.listen(run_id)
             if self._execution.executing(run_id):
                 # A turn of it runs here: its settlement will come to the waiter without a read.
                 settled = await self._wait_settled(waiter, deadline)
@@ -690,14 +690,14 @@ class Engine:
                     return settled
             run = await self._read_through_outage(run_id, deadline)
             if run is None or run.is_terminal:
-                settlements.forget(run_id)  # nobody else may be listening; don't keep it
+                watchers.forget(run_id)  # nobody else may be listening; don't keep it
             if run is None:
                 raise RunNotFoundError(run_id)
             if run.is_terminal:
                 return run
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                settlements.forget(run_id)
+                watchers.forget(run_id)
                 raise TimeoutError(f"run {run_id!r} is still {run.status} after {timeout}s")
             settled = await self._wait_settled(waiter, deadline)
             if settled is not None:

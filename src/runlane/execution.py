@@ -5,7 +5,8 @@ happens here. An :class:`Execution` owns the runs executing on this instance (``
 the leases their turns hold, the run queue and remote steps' consumers, and the loop that finds
 due work. Where a run made due goes is decided once, in :meth:`Execution.send`, by the table in
 :mod:`runlane.routing`. It is the host of every turn (``turn.TurnHost``), of the run queue
-(``runqueue.RunSink``) and of remote steps (``remote.RemoteHost``): none of them sees the engine.
+(``run_queue.RunSink``) and of remote steps (``remote.dispatch.RemoteHost``; its turns get the
+remote-step driver, ``remote.steps.RemoteSteps``): none of them sees the engine.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .errors import ExecutionTimeoutError, error_dict
 from .faults import OutageLog, is_infrastructure
 from .leased_wakes import LeasedWakes
 from .leases import LeaseKeeper
-from .local import LocalRuns
+from .local_runs import LocalRuns
 from .loop import Loop
 from .models import (
     JSON,
@@ -49,22 +50,23 @@ from .payloads import Payloads
 from .presence import Presence
 from .registry import Registry
 from .releases import Releases
-from .remote import RemoteSteps
-from .remote_turns import RemoteTurns, apply_decision
+from .remote.dispatch import RemoteDispatch
+from .remote.steps import RemoteSteps
+from .remote.tasks import Decision
+from .remote.turns import RemoteTurns, apply_decision
 from .retention import CATCH_UP_PAUSE, Pruner
 from .routing import Mode, Reason, Recently, Where, where
-from .runqueue import RunQueue
+from .run_queue import RunQueue
 from .schedules import Scheduler
-from .settlements import Settlements
 from .specs import RunSpecs
 from .stats import REFUSAL_REASONS, EngineStats
 from .stores.base import Store
 from .tracing import Tracing
+from .transports.addresses import code, decision_queue
 from .transports.base import Transport
-from .transports.names import code, decision_queue
-from .turn import Turn, TurnOutcome
+from .turn import RemoteStepDriver, Turn, TurnOutcome
 from .updates import Answers
-from .workflow_tasks import Decision
+from .watchers import RunWatchers
 
 log = logging.getLogger(__name__)
 
@@ -110,17 +112,20 @@ class Execution:
         self.stats = EngineStats()
         self.tracing = tracing
         self.answers = Answers()
-        self.settlements = Settlements(also=self.answers.notify)
+        self.watchers = RunWatchers(also=self.answers.notify)
         self.outage = OutageLog(log, on_recovered=self.poll_soon)
         self.leases = LeaseKeeper(store, self.now, lambda: self.options.lease, self.outage)
         self.releases = Releases(lambda: self.store, self.now, self.outage)
         self.presence = Presence(
             engine_id, lambda: self.store, self.now, lambda: self.options.lease, self.outage
         )
-        self.runqueue = (
+        self.run_queue = (
             RunQueue(self, transport) if transport is not None and transport.has_run_queue else None
         )
-        self.remote = RemoteSteps(self, transport) if transport is not None else None
+        self.remote = RemoteDispatch(self, transport) if transport is not None else None
+        self.remote_driver: RemoteStepDriver | None = (
+            RemoteSteps(self.remote) if self.remote is not None else None
+        )
         self.remote_turns = RemoteTurns(self, transport) if transport is not None else None
         self.schedules = Scheduler(_SchedulerHost(self, ready))
         # A dead run of these starts a handler: the claim that finds it dead leaves it to us.
@@ -192,8 +197,8 @@ class Execution:
         """Consume the run queue, remote step results and heartbeats (if there is a transport)."""
         self._accepting = True
         self._consuming = True
-        if self.runqueue is not None:
-            self.runqueue.start_consuming()
+        if self.run_queue is not None:
+            self.run_queue.start_consuming()
         if self.remote is not None:
             self.remote.start()
 
@@ -210,18 +215,18 @@ class Execution:
         self._consuming = False
         self.leased_wakes.drop()  # their runs stay in the store, for the lease's expiry
         in_flight = set(self._local.running) if self._local is not None else set()
-        if self.runqueue is not None:
-            await self.runqueue.stop_consuming()
-            await self.runqueue.hand_back(keep=in_flight)
+        if self.run_queue is not None:
+            await self.run_queue.stop_consuming()
+            await self.run_queue.hand_back(keep=in_flight)
         await self.loop.stop()
         if self._prune_task is not None:
             # A batch is one short statement: let it commit rather than roll it back.
             await asyncio.gather(self._prune_task, return_exceptions=True)
         if self._local is not None:
             await self._local.wait(timeout)
-        if self.runqueue is not None:
-            await self.runqueue.hand_back()
-            await self.runqueue.flushed()
+        if self.run_queue is not None:
+            await self.run_queue.hand_back()
+            await self.run_queue.flushed()
         if self.remote is not None:
             await self.remote.stop()
         await self.releases.retry()  # what an outage kept back, if the store answers now
@@ -230,9 +235,9 @@ class Execution:
     # ---------------------------------------------------------------- where due runs go
 
     def mode(self) -> Mode:
-        if self.runqueue is not None and self._consuming:
+        if self.run_queue is not None and self._consuming:
             return Mode.FLEET
-        if self.runqueue is not None and not self.drive:
+        if self.run_queue is not None and not self.drive:
             return Mode.PRODUCER
         if self._accepting and (self.loop.running or self._consuming):
             return Mode.ALONE
@@ -250,14 +255,14 @@ class Execution:
     def send_started(self, runs: Sequence[Run]) -> None:
         """Runs just created and due (their message carries their namespace and priority)."""
         destination = self.where(Reason.START)
-        if destination is Where.QUEUE and self.runqueue is not None:
-            self.runqueue.publish_starts(runs)
+        if destination is Where.QUEUE and self.run_queue is not None:
+            self.run_queue.publish_starts(runs)
         else:
             self._send_to(destination, [r.id for r in runs])
 
     def _send_to(self, destination: Where, ids: list[str]) -> None:
-        if destination is Where.QUEUE and self.runqueue is not None:
-            self.runqueue.publish_wakes(ids)
+        if destination is Where.QUEUE and self.run_queue is not None:
+            self.run_queue.publish_wakes(ids)
         elif destination is Where.HERE and self._local is not None:
             self._local.spawn_all(ids)
 
@@ -265,7 +270,7 @@ class Execution:
         """A cancellation made in the store: its waiters hear of the runs it settled, turns
         here waiting in memory for a remote step of a cancelled run stop waiting, and the runs
         it woke (a freed slot's waiters, parents) run now, not at the next timer poll."""
-        self.settlements.notify(result.changed)
+        self.watchers.notify(result.changed)
         if self.remote is not None:
             self.remote.interrupt(result.changed)
         self.send(result.woken)
@@ -404,8 +409,8 @@ class Execution:
         """A run made due here whose code this engine does not serve (a result landed here, a
         waiter a settlement here woke): through the run queue, an engine that serves it takes
         it; without one, it is due in the store, where that engine's poll finds it."""
-        if self.runqueue is not None:
-            self.runqueue.publish_wakes([run_id])
+        if self.run_queue is not None:
+            self.run_queue.publish_wakes([run_id])
 
     def _outcome(self, run: Run, result: TurnOutcome) -> list[str]:
         """Act on a turn's outcome; returns the runs it woke (its own id: another turn now)."""
@@ -420,7 +425,7 @@ class Execution:
         if result.successor is not None:
             self.claimed(result.successor)
         if result.state == "settled":
-            self.settlements.notify([run.id], result.settled)
+            self.watchers.notify([run.id], result.settled)
         elif result.state == "rewake":
             return [run.id]
         elif result.wake_at is not None:
@@ -478,7 +483,7 @@ class Execution:
         self.claimed(claim)
 
     async def _claim(self, run_id: str, handoff: bool) -> ClaimOutcome:
-        if self.runqueue is not None and not self.runqueue.claiming(run_id):
+        if self.run_queue is not None and not self.run_queue.claiming(run_id):
             return ClaimOutcome()
         now = self.now()
         outcome = await self.store.claim_run(
@@ -493,7 +498,7 @@ class Execution:
             serves=self.serves,
         )
         if outcome.settled is not None:
-            self.settlements.notify([run_id], outcome.settled)
+            self.watchers.notify([run_id], outcome.settled)
         return outcome
 
     def admission_retry(self) -> RetryTimer:
@@ -605,7 +610,7 @@ class Execution:
 
     async def resume_due_timers(self) -> int:
         """Resume suspended runs whose wake time has come, most overdue first."""
-        if self.where(Reason.TIMER) is Where.QUEUE and self.runqueue is not None:
+        if self.where(Reason.TIMER) is Where.QUEUE and self.run_queue is not None:
             # Claim the due timers before handing them off, so other polls skip them.
             now = self.now()
             hold = now + timedelta(seconds=self.options.lease)
@@ -613,7 +618,7 @@ class Execution:
                 now, self.options.timer_batch_size, self.namespace, hold, serves=self.serves
             )
             self.loop.note_batch(runs, self.options.timer_batch_size)
-            self.runqueue.publish_timers(self._kept_here(runs))
+            self.run_queue.publish_timers(self._kept_here(runs))
             return len(runs)
         limit = min(self.options.timer_batch_size, self._capacity())
         now = self.now()
@@ -648,7 +653,7 @@ class Execution:
     async def recover_incomplete(self) -> int:
         """Re-execute runs whose lease expired (their instance died mid-turn): in a fleet,
         through the run queue, so the recoveries spread over every instance like any start."""
-        if self.where(Reason.RECOVERY) is Where.QUEUE and self.runqueue is not None:
+        if self.where(Reason.RECOVERY) is Where.QUEUE and self.run_queue is not None:
             limit = self.options.timer_batch_size
             ids = await self.store.expired_run_ids(
                 self.now(), limit, self.namespace, serves=self.serves

@@ -17,10 +17,12 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .errors import StoreUnavailableError
 
 OUTAGE_LOG_INTERVAL = 60.0
+FAILURE_LOG_INTERVAL = 60.0
 
 _INFRASTRUCTURE_CLASSES = frozenset(
     {
@@ -65,6 +67,20 @@ def _sqlite_transient(exc: sqlite3.OperationalError) -> bool:
 def unavailable(exc: BaseException) -> StoreUnavailableError:
     """A driver's outage error as the typed error API callers see (raise it ``from exc``)."""
     return StoreUnavailableError(cause=exc)
+
+
+class RateLimitedLog:
+    """Logs a recurring failure at most once per interval."""
+
+    def __init__(self, logger: logging.Logger, interval: float = FAILURE_LOG_INTERVAL) -> None:
+        self._log = logger
+        self.interval = interval
+        self._last = -interval
+
+    def warning(self, message: str, *args: Any) -> None:
+        if time.monotonic() - self._last >= self.interval:
+            self._last = time.monotonic()
+            self._log.warning(message, *args)
 
 
 class OutageLog:

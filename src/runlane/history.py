@@ -8,7 +8,7 @@ says where the code diverges from it, writing nothing and running no step: ``run
 checks the stored runs of an app before a deploy, ``runlane.testing.replay`` one history in a
 test.
 
-The replay is the worker's (:class:`~runlane.replay.DecisionTurn`, the engine's own turn with its
+The replay is the worker's (:class:`~runlane.remote.replay.DecisionTurn`, the engine's own turn with its
 doors swapped), with one door more: the history's end. An operation past the last recorded
 position, a step that would run (a retry that came due), a side effect that would be called or
 a read of the store ends the replay there, as a suspension would: what follows is what the new
@@ -31,10 +31,10 @@ from .definitions import StepDefinition, WorkflowDefinition
 from .errors import NonDeterminismError, Suspend, UnknownWorkflowError
 from .models import JSON, Claim, Run, RunCursor, RunQuery, RunStatus, Signal, StepRecord
 from .registry import Registry
-from .replay import DecisionTurn, WorkerHost
+from .remote.replay import DecisionTurn, WorkerHost
+from .remote.tasks import record_doc, record_from_doc, signal_from_doc
 from .stores.base import Reads, Store
 from .transports.messages import Malformed
-from .workflow_tasks import record_doc, record_from_doc, signal_from_doc
 
 FORMAT = "runlane.history"
 """The ``format`` of a history document."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .admission import key_scope, lane_parts
 from .models import QueueSettings, Run
-from .queues import QueueEntry, QueueView, current_window
+from .step_queues import QueueEntry, QueueView, current_window
 
 if TYPE_CHECKING:
     from .stores.base import Reads

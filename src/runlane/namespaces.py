@@ -21,7 +21,7 @@ from datetime import datetime
 from .activity import ActivityCount
 from .attributes import AttributeValue
 from .models import AuditEntry, EngineInfo, Run, RunQuery, RunStatus, Signal, StepRecord
-from .queues import QueueView
+from .step_queues import QueueView
 from .stores.base import Reads
 
 

@@ -65,11 +65,10 @@ from .models import (
     with_handler_error,
 )
 from .options import EngineOptions
-from .queues import QueueRequest
 from .releases import Unreleased, give_back
-from .remote import RemoteSteps, settle_remote_step
 from .serialization import normalise
 from .stats import EngineStats
+from .step_queues import QueueRequest
 from .stores.base import Store
 from .tracing import Tracing
 from .updates import Update
@@ -93,12 +92,19 @@ NEWER_CODE_RETRY = 2.0
 waits before another turn: mid-deploy, an engine or worker with the new code takes it then."""
 
 
+class RemoteStepDriver(Protocol):
+    """What settles a turn's remote steps (``remote.steps.RemoteSteps`` on an engine): the
+    recorded result, or the attempt dispatched to a worker group; None when the run suspends."""
+
+    async def settle(self, turn: Turn, op: StepOp) -> Settled | None: ...
+
+
 class TurnHost(Protocol):
     """What a turn needs from its engine."""
 
     store: Store
     options: EngineOptions
-    remote: RemoteSteps | None
+    remote_driver: RemoteStepDriver | None  # None: no transport, no remote steps
     leases: LeaseKeeper
 
     def now(self) -> datetime: ...
@@ -615,11 +621,11 @@ class Turn:
     @property
     def dispatches_remote(self) -> bool:
         """Whether a remote step can be dispatched from this turn."""
-        return self.host.remote is not None
+        return self.host.remote_driver is not None
 
     async def settle_remote(self, op: StepOp) -> Settled | None:
-        assert self.host.remote is not None
-        return await settle_remote_step(self, op, self.host.remote)
+        assert self.host.remote_driver is not None
+        return await self.host.remote_driver.settle(self, op)
 
     async def ensure_lease(self) -> None:
         """Before a step starts: a lease run out by this engine's clock (its process was frozen

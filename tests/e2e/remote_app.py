@@ -7,8 +7,8 @@ import os
 
 import runlane
 from runlane import Engine
+from runlane.remote.worker import Worker
 from runlane.transports import RedisTransport
-from runlane.worker import Worker
 
 PREFIX = os.environ.get("RUNLANE_TEST_PREFIX", "rl-e2e")
 REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -19,7 +19,7 @@ from runlane import Debounce, DefinitionError, Engine, RateLimit, RateLimitError
 from runlane.admission import debounce_begin, window_opens
 from runlane.definitions import MAX_LIMIT, MAX_PERIOD, MIN_PERIOD
 from runlane.models import DebounceGate, RateGate
-from runlane.queues import window_start
+from runlane.step_queues import window_start
 from runlane.testing import ManualClock
 
 NOW = ManualClock().now()

@@ -22,11 +22,18 @@ from hypothesis import strategies as st
 
 import runlane
 from runlane import Engine, RunStatus
+from runlane.remote.tasks import (
+    check_workflow_task,
+    child_outcome,
+    parse_decision,
+    record_from_doc,
+    signal_from_doc,
+)
+from runlane.remote.worker import Worker
 from runlane.serialization import dumps
 from runlane.stores.sqlite import SqliteStore
 from runlane.transports import DbTransport, RedisTransport, Transport
-from runlane.transports.messages import Malformed, check
-from runlane.transports.names import (
+from runlane.transports.addresses import (
     RESULTS,
     code,
     decision_queue,
@@ -34,14 +41,7 @@ from runlane.transports.names import (
     run_topic,
     task_queue,
 )
-from runlane.worker import Worker
-from runlane.workflow_tasks import (
-    check_workflow_task,
-    child_outcome,
-    parse_decision,
-    record_from_doc,
-    signal_from_doc,
-)
+from runlane.transports.messages import Malformed, check
 from tests.contract import test_transport_contract as contract
 
 from .strategies import json_values
@@ -254,7 +254,7 @@ async def test_malformed_run_messages_are_dropped_and_the_run_queue_goes_on(
     for payload in RAW:
         await _raw(transport, run_queue(None, FLOW_CODE), payload)
     await _completes(engine, 5, "queue-after")
-    assert engine._execution.runqueue is not None and engine._execution.runqueue.consuming
+    assert engine._execution.run_queue is not None and engine._execution.run_queue.consuming
     logged = [r.getMessage() for r in caplog.records]
     assert any("malformed run message" in m for m in logged)
     # The payloads that are not JSON: _raw writes them on Redis and SQLite (PostgreSQL's
@@ -440,7 +440,7 @@ async def test_every_replayed_message_kind_changes_nothing_the_first_did_not(
     engine, worker, transport = await fleet(
         remote_workflows=[runlane.RemoteWorkflow("wire.turned", group="wire")]
     )
-    if replayed == "run message" and not engine._execution.runqueue:
+    if replayed == "run message" and not engine._execution.run_queue:
         pytest.skip("the in-process transport has no run queue")
     if replayed == "decision":
         _twice(worker.transport, "send_decision")

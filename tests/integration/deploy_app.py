@@ -20,9 +20,9 @@ from typing import Any
 
 import runlane
 from runlane import Engine, RemoteWorkflow, Singleton
+from runlane.remote.worker import Worker
 from runlane.stores.postgres import PostgresStore
 from runlane.transports import RedisTransport
-from runlane.worker import Worker
 from tests.servers import serve_until_terminated
 
 GROUP = "deploy-wf"

@@ -15,10 +15,10 @@ from typing import Any
 
 import runlane
 from runlane import Engine
+from runlane.remote.worker import Worker
 from runlane.stores import open_store
 from runlane.transports import DbTransport, RedisTransport
 from runlane.transports.base import Transport
-from runlane.worker import Worker
 from tests.servers import serve_until_terminated
 
 REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")

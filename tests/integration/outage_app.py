@@ -17,9 +17,9 @@ from typing import Any
 
 import runlane
 from runlane import Engine, Retry, Singleton
+from runlane.remote.worker import Worker
 from runlane.stores.postgres import PostgresStore
 from runlane.transports import RedisTransport
-from runlane.worker import Worker
 from tests.servers import serve_until_terminated
 
 LOG = sys.argv[5] if len(sys.argv) > 5 else os.devnull

@@ -18,9 +18,9 @@ import runlane
 from runlane import Engine, RemoteWorkflow, RunStatus
 from runlane.codecs import Fernet
 from runlane.payloads import ENCODED
+from runlane.remote.worker import Worker
 from runlane.stores.base import Store
 from runlane.transports import InProcessTransport, RedisTransport, Transport
-from runlane.worker import Worker
 
 REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
 MARK = f"SECRET-{uuid.uuid4().hex[:12]}"

@@ -18,10 +18,10 @@ import pytest
 
 import runlane
 from runlane import Engine, Retry, RunStatus, StoreUnavailableError
+from runlane.remote.worker import Worker
 from runlane.stores import open_store
 from runlane.transports import DbTransport, RedisTransport
 from runlane.transports.base import Transport
-from runlane.worker import Worker
 
 REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
 executed_by: dict[str, list[str]] = {}

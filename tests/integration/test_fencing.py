@@ -340,7 +340,7 @@ async def test_a_watched_step_sent_again_goes_under_the_next_claims_fence(
     late, takeover = hold.contexts
     assert late.fence < takeover.fence
 
-    caplog.set_level(logging.INFO, logger="runlane.remote")
+    caplog.set_level(logging.INFO, logger="runlane.remote.dispatch")
     hold.released.set()
     await asyncio.wait_for(turn, 10)
     done = await engine.store.get_run(run.id)

@@ -21,10 +21,10 @@ import pytest
 
 import runlane
 from runlane import Engine, Run, RunStatus
-from runlane import runqueue as runqueue_module
+from runlane import run_queue as run_queue_module
+from runlane.remote.worker import Worker
 from runlane.stores import open_store
 from runlane.transports.base import Transport
-from runlane.worker import Worker
 
 from ..queues import QUEUE_KINDS, purge, queue_transport, reset_postgres
 
@@ -216,10 +216,10 @@ async def until_status(engine: Engine, run_id: str, status: RunStatus) -> None:
 
 async def start_all(producer: Engine, workflow: Any, ids: list[str]) -> None:
     """Start runs on a producer and wait until their messages are in the run queue."""
-    assert producer._execution.runqueue is not None
+    assert producer._execution.run_queue is not None
     for run_id in ids:
         await producer.start(workflow, None, run_id=run_id)
-    await producer._execution.runqueue.flushed()
+    await producer._execution.run_queue.flushed()
 
 
 async def all_completed(engine: Engine, ids: list[str]) -> list[Any]:
@@ -235,11 +235,11 @@ async def test_start_consumers_makes_a_producer_execute_queued_runs_and_take_ste
     web = await instance("web", consume=False)
     await instance.worker()
     await web.start(checkout, 5, run_id="early")
-    assert web._execution.runqueue is not None
+    assert web._execution.run_queue is not None
     await (
-        web._execution.runqueue.flushed()
+        web._execution.run_queue.flushed()
     )  # its message waits in the run queue: nobody consumes yet
-    assert consumer._execution.runqueue is not None and not consumer._execution.runqueue.consuming
+    assert consumer._execution.run_queue is not None and not consumer._execution.run_queue.consuming
     assert (await web.get_run("early")).status == RunStatus.PENDING
     await consumer.start_consumers()
     # Only the consumer takes results: without it the remote steps would never be recorded.
@@ -251,7 +251,7 @@ async def test_start_consumers_makes_a_producer_execute_queued_runs_and_take_ste
 
 def record_takes(engine: Engine) -> list[tuple[int, int, int]]:
     """Each take from the run queue as (ids taken and not yet claimed, asked for, got)."""
-    queue, transport = engine._execution.runqueue, engine.transport
+    queue, transport = engine._execution.run_queue, engine.transport
     assert queue is not None and transport is not None
     takes: list[tuple[int, int, int]] = []
     take_runs = transport.take_runs
@@ -301,23 +301,23 @@ async def test_drain_hands_back_a_wake_taken_for_a_turn_in_flight_and_another_in
 ) -> None:
     web = await instance("web", consume=False)
     leaving = await instance("leaving")
-    assert web._execution.runqueue is not None and leaving._execution.runqueue is not None
+    assert web._execution.run_queue is not None and leaving._execution.run_queue is not None
     ids = ["p0", "p1"]
-    taken = leaving._execution.runqueue.taken
+    taken = leaving._execution.run_queue.taken
     # One parent at a time, each in its step before the next one starts.
     done: list[str] = []
     for run_id in ids:
         await start_all(web, parent, [run_id])
         await until_status(web, f"{run_id}.kid", RunStatus.SUSPENDED)
         await web.signal(run_id, "parent-go")
-        await web._execution.runqueue.flushed()
+        await web._execution.run_queue.flushed()
         done.append(run_id)
         await until("in its step", lambda: occupancy["leaving"] == len(done), lambda: occupancy)
     done.clear()
     for run_id in ids:
         await web.signal(run_id, "go", f"go {run_id}")  # buffered: the parent is mid-turn
         await web.signal(f"{run_id}.kid", "kid-go")
-        await web._execution.runqueue.flushed()
+        await web._execution.run_queue.flushed()
         done.append(run_id)
         # The kid completes on the leaving instance and wakes its parent, whose turn is still
         # in flight there: the instance takes that wake from the queue and holds it as an id.
@@ -337,7 +337,7 @@ async def test_starts_published_while_a_send_is_in_flight_still_reach_the_run_qu
     instance: Any,
 ) -> None:
     web = await instance("web", consume=False)
-    assert web.transport is not None and web._execution.runqueue is not None
+    assert web.transport is not None and web._execution.run_queue is not None
     on_the_wire = asyncio.Event()
     enqueue_runs = web.transport.enqueue_runs
 
@@ -350,7 +350,7 @@ async def test_starts_published_while_a_send_is_in_flight_still_reach_the_run_qu
     for run_id in ids:
         await web.start(visit, None, run_id=run_id)
     on_the_wire.set()
-    await web._execution.runqueue.flushed()
+    await web._execution.run_queue.flushed()
     queue: Any = instance.transport()
     await queue.open()
     got: list[Any] = []
@@ -365,7 +365,7 @@ async def test_starts_published_while_a_send_is_in_flight_still_reach_the_run_qu
 async def test_a_failing_enqueue_leaves_starts_pending_for_the_poll_and_logs_once_a_minute(
     instance: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(runqueue_module, "SEND_RETRY_DELAYS", (0.01, 0.01, 0.01))
+    monkeypatch.setattr(run_queue_module, "SEND_RETRY_DELAYS", (0.01, 0.01, 0.01))
     engine = await instance("solo")
     failures = Counter[str]()
 
@@ -373,15 +373,15 @@ async def test_a_failing_enqueue_leaves_starts_pending_for_the_poll_and_logs_onc
         failures["enqueue"] += 1
         raise ConnectionError("run queue unreachable")
 
-    assert engine.transport is not None and engine._execution.runqueue is not None
+    assert engine.transport is not None and engine._execution.run_queue is not None
     engine.transport.enqueue_runs = unreachable
     ids = [f"e{n}" for n in range(5)]
-    with caplog.at_level(logging.WARNING, logger="runlane.runqueue"):
+    with caplog.at_level(logging.WARNING, logger="runlane.run_queue"):
         for run_id in ids:
             await engine.start(visit, None, run_id=run_id)
-            await engine._execution.runqueue.flushed()  # each start's batch failed on its own
+            await engine._execution.run_queue.flushed()  # each start's batch failed on its own
     assert failures["enqueue"] == 5 * 4  # every batch: the send and its three retries
-    lines = [r.getMessage() for r in caplog.records if r.name == "runlane.runqueue"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "runlane.run_queue"]
     assert len(lines) == 1 and "enqueue failed" in lines[0], lines
     assert [(await engine.get_run(run_id)).status for run_id in ids] == [RunStatus.PENDING] * 5
     assert await engine.run_pending() == 5
@@ -402,7 +402,7 @@ async def test_a_run_this_instance_is_about_to_claim_is_not_handed_off_by_its_ow
     await start_all(web, kid, ["k"])
     await until_status(web, "k", RunStatus.SUSPENDED)
     execution = here._execution
-    local, runqueue = execution._local, execution.runqueue
+    local, runqueue = execution._local, execution.run_queue
     assert local is not None and runqueue is not None
     published: list[str] = []
     publish = runqueue.publish_timers

@@ -22,10 +22,10 @@ import pytest
 import runlane
 from runlane import Engine, RunStatus
 from runlane.models import RetryTimer
+from runlane.remote.worker import Worker
 from runlane.stores import open_store
 from runlane.stores.base import Store
 from runlane.transports import RedisTransport
-from runlane.worker import Worker
 
 REDIS_URL = os.environ.get("RUNLANE_REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -374,8 +374,8 @@ async def _flaky_engine_and_worker(
 ) -> tuple[Any, FlakyStore, Any]:
     """An engine consuming over an in-process transport through a ``FlakyStore``, and a worker
     (not yet running) for ``step`` beating every 0.1 s."""
+    from runlane.remote.worker import Worker
     from runlane.transports import InProcessTransport
-    from runlane.worker import Worker
 
     transport = InProcessTransport()
     engine, store = await _through_flaky(make_engine, workflow, transport=transport, **options)

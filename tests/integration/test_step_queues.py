@@ -15,7 +15,7 @@ import pytest
 import runlane
 from runlane import DefinitionError, Engine, RateLimit, RunStatus, StepQueue
 from runlane.models import RetryTimer, StepKind, StepRecord, StepStatus, Writes
-from runlane.queues import QueueRequest
+from runlane.step_queues import QueueRequest
 from runlane.testing import ManualClock
 
 from ..helpers import settle

@@ -15,10 +15,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import runlane
 from runlane import Engine
+from runlane.remote.worker import Worker
 from runlane.stores import MemoryStore
 from runlane.tracing import Tracing, run_trace_ids
 from runlane.transports import Transport
-from runlane.worker import Worker
 from tests.contract import test_transport_contract as contract
 
 transport_kind = contract.transport_kind

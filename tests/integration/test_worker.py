@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import runlane
+from runlane.remote.worker import Worker
 from runlane.transports import InProcessTransport, Transport
-from runlane.worker import Worker
 from tests.contract import test_transport_contract as contract
 
 # The contract suite's fixtures: every transport, a throw-away prefix per test.
@@ -273,7 +273,7 @@ class FlakyTransport(InProcessTransport):
 
 
 async def test_worker_survives_a_failed_take(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("runlane.worker.TAKE_RETRY_DELAY", 0.01)
+    monkeypatch.setattr("runlane.remote.worker.TAKE_RETRY_DELAY", 0.01)
     transport = FlakyTransport()
     worker = Worker("math", transport, steps=STEPS, **FAST)
     runner = asyncio.create_task(worker.run())

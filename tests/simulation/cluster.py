@@ -62,7 +62,7 @@ from runlane import (
 from runlane.definitions import as_seconds
 from runlane.errors import RunFinishedError
 from runlane.models import StepStatus
-from runlane.queues import window_start
+from runlane.step_queues import window_start
 from runlane.stores.base import Store
 from runlane.testing import ManualClock
 from tests.outages import FlakyStore

@@ -9,9 +9,9 @@ Workers are the real ``Worker``'s pieces, driven one step at a time: taking a ta
 checked by the worker's own ``_fenced_out``; a beat goes out as it takes it), beating, finishing
 it (``Worker._outcome`` runs a step's body with its step context; a turn is replayed with
 ``replay``), freezing and thawing mid-step, dying with what it holds. An engine's results
-consumer is modelled by ``deliver_answer`` (``RemoteSteps._land_all``: what an outage keeps
+consumer is modelled by ``deliver_answer`` (``RemoteDispatch._land_all``: what an outage keeps
 back is held by that engine) and ``land_held`` (its retry, whenever it comes); a crashed engine
-loses what it held. Time in ``runlane.remote`` and ``runlane.remote_turns`` is the simulation's
+loses what it held. Time in ``runlane.remote`` (``dispatch``, ``steps``, ``turns``) is the simulation's
 clock, so the heartbeat persist throttle and the turns' beat windows run on it.
 
 What every operation is checked against:
@@ -42,17 +42,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
 import runlane
-import runlane.remote
-import runlane.remote_turns
+import runlane.remote.dispatch
+import runlane.remote.steps
+import runlane.remote.turns
 from runlane import Engine, FatalError, StepContext, Worker
 from runlane.fences import fence_of
 from runlane.models import StepStatus
-from runlane.replay import replay
+from runlane.remote.replay import replay
+from runlane.remote.tasks import decision_doc, expired
 from runlane.stores.base import Store
 from runlane.testing import ManualClock
 from runlane.transports import InProcessTransport
 from runlane.transports.base import Message
-from runlane.workflow_tasks import decision_doc, expired
 from tests.outages import FlakyStore
 
 from .cluster import (
@@ -129,11 +130,15 @@ async def remote_turn_flow(ctx: runlane.Context, _: Any) -> list[Any]:
 
 
 REMOTE_KINDS = {"remote": remote_flow, "rwf": remote_turn_flow}
-CLOCKED = (runlane.remote, runlane.remote_turns)  # their ``time.monotonic`` is the simulation's
+CLOCKED = (
+    runlane.remote.dispatch,
+    runlane.remote.steps,
+    runlane.remote.turns,
+)  # their ``time.monotonic`` is the simulation's
 
 
 class SimTime:
-    """``time.monotonic`` of the simulation's clock (for ``runlane.remote`` and ``remote_turns``:
+    """``time.monotonic`` of the simulation's clock (for ``runlane.remote``'s ``dispatch``, ``steps`` and ``turns``:
     the persist throttles and windows run on simulated time, as the turns' clock does)."""
 
     def __init__(self, clock: ManualClock) -> None:

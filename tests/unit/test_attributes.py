@@ -17,8 +17,8 @@ from runlane.attributes import (
     parse_value,
     same_value,
 )
+from runlane.remote.tasks import parse_decision
 from runlane.transports.messages import Malformed
-from runlane.workflow_tasks import parse_decision
 
 
 def test_valid_attributes_come_back_as_a_new_plain_dict() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from runlane.local import LocalRuns
+from runlane.local_runs import LocalRuns
 from runlane.models import Claim
 
 

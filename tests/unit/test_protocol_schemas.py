@@ -14,10 +14,10 @@ import pytest
 
 import runlane
 from runlane import Engine, RemoteWorkflow, RunStatus, Worker
+from runlane.remote.tasks import parse_decision
 from runlane.stores import MemoryStore
 from runlane.transports import InProcessTransport
 from runlane.transports.base import Message
-from runlane.workflow_tasks import parse_decision
 
 PROTOCOL = Path(__file__).parents[2] / "docs" / "protocol"
 BASE = "https://runlane.dev/protocol/1/"
@@ -250,7 +250,7 @@ async def test_an_engine_hears_who_joined_and_says_when_a_worker_speaks_another_
         heard = engine._execution.remote.workers[worker.name]
         assert heard["group"] == "proto-steps" and heard["steps"] == ["proto.remote"]
         assert heard["protocol"] == 1 and heard["language"] == "python"
-        with caplog.at_level(logging.WARNING, logger="runlane.remote"):
+        with caplog.at_level(logging.WARNING, logger="runlane.remote.dispatch"):
             await transport.publish_heartbeat(
                 {**worker.descriptor(), "worker": "w2", "protocol": 2}
             )

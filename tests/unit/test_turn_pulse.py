@@ -1,10 +1,10 @@
-"""A worker's turn knows whether its beats kept getting out (runlane.replay.Pulse)."""
+"""A worker's turn knows whether its beats kept getting out (runlane.remote.replay.Pulse)."""
 
 from __future__ import annotations
 
 import pytest
 
-from runlane.replay import Pulse
+from runlane.remote.replay import Pulse
 
 
 class Clock:
@@ -18,7 +18,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
-    monkeypatch.setattr("runlane.replay.time.monotonic", clock)
+    monkeypatch.setattr("runlane.remote.replay.time.monotonic", clock)
     return clock
 
 

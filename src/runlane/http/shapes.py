@@ -13,8 +13,8 @@ from .. import payloads
 from ..history import ReplayReport
 from ..lanes import AllLanes, DebounceLane, Lane, QueueLane, RateLane
 from ..models import AuditEntry, EngineInfo, Run, StepRecord
-from ..queues import QueueEntry
 from ..schedules import ScheduleState
+from ..step_queues import QueueEntry
 
 # A run as lists show it: no input, output or error (those are the detail's).
 SUMMARY_FIELDS = ("id", "workflow", "version", "status", "created_at", "updated_at", "tags")

@@ -21,7 +21,7 @@ Vocabulary:
 * **Quota**: runs sharing a ``concurrency_key`` whose status is in the gate's counted statuses.
 * **Step queue entry**: a step (run id, seq) waiting for admission to a step queue, or holding
   one of its slots from admission until the attempt is recorded. Entries of a settled run count
-  for nothing; its settlement deletes them (see :mod:`runlane.queues` for the order of waiters).
+  for nothing; its settlement deletes them (see :mod:`runlane.step_queues` for the order of waiters).
 * **Rate window**: the runs sharing a ``rate_key``, whatever their status, each counted at its
   ``rate_at``; a start fits when fewer than ``limit`` of them are later than ``period`` before
   its own instant.
@@ -75,7 +75,7 @@ from ..models import (
     WindowFire,
     Writes,
 )
-from ..queues import QueueRequest, QueueView
+from ..step_queues import QueueRequest, QueueView
 
 
 def check_lease(specs: Sequence[RunSpec], lease: Lease | None) -> None:
@@ -632,7 +632,7 @@ class Store(Reads, Protocol):
         ``room`` waiting entries of unsettled runs in the queue's order: it then holds a slot
         from ``now``, the window counts it, and its fairness key is marked served last.
         Denied, its entry counts a denial; ``retry_at`` is the next window's start when the
-        window is used up, else ``queues.fallback(retry, now, denials before this one)``; and
+        window is used up, else ``step_queues.fallback(retry, now, denials before this one)``; and
         the runs of the first ``room`` waiters are woken (``woken``, this run left out).
         """
         ...

@@ -44,7 +44,7 @@ from ..models import (
     Writes,
 )
 from ..payloads import Payloads
-from ..queues import QueueRequest
+from ..step_queues import QueueRequest
 from .base import Store
 
 PASSED = frozenset(

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from .. import admission, queues
+from .. import admission, step_queues
 from ..activity import ActivityCount, latency_bucket, minute_of
 from ..attributes import AttributeValue
 from ..errors import (
@@ -70,7 +70,7 @@ from ..models import (
     serves_run,
     suspended_run,
 )
-from ..queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
+from ..step_queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
 from . import runbook
 from .base import check_lease
 from .runbook import ClaimRules
@@ -255,7 +255,7 @@ class MemoryStore:
         if verdict == "recorded" and record is not None:
             self._steps[run_id][seq] = reported_step(record, ok, output, error, now)
             if self._runs[run_id].queued:
-                queues.release(self._queues, run_id, [seq], now)
+                step_queues.release(self._queues, run_id, [seq], now)
         if verdict != "dropped":
             self._wake(run_id, now)
         return verdict
@@ -451,17 +451,19 @@ class MemoryStore:
     ) -> Admission:
         self._fenced(run_id, owner)
         if self._queues.queue(request.queue) is None:
-            raise queues.unknown_queue(request.queue)
+            raise step_queues.unknown_queue(request.queue)
         self._apply(run_id, writes, now)
-        woken = queues.release(self._queues, run_id, release, now) if release else []
-        return queues.admitted(queues.admit(self._queues, run_id, request, now, retry), woken)
+        woken = step_queues.release(self._queues, run_id, release, now) if release else []
+        return step_queues.admitted(
+            step_queues.admit(self._queues, run_id, request, now, retry), woken
+        )
 
     async def release_steps(
         self, run_id: str, owner: str, writes: Writes, seqs: Sequence[int], now: datetime
     ) -> list[str]:
         self._fenced(run_id, owner)
         self._apply(run_id, writes, now)
-        return queues.release(self._queues, run_id, seqs, now)
+        return step_queues.release(self._queues, run_id, seqs, now)
 
     # ---------------------------------------------------------------- from outside a turn
 
@@ -859,7 +861,7 @@ class MemoryStore:
 
 
 class _MemoryQueues:
-    """The memory store's queue tables (a ``queues.QueueBook``)."""
+    """The memory store's queue tables (a ``step_queues.QueueBook``)."""
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -1083,7 +1085,7 @@ class _Rows:
         return self._store._admit(run, now)
 
     def release_queue(self, run_id: str, now: datetime, *, lost_turn: bool) -> list[str]:
-        return queues.release(self._store._queues, run_id, None, now, lost_turn=lost_turn)
+        return step_queues.release(self._store._queues, run_id, None, now, lost_turn=lost_turn)
 
 
 _NOT_WAITING = (RunStatus.CANCELLING, RunStatus.PAUSED)

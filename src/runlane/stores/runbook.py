@@ -106,7 +106,7 @@ class RunRows(Protocol):
         limit. ``run`` need not be written yet."""
 
     def release_queue(self, run_id: str, now: datetime, *, lost_turn: bool) -> list[str]:
-        """Free the run's step queue entries (``queues.release``); the ids of the runs woken."""
+        """Free the run's step queue entries (``step_queues.release``); the ids of the runs woken."""
 
 
 @dataclass(frozen=True, slots=True)

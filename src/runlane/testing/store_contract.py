@@ -70,7 +70,7 @@ from runlane.models import (
     Writes,
     buffered_name,
 )
-from runlane.queues import QueueRequest
+from runlane.step_queues import QueueRequest
 from runlane.stores.base import Store
 from runlane.testing._suite import export_tests
 

@@ -69,7 +69,7 @@ def needs_run_queue(transport: Transport) -> None:
 
 
 CODE = "flow@1"
-"""The code (``names.code``) of the runs these tests send: workflow ``flow``, version 1."""
+"""The code (``addresses.code``) of the runs these tests send: workflow ``flow``, version 1."""
 
 
 def runs(

@@ -13,7 +13,7 @@ Every message is a JSON object (see docs/wire.md), so a worker can be written in
 * result       ``{"step_id", "run_id", "seq", "ok", "output", "error", "attempt", "worker"}``
 * heartbeat    ``{"step_id", "run_id", "seq", "attempt", "worker", "at"}``
 
-Queues are named the same way on every transport (:mod:`runlane.transports.names`): one run
+Queues are named the same way on every transport (:mod:`runlane.transports.addresses`): one run
 queue per namespace and code (``(workflow, version)``), one task queue per worker group, one
 results queue, one decisions queue per remote workflow's code, one heartbeat channel.
 """
@@ -84,7 +84,7 @@ class Transport(Protocol):
         max_items: int,
         timeout: float,
     ) -> list[Message]:
-        """Take up to ``max_items`` run messages of ``codes`` (``names.code(workflow,
+        """Take up to ``max_items`` run messages of ``codes`` (``addresses.code(workflow,
         version)``: the runs the taker can replay), waiting up to ``timeout`` seconds for the
         first; messages of other codes stay for takers that serve them.
 
@@ -114,7 +114,7 @@ class Transport(Protocol):
 
     async def send_decision(self, queue: str, decision: Message) -> None:
         """Send a remote workflow turn's decision to ``queue`` (the workflow task's
-        ``reply_to``: ``names.decision_queue`` of the run's code). Raises on failure."""
+        ``reply_to``: ``addresses.decision_queue`` of the run's code). Raises on failure."""
 
     async def take_decisions(
         self, queues: Sequence[str], max_items: int, timeout: float

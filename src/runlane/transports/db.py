@@ -18,10 +18,10 @@ from typing import Protocol
 from ..extras import needs_extra
 from ..serialization import dumps, loads
 from ..urls import redact
+from .addresses import HEARTBEATS, RESULTS, qualified, run_queue, run_topic, task_queue
 from .base import Message
-from .local import Fanout, Feed, Wakeups, wait_event
+from .mailboxes import Fanout, Feed, Wakeups, wait_event
 from .messages import message_code
-from .names import HEARTBEATS, RESULTS, qualified, run_queue, run_topic, task_queue
 
 # (queue, topic, payload json, priority)
 Row = tuple[str, str, str, int]

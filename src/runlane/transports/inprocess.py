@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from ..serialization import dumps, loads
 from .base import Message
-from .local import Fanout, Feed, Mailbox, Wakeups, wait_event
+from .mailboxes import Fanout, Feed, Mailbox, Wakeups, wait_event
 
 
 class InProcessTransport:

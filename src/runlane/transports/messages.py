@@ -14,8 +14,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .addresses import code
 from .base import Message
-from .names import code
 
 PROTOCOL = 1
 """The protocol version every message carries (``"protocol"``); a message without it is 1."""
@@ -128,7 +128,7 @@ def check(kind: str, message: Any) -> Message:
 
 
 def message_code(message: Message) -> str:
-    """The code (``names.code``) of a run message: the run queue it goes to."""
+    """The code (``addresses.code``) of a run message: the run queue it goes to."""
     workflow, version = message.get("workflow"), message.get("version")
     if not isinstance(workflow, str) or not workflow or not isinstance(version, str) or not version:
         raise ValueError(

@@ -2,7 +2,7 @@
 
 Keys, under a configurable prefix (``runlane`` by default):
 
-* ``<prefix>:runs:...``           sorted set per namespace and code (``names.run_queue``); score
+* ``<prefix>:runs:...``           sorted set per namespace and code (``addresses.run_queue``); score
   ``-priority``, member ``<20-digit stamp>|<json>``, popped with BZMPOP MIN: most urgent first,
   oldest first among equals
 * ``<prefix>:run-queues:<code>``   set of the run-queue keys of a code, for takers of every
@@ -28,10 +28,10 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from ..serialization import dumps, loads
+from .addresses import HEARTBEATS, RESULTS, qualified, run_queue, task_queue
 from .base import Message
-from .local import Fanout, Feed
+from .mailboxes import Fanout, Feed
 from .messages import decode_each, message_code
-from .names import HEARTBEATS, RESULTS, qualified, run_queue, task_queue
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from ... import admission, queues
+from ... import admission, step_queues
 from ...activity import ActivityCount
 from ...attributes import AttributeValue
 from ...errors import (
@@ -61,8 +61,8 @@ from ...models import (
     run_from_spec,
     with_handler_error,
 )
-from ...queues import QueueRequest, QueueView
 from ...serialization import dumps
+from ...step_queues import QueueRequest, QueueView
 from ...urls import redact
 from ..base import check_lease, window_results
 from .db import (
@@ -784,12 +784,12 @@ class PostgresStore:
         flushed, entered, decided = rows[1], rows[-2], rows[-1]
         _check_fence(_first(flushed), run_id, owner)
         if not entered[0]["known"]:
-            raise queues.unknown_queue(request.queue)
+            raise step_queues.unknown_queue(request.queue)
         row = _first(decided)
         if row is None:  # the lease went between the statements' locks: nothing was decided
             raise LeaseLostError(f"lease on run {run_id!r} is no longer held by {owner}")
         woken = list(rows[2][0]["woken"]) if freed is not None else []
-        return queues.admitted(_admission(row, retry, now), woken)
+        return step_queues.admitted(_admission(row, retry, now), woken)
 
     async def release_steps(
         self, run_id: str, owner: str, writes: Writes, seqs: Sequence[int], now: datetime
@@ -1060,9 +1060,9 @@ class PostgresStore:
         rows, entries, keys = await self._db.batch(
             ("queue_rows", {}), ("queue_live_entries", {}), ("queue_keys", {})
         )
-        return queues.views_of(
-            [queues.row_from(r, r["window_start"]) for r in rows],
-            [queues.entry_from(e, e["admitted_at"]) for e in entries],
+        return step_queues.views_of(
+            [step_queues.row_from(r, r["window_start"]) for r in rows],
+            [step_queues.entry_from(e, e["admitted_at"]) for e in entries],
             {(k["queue"], k["fairness_key"]): int(k["served"]) for k in keys},
         )
 
@@ -1326,14 +1326,14 @@ def _release_call(
 
 
 def _admission(row: Row, retry: RetryTimer, now: datetime) -> Admission:
-    """What a ``queue_admit`` row means (see ``queues.admit``, which it mirrors)."""
+    """What a ``queue_admit`` row means (see ``step_queues.admit``, which it mirrors)."""
     if row["admit"]:
         return Admission(True)
     limit, period, window = row["rate_limit"], row["rate_period"], row["win"]
     if window is not None and limit is not None and row["used"] >= limit:
         again = window + timedelta(seconds=period)
     else:
-        again = queues.fallback(retry, now, row["denials"])
+        again = step_queues.fallback(retry, now, row["denials"])
     return Admission(False, again, tuple(row["woken"]))
 
 

@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from ... import admission, queues
+from ... import admission, step_queues
 from ...attributes import AttributeValue
 from ...errors import (
     LeaseLostError,
@@ -60,8 +60,8 @@ from ...models import (
     serves_run,
     suspended_run,
 )
-from ...queues import QueueRequest
 from ...serialization import dumps
+from ...step_queues import QueueRequest
 from .. import runbook
 from ..base import check_lease
 from ..memory import report_verdict, reported_step
@@ -284,7 +284,7 @@ class _Rows:
         return _admit(self._conn, run, now)
 
     def release_queue(self, run_id: str, now: datetime, *, lost_turn: bool) -> list[str]:
-        return queues.release(_book(self._conn), run_id, None, now, lost_turn=lost_turn)
+        return step_queues.release(_book(self._conn), run_id, None, now, lost_turn=lost_turn)
 
 
 def _admit(conn: Conn, run: Run, now: datetime) -> bool:
@@ -350,7 +350,7 @@ def record_step_result(
     if verdict == "recorded" and record is not None:
         _save_step(conn, reported_step(record, ok, output, error, now))
         if _existing(conn, run_id).queued:
-            queues.release(_book(conn), run_id, [seq], now)
+            step_queues.release(_book(conn), run_id, [seq], now)
     if verdict != "dropped":
         _wake(conn, run_id, now)
     return verdict
@@ -580,8 +580,8 @@ def admit_step(
     _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
     book = _book(conn)
-    woken = queues.release(book, run_id, release, now) if release else []
-    return queues.admitted(queues.admit(book, run_id, request, now, retry), woken)
+    woken = step_queues.release(book, run_id, release, now) if release else []
+    return step_queues.admitted(step_queues.admit(book, run_id, request, now, retry), woken)
 
 
 def release_steps(
@@ -589,7 +589,7 @@ def release_steps(
 ) -> list[str]:
     _fenced(conn, run_id, owner)
     _apply(conn, run_id, writes, now)
-    return queues.release(_book(conn), run_id, seqs, now)
+    return step_queues.release(_book(conn), run_id, seqs, now)
 
 
 # ---------------------------------------------------------------- from outside a turn

@@ -1,6 +1,6 @@
-"""The SQLite store's step queue tables, as a ``queues.QueueBook`` inside one unit of work.
+"""The SQLite store's step queue tables, as a ``step_queues.QueueBook`` inside one unit of work.
 
-The rules are :func:`runlane.queues.admit` and :func:`runlane.queues.release`; this module only
+The rules are :func:`runlane.step_queues.admit` and :func:`runlane.step_queues.release`; this module only
 reads and writes the rows they ask for. Every unit of work already holds the file's write lock
 (``BEGIN IMMEDIATE``), so the queue row needs no lock of its own.
 """
@@ -12,7 +12,8 @@ from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 
 from ...models import QueueSettings
-from ...queues import (
+from ...serialization import dumps
+from ...step_queues import (
     QueueEntry,
     QueueRequest,
     QueueRow,
@@ -21,7 +22,6 @@ from ...queues import (
     row_from,
     views_of,
 )
-from ...serialization import dumps
 from .rows import from_opt_ts, ts
 from .statements import SQL
 

@@ -51,8 +51,8 @@ from ...models import (
     WindowFire,
     Writes,
 )
-from ...queues import QueueRequest, QueueView
 from ...sqlite_wal import use_wal
+from ...step_queues import QueueRequest, QueueView
 from ...urls import SQLITE_URLS
 from ..migrations import pending_migrations
 from . import ops, reads, retention, schedules

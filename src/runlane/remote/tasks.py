@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .attributes import check_attributes
-from .errors import SerializationError
-from .models import JSON, Run, Signal, StepKind, StepRecord, StepStatus
-from .transports.base import Message
-from .transports.messages import PROTOCOL, Malformed
-from .transports.names import code, decision_queue
+from ..attributes import check_attributes
+from ..errors import SerializationError
+from ..models import JSON, Run, Signal, StepKind, StepRecord, StepStatus
+from ..transports.addresses import code, decision_queue
+from ..transports.base import Message
+from ..transports.messages import PROTOCOL, Malformed
 
 WORKFLOW_KIND = "workflow"
 DECISION_KIND = "decision"

@@ -21,18 +21,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, cast
 
-from .concurrency import run_on_loop
-from .context import ChildOp, StepOp
-from .definitions import StepDefinition, WorkflowDefinition
-from .errors import (
+from ..concurrency import run_on_loop
+from ..context import ChildOp, StepOp
+from ..definitions import StepDefinition, WorkflowDefinition
+from ..errors import (
     RunlaneError,
     Suspend,
     UnknownWorkflowError,
 )
-from .errors import error_dict as _error_dict
-from .fences import fence_of
-from .leases import LeaseKeeper
-from .models import (
+from ..errors import error_dict as _error_dict
+from ..fences import fence_of
+from ..leases import LeaseKeeper
+from ..models import (
     JSON,
     Claim,
     Lease,
@@ -46,14 +46,14 @@ from .models import (
     StepKind,
     StepStatus,
 )
-from .options import EngineOptions
-from .registry import Registry
-from .stats import EngineStats
-from .stores.base import Store
-from .tracing import Tracing
-from .transports.base import Message
-from .turn import Turn, TurnOutcome
-from .workflow_tasks import (
+from ..options import EngineOptions
+from ..registry import Registry
+from ..stats import EngineStats
+from ..stores.base import Store
+from ..tracing import Tracing
+from ..transports.base import Message
+from ..turn import Turn, TurnOutcome
+from .tasks import (
     Decision,
     child_outcome,
     record_from_doc,
@@ -127,7 +127,7 @@ class WorkerHost:
     An engine deciding a turn in process gives its own clock, liveness (its lease), counters
     and spans; a worker has none of those and uses its wall clock."""
 
-    remote = None
+    remote_driver = None
 
     def __init__(
         self,

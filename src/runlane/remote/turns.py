@@ -27,9 +27,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from .context import ChildOp, StepOp
-from .definitions import StepDefinition, WorkflowDefinition
-from .errors import (
+from ..context import ChildOp, StepOp
+from ..definitions import StepDefinition, WorkflowDefinition
+from ..errors import (
     Cancelled,
     LeaseLostError,
     NonDeterminismError,
@@ -39,15 +39,15 @@ from .errors import (
     UnknownWorkflowError,
     error_dict,
 )
-from .faults import OutageLog, is_infrastructure
-from .models import Claim, RunStatus, Settlement, StepKind
-from .registry import Registry
+from ..faults import OutageLog, is_infrastructure
+from ..models import Claim, RunStatus, Settlement, StepKind
+from ..registry import Registry
+from ..retry import NO_RETRY, Retry
+from ..transports.base import Message, Transport
+from ..transports.messages import Malformed
+from ..turn import Turn, TurnHost, TurnOutcome
 from .replay import WorkerHost, failed_decision, replay
-from .retry import NO_RETRY, Retry
-from .transports.base import Message, Transport
-from .transports.messages import Malformed
-from .turn import Turn, TurnHost, TurnOutcome
-from .workflow_tasks import (
+from .tasks import (
     Decision,
     awaited_children,
     decision_doc,

@@ -1,4 +1,5 @@
-"""What ``wait_for_run`` callers of one engine hear of the runs its turns settle.
+"""The runs watched until they settle: what ``wait_for_run`` callers of one engine hear of the
+runs its turns settle.
 
 A caller waiting for a run a turn of this engine executes gets the run as the turn settled it,
 without a read. A run that completed here a moment before its caller came to wait (the caller
@@ -20,7 +21,7 @@ KEPT_SECONDS = 10.0  # how long a run completed here is kept for a late waiter
 KEPT_MOST = 10_000  # completed runs kept, at most
 
 
-class Settlements:
+class RunWatchers:
     """The ``wait_for_run`` callers of one engine: a future per run, resolved with the run as
     a turn here settled it, or with None when it settled elsewhere (read it then)."""
 
@@ -67,4 +68,4 @@ class Settlements:
             self._completed.popitem(last=False)
 
 
-__all__ = ["Settlements"]
+__all__ = ["RunWatchers"]

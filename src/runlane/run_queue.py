@@ -11,41 +11,27 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Collection, Iterable
-from typing import Any, Protocol
+from typing import Protocol
 
+from .faults import RateLimitedLog
 from .models import Run, Serves
 from .options import EngineOptions
 from .routing import Reason
 from .stores.base import Store
+from .transports.addresses import code
 from .transports.base import Message, Transport
 from .transports.messages import PROTOCOL, Malformed, check
-from .transports.names import code
 
 log = logging.getLogger(__name__)
 
-FAILURE_LOG_INTERVAL = 60.0
 SEND_RETRY_DELAYS = (0.25, 1.0, 4.0)
 TAKE_TIMEOUT = 1.0
 
 
-class RateLimitedLog:
-    """Logs a recurring failure at most once per interval."""
-
-    def __init__(self, interval: float = FAILURE_LOG_INTERVAL) -> None:
-        self.interval = interval
-        self._last = -interval
-
-    def warning(self, message: str, *args: Any) -> None:
-        if time.monotonic() - self._last >= self.interval:
-            self._last = time.monotonic()
-            log.warning(message, *args)
-
-
 @functools.lru_cache(maxsize=16)
 def codes_of(serves: Serves) -> list[str]:
-    """The codes (``names.code``) of the pairs an instance serves: its run queues."""
+    """The codes (``addresses.code``) of the pairs an instance serves: its run queues."""
     return [code(*pair) for pair in sorted(serves.pairs)]
 
 
@@ -107,7 +93,7 @@ class RunQueue:
         self._wakes: set[str] = set()
         self._flush: asyncio.Task[None] | None = None
         self._consumer: asyncio.Task[None] | None = None
-        self._failures = RateLimitedLog()
+        self._failures = RateLimitedLog(log)
         self._pending_timer_messages: dict[str, Message] = {}
         self.taken: dict[str, Message] = {}  # taken from the queue, not yet claimed
         self.handed_back: set[str] = set()
@@ -187,7 +173,7 @@ class RunQueue:
             self._consumer = asyncio.create_task(self._consume(), name="runlane-run-queue")
 
     async def stop_consuming(self) -> None:
-        self._stopping = True  # see RemoteSteps: a cancel may surface as a driver error
+        self._stopping = True  # see RemoteDispatch: a cancel may surface as a driver error
         if self._consumer is not None:
             self._consumer.cancel()
             await asyncio.wait([self._consumer], timeout=5.0)

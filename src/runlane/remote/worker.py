@@ -1,7 +1,7 @@
 """The remote worker: takes a group's tasks off a transport, runs them, returns results.
 
 A task is a remote step to run, or a remote workflow's turn (``"kind": "workflow"``) to
-decide: the worker replays the body against the task's history (:mod:`runlane.replay`) and
+decide: the worker replays the body against the task's history (:mod:`runlane.remote.replay`) and
 sends the decision back on the results queue, beating for the turn while it replays. The body
 replays on a loop of its own in one of the worker's replay threads, so sync-heavy code in it
 does not hold up this loop's beats and steps; the local steps it calls run on this loop.
@@ -31,21 +31,21 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from ._version import __version__
-from .codecs import Codec
-from .concurrency import call_step_body, run_on_own_loop
-from .definitions import StepDefinition, step_definition
-from .errors import ConfigurationError, UnknownStepError, error_dict
-from .fences import FenceBook, StepContext, fence_of, within
-from .payloads import Payloads
-from .registry import Registry
+from .._version import __version__
+from ..codecs import Codec
+from ..concurrency import call_step_body, run_on_own_loop
+from ..definitions import StepDefinition, step_definition
+from ..errors import ConfigurationError, UnknownStepError, error_dict
+from ..fences import FenceBook, StepContext, fence_of, within
+from ..payloads import Payloads
+from ..registry import Registry
+from ..serialization import normalise
+from ..tracing import Tracing
+from ..transports.base import Message, Transport
+from ..transports.encoded import WireCodec
+from ..transports.messages import PROTOCOL, WORKER_KIND, Malformed, check
 from .replay import Pulse, failed_decision, replay
-from .serialization import normalise
-from .tracing import Tracing
-from .transports.base import Message, Transport
-from .transports.encoded import WireCodec
-from .transports.messages import PROTOCOL, WORKER_KIND, Malformed, check
-from .workflow_tasks import (
+from .tasks import (
     WORKFLOW_KIND,
     check_workflow_task,
     decision_doc,

@@ -10,11 +10,11 @@ import pytest
 
 import runlane
 from runlane import Engine, RunStatus
-from runlane import settlements as kept
+from runlane import watchers as kept
 from runlane.models import Run
-from runlane.settlements import Settlements
 from runlane.stores import MemoryStore
 from runlane.testing import ManualClock
+from runlane.watchers import RunWatchers
 
 
 @runlane.workflow(name="settlements.done")
@@ -63,9 +63,9 @@ def test_completed_runs_are_kept_for_a_while_and_a_bounded_number(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr("runlane.settlements.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("runlane.watchers.time.monotonic", lambda: now[0])
     monkeypatch.setattr(kept, "KEPT_MOST", 3)
-    settled = Settlements()
+    settled = RunWatchers()
     for name in "abcd":
         settled.notify([name], _run(name))
     settled.notify(["x"], _run("x", RunStatus.CANCELLED))
