@@ -1,33 +1,79 @@
-"""Context: everything a workflow body may do, each operation numbered for replay.
+"""Context: everything a workflow body may do, a thin facade over the turn that executes it.
 
-An operation's sequence number is taken when the operation is *created* (``ctx.step(...)``
-returns an awaitable at once), so ``ctx.all([ctx.step(f, x) for x in xs])`` numbers its
-operations in list order on every replay.
+A Context checks the body's arguments and asks its ``Runtime`` (the turn, ``turn.Turn``), which
+numbers every operation and replays it from the run's history or executes and records it: the
+replay of steps, waits and recorded values lives there, in one place. An operation's sequence
+number is taken when the operation is *created* (``ctx.step(...)`` returns an awaitable at
+once), so ``ctx.all([ctx.step(f, x) for x in xs])`` numbers its operations in list order on
+every replay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from .attributes import AttributeValue, check_attributes
 from .definitions import StepDefinition, seconds, workflow_definition
-from .errors import (
-    ContinueAsNew,
-    DefinitionError,
-    EventTimeoutError,
-    RunlaneError,
-    SignalTimeoutError,
-    UpdateTimeoutError,
-)
-from .models import JSON, Settled, StepKind, StepStatus, buffered_name
+from .errors import ContinueAsNew, DefinitionError, SignalTimeoutError, UpdateTimeoutError
+from .models import JSON, Run, Settled, StepKind
 from .retry import Retry
 from .serialization import normalise
 from .updates import Update, signal_name, taken, update_name
 
-if TYPE_CHECKING:
-    from .turn import Turn
+
+class Runtime(Protocol):
+    """What a :class:`Context` stands in front of: the turn executing the body (``turn.Turn``).
+    Each operation is numbered there (``next_seq``) and replayed from the run's history, or
+    executed and recorded."""
+
+    run: Run
+
+    def next_seq(self) -> int: ...
+
+    @property
+    def dispatches_remote(self) -> bool:
+        """Whether a remote step can be dispatched from this turn."""
+        ...
+
+    def resolve_step(
+        self, fn_or_name: Callable[..., Any] | str, group: str | None
+    ) -> StepDefinition: ...
+
+    async def resolve_one(self, op: Operation) -> JSON: ...
+
+    async def start_child(self, op: ChildOp) -> str: ...
+
+    async def gather(
+        self, ops: Sequence[Operation], *, fail_fast: bool, settled: bool
+    ) -> list[Any]: ...
+
+    async def sleep(self, delay: float) -> None: ...
+
+    async def sleep_until(self, when: datetime) -> None: ...
+
+    async def wait_for_message(
+        self, kind: StepKind, name: str, timeout: float | timedelta | None, expired: type[Exception]
+    ) -> JSON: ...
+
+    async def wait_for_event(
+        self, name: str, match: Callable[[JSON], bool] | None, timeout: float | timedelta | None
+    ) -> JSON: ...
+
+    async def reply(self, update: Update, value: JSON, error: str | None) -> None: ...
+
+    def patched(self, change_id: str) -> bool: ...
+
+    def deprecate_patch(self, change_id: str) -> None: ...
+
+    def recorded_now(self) -> datetime: ...
+
+    async def recorded_side_effect(self, fn: Callable[[], Any]) -> JSON: ...
+
+    def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> None: ...
+
+    async def flush(self) -> object: ...
 
 
 class Operation:
@@ -35,7 +81,7 @@ class Operation:
 
     kind: StepKind
 
-    def __init__(self, turn: Turn, seq: int, name: str) -> None:
+    def __init__(self, turn: Runtime, seq: int, name: str) -> None:
         self.turn = turn
         self.seq = seq
         self.name = name
@@ -50,7 +96,7 @@ class StepOp(Operation):
     fairness_key = ""
 
     def __init__(
-        self, turn: Turn, seq: int, definition: StepDefinition, input: JSON, retry: Retry
+        self, turn: Runtime, seq: int, definition: StepDefinition, input: JSON, retry: Retry
     ) -> None:
         super().__init__(turn, seq, definition.name)
         self.definition = definition
@@ -63,7 +109,7 @@ class ChildOp(Operation):
 
     def __init__(
         self,
-        turn: Turn,
+        turn: Runtime,
         seq: int,
         workflow: Any,
         input: JSON,
@@ -83,7 +129,7 @@ class AttributesSet:
     """What ``ctx.set_attributes`` returns: awaiting it writes the attributes at once (with
     whatever else the turn has staged); left alone, they go with the turn's next write."""
 
-    def __init__(self, turn: Turn) -> None:
+    def __init__(self, turn: Runtime) -> None:
         self._turn = turn
 
     def __await__(self) -> Generator[Any, None, None]:
@@ -96,25 +142,25 @@ class AttributesSet:
 class Context:
     """What a workflow body may do. Only use it from the body it was passed to."""
 
-    def __init__(self, turn: Turn) -> None:
-        self._turn = turn
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
 
     @property
     def run_id(self) -> str:
-        return self._turn.run.id
+        return self._runtime.run.id
 
     @property
     def workflow(self) -> str:
-        return self._turn.run.workflow
+        return self._runtime.run.workflow
 
     @property
     def attempt(self) -> int:
         """1 for the first execution of the run; grows with each recovery after a crash."""
-        return self._turn.run.recoveries + 1
+        return self._runtime.run.recoveries + 1
 
     @property
     def input(self) -> JSON:
-        return self._turn.run.input
+        return self._runtime.run.input
 
     # ---------------------------------------------------------------- steps and children
 
@@ -134,8 +180,8 @@ class Context:
 
         ``queue`` (default: the step's own) names the step queue that admits it, by
         ``priority`` (higher first) and ``fairness_key`` (default: the run's id)."""
-        turn = self._turn
-        definition = turn.host.resolve_step(fn_or_name, group)
+        runtime = self._runtime
+        definition = runtime.resolve_step(fn_or_name, group)
         if timeout is not None or group is not None or queue is not None:
             definition = StepDefinition(
                 name=definition.name,
@@ -149,22 +195,22 @@ class Context:
             raise DefinitionError(f"priority must be an int, not {priority!r}")
         if fairness_key is not None and not isinstance(fairness_key, str):
             raise DefinitionError(f"fairness_key must be a string, not {fairness_key!r}")
-        if definition.remote and not turn.dispatches_remote:
+        if definition.remote and not runtime.dispatches_remote:
             raise DefinitionError(
                 f"step {definition.name!r} is remote (group {definition.group!r}); remote steps"
                 " need a transport and a Worker, which this engine does not have"
             )
         value = normalise(input, f"input of step {definition.name!r}")
-        op = StepOp(turn, turn.next_seq(), definition, value, retry or definition.retry)
-        op.priority, op.fairness_key = priority, fairness_key or turn.run.id
+        op = StepOp(runtime, runtime.next_seq(), definition, value, retry or definition.retry)
+        op.priority, op.fairness_key = priority, fairness_key or runtime.run.id
         return op
 
     def child(self, workflow: Any, input: JSON = None, *, run_id: str | None = None) -> ChildOp:
         """Start (or re-attach to) a child run; await it for the child's output."""
-        turn = self._turn
-        seq = turn.next_seq()
+        runtime = self._runtime
+        seq = runtime.next_seq()
         value = normalise(input, "input of child workflow")
-        return ChildOp(turn, seq, workflow, value, run_id or f"{turn.run.id}.child.{seq}")
+        return ChildOp(runtime, seq, workflow, value, run_id or f"{runtime.run.id}.child.{seq}")
 
     async def start_child(
         self,
@@ -177,45 +223,37 @@ class Context:
         """Start a child run without waiting for it; returns its id. A cancellation of this
         run reaches the child (and its own children), unless it is ``detached``; a detached
         child's deadline is its own, not bounded by this run's."""
-        turn = self._turn
-        seq = turn.next_seq()
+        runtime = self._runtime
+        seq = runtime.next_seq()
         value = normalise(input, "input of child workflow")
-        child_id = run_id or f"{turn.run.id}.child.{seq}"
-        op = ChildOp(turn, seq, workflow, value, child_id, detached=bool(detached))
+        child_id = run_id or f"{runtime.run.id}.child.{seq}"
+        op = ChildOp(runtime, seq, workflow, value, child_id, detached=bool(detached))
         op.kind = StepKind.START_CHILD
-        return await turn.start_child(op)
+        return await runtime.start_child(op)
 
     async def all(self, ops: Iterable[Operation], *, fail_fast: bool = False) -> list[JSON]:
         """Outputs of every operation in input order; ``GatherError`` if any failed."""
-        return await self._turn.gather(list(ops), fail_fast=fail_fast, settled=False)
+        return await self._runtime.gather(list(ops), fail_fast=fail_fast, settled=False)
 
     async def all_settled(self, ops: Iterable[Operation]) -> list[Settled]:
         """A :class:`Settled` per operation, in input order; never raises for a failure."""
-        return await self._turn.gather(list(ops), fail_fast=False, settled=True)
+        return await self._runtime.gather(list(ops), fail_fast=False, settled=True)
 
     # ---------------------------------------------------------------- time and waits
 
     async def sleep(self, duration: float | timedelta) -> None:
         """Durable sleep: the run is suspended and holds no memory until it is due."""
-        delay = seconds(duration, "sleep duration") or 0.0
-        turn = self._turn
-        seq = turn.next_seq()
-        record = turn.recorded(seq, StepKind.SLEEP, "sleep")
-        wake = record.wake_at if record is not None else turn.now() + timedelta(seconds=delay)
-        await turn.wait_until(seq, "sleep", wake, record)
+        await self._runtime.sleep(seconds(duration, "sleep duration") or 0.0)
 
     async def sleep_until(self, when: datetime) -> None:
         """Durable sleep until an aware datetime."""
         if when.tzinfo is None:
             raise ValueError("sleep_until needs a timezone-aware datetime")
-        turn = self._turn
-        seq = turn.next_seq()
-        record = turn.recorded(seq, StepKind.SLEEP, "sleep")
-        await turn.wait_until(seq, "sleep", record.wake_at if record else when, record)
+        await self._runtime.sleep_until(when)
 
     async def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None) -> JSON:
         """The payload of the next signal ``name``; ``SignalTimeoutError`` after ``timeout``."""
-        return await self._wait_for_message(
+        return await self._runtime.wait_for_message(
             StepKind.SIGNAL, signal_name(name), timeout, SignalTimeoutError
         )
 
@@ -227,7 +265,7 @@ class Context:
 
         An update sent before the body asks for it waits, buffered, until it does: it wakes
         the run only when the run waits for an update of that name."""
-        message = await self._wait_for_message(
+        message = await self._runtime.wait_for_message(
             StepKind.UPDATE, update_name(name), timeout, UpdateTimeoutError
         )
         return taken(name, message)
@@ -241,34 +279,7 @@ class Context:
             raise DefinitionError(f"reply answers an Update (from wait_for_update), not {update!r}")
         if error is not None and (not isinstance(error, str) or value is not None):
             raise DefinitionError("reply takes a value, or error= (a string), not both")
-        await self._turn.reply(update, value, error)
-
-    async def _wait_for_message(
-        self,
-        kind: StepKind,
-        name: str,
-        timeout: float | timedelta | None,
-        expired: type[RunlaneError],
-    ) -> JSON:
-        """The payload of the next message (a signal, an update) a ``kind`` wait takes."""
-        turn = self._turn
-        seq = turn.next_seq()
-        record = turn.recorded(seq, kind, name)
-        if record is not None and record.status == StepStatus.COMPLETED:
-            return record.output
-        missed = f"no {kind} {name!r} within the timeout"
-        if record is not None and record.status == StepStatus.FAILED:
-            raise expired(missed)
-        signal = turn.take_signal(buffered_name(kind, name))
-        if signal is not None:
-            turn.complete(seq, kind, name, signal.payload, record, consumed=signal.id)
-            return signal.payload
-        deadline = turn.deadline(record, timeout)
-        if deadline is not None and deadline <= turn.now():
-            turn.fail(seq, kind, name, expired(missed), record)
-            raise expired(missed)
-        turn.park(seq, kind, name, deadline, record)
-        raise AssertionError("unreachable")  # pragma: no cover
+        await self._runtime.reply(update, value, error)
 
     async def wait_for_event(
         self,
@@ -278,34 +289,7 @@ class Context:
         timeout: float | timedelta | None = None,
     ) -> JSON:
         """The payload of the next event ``name`` published after this wait began."""
-        turn = self._turn
-        seq = turn.next_seq()
-        record = turn.recorded(seq, StepKind.EVENT, name)
-        if record is not None and record.status == StepStatus.COMPLETED:
-            return record.output
-        if record is not None and record.status == StepStatus.FAILED:
-            raise EventTimeoutError(f"no event {name!r} within the timeout")
-        after = (
-            int(record.input["after"])
-            if record is not None
-            else await turn.io(turn.host.store.latest_event_seq())
-        )
-        event = await turn.find_event(name, after, match)
-        if event is not None:
-            turn.complete(seq, StepKind.EVENT, name, event.payload, record, input={"after": after})
-            return event.payload
-        deadline = turn.deadline(record, timeout)
-        if deadline is not None and deadline <= turn.now():
-            turn.fail(
-                seq,
-                StepKind.EVENT,
-                name,
-                EventTimeoutError(f"no event {name!r} within the timeout"),
-                record,
-            )
-            raise EventTimeoutError(f"no event {name!r} within the timeout")
-        turn.park(seq, StepKind.EVENT, name, deadline, record, input={"after": after})
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._runtime.wait_for_event(name, match, timeout)
 
     # ---------------------------------------------------------------- changing code under runs
 
@@ -323,36 +307,22 @@ class Context:
                 await ctx.step(send_receipt, order)   # new runs
             await ctx.step(ship, order)               # every run
         """
-        return self._turn.patched(_change_id(change_id))
+        return self._runtime.patched(_change_id(change_id))
 
     def deprecate_patch(self, change_id: str) -> None:
         """Mark the change ``change_id`` as one every run in flight already took, once its old
         branch is deleted: records nothing, and replays a history with or without the marker."""
-        self._turn.deprecate_patch(_change_id(change_id))
+        self._runtime.deprecate_patch(_change_id(change_id))
 
     # ---------------------------------------------------------------- recorded values
 
     def now(self) -> datetime:
         """The engine clock's time, recorded once and identical on every replay."""
-        turn = self._turn
-        seq = turn.next_seq()
-        record = turn.recorded(seq, StepKind.NOW, "now")
-        if record is not None and record.status == StepStatus.COMPLETED:
-            return datetime.fromisoformat(str(record.output))
-        value = turn.now()
-        turn.complete(seq, StepKind.NOW, "now", value.isoformat(), record)
-        return value
+        return self._runtime.recorded_now()
 
     async def side_effect(self, fn: Callable[[], Any]) -> JSON:
         """Call ``fn`` once; its JSON result is recorded and replayed identically."""
-        turn = self._turn
-        seq = turn.next_seq()
-        record = turn.recorded(seq, StepKind.SIDE_EFFECT, "side_effect")
-        if record is not None and record.status == StepStatus.COMPLETED:
-            return record.output
-        value = normalise(await turn.side_effect(fn), "side_effect result")
-        turn.complete(seq, StepKind.SIDE_EFFECT, "side_effect", value, record)
-        return value
+        return await self._runtime.recorded_side_effect(fn)
 
     def set_attributes(self, attributes: Mapping[str, AttributeValue]) -> AttributesSet:
         """Merge ``attributes`` into the run's (a name set again takes the new value; the others
@@ -367,8 +337,8 @@ class Context:
             ctx.set_attributes({"stage": "shipping"})
             await ctx.set_attributes({"customer": order["customer"]})   # written now
         """
-        self._turn.set_attributes(check_attributes(attributes))
-        return AttributesSet(self._turn)
+        self._runtime.set_attributes(check_attributes(attributes))
+        return AttributesSet(self._runtime)
 
     def continue_as_new(self, input: JSON = None) -> NoReturn:
         """End this run now; a fresh run ``<id>~N`` continues with ``input``."""
@@ -381,4 +351,4 @@ def _change_id(change_id: object) -> str:
     return change_id
 
 
-__all__ = ["AttributesSet", "ChildOp", "Context", "Operation", "StepOp"]
+__all__ = ["AttributesSet", "ChildOp", "Context", "Operation", "Runtime", "StepOp"]

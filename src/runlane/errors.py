@@ -376,7 +376,7 @@ class ContinueAsNew(_ControlFlow):
         self.input = input
 
 
-class Cancelled(_ControlFlow):
+class Cancelling(_ControlFlow):
     """The run was cancelled while the turn was executing."""
 
 

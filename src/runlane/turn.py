@@ -21,9 +21,10 @@ from .context import ChildOp, Context, Operation, StepOp
 from .definitions import StepDefinition, WorkflowDefinition
 from .errors import (
     Abandon,
-    Cancelled,
+    Cancelling,
     ChildFailedError,
     ContinueAsNew,
+    EventTimeoutError,
     FatalError,
     GatherError,
     LeaseLostError,
@@ -59,6 +60,7 @@ from .models import (
     StepRecord,
     StepStatus,
     Writes,
+    buffered_name,
     evolved,
     ready_ids,
     settled_run,
@@ -153,6 +155,16 @@ class TurnHost(Protocol):
     async def handler_spec(self, workflow: str, run: Run, settlement: Settlement) -> RunSpec:
         """The start of ``workflow`` as the failure handler of ``run`` settling so."""
         ...
+
+
+def recorded_outcome(record: StepRecord | None) -> Settled | None:
+    """A step's outcome as its record holds it (replayed, never executed again); None while it
+    has none (never run, in flight, or waiting to be retried)."""
+    if record is not None and record.status == StepStatus.COMPLETED:
+        return Settled(True, record.output)
+    if record is not None and record.status == StepStatus.FAILED:
+        return Settled(False, None, record.error)
+    return None
 
 
 @dataclass
@@ -425,6 +437,94 @@ class Turn:
             return
         self.park(seq, StepKind.SLEEP, name, wake, record)
 
+    # ---------------------------------------------------------------- waits and recorded values
+
+    async def sleep(self, delay: float) -> None:
+        """``ctx.sleep``: due ``delay`` seconds after the first execution reached it."""
+        seq = self.next_seq()
+        record = self.recorded(seq, StepKind.SLEEP, "sleep")
+        wake = record.wake_at if record is not None else self.now() + timedelta(seconds=delay)
+        await self.wait_until(seq, "sleep", wake, record)
+
+    async def sleep_until(self, when: datetime) -> None:
+        seq = self.next_seq()
+        record = self.recorded(seq, StepKind.SLEEP, "sleep")
+        await self.wait_until(seq, "sleep", record.wake_at if record else when, record)
+
+    async def wait_for_message(
+        self, kind: StepKind, name: str, timeout: float | timedelta | None, expired: type[Exception]
+    ) -> JSON:
+        """The payload of the next message (a signal, an update) a ``kind`` wait takes."""
+        seq = self.next_seq()
+        record = self.recorded(seq, kind, name)
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return record.output
+        missed = f"no {kind} {name!r} within the timeout"
+        if record is not None and record.status == StepStatus.FAILED:
+            raise expired(missed)
+        signal = self.take_signal(buffered_name(kind, name))
+        if signal is not None:
+            self.complete(seq, kind, name, signal.payload, record, consumed=signal.id)
+            return signal.payload
+        deadline = self.deadline(record, timeout)
+        if deadline is not None and deadline <= self.now():
+            self.fail(seq, kind, name, expired(missed), record)
+            raise expired(missed)
+        self.park(seq, kind, name, deadline, record)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def wait_for_event(
+        self, name: str, match: Callable[[JSON], bool] | None, timeout: float | timedelta | None
+    ) -> JSON:
+        """``ctx.wait_for_event``: the next event ``name`` published after the wait began."""
+        seq = self.next_seq()
+        record = self.recorded(seq, StepKind.EVENT, name)
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return record.output
+        if record is not None and record.status == StepStatus.FAILED:
+            raise EventTimeoutError(f"no event {name!r} within the timeout")
+        after = (
+            int(record.input["after"])
+            if record is not None
+            else await self.io(self.host.store.latest_event_seq())
+        )
+        event = await self.find_event(name, after, match)
+        if event is not None:
+            self.complete(seq, StepKind.EVENT, name, event.payload, record, input={"after": after})
+            return event.payload
+        deadline = self.deadline(record, timeout)
+        if deadline is not None and deadline <= self.now():
+            self.fail(
+                seq,
+                StepKind.EVENT,
+                name,
+                EventTimeoutError(f"no event {name!r} within the timeout"),
+                record,
+            )
+            raise EventTimeoutError(f"no event {name!r} within the timeout")
+        self.park(seq, StepKind.EVENT, name, deadline, record, input={"after": after})
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def recorded_now(self) -> datetime:
+        """``ctx.now``: the clock's time, recorded once and replayed identically."""
+        seq = self.next_seq()
+        record = self.recorded(seq, StepKind.NOW, "now")
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return datetime.fromisoformat(str(record.output))
+        value = self.now()
+        self.complete(seq, StepKind.NOW, "now", value.isoformat(), record)
+        return value
+
+    async def recorded_side_effect(self, fn: Callable[[], Any]) -> JSON:
+        """``ctx.side_effect``: ``fn`` called once (``side_effect``), its result recorded."""
+        seq = self.next_seq()
+        record = self.recorded(seq, StepKind.SIDE_EFFECT, "side_effect")
+        if record is not None and record.status == StepStatus.COMPLETED:
+            return record.output
+        value = normalise(await self.side_effect(fn), "side_effect result")
+        self.complete(seq, StepKind.SIDE_EFFECT, "side_effect", value, record)
+        return value
+
     def take_signal(self, name: str) -> Signal | None:
         for i, signal in enumerate(self.signals):
             if signal.name == name:
@@ -523,7 +623,7 @@ class Turn:
         try:
             return await self._write(writes, call, freed)
         except RunCancelling:
-            raise Cancelled() from None
+            raise Cancelling() from None
         except RunPausing as pausing:
             # The write went through; children it started run as usual.
             self.created.extend(ready_ids(pausing.started))
@@ -595,15 +695,14 @@ class Turn:
         """Run or replay one step; None means it waits (a retry backoff) and the run suspends.
         ``alone``: no other step of the turn is being settled beside it."""
         queued = op.definition.queue is not None
+        record = self.recorded(op.seq, StepKind.STEP, op.name)
+        replayed = recorded_outcome(record)
         if op.definition.remote:
-            settled = await self.settle_remote(op)
+            settled = replayed or await self.settle_remote(op)
             await self.recorded_attempt(op, alone=alone)
             return settled
-        record = self.recorded(op.seq, StepKind.STEP, op.name)
-        if record is not None and record.status == StepStatus.COMPLETED:
-            return Settled(True, record.output)
-        if record is not None and record.status == StepStatus.FAILED:
-            return Settled(False, None, record.error)
+        if replayed is not None:
+            return replayed
         if record is not None and record.wake_at is not None and record.wake_at > self.now():
             self.wake_by(record.wake_at)
             return None
@@ -618,12 +717,19 @@ class Turn:
         await self.recorded_attempt(op, alone=alone)
         return settled
 
+    def resolve_step(
+        self, fn_or_name: Callable[..., Any] | str, group: str | None
+    ) -> StepDefinition:
+        return self.host.resolve_step(fn_or_name, group)
+
     @property
     def dispatches_remote(self) -> bool:
         """Whether a remote step can be dispatched from this turn."""
         return self.host.remote_driver is not None
 
     async def settle_remote(self, op: StepOp) -> Settled | None:
+        """A remote step without a recorded outcome: the host's driver dispatches it, or
+        follows the attempt in flight."""
         assert self.host.remote_driver is not None
         return await self.host.remote_driver.settle(self, op)
 
@@ -925,7 +1031,7 @@ class Turn:
             return None
         except ContinueAsNew as cont:
             return await self.continued(cont.input), False
-        except Cancelled:
+        except Cancelling:
             return Settlement(RunStatus.CANCELLED), True
         except Exception as exc:
             failure = self.diverged or exc

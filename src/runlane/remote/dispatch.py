@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import Cancelled
+from ..errors import Cancelling
 from ..faults import OutageLog, RateLimitedLog, is_infrastructure
 from ..fences import fence_of
 from ..models import StepRecord, older_fence
@@ -205,7 +205,7 @@ class RemoteDispatch:
         cancelled = set(run_ids)
         for key, waiter in self._waiters.items():
             if _run_of(key) in cancelled and not waiter.done():
-                waiter.set_exception(Cancelled())
+                waiter.set_exception(Cancelling())
 
     def heard_at(self, key: Key) -> float:
         return self._heard.get(key, 0.0)

@@ -43,8 +43,6 @@ from ..models import (
     Settled,
     Settlement,
     Started,
-    StepKind,
-    StepStatus,
 )
 from ..options import EngineOptions
 from ..registry import Registry
@@ -220,11 +218,6 @@ class DecisionTurn(Turn):
         self.decision.consumed_signals.extend(consumed)
 
     async def settle_remote(self, op: StepOp) -> Settled | None:
-        record = self.recorded(op.seq, StepKind.STEP, op.name)
-        if record is not None and record.status == StepStatus.COMPLETED:
-            return Settled(True, record.output)
-        if record is not None and record.status == StepStatus.FAILED:
-            return Settled(False, None, record.error)
         if op.definition.queue is not None:
             # The engine dispatches a decision's steps without asking a queue: refuse rather
             # than let the step past its queue's limits.

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Abandon, Cancelled, StepTimeoutError, error_dict, is_fatal, raise_stored
+from ..errors import Abandon, Cancelling, StepTimeoutError, error_dict, is_fatal, raise_stored
 from ..models import JSON, RunStatus, Settled, StepKind, StepRecord, StepStatus
 from ..transports.base import Message
 from ..transports.messages import PROTOCOL
@@ -41,12 +41,10 @@ class RemoteSteps:
 
 
 async def settle_remote_step(turn: Turn, op: StepOp, remote: RemoteDispatch) -> Settled | None:
-    """Run or replay one remote step; None means the run suspends (durably) for now."""
+    """Dispatch one remote step, or follow its attempt in flight (a step with a recorded
+    outcome is replayed by the turn, ``Turn.settle_step``); None means the run suspends
+    (durably) for now."""
     record = turn.recorded(op.seq, StepKind.STEP, op.name)
-    if record is not None and record.status == StepStatus.COMPLETED:
-        return Settled(True, record.output)
-    if record is not None and record.status == StepStatus.FAILED:
-        return Settled(False, None, record.error)
     if record is not None and record.status == StepStatus.RUNNING:
         return await _in_flight(turn, op, remote, record)
     if record is not None and record.error is not None and record.wake_at is None:
@@ -251,7 +249,7 @@ class _Watch:
         if run is None or run.lease_owner != turn.owner:
             raise Abandon()
         if run.status == RunStatus.CANCELLING:
-            raise Cancelled()
+            raise Cancelling()
 
     def _taken(self, stored: StepRecord | None) -> bool:
         if self.remote.taken(self.key):

@@ -6,7 +6,7 @@ group, so a decision that comes back at once, to any instance, finds both. Apply
 claims the run under a conditional write that checks it still awaits that very task id (a
 duplicate, or the late answer of a turn sent again, finds another id or none, and is dropped)
 and then runs the decision's commands through the same :class:`~runlane.turn.Turn` code a
-local workflow's turn uses: remote steps through ``settle_remote_step`` (so a seq already
+local workflow's turn uses: remote steps through ``Turn.settle_step`` and its driver (so a seq already
 dispatched is never dispatched twice), children through ``settle_children``.
 
 A turn with no decision and no beat for its silence window is due again (its ``wake_at`` is
@@ -30,7 +30,7 @@ from typing import Protocol
 from ..context import ChildOp, StepOp
 from ..definitions import StepDefinition, WorkflowDefinition
 from ..errors import (
-    Cancelled,
+    Cancelling,
     LeaseLostError,
     NonDeterminismError,
     Pausing,
@@ -253,7 +253,7 @@ async def apply_decision(turn: Turn, decision: Decision) -> tuple[Settlement, bo
     """Carry out a decision in a turn leased for it (the ``drive`` of ``Turn.execute``)."""
     try:
         again = await _apply_commands(turn, decision)
-    except Cancelled:
+    except Cancelling:
         return Settlement(RunStatus.CANCELLED), True
     except Pausing:
         return None  # a pause came: what is staged goes with the suspension, which parks it
