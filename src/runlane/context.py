@@ -248,7 +248,7 @@ class Context:
     async def sleep_until(self, when: datetime) -> None:
         """Durable sleep until an aware datetime."""
         if when.tzinfo is None:
-            raise ValueError("sleep_until needs a timezone-aware datetime")
+            raise DefinitionError("sleep_until needs a timezone-aware datetime")
         await self._runtime.sleep_until(when)
 
     async def wait_for_signal(self, name: str, *, timeout: float | timedelta | None = None) -> JSON:

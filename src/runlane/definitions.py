@@ -45,20 +45,17 @@ def check_timeout(value: Seconds | None, what: str = "execution_timeout") -> flo
     return result
 
 
-def _defined_seconds(value: Seconds | None, what: str) -> float | None:
-    """``seconds`` for a definition: a bad duration is a ``DefinitionError``."""
-    try:
-        return seconds(value, what)
-    except (TypeError, ValueError) as exc:
-        raise DefinitionError(str(exc)) from None
-
-
 def seconds(value: Seconds | None, what: str = "duration") -> float | None:
+    """A duration a definition or a body's call gives (a timeout, a sleep): None, or seconds
+    that are not negative; anything else is a ``DefinitionError``."""
     if value is None:
         return None
-    result = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    try:
+        result = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    except (TypeError, ValueError) as exc:
+        raise DefinitionError(str(exc)) from None
     if result < 0:
-        raise ValueError(f"{what} must not be negative, got {value!r}")
+        raise DefinitionError(f"{what} must not be negative, got {value!r}")
     return result
 
 
@@ -371,7 +368,7 @@ def workflow(
             fn=body,
             singleton=singleton,
             concurrency=concurrency,
-            execution_timeout=_defined_seconds(execution_timeout, "execution_timeout"),
+            execution_timeout=seconds(execution_timeout, "execution_timeout"),
             on_event=events,
             tags=checked_tags,
             on_failure=failure,
@@ -514,7 +511,7 @@ def step(
             name=name or f"{body.__module__}.{body.__qualname__}",
             fn=body,
             retry=retry or NO_RETRY,
-            timeout=_defined_seconds(timeout, "timeout"),
+            timeout=seconds(timeout, "timeout"),
             group=group,
             queue=queue,
         )
