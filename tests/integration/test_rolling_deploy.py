@@ -92,7 +92,7 @@ class Producer:
         try:
             n = 0
             while not self.stop.is_set():
-                await self._start_round(engines[self.release], n)
+                await self._start_round(engines, self.release, n)
                 n += 1
                 await asyncio.sleep(0.15)
             await asyncio.sleep(1.2)  # the last signals
@@ -106,14 +106,16 @@ class Producer:
             release, c.pg_url, c.redis_url, c.prefix, drive=False, consumers="never"
         )
 
-    async def _start_round(self, engine: Engine, n: int) -> None:
+    async def _start_round(self, engines: dict[str, Engine], release: str, n: int) -> None:
+        # A round is the release it began on: the deploy may flip ``self.release`` mid-round.
+        engine = engines[release]
         starts = [("deploy.order", f"o-{n}"), ("deploy.remote", f"r-{n}")]
         starts += [("deploy.report", f"p-{n}"), ("deploy.lane", f"l-{n}")]
-        if self.release == "2":
+        if release == "2":
             starts.append(("deploy.fresh", f"f-{n}"))
         for workflow, run_id in starts:
             await engine.start(workflow, {"lane": f"lane-{n % 3}"}, run_id=run_id)
-            self.started[run_id] = self.release
+            self.started[run_id] = release
         asyncio.get_running_loop().call_later(
             1.0, lambda: asyncio.ensure_future(engine.signal(f"o-{n}", "go", n))
         )
