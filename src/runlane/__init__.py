@@ -51,6 +51,7 @@ from .queues import StepQueue
 from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
+from .starts import Start, StartOutcome
 from .updates import Update
 from .worker import Worker
 
@@ -92,6 +93,8 @@ __all__ = [
     "SignalTimeoutError",
     "Singleton",
     "SingletonQueueFullError",
+    "Start",
+    "StartOutcome",
     "StepContext",
     "StepQueue",
     "StepRecord",
