@@ -310,19 +310,9 @@ class Engine:
         ``SerializationError`` before anything is written. A start that finds its run id
         existing returns that run as it is, attributes included."""
         return await self._starts.one(
-            Start(
-                workflow,
-                input,
-                run_id,
-                concurrency,
-                priority,
-                tuple(tags),
-                if_exists,
-                version,
-                execution_timeout,
-                attributes,
-            )
-        )
+            workflow, input, run_id, concurrency, priority, tags, if_exists, version,
+            execution_timeout, attributes,
+        )  # fmt: skip
 
     async def start_many(self, starts: Iterable[Start]) -> list[StartOutcome]:
         """Start many runs in one store round trip (PostgreSQL) or transaction (SQLite), one

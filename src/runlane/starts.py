@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
 from .attributes import AttributeValue, check_attributes
 from .definitions import Concurrency, WorkflowDefinition, check_tags, check_timeout, check_version
@@ -81,17 +81,18 @@ class Api(Protocol):
     ) -> Awaitable[T]: ...
 
 
-@dataclass(frozen=True)
-class _Checked:
+class _Checked(NamedTuple):
     """A start whose arguments passed: its workflow, its run id and its checked values."""
 
-    start: Start
     definition: WorkflowDefinition
     run_id: str
     input: JSON
     tags: tuple[str, ...]
     timeout: float | None
     attributes: Mapping[str, AttributeValue]
+    concurrency: Concurrency | None
+    priority: int
+    if_exists: str
 
 
 class Starts:
@@ -109,10 +110,36 @@ class Starts:
         self._api = api
         self._ready = ready
 
-    async def one(self, start: Start) -> Run:
-        """``Engine.start``: the run, or the start's error raised."""
-        [outcome] = await self.many([start])
-        return outcome.result()
+    async def one(
+        self,
+        workflow: Any,
+        input: JSON,
+        run_id: str | None,
+        concurrency: Concurrency | None,
+        priority: int,
+        tags: Iterable[str],
+        if_exists: Literal["return", "fail"],
+        version: str | None,
+        execution_timeout: float | timedelta | None,
+        attributes: Mapping[str, AttributeValue] | None,
+    ) -> Run:
+        """``Engine.start``: the run, or the start's error raised. ``many``'s steps for one
+        start, without a ``Start`` or a list: a plain start pays nothing for batches."""
+        checked = _checked(
+            self._execution, workflow, input, run_id, concurrency, priority, tags, if_exists,
+            version, execution_timeout, attributes,
+        )  # fmt: skip
+        await self._ready()
+        spec = await self._build(checked)
+        [started], retried = await self.create([spec], claim=True)
+        run, error, _ = self._judge(checked, spec, started, retried)
+        due = self._route(spec, started, retried)
+        if due is not None:
+            self._execution.send_started((due,))
+        if error is not None:
+            raise error
+        assert run is not None
+        return run
 
     async def many(self, starts: Iterable[Start]) -> list[StartOutcome]:
         """``Engine.start_many``: an outcome per start, in order."""
@@ -128,7 +155,7 @@ class Starts:
 
     async def _slice(self, starts: Sequence[Start]) -> list[StartOutcome]:
         checked: list[_Checked | Exception] = [_check(self._execution, s) for s in starts]
-        if all(isinstance(c, Exception) for c in checked):
+        if not any(isinstance(c, _Checked) for c in checked):
             return [StartOutcome(None, c) for c in checked if isinstance(c, Exception)]
         await self._ready()
         specs = _in_order([await self._spec(c) if isinstance(c, _Checked) else c for c in checked])
@@ -138,7 +165,7 @@ class Starts:
         outcomes = [
             StartOutcome(None, s)
             if isinstance(s, Exception)
-            else self._judge(c, s, next(found), retried)
+            else StartOutcome(*self._judge(c, s, next(found), retried))
             for c, s in zip(checked, specs, strict=True)
         ]
         self._dispatch(given, written, retried)
@@ -146,19 +173,22 @@ class Starts:
 
     async def _spec(self, checked: _Checked) -> RunSpec | Exception:
         try:
-            return await self._execution.specs.build(
-                checked.definition,
-                checked.input,
-                checked.run_id,
-                concurrency=checked.start.concurrency,
-                priority=checked.start.priority,
-                tags=checked.tags,
-                debounce=True,
-                execution_timeout=checked.timeout,
-                attributes=checked.attributes,
-            )
+            return await self._build(checked)
         except Exception as exc:  # a gate's key or limit function, a store that cannot gate
             return exc
+
+    def _build(self, checked: _Checked) -> Awaitable[RunSpec]:
+        return self._execution.specs.build(
+            checked.definition,
+            checked.input,
+            checked.run_id,
+            concurrency=checked.concurrency,
+            priority=checked.priority,
+            tags=checked.tags,
+            debounce=True,
+            execution_timeout=checked.timeout,
+            attributes=checked.attributes,
+        )
 
     async def create(self, specs: Sequence[RunSpec], *, claim: bool) -> tuple[list[Started], bool]:
         """Create the specs' runs; after an outage, once more (their ids make it idempotent).
@@ -179,56 +209,86 @@ class Starts:
 
     def _judge(
         self, checked: _Checked | Exception, spec: RunSpec, started: Started, retried: bool
-    ) -> StartOutcome:
-        """What one written start came to, as ``Engine.start`` tells it."""
-        assert isinstance(checked, _Checked)
+    ) -> tuple[Run | None, Exception | None, bool]:
+        """What one written start came to, as ``Engine.start`` tells it: the run, the error,
+        whether it was created."""
+        assert not isinstance(checked, Exception)
         if started.run is not None and not sees(self._scope, started.run):
             # The id names a run of another namespace: nothing was created, nothing is shown.
-            return StartOutcome(None, RunNotFoundError(started.run.id))
-        self._execution.count_starts(checked.definition.name, [started])
+            return None, RunNotFoundError(started.run.id), False
+        self._execution.count_starts(checked.definition.name, (started,))
         if started.rejected is not None:
-            return StartOutcome(None, started.rejected)
+            return None, started.rejected, False
         run = started.run
         assert run is not None
         # After an outage, the run found may be the one this start's first write created.
         fresh = started.created or started.debounced or (retried and _same_start(run, spec))
-        if not fresh and checked.start.if_exists == "fail":
-            return StartOutcome(run, RunExistsError(run.id, run.status))
-        return StartOutcome(run, None, started.created)
+        if not fresh and checked.if_exists == "fail":
+            return run, RunExistsError(run.id, run.status), False
+        return run, None, started.created
 
     def _dispatch(self, specs: Sequence[RunSpec], written: list[Started], retried: bool) -> None:
-        """The new runs go where they execute: a claimed one to its turn here, the due ones to
-        the run queue or this instance; a held one's timer is noted."""
-        due: list[Run] = []
-        for spec, started in zip(specs, written, strict=True):
-            run = started.run
-            if run is None or started.rejected is not None or not sees(self._scope, run):
-                continue
-            ours = retried and _same_start(run, spec)
-            if started.claim is not None:
-                self._execution.claimed(started.claim)
-            elif (started.created or ours) and not started.waiting:
-                due.append(run)
-            self._execution.note_held([run])
+        """The new runs go where they execute (see ``_route``); the due ones in one message."""
+        due = [
+            run
+            for spec, started in zip(specs, written, strict=True)
+            if (run := self._route(spec, started, retried)) is not None
+        ]
         if due:
             self._execution.send_started(due)
+
+    def _route(self, spec: RunSpec, started: Started, retried: bool) -> Run | None:
+        """A new run claimed here goes to its turn; a held one's timer is noted; the run, when
+        it is due now (for the run queue or this instance)."""
+        run = started.run
+        if run is None or started.rejected is not None or not sees(self._scope, run):
+            return None
+        self._execution.note_held((run,))
+        if started.claim is not None:
+            self._execution.claimed(started.claim)
+            return None
+        # After an outage, the run found may be the one this start's first write created.
+        ours = retried and _same_start(run, spec)
+        return run if (started.created or ours) and not started.waiting else None
 
 
 def _check(execution: Execution, start: Start) -> _Checked | Exception:
     """A start's arguments checked (nothing written, no store read), or the error to report."""
     try:
-        if start.if_exists not in ("return", "fail"):
-            raise ValueError("if_exists must be 'return' or 'fail'")
-        timeout = check_timeout(start.execution_timeout)
-        wanted = None if start.version is None else check_version(start.version)
-        definition = execution.registry.workflow(start.workflow, wanted)
-        value = normalise(start.input, f"input of workflow {definition.name!r}")
-        indexed = check_attributes(start.attributes or {})
-        tags = check_tags(start.tags)
-        run_id = start.run_id or uuid.uuid4().hex
-        return _Checked(start, definition, run_id, value, tags, timeout, indexed)
+        return _checked(
+            execution, start.workflow, start.input, start.run_id, start.concurrency,
+            start.priority, start.tags, start.if_exists, start.version, start.execution_timeout,
+            start.attributes,
+        )  # fmt: skip
     except Exception as exc:
         return exc
+
+
+def _checked(
+    execution: Execution,
+    workflow: Any,
+    input: JSON,
+    run_id: str | None,
+    concurrency: Concurrency | None,
+    priority: int,
+    tags: Iterable[str],
+    if_exists: str,
+    version: str | None,
+    execution_timeout: float | timedelta | None,
+    attributes: Mapping[str, AttributeValue] | None,
+) -> _Checked:
+    """A start's arguments checked, before anything is written or read; or the error raised."""
+    if if_exists not in ("return", "fail"):
+        raise ValueError("if_exists must be 'return' or 'fail'")
+    timeout = check_timeout(execution_timeout)
+    wanted = None if version is None else check_version(version)
+    definition = execution.registry.workflow(workflow, wanted)
+    value = normalise(input, f"input of workflow {definition.name!r}")
+    indexed = check_attributes(attributes or {})
+    return _Checked(
+        definition, run_id or uuid.uuid4().hex, value, check_tags(tags), timeout, indexed,
+        concurrency, priority, if_exists,
+    )  # fmt: skip
 
 
 def _in_order(specs: list[RunSpec | Exception]) -> list[RunSpec | Exception]:
