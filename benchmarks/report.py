@@ -805,6 +805,11 @@ def remote(results: Sequence[Line]) -> list[str]:
 # ---------------------------------------------------------------- the page
 
 
+def trips(value: float | None) -> str:
+    """Round trips per start: a batch's are a few thousandths."""
+    return "-" if value is None else f"{value:.3f}"
+
+
 def batched(results: Sequence[Line]) -> list[str]:
     """Starts one at a time (``start``) against ``start_many``: what a start costs the client,
     and what the throughput and per-key workloads reach either way."""
@@ -833,7 +838,7 @@ def batched(results: Sequence[Line]) -> list[str]:
             out.append(
                 f"| {label} | {name} | {fmt(med(cost, f'{way}_cpu_ms_per_start'))}"
                 f" ({per_rep(cost, f'{way}_cpu_ms_per_start')})"
-                f" | {fmt(med(cost, f'{way}_round_trips_per_start'))}"
+                f" | {trips(med(cost, f'{way}_round_trips_per_start'))}"
                 f" | {fmt(med(cost, f'{way}_statements_per_start'))}"
                 f" | {fmt(med(cost, f'{way}_starts_per_s'))}"
                 f" | {fmt(med(flows, 'workflows_per_s'))} ({per_rep(flows, 'workflows_per_s')})"

@@ -20,7 +20,7 @@ from .attributes import AttributeValue, check_attributes
 from .definitions import Concurrency, WorkflowDefinition, check_tags, check_timeout, check_version
 from .errors import RunExistsError, RunNotFoundError
 from .faults import is_infrastructure
-from .models import JSON, Claim, Run, RunSpec, RunStatus, Started
+from .models import JSON, Claim, Lease, Run, RunSpec, RunStatus, Started
 from .namespaces import sees
 from .routing import Reason
 from .serialization import normalise
@@ -308,7 +308,7 @@ def _in_order(specs: list[RunSpec | Exception]) -> list[RunSpec | Exception]:
 _TICK = timedelta(microseconds=1)
 
 
-def _leased(started: Started, lease: Any) -> Started:
+def _leased(started: Started, lease: Lease | None) -> Started:
     run = started.run
     if lease is not None and run is not None and run.lease_owner == lease.owner:
         return replace(started, claim=Claim(run, [], []))

@@ -210,9 +210,9 @@ def test_the_report_puts_batched_starts_beside_one_at_a_time() -> None:
         ),
     ]
     rows = [r for r in report.batched(results) if r.startswith("| PostgreSQL")]
-    assert rows[0].startswith("| PostgreSQL | one at a time | 0.50 (0.50) | 1.00 |")
+    assert rows[0].startswith("| PostgreSQL | one at a time | 0.50 (0.50) | 1.000 |")
     assert "| 100 (100) | 9.00 (9.00) | 2.00 |" in rows[0]
-    assert rows[1].startswith("| PostgreSQL | batched | 0.10 (0.10) | 0.01 |")
+    assert rows[1].startswith("| PostgreSQL | batched | 0.10 (0.10) | 0.010 |")
     assert "| 300 (300) | 3.00 (3.00) | 1.00 |" in rows[1]
 
 
