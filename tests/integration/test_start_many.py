@@ -3,6 +3,8 @@ batch's order, a refused one reported as its own outcome without failing the oth
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -225,6 +227,32 @@ async def test_a_batch_of_a_scoped_engine_refuses_another_namespaces_id(
     theirs, mine = await eu.start_many([Start(plain, 2, run_id="theirs"), Start(plain, 3)])
     assert isinstance(theirs.error, RunNotFoundError)
     assert mine.ok and mine.result().namespace == "eu"
+
+
+async def test_racing_batches_on_shared_keys_never_overshoot_a_quota(
+    make_engine: Any, store_kind: str
+) -> None:
+    # Two engines on one backend (their own store objects where the store allows it), each
+    # sending batches that cross the same quota keys in opposite orders.
+    engines = [
+        await make_engine(*WORKFLOWS),
+        await make_engine(*WORKFLOWS, share_store=store_kind == "memory"),
+    ]
+    tenants = ["a", "b", "c"]
+
+    def batch(engine_n: int, round_n: int) -> list[Start]:
+        order = tenants if engine_n == 0 else tenants[::-1]
+        ids = (f"{engine_n}-{round_n}-{i}" for i in range(6))
+        return [Start(tenant, {"t": t}, run_id=i) for t, i in zip(order * 2, ids, strict=True)]
+
+    results = await asyncio.gather(
+        *(e.start_many(batch(n, r)) for r in range(3) for n, e in enumerate(engines))
+    )
+    created = [o.result() for outcomes in results for o in outcomes if o.created]
+    per_tenant = Counter(run.concurrency_key for run in created)
+    assert per_tenant == {"tenant:a": 2, "tenant:b": 2, "tenant:c": 2}
+    refusals = [o.error for outcomes in results for o in outcomes if not o.ok]
+    assert all(isinstance(e, ConcurrencyLimitError) for e in refusals) and len(refusals) == 30
 
 
 async def test_the_runs_of_a_batch_execute(make_engine: Any) -> None:
