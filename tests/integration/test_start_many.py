@@ -61,7 +61,12 @@ async def folded(ctx: runlane.Context, i: Any) -> Any:
     return i
 
 
-WORKFLOWS = (plain, tenant, lane, rated, folded)
+@runlane.workflow(name="many.newest", singleton=Singleton(key=lambda i: "n", on_busy="replace"))
+async def newest(ctx: runlane.Context, i: Any) -> Any:
+    return i
+
+
+WORKFLOWS = (plain, tenant, lane, rated, folded, newest)
 
 
 async def test_a_mixed_batch_refuses_only_the_start_over_its_quota(make_engine: Any) -> None:
@@ -184,6 +189,15 @@ async def test_a_list_of_anything_but_starts_is_refused_before_anything_is_writt
         await engine.start_many(Start(plain, 1, run_id="a"))
     assert await engine.get_run("a") is None
     assert await engine.start_many([]) == []
+
+
+async def test_a_replacing_start_in_a_batch_cancels_the_ones_before_it(make_engine: Any) -> None:
+    engine = await make_engine(*WORKFLOWS)
+    outcomes = await engine.start_many([Start(newest, n, run_id=f"n{n}") for n in range(3)])
+    assert all(o.created for o in outcomes)
+    statuses = [(await engine.get_run(f"n{n}")).status for n in range(3)]
+    assert statuses == [RunStatus.CANCELLED, RunStatus.CANCELLED, RunStatus.PENDING]
+    assert (await settle(engine, "n2")).output == 2
 
 
 async def test_rate_limits_and_debounce_apply_within_the_batch(make_engine: Any) -> None:
