@@ -805,6 +805,49 @@ def remote(results: Sequence[Line]) -> list[str]:
 # ---------------------------------------------------------------- the page
 
 
+def trips(value: float | None) -> str:
+    """Round trips per start: a batch's are a few thousandths."""
+    return "-" if value is None else f"{value:.3f}"
+
+
+def batched(results: Sequence[Line]) -> list[str]:
+    """Starts one at a time (``start``) against ``start_many``: what a start costs the client,
+    and what the throughput and per-key workloads reach either way."""
+    out = [
+        "## 13. Batch starts: one at a time vs `Engine.start_many`",
+        "",
+        "Per start (keyed starts on an engine that executes nothing, `benchmarks/start_cost.py`):"
+        " Python CPU, round trips (a proxy counts them) and statements. Then the throughput"
+        " workload (1) and the per-key workload (3) with their starts made 100 a `start_many`."
+        " Medians of the repetitions; every repetition in brackets.",
+        "",
+        "| store | way | CPU ms / start | round trips / start | statements / start"
+        " | starts/s | throughput wf/s | per-key total s | per-key py CPU ms / wf |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for db, label in DBS:
+        cost = pick(results, "runlane", "start_cost", db)
+        if not cost:
+            continue
+        ways = (
+            ("one", "one at a time", "throughput", "queue"),
+            ("batched", "batched", "throughput_batched", "queue_batched"),
+        )
+        for way, name, thru, keyed in ways:
+            flows, per_key = pick(results, "runlane", thru, db), pick(results, "runlane", keyed, db)
+            out.append(
+                f"| {label} | {name} | {fmt(med(cost, f'{way}_cpu_ms_per_start'))}"
+                f" ({per_rep(cost, f'{way}_cpu_ms_per_start')})"
+                f" | {trips(med(cost, f'{way}_round_trips_per_start'))}"
+                f" | {fmt(med(cost, f'{way}_statements_per_start'))}"
+                f" | {fmt(med(cost, f'{way}_starts_per_s'))}"
+                f" | {fmt(med(flows, 'workflows_per_s'))} ({per_rep(flows, 'workflows_per_s')})"
+                f" | {fmt(med(per_key, 'total_seconds'))} ({per_rep(per_key, 'total_seconds')})"
+                f" | {fmt(med(per_key, 'py_cpu_ms_per_wf'))} |"
+            )
+    return out
+
+
 def header(facts: Line, command: str, quick: bool, results: Sequence[Line]) -> list[str]:
     dbos = next((x.get("dbos_version") for x in results if x.get("dbos_version")), "?")
     absurd = next((x for x in results if x.get("absurd_sdk_version")), None)
@@ -863,6 +906,7 @@ def render(
         lambda: fan_out(results),
         lambda: prune(results),
         lambda: remote(results),
+        lambda: batched(results),
     ]
     out = header(facts, command, quick, results)
     for section in sections:

@@ -92,6 +92,9 @@ FULL: dict[str, Any] = {
         "remote_latency": {"runs": 50, "steps": 10},
         "remote_throughput": {"n": 1000, "steps": 2},
         "prune": {"n": 1000, "finished": 100_000},
+        "throughput_batched": {"n": 1000, "batch": 100},
+        "queue_batched": {"keys": 50, "per_key": 20, "batch": 100},
+        "start_cost": {"n": 1000, "kind": "keyed"},
     },
 }
 QUICK: dict[str, Any] = {
@@ -129,6 +132,9 @@ QUICK: dict[str, Any] = {
         "remote_latency": {"runs": 20, "steps": 10},
         "remote_throughput": {"n": 300, "steps": 2},
         "prune": {"n": 300, "finished": 20_000},
+        "throughput_batched": {"n": 300, "batch": 100},
+        "queue_batched": {"keys": 10, "per_key": 5, "batch": 50},
+        "start_cost": {"n": 300, "kind": "keyed"},
     },
 }
 SOLO_DBS = {
@@ -146,6 +152,9 @@ SOLO_DBS = {
     "remote_latency": ["pg", "sqlite"],
     "remote_throughput": ["pg", "sqlite"],
     "prune": ["pg", "sqlite"],
+    "throughput_batched": ["pg", "sqlite"],
+    "queue_batched": ["pg", "sqlite"],
+    "start_cost": ["pg", "sqlite"],
 }
 ONE_REP = ("store_cost", "waiters", "schedules")
 

@@ -30,6 +30,7 @@ from typing import Any
 import common
 import remote
 import seed
+import start_cost
 from peers.peerkit import CpuMark
 from pgcount import count_statements
 from roundtrips import RoundTripProxy
@@ -196,6 +197,21 @@ async def start_all(
     return ids
 
 
+async def start_batched(
+    engine: Engine, workflow: Any, inputs: Sequence[Any], batch: int, took: list[float]
+) -> list[str]:
+    """Start one run per input, ``batch`` of them a ``start_many``; each call's wall time (ms)
+    per start into ``took``."""
+    ids: list[str] = []
+    for first in range(0, len(inputs), batch):
+        chunk = inputs[first : first + batch]
+        t0 = time.perf_counter()
+        outcomes = await engine.start_many([runlane.Start(workflow, i) for i in chunk])
+        took.append((time.perf_counter() - t0) * 1000 / len(chunk))
+        ids += [o.result().id for o in outcomes]
+    return ids
+
+
 async def wait_all(engine: Engine, ids: Sequence[str], timeout: float = 600) -> None:
     for run_id in ids:
         run = await engine.wait_for_run(run_id, timeout=timeout)
@@ -218,14 +234,27 @@ async def throughput(target: Target, n: int = 1000, steps: int = 2) -> Figures:
         return {**figures, **await idle_starts(engine, steps_wf, [steps] * 50)}
 
 
-async def timed_batch(engine: Engine, n: int, steps: int) -> Figures:
+async def throughput_batched(
+    target: Target, n: int = 1000, steps: int = 2, batch: int = 100
+) -> Figures:
+    """``throughput`` with its starts made ``batch`` at a time (``Engine.start_many``)."""
+    target.renew()
+    async with target.engine(steps_wf) as engine:
+        await warm_up(engine, steps)
+        return {**await timed_batch(engine, n, steps, batch), "batch": batch}
+
+
+async def timed_batch(engine: Engine, n: int, steps: int, batch: int | None = None) -> Figures:
     # On PostgreSQL, the server's CPU too: its backends serving the bench database.
     database = (
         common.PG_DB if str(getattr(engine.store, "url", "")).startswith("postgres") else None
     )
     cpu0, t0 = CpuMark(database), time.perf_counter()
     starts: list[float] = []
-    ids = await start_all(engine, steps_wf, [steps] * n, starts)
+    if batch is None:
+        ids = await start_all(engine, steps_wf, [steps] * n, starts)
+    else:
+        ids = await start_batched(engine, steps_wf, [steps] * n, batch, starts)
     started = time.perf_counter()
     await wait_all(engine, ids)
     elapsed = time.perf_counter() - t0
@@ -291,7 +320,15 @@ async def one_run_ms(engine: Engine, steps: int) -> float:
 # ---------------------------------------------------------------- 3. per-key serialisation
 
 
-async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: float = 2.0) -> Figures:
+async def queue(
+    target: Target,
+    keys: int = 50,
+    per_key: int = 20,
+    step_ms: float = 2.0,
+    batch: int | None = None,
+) -> Figures:
+    """Per-key serialisation: ``keys`` x ``per_key`` runs of a singleton of limit 1, started one
+    at a time, or ``batch`` at a time (``queue_batched``)."""
     target.renew()
     probe = KeyProbe()
     keyed = keyed_workflow(probe, step_ms)
@@ -301,12 +338,7 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
     database = common.PG_DB if target.db == "pg" else None
     async with target.engine(keyed) as engine:
         cpu0, t0 = CpuMark(database), time.perf_counter()
-        ids, starts = [], []
-        for i in inputs:
-            t1 = time.perf_counter()
-            ids.append((await engine.start(keyed, i)).id)
-            probe.queued[ids[-1]] = time.perf_counter()
-            starts.append((probe.queued[ids[-1]] - t1) * 1000)
+        ids, starts = await enqueue(engine, keyed, inputs, probe, batch)
         enqueued = time.perf_counter()
         runs = await wait_settled(engine, probe, ids)
         elapsed = time.perf_counter() - t0
@@ -315,8 +347,9 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
         checks = serialisation_checks(probe, order)  # the batch's runs, before the idle ones
         # The same keyed start, each on a key of its own (admitted at once).
         alone = [{"key": f"idle-{j:03d}", "seq": j} for j in range(50)]
-        idle = await idle_starts(engine, keyed, alone) if keys > 1 else {}
+        idle = await idle_starts(engine, keyed, alone) if keys > 1 and batch is None else {}
     return {
+        **({"batch": batch} if batch else {}),
         "keys": keys,
         "per_key": per_key,
         "step_sleep_ms": step_ms,
@@ -331,6 +364,35 @@ async def queue(target: Target, keys: int = 50, per_key: int = 20, step_ms: floa
         **checks,
         **cpu,
     }
+
+
+async def enqueue(
+    engine: Engine, keyed: Any, inputs: Sequence[Any], probe: KeyProbe, batch: int | None
+) -> tuple[list[str], list[float]]:
+    """The per-key workload's starts, one at a time or ``batch`` at a time; each run's queued
+    time into ``probe``, and each start's wall time (ms; a batch's per start)."""
+    ids: list[str] = []
+    starts: list[float] = []
+    if batch is not None:
+        for first in range(0, len(inputs), batch):
+            made = await start_batched(engine, keyed, inputs[first : first + batch], batch, starts)
+            now = time.perf_counter()
+            probe.queued.update((run_id, now) for run_id in made)
+            ids += made
+        return ids, starts
+    for i in inputs:
+        t1 = time.perf_counter()
+        ids.append((await engine.start(keyed, i)).id)
+        probe.queued[ids[-1]] = time.perf_counter()
+        starts.append((probe.queued[ids[-1]] - t1) * 1000)
+    return ids, starts
+
+
+async def queue_batched(
+    target: Target, keys: int = 50, per_key: int = 20, step_ms: float = 2.0, batch: int = 100
+) -> Figures:
+    """``queue`` with its starts made ``batch`` at a time (``Engine.start_many``)."""
+    return await queue(target, keys, per_key, step_ms, batch)
 
 
 async def wait_settled(
@@ -1074,6 +1136,9 @@ async def fan_out(target: Target, n: int = 10_000) -> Figures:
 WORKLOADS: dict[str, Callable[..., Awaitable[Figures]]] = {
     "floor": floor,
     "throughput": throughput,
+    "throughput_batched": throughput_batched,
+    "queue_batched": queue_batched,
+    "start_cost": start_cost.start_cost,
     "latency": latency,
     "queue": queue,
     "handoff": handoff,

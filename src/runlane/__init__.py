@@ -51,6 +51,7 @@ from .remote.worker import Worker
 from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
+from .starts import Start, StartOutcome
 from .step_queues import StepQueue
 from .updates import Update
 
@@ -92,6 +93,8 @@ __all__ = [
     "SignalTimeoutError",
     "Singleton",
     "SingletonQueueFullError",
+    "Start",
+    "StartOutcome",
     "StepContext",
     "StepQueue",
     "StepRecord",

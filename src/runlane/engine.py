@@ -28,8 +28,6 @@ from .definitions import (
     Concurrency,
     WorkflowDefinition,
     as_seconds,
-    check_tags,
-    check_timeout,
     check_version,
 )
 from .errors import (
@@ -47,13 +45,10 @@ from .faults import is_infrastructure, unavailable
 from .forks import fork_id, fork_point, forked_records
 from .models import (
     JSON,
-    Claim,
     EngineInfo,
     Run,
-    RunSpec,
     RunStatus,
     Serves,
-    Started,
     StepKind,
     StepRecord,
     ready_ids,
@@ -65,9 +60,9 @@ from .presence import judged
 from .registry import Registry
 from .retention import Pruner, Retention
 from .retention import older_than as older_than_cutoffs
-from .routing import Reason
 from .schedules import Schedule, Scheduler
 from .serialization import normalise
+from .starts import Start, StartOutcome, Starts
 from .stats import EngineStats
 from .step_queues import StepQueue
 from .stores import open_store
@@ -145,6 +140,7 @@ class Engine:
         # A scoped engine's new runs get keys of its namespace's own (admission.scoped_key).
         self._execution.specs.scope = self._scope
         self.schedules: Scheduler = self._execution.schedules
+        self._starts = Starts(self._execution, self._scope, self._api, self._ready)
         self._opened = False
 
     # ---------------------------------------------------------------- what it is
@@ -313,41 +309,23 @@ class Engine:
         ``float`` or ``bool``) index it for ``list_runs(attributes=...)``; anything else raises
         ``SerializationError`` before anything is written. A start that finds its run id
         existing returns that run as it is, attributes included."""
-        if if_exists not in ("return", "fail"):
-            raise ValueError("if_exists must be 'return' or 'fail'")
-        timeout = check_timeout(execution_timeout)
-        wanted = None if version is None else check_version(version)
-        definition = self.registry.workflow(workflow, wanted)
-        value = normalise(input, f"input of workflow {definition.name!r}")
-        indexed = check_attributes(attributes or {})
-        await self._ready()
-        spec = await self._execution.specs.build(
-            definition,
-            value,
-            run_id or uuid.uuid4().hex,
-            concurrency=concurrency,
-            priority=priority,
-            tags=check_tags(tags),
-            debounce=True,
-            execution_timeout=timeout,
-            attributes=indexed,
-        )
-        started, retried = await self._create(spec)
-        if started.run is not None and not sees(self._scope, started.run):
-            # The id names a run of another namespace: nothing was created, nothing is shown.
-            raise RunNotFoundError(started.run.id)
-        self._execution.count_starts(definition.name, [started])
-        run = self._started(started)
-        # After an outage, the run found may be the one this start's first write created.
-        ours = retried and _same_start(run, spec)
-        if not (started.created or started.debounced) and if_exists == "fail" and not ours:
-            raise RunExistsError(run.id, run.status)
-        if started.claim is not None:
-            self._execution.claimed(started.claim)
-        elif (started.created or ours) and not started.waiting:
-            self._execution.send_started([run])
-        self._execution.note_held([run])
-        return run
+        return await self._starts.one(
+            workflow, input, run_id, concurrency, priority, tags, if_exists, version,
+            execution_timeout, attributes,
+        )  # fmt: skip
+
+    async def start_many(self, starts: Iterable[Start]) -> list[StartOutcome]:
+        """Start many runs in one store round trip (PostgreSQL) or transaction (SQLite), one
+        :class:`~runlane.StartOutcome` per :class:`~runlane.Start`, in order.
+
+        Each start is admitted exactly as ``start`` would admit it, in the batch's order: a
+        singleton's line and backlog, a quota, a rate limit, a debounce, an existing id
+        (``if_exists``), the namespace. A refused or invalid start is its outcome's ``error``
+        (what ``start`` would have raised) and leaves the others alone; ``outcome.result()``
+        returns the run or raises it. Runs of one key line up in the batch's order. An outage
+        the write meets after one more try raises ``StoreUnavailableError`` for the whole
+        call; trying the same starts again (with their run ids) is then safe."""
+        return await self._starts.many(starts)
 
     async def fork(
         self,
@@ -397,8 +375,8 @@ class Engine:
                 history=forked_records(steps, candidate, point),
                 forked_from=(source, point),
             )
-            started, retried = await self._create(spec, claim=False)
-            run = self._started(started)
+            [started], retried = await self._starts.create([spec], claim=False)
+            run = StartOutcome(started.run, started.rejected).result()
             same = run.forked_from == spec.forked_from
             if started.created or (same and run_id is not None):
                 break  # new, or this fork asked again by its id
@@ -414,30 +392,6 @@ class Engine:
                 self._execution.send_started([run])
             self._execution.note_held([run])
         return run
-
-    async def _create(self, spec: RunSpec, *, claim: bool = True) -> tuple[Started, bool]:
-        """Create a start's run; after an outage, once more (the id makes it idempotent).
-        Also says whether it was tried again. With ``claim``, a run this instance will execute
-        at once is claimed in the write that creates it."""
-        lease = self._execution.lease(Reason.START) if claim else None
-        try:
-            [started] = await self.store.create_runs([spec], self.now(), lease=lease)
-            return started, False
-        except Exception as exc:
-            if not is_infrastructure(exc):
-                raise
-        # The first write may have committed; if it leased the run to us, the turn is ours.
-        [started] = await self._api(lambda: self.store.create_runs([spec], self.now()))
-        run = started.run
-        if lease is not None and run is not None and run.lease_owner == lease.owner:
-            started = replace(started, claim=Claim(run, [], []))
-        return started, True
-
-    def _started(self, started: Started) -> Run:
-        if started.rejected is not None:
-            raise started.rejected
-        assert started.run is not None
-        return started.run
 
     async def signal(self, run_id: str, name: str, payload: JSON = None) -> None:
         """Deliver a signal to the run's waiter, or buffer it until the run waits for it."""
@@ -847,15 +801,6 @@ def _declared_schedules(schedules: Iterable[Schedule], registry: Registry) -> li
             raise DefinitionError(f"schedules= takes Schedule objects, not {schedule!r}")
         registry.workflow(schedule.workflow)  # UnknownWorkflowError before anything is written
     return declared
-
-
-def _same_start(run: Run, spec: RunSpec) -> bool:
-    """Whether an existing run is the one a start's first (outage-cut) write created."""
-    return (
-        run.created_at == spec.created_at
-        and run.workflow == spec.workflow
-        and run.status in (RunStatus.PENDING, RunStatus.BLOCKED)
-    )
 
 
 __all__ = ["Engine", "RunStatus"]

@@ -1117,3 +1117,31 @@ async def test_a_write_whose_value_fails_the_shared_pipeline_fails_alone(
     assert [len(await pg_store.list_steps(r)) for r in ("lead", "bad", "done")] == [1, 0, 1]
     settled = await pg_store.get_run("done")
     assert settled is not None and settled.status == RunStatus.COMPLETED
+
+
+async def test_a_batch_of_gated_starts_is_one_pipeline(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    units: list[str] = []
+    db = pg_store._db
+    for unit in ("batch", "rows", "tx", "run"):
+        original = getattr(db, unit)
+
+        def counted(*args: Any, _unit: str = unit, _original: Any = original, **kw: Any) -> Any:
+            units.append(_unit)
+            return _original(*args, **kw)
+
+        monkeypatch.setattr(db, unit, counted)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    lane_gate = SingletonGate("k", 1, max_queue_depth=5, retry=0.0)
+    specs = [
+        RunSpec(f"r{n}", "wf", "1", None, now + timedelta(microseconds=n), singleton=lane_gate)
+        for n in range(5)
+    ]
+    specs += [RunSpec(f"q{n}", "wf", "1", None, now, quota=QuotaGate("q", 3)) for n in range(5)]
+    specs += [RunSpec(f"t{n}", "wf", "1", None, now, rate=RateGate("r", 2, 60.0)) for n in range(3)]
+    specs += [RunSpec("plain", "wf", "1", None, now)]
+    started = await pg_store.create_runs(specs, now)
+    assert units == ["batch", "run"]  # one pipeline on one pooled connection: one round trip
+    lanes, quotas, rates = [True] * 5, [True] * 3 + [False] * 2, [True, True, False]
+    assert [s.created for s in started] == [*lanes, *quotas, *rates, True]

@@ -21,6 +21,9 @@ SMALL = {
     "schedules": {"n": 20},
     "fan_out": {"n": 20},
     "floor": {"n": 20},
+    "throughput_batched": {"n": 20, "batch": 8},
+    "queue_batched": {"keys": 2, "per_key": 3, "batch": 4},
+    "start_cost": {"n": 20},
 }
 
 
@@ -43,6 +46,11 @@ def test_the_benchmark_workloads_run_on_sqlite(tmp_path: Path) -> None:
         assert 0 < batch["start_p50_ms"] <= batch["start_p90_ms"], workload
         assert batch["idle_start_p50_ms"] > 0, workload
     assert figures["queue"]["enqueue_seconds"] <= figures["queue"]["total_seconds"]
+    batched = figures["queue_batched"]
+    assert (batched["overlapping_pairs"], batched["fifo_violations_within_key"]) == (0, 0)
+    assert figures["throughput_batched"]["batch"] == 8
+    cost = figures["start_cost"]
+    assert cost["batched_cpu_ms_per_start"] > 0 and cost["one_cpu_ms_per_start"] > 0
 
 
 def test_the_attributes_benchmark_runs_and_its_filters_read_the_index(tmp_path: Path) -> None:
@@ -180,6 +188,32 @@ def test_the_report_puts_remote_turns_beside_the_same_workloads_run_locally() ->
         " 11.00 / 12.00 / 13.00; 301 / 302 / 303 |"
     ]
     assert not [r for r in report.remote(results) if r.startswith("| PostgreSQL")]
+
+
+def test_the_report_puts_batched_starts_beside_one_at_a_time() -> None:
+    report = _module("report")
+
+    def line(workload: str, **figures: Any) -> dict[str, Any]:
+        return {"side": "runlane", "workload": workload, "db": "pg", "rep": 1, **figures}
+
+    results = [
+        line("throughput", workflows_per_s=100.0),
+        line("throughput_batched", workflows_per_s=300.0),
+        line("queue", total_seconds=9.0, py_cpu_ms_per_wf=2.0),
+        line("queue_batched", total_seconds=3.0, py_cpu_ms_per_wf=1.0),
+        line(
+            "start_cost",
+            one_cpu_ms_per_start=0.5,
+            batched_cpu_ms_per_start=0.1,
+            one_round_trips_per_start=1.0,
+            batched_round_trips_per_start=0.01,
+        ),
+    ]
+    rows = [r for r in report.batched(results) if r.startswith("| PostgreSQL")]
+    assert rows[0].startswith("| PostgreSQL | one at a time | 0.50 (0.50) | 1.000 |")
+    assert "| 100 (100) | 9.00 (9.00) | 2.00 |" in rows[0]
+    assert rows[1].startswith("| PostgreSQL | batched | 0.10 (0.10) | 0.010 |")
+    assert "| 300 (300) | 3.00 (3.00) | 1.00 |" in rows[1]
 
 
 async def test_statement_counts_see_the_postgres_stores_statements(pg_url: str) -> None:

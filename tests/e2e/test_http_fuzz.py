@@ -110,7 +110,7 @@ async def test_every_route_but_a_get_is_refused_to_a_read_token() -> None:
         for method in sorted(route.methods or ())
         if method not in ("GET", "HEAD")
     ]
-    assert len(operated) == 10
+    assert len(operated) == 11
     transport = httpx.ASGITransport(app=SCOPED_APP)
     async with httpx.AsyncClient(transport=transport, base_url="http://runlane") as client:
         for path, method in operated:

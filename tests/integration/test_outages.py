@@ -254,6 +254,29 @@ async def test_a_start_that_cannot_reach_the_store_raises_and_creates_nothing(
     assert await engine.get_run("s") is None
 
 
+async def test_a_batch_whose_write_committed_before_the_outage_returns_its_runs(
+    flaky: tuple[Engine, FlakyStore],
+) -> None:
+    engine, store = flaky
+    await engine.start(two, 1, run_id="old")
+    store.fail("create_runs", when="after")
+    starts = [runlane.Start(two, 1, run_id=i, if_exists="fail") for i in ("s1", "s2", "old")]
+    first, second, old = await engine.start_many(starts)
+    assert first.ok and second.ok and first.result().status == RunStatus.PENDING
+    assert isinstance(old.error, runlane.RunExistsError)  # it existed before: still refused
+    assert (await settle(engine, "s2")).status == RunStatus.COMPLETED
+
+
+async def test_a_batch_that_cannot_reach_the_store_raises_and_creates_nothing(
+    flaky: tuple[Engine, FlakyStore],
+) -> None:
+    engine, store = flaky
+    store.fail("create_runs", times=2)
+    with pytest.raises(StoreUnavailableError):
+        await engine.start_many([runlane.Start(two, 1, run_id="s1"), runlane.Start(two, 2)])
+    assert await engine.get_run("s1") is None
+
+
 async def test_writes_that_are_not_idempotent_raise_store_unavailable_at_once(
     flaky: tuple[Engine, FlakyStore],
 ) -> None:

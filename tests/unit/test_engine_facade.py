@@ -33,6 +33,7 @@ FACADE = {
     "signal",
     "signal_with_start",
     "start",
+    "start_many",
     "start_consumers",
     "sweep_timeouts",
     "tick",

@@ -42,6 +42,8 @@ EXPECTED = {
     "SignalTimeoutError",
     "Singleton",
     "SingletonQueueFullError",
+    "Start",
+    "StartOutcome",
     "StepContext",
     "StepQueue",
     "StepRecord",

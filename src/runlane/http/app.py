@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import json
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,9 +35,10 @@ from ..models import Run, RunCursor, RunQuery, RunStatus
 from ..presence import unserved
 from ..schedules import ScheduleState
 from ..serialization import normalise
+from ..starts import Start, StartOutcome
 from .auth import READ_METHODS, TokenAuth, api_tokens, forbidden, principal_of, wants_html
 from .console import engine_view, heard_workers, overview
-from .errors import HTTPError, error_response, http_exception, server_error
+from .errors import HTTPError, error_item, error_response, http_exception, server_error
 from .metrics import Metrics
 from .openapi import openapi
 from .params import (
@@ -48,6 +50,7 @@ from .params import (
     StartRequest,
     audit_cursor,
     encode_cursor,
+    parse_batch,
     query_int,
     query_seconds,
     read_json,
@@ -114,15 +117,26 @@ def page(name: str) -> Handler:
 
 
 def _started(
-    run: Run,
-    status: int,
-    *,
-    created: bool = False,
-    input_differs: bool = False,
-    debounced: bool = False,
-) -> Response:
+    run: Run, *, created: bool = False, input_differs: bool = False, debounced: bool = False
+) -> dict[str, Any]:
     flags = {"created": created, "input_differs": input_differs, "debounced": debounced}
-    return JSONResponse({**run_to_dict(run), **flags}, status)
+    return {**run_to_dict(run), **flags}
+
+
+def _start_of(wanted: StartRequest) -> Start:
+    """The engine's start of a request: its run id named here, and if_exists "fail" (see
+    ``Api._answer``)."""
+    return Start(
+        wanted.workflow,
+        normalise(wanted.input, "input"),
+        wanted.run_id or uuid.uuid4().hex,
+        priority=wanted.priority,
+        tags=wanted.tags,
+        if_exists="fail",
+        version=wanted.version,
+        execution_timeout=wanted.execution_timeout,
+        attributes=wanted.attributes,
+    )
 
 
 class Api:
@@ -140,32 +154,41 @@ class Api:
 
     async def start(self, request: Request) -> Response:
         wanted = StartRequest.parse(await read_json(request))
-        value = normalise(wanted.input, "input")
-        # Named here, so a start that folded into a debounced run is told by the id returned.
-        run_id = wanted.run_id or uuid.uuid4().hex
-        try:
-            # "fail" always: the refusal is how an existing run is told from a new one.
-            run = await self.engine.start(
-                wanted.workflow,
-                value,
-                run_id,
-                priority=wanted.priority,
-                tags=wanted.tags,
-                if_exists="fail",
-                version=wanted.version,
-                execution_timeout=wanted.execution_timeout,
-                attributes=wanted.attributes,
-            )
-        except RunExistsError:
-            if wanted.if_exists == "fail":
-                raise
-            existing = await self._get_run(run_id)
+        start = _start_of(wanted)
+        [outcome] = await self.engine.start_many([start])
+        status, body = await self._answer(wanted, start, outcome)
+        return JSONResponse(body, status)
+
+    async def start_batch(self, request: Request) -> Response:
+        """Many starts in one store call, each answered as ``POST /runs`` would answer it."""
+        wanted = parse_batch(await read_json(request))
+        starts = [_start_of(w) for w in wanted]
+        outcomes = await self.engine.start_many(starts)
+        answers = []
+        for one, start, outcome in zip(wanted, starts, outcomes, strict=True):
+            try:
+                status, body = await self._answer(one, start, outcome)
+                answers.append({"status": status, "run": body})
+            except (RunlaneError, ValueError) as exc:
+                answers.append(error_item(exc))
+        return JSONResponse({"runs": answers})
+
+    async def _answer(
+        self, wanted: StartRequest, start: Start, outcome: StartOutcome
+    ) -> tuple[int, Any]:
+        """A start's status and body: 201 new, 200 existing (or the debounced run it folded
+        into); a refusal is raised."""
+        # Every start is made with if_exists="fail": the refusal tells an existing run from a
+        # new one (a start that folded into a debounced run is told by the id returned).
+        if isinstance(outcome.error, RunExistsError) and wanted.if_exists == "return":
+            existing = await self._get_run(outcome.error.run_id)
             if existing is None:  # pragma: no cover - a run is never deleted under a start
-                raise
-            return _started(existing, 200, input_differs=existing.input != value)
-        if run.id != run_id:
-            return _started(run, 200, debounced=True)
-        return _started(run, 201, created=True)
+                raise outcome.error
+            return 200, _started(existing, input_differs=existing.input != start.input)
+        run = outcome.result()
+        if run.id != start.run_id:
+            return 200, _started(run, debounced=True)
+        return 201, _started(run, created=True)
 
     async def list_runs(self, request: Request) -> Response:
         query = run_query(request)
@@ -378,6 +401,8 @@ class Api:
         detail = params.get("name") or params.get("schedule_id")
         if action == "fork" and response.status_code < 300:
             detail = body.get("id")
+        if action == "start_batch" and response.status_code < 300:
+            detail = _batch_detail(body.get("runs", []))
         ok = response.status_code < 400
         outcome = OK if ok else f"{response.status_code} {body.get('type', 'error')}"
         await record(
@@ -400,6 +425,15 @@ def _body_of(response: Response) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
+def _batch_detail(answers: list[dict[str, Any]]) -> str:
+    """A batch's entry in the audit log: how many of its starts came to what."""
+    statuses = Counter(answer.get("status") for answer in answers)
+    created, existing = statuses.pop(201, 0), statuses.pop(200, 0)
+    return (
+        f"{len(answers)} starts: {created} created, {existing} existing, {statuses.total()} refused"
+    )
+
+
 NEXT_FIRES = 3
 
 
@@ -414,6 +448,7 @@ def next_fires(state: ScheduleState, now: datetime) -> list[str]:
 
 OPERATIONS: dict[str, str] = {
     "/runs": "start",
+    "/runs:batch": "start_batch",
     "/runs/{run_id}/cancel": "cancel",
     "/runs/{run_id}/retry": "retry",
     "/runs/{run_id}/pause": "pause",
@@ -436,6 +471,7 @@ def routes(api: Api) -> list[BaseRoute]:
         ("/whoami", api.whoami, "GET"),
         ("/audit", api.audit, "GET"),
         ("/runs", api.start, "POST"),
+        ("/runs:batch", api.start_batch, "POST"),
         ("/runs", api.list_runs, "GET"),
         ("/stats/runs", api.counts, "GET"),
         ("/runs/{run_id}", api.show, "GET"),

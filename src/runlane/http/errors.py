@@ -74,11 +74,29 @@ def error_response(exc: Exception) -> JSONResponse:
     if isinstance(exc, HTTPError):
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         return JSONResponse(exc.body, exc.status, headers=headers)
+    status, body = error_body(exc)
+    headers = {"Retry-After": _retry_after(exc)} if status in (429, 503) else None
+    return JSONResponse(body, status, headers=headers)
+
+
+def error_body(exc: Exception) -> tuple[int, dict[str, Any]]:
+    """An engine error's HTTP status and JSON body (a batch's item carries them as they are)."""
+    if isinstance(exc, HTTPError):
+        return exc.status, exc.body
     status, kind = next((s, t) for cls, s, t in _MAPPING if isinstance(exc, cls))
     body = {"type": kind, "error": exc.__class__.__name__}
     body.update(message=str(exc), **_details(exc))
-    headers = {"Retry-After": _retry_after(exc)} if status in (429, 503) else None
-    return JSONResponse(body, status, headers=headers)
+    return status, body
+
+
+def error_item(exc: Exception) -> dict[str, Any]:
+    """A refused start of a batch: its status and error body, and for a 429 or a 503 the
+    seconds its ``Retry-After`` would have said."""
+    status, body = error_body(exc)
+    item: dict[str, Any] = {"status": status, "error": body}
+    if status in (429, 503):
+        item["retry_after"] = int(_retry_after(exc))
+    return item
 
 
 def _retry_after(exc: Exception) -> str:
@@ -122,4 +140,12 @@ async def server_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, 500)
 
 
-__all__ = ["HTTPError", "error_response", "http_exception", "invalid", "server_error"]
+__all__ = [
+    "HTTPError",
+    "error_body",
+    "error_item",
+    "error_response",
+    "http_exception",
+    "invalid",
+    "server_error",
+]

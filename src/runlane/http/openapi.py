@@ -10,7 +10,7 @@ from typing import Any
 
 from .._version import __version__
 from ..models import RunStatus
-from .params import MAX_PAGE, MAX_UPDATE_TIMEOUT, UPDATE_TIMEOUT
+from .params import MAX_BATCH, MAX_PAGE, MAX_UPDATE_TIMEOUT, UPDATE_TIMEOUT
 
 JSONObject = dict[str, Any]
 
@@ -270,6 +270,35 @@ _SCHEMAS: JSONObject = {
         ),
         "additionalProperties": False,
     },
+    "BatchRequest": _object(
+        ["runs"],
+        runs={
+            "type": "array",
+            "items": _ref("StartRequest"),
+            "minItems": 1,
+            "maxItems": MAX_BATCH,
+        },
+    ),
+    "BatchAnswer": _object(
+        ["runs"],
+        runs={
+            "type": "array",
+            "items": _object(
+                ["status"],
+                status={
+                    "type": "integer",
+                    "description": "what POST /runs would have answered: 201, 200, 404, 409,"
+                    " 422, 429",
+                },
+                run=_ref("Started"),
+                error=_ref("Error"),
+                retry_after={
+                    "type": "integer",
+                    "description": "a 429's seconds until a retry may succeed",
+                },
+            ),
+        },
+    ),
     "Started": {
         "allOf": [
             _ref("Run"),
@@ -523,6 +552,25 @@ def _operations() -> JSONObject:
                     "409",
                     "422",
                     "429",
+                ),
+            },
+        },
+        "/runs:batch": {
+            "post": {
+                "summary": "start many runs in one store round trip, each as POST /runs would",
+                "description": (
+                    "Each start is admitted exactly as a POST /runs of it would be, in the"
+                    " list's order (a singleton's line, quotas, rate limits, idempotent run"
+                    " ids); a refused one is answered in its place and the others go ahead."
+                ),
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("BatchRequest")}},
+                },
+                "responses": _responses(
+                    {"200": _json(_ref("BatchAnswer"), "one answer per start, in order")},
+                    "400",
+                    "422",
                 ),
             },
         },

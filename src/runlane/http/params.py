@@ -203,6 +203,30 @@ class StartRequest:
         )
 
 
+MAX_BATCH = 1000  # starts in one POST /runs:batch
+
+
+def parse_batch(body: Any) -> list[StartRequest]:
+    """The body of ``POST /runs:batch``: ``{"runs": [<a POST /runs body>, ...]}``, 1 to
+    ``MAX_BATCH`` of them; a bad one is a 422 naming its place (``runs[3].priority``)."""
+    if not isinstance(body, dict) or set(body) != {"runs"} or not isinstance(body["runs"], list):
+        raise invalid('the body must be {"runs": [<start>, ...]}', field="runs")
+    runs = body["runs"]
+    if not 1 <= len(runs) <= MAX_BATCH:
+        raise invalid(f'"runs" must hold 1 to {MAX_BATCH} starts, got {len(runs)}', field="runs")
+    parsed = []
+    for n, item in enumerate(runs):
+        try:
+            parsed.append(StartRequest.parse(item))
+        except HTTPError as exc:
+            place = f"runs[{n}]"
+            field = exc.body.get("field")
+            exc.body["field"] = f"{place}.{field}" if field else place
+            exc.body["message"] = f"{place}: {exc.body['message']}"
+            raise
+    return parsed
+
+
 def _timeout(value: Any) -> float | None:
     try:
         return check_timeout(value)
@@ -287,12 +311,14 @@ def _if_exists(value: Any) -> Literal["return", "fail"]:
 
 __all__ = [
     "DEFAULT_PAGE",
+    "MAX_BATCH",
     "MAX_PAGE",
     "StartRequest",
     "attribute_filter",
     "audit_cursor",
     "decode_cursor",
     "encode_cursor",
+    "parse_batch",
     "query_int",
     "read_json",
     "run_query",

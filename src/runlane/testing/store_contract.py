@@ -410,6 +410,91 @@ async def test_gates_of_different_keys_never_interact(store: Store) -> None:
     assert started.created
 
 
+# ---------------------------------------------------------------- create_runs: a batch
+
+
+async def test_a_batch_admits_each_spec_after_the_ones_before_it(store: Store) -> None:
+    gate, quota = key(limit=1, max_queue_depth=1), QuotaGate("q", limit=2)
+    outcomes = await store.create_runs(
+        [
+            spec("a", singleton=gate),
+            spec("p"),
+            spec("b", created=1, singleton=gate),
+            spec("c", created=2, singleton=gate),
+            spec("q1", quota=quota),
+            spec("q2", quota=quota),
+            spec("q3", quota=quota),
+            spec("other", singleton=SingletonGate("k2", 1, max_queue_depth=0)),
+        ],
+        T0,
+    )
+    a, p, b, c, q1, q2, q3, other = outcomes
+    assert a.created and not a.waiting and p.created
+    assert b.created and b.waiting  # behind "a", in the batch's order
+    assert isinstance(c.rejected, SingletonQueueFullError) and c.run is None
+    assert q1.created and q2.created
+    assert isinstance(q3.rejected, ConcurrencyLimitError) and q3.rejected.active == 2
+    assert other.created and not other.waiting
+    assert await store.get_run("c") is None and await store.get_run("q3") is None
+    assert await status_of(store, "b") == RunStatus.BLOCKED
+
+
+async def test_a_batch_lines_up_one_keys_runs_in_fifo_order(store: Store) -> None:
+    gate = key(limit=1)
+    specs = [spec(f"r{9 - n}", created=n, singleton=gate) for n in range(4)]
+    outcomes = await store.create_runs(specs, T0)
+    assert [o.waiting for o in outcomes] == [False, True, True, True]
+    holder = await lease(store, "r9")
+    assert holder.holds_slot
+    await store.settle_run("r9", "owner-1", Writes(), DONE, at(5))
+    assert (await claim(store, "r8", now=at(5))).claim is not None  # the next in the batch's order
+
+
+async def test_a_repeated_id_in_a_batch_creates_its_run_once(store: Store) -> None:
+    quota = QuotaGate("q", limit=5)
+    outcomes = await store.create_runs(
+        [
+            spec("a"),
+            spec("a", priority=9),
+            spec("g", quota=quota),
+            spec("g", quota=quota, priority=9),
+            spec("a", quota=quota),
+        ],
+        T0,
+    )
+    assert [o.created for o in outcomes] == [True, False, True, False, False]
+    assert all(o.run is not None and o.run.priority == 0 for o in outcomes)
+    assert all(o.rejected is None for o in outcomes)
+
+
+async def test_a_batch_returns_existing_ids_without_admission(store: Store) -> None:
+    quota = QuotaGate("q", limit=1)
+    await create(store, spec("a", quota=quota))
+    again, refused, plain = await store.create_runs(
+        [spec("a", quota=quota), spec("b", quota=quota), spec("c")], at(1)
+    )
+    assert not again.created and again.rejected is None and again.run is not None
+    assert isinstance(refused.rejected, ConcurrencyLimitError)
+    assert plain.created
+
+
+async def test_a_batch_applies_rate_limits_and_debounce_in_order(store: Store) -> None:
+    rate, fold = RateGate("r", 1, 60.0), DebounceGate("d", 5.0)
+    first, refused, held, folded = await store.create_runs(
+        [
+            limited("a", 0, rate=rate),
+            limited("b", 0, rate=rate),
+            limited("c", 0, debounce=fold),
+            limited("e", 0, debounce=fold),
+        ],
+        T0,
+    )
+    assert first.created and isinstance(refused.rejected, RateLimitError)
+    assert held.created and held.waiting
+    assert folded.debounced and folded.run is not None and folded.run.id == "c"
+    assert await store.get_run("e") is None
+
+
 # ---------------------------------------------------------------- rate limits and debounce
 
 

@@ -93,8 +93,6 @@ from .rows import (
     gated,
     history_params,
     json_param,
-    limit_params,
-    new_or_found,
     pg_array,
     query_params,
     query_where,
@@ -111,6 +109,7 @@ from .rows import (
     timers_param,
 )
 from .schema import upgrade
+from .starts import batch_calls, batch_outcomes, gated_outcome, start_statement
 from .writes import PlainWrites, fence_error, woken_by
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
@@ -172,18 +171,32 @@ class PostgresStore:
             missing = [s.id for s in specs if s.id not in found]
             found.update((run.id, Started(run, created=False)) for run in await self._runs(missing))
             return [found[spec.id] for spec in specs]
-        if len(specs) == 1 and not _replaces(specs[0]):
+        if any(_replaces(s) for s in specs):
+            return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
+        if len(specs) == 1:
             return [await self._create_gated(specs[0], now, lease)]
-        return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
+        return await self._create_batch(specs, now)
+
+    async def _create_batch(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+        """Many starts, gated ones among them, in one round trip (see ``starts``); a start
+        whose id a concurrent one took meanwhile is read, or made again alone."""
+        results = await self._db.batch(*batch_calls(specs, now))
+        outcomes = batch_outcomes(specs, results, now)
+        lost = [s.id for s, o in zip(specs, outcomes, strict=True) if o is None]
+        found = {run.id: Started(run, created=False) for run in await self._runs(lost)}
+        return [
+            outcome or found.get(spec.id) or (await self.create_runs([spec], now))[0]
+            for spec, outcome in zip(specs, outcomes, strict=True)
+        ]
 
     async def _create_gated(
         self, spec: RunSpec, now: datetime, lease: Lease | None = None
     ) -> Started:
         """One gated or limited start: the key locks, the counts and the insert (or the fold
         into a held debounced run) in one statement."""
-        name, params = _start_statement(spec, now, lease)
+        name, params = start_statement(spec, now, lease)
         for _ in range(_RACES):
-            started = _gated_outcome(spec, _first(await self._db.rows(name, **params)), now)
+            started = gated_outcome(spec, _first(await self._db.rows(name, **params)), now)
             if started is None:  # a start of the id (or into the held run) committed meanwhile
                 run = await self.get_run(spec.id)
                 started = Started(run, created=False) if run is not None else None
@@ -221,7 +234,7 @@ class PostgresStore:
 
     async def _create_one(self, conn: Conn, spec: RunSpec, now: datetime) -> Started:
         """Check, gate and insert one spec (its keys locked) inside the caller's transaction."""
-        name, params = _start_statement(spec, now)
+        name, params = start_statement(spec, now)
         if not _replaces(spec):
             return await self._insert_gated(conn, spec, now, name, params)
         counting = "limit_counts" if spec.limited else "gate_counts"
@@ -247,7 +260,7 @@ class PostgresStore:
     async def _insert_gated(
         self, conn: Conn, spec: RunSpec, now: datetime, name: str, params: Row
     ) -> Started:
-        started = _gated_outcome(spec, await fetch_one(conn, name, **params), now)
+        started = gated_outcome(spec, await fetch_one(conn, name, **params), now)
         if started is None:
             raise Contended(spec.id)
         return started
@@ -1344,27 +1357,6 @@ def _fire_record(fire: WindowFire, started: Started) -> Row:
 
 def _replaces(spec: RunSpec) -> bool:
     return spec.singleton is not None and spec.singleton.replace
-
-
-def _start_statement(spec: RunSpec, now: datetime, lease: Lease | None = None) -> Call:
-    """The statement of one gated start and its parameters: ``insert_limited`` for a start
-    under a rate limit or a debounce, else ``insert_gated``."""
-    if spec.limited:
-        return "insert_limited", {**specs_params([spec], lease), **limit_params(spec, now)}
-    return "insert_gated", {**specs_params([spec], lease), **gate_params(spec, now)}
-
-
-def _gated_outcome(spec: RunSpec, row: Row | None, now: datetime) -> Started | None:
-    """What an ``insert_gated`` or ``insert_limited`` row means; None when a concurrent start
-    took the id (or folded into the held run, or created it) after the statement began."""
-    assert row is not None
-    if row["id"] is not None:
-        if row.get("folded"):
-            return Started(run_from_row(row), created=False, debounced=True)
-        # Created blocked: held by its throttle or debounce, or parked behind a full key.
-        return new_or_found(row, row["created"] and row["status"] == "blocked")
-    refusal = start_refusal(spec, row, now)
-    return None if refusal is None else Started(None, created=False, rejected=refusal)
 
 
 def _claimed(run: Row, steps: list[Row], signals: list[Row]) -> ClaimOutcome:
