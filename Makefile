@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements/dev.lock
 
-.PHONY: demo test lint docs install lock dist bench chaos model clean
+.PHONY: demo test lint docs install lock dist bench bench-queues bench-scale chaos model clean
 
 # The development environment: the exact versions of the lock file, then runlane itself
 # (editable, no dependency resolution of its own, so nothing drifts from the lock).
@@ -80,8 +80,33 @@ $(ABSURD_VENV)/.installed: benchmarks/absurd-requirements.txt
 	$(ABSURD_VENV)/bin/pip install -q -r benchmarks/absurd-requirements.txt
 	touch $@
 
-bench: $(STAMP) $(PEERS_VENV)/.installed $(ABSURD_VENV)/.installed
+bench: $(STAMP) $(PEERS_VENV)/.installed $(ABSURD_VENV)/.installed bench-queues
 	QUICK=$(QUICK) $(PY) benchmarks/run.py
+	$(PY) benchmarks/charts.py
+
+# runlane against the PostgreSQL job queues (issue 40): procrastinate from its own venv,
+# graphile-worker and pg-boss in Node from benchmarks/peers/node/ (its package-lock.json).
+# Figures into benchmarks/results/queues.json (a QUICK=1 run: /tmp), rendered into BENCHMARKS.md.
+QUEUES_VENV := .queues-venv
+NODE_PEERS := benchmarks/peers/node
+
+$(QUEUES_VENV)/.installed: benchmarks/queues-requirements.txt
+	python3 -m venv $(QUEUES_VENV)
+	$(QUEUES_VENV)/bin/pip install -q -r benchmarks/queues-requirements.txt
+	touch $@
+
+$(NODE_PEERS)/node_modules/.installed: $(NODE_PEERS)/package-lock.json
+	cd $(NODE_PEERS) && npm ci --no-audit --no-fund
+	touch $@
+
+bench-queues: $(STAMP) $(QUEUES_VENV)/.installed $(NODE_PEERS)/node_modules/.installed
+	QUICK=$(QUICK) $(PY) benchmarks/queues.py
+
+# A million finished runs and 10,000 active ones in PostgreSQL and SQLite: the claim path
+# against an empty store, and the console's reads (benchmarks/million.py; QUICK=1: 100,000).
+bench-scale: $(STAMP)
+	QUICK=$(QUICK) $(PY) benchmarks/million.py
+	$(PY) benchmarks/charts.py
 
 # A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of
 # faults (300 by default), CHAOS_SEED (random by default, printed), CHAOS_REPORT (where the
@@ -99,4 +124,4 @@ model:
 	python3 model/check.py $(if $(MUTANT),--mutant $(MUTANT))
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) $(PEERS_VENV) $(ABSURD_VENV) build dist *.egg-info .site
+	rm -rf $(VENV) $(DEMO_VENV) $(PEERS_VENV) $(ABSURD_VENV) $(QUEUES_VENV) $(NODE_PEERS)/node_modules build dist *.egg-info .site

@@ -889,6 +889,8 @@ def header(facts: Line, command: str, quick: bool, results: Sequence[Line]) -> l
 def render(
     results: Sequence[Line], facts: Line, command: str, quick: bool, failures: Sequence[str]
 ) -> str:
+    import scale_report  # beside this file: a script's directory is on sys.path
+
     sections: list[Callable[[], list[str]]] = [
         lambda: throughput(results),
         lambda: cpu(results),
@@ -907,6 +909,8 @@ def render(
         lambda: prune(results),
         lambda: remote(results),
         lambda: batched(results),
+        scale_report.queues_section,
+        scale_report.million_section,
     ]
     out = header(facts, command, quick, results)
     for section in sections:

@@ -1,0 +1,180 @@
+"""BENCHMARKS.md's sections on issue 40: runlane against the job queues (from
+``benchmarks/results/queues.json``, written by ``queues.py``) and the million-run store (from
+``million.json``, written by ``million.py``), with the issue's targets stated met or missed.
+``report.render`` calls both; a missing file leaves its section saying how to make it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PEERS = ("procrastinate", "graphile-worker", "pg-boss")
+PHASES = {
+    "throughput": "(a) 1,000 one-step runs / jobs, enqueue all then wait for all",
+    "perkey": "(b) 50 keys x 20, one at a time per key, 2 ms step",
+    "hotkey": "(b') one hot key, 20 queued, 2 ms step",
+    "latency": "(c) enqueue -> done, one at a time, 50 times",
+}
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def spread(f: dict[str, Any], key: str, digits: int = 2) -> str:
+    low, high = f.get(f"{key}_range", [f[key], f[key]])
+    return f"{fmt(f[key], digits)} ({fmt(low, digits)}-{fmt(high, digits)})"
+
+
+def queue_rows(phase: str, sides: dict[str, dict[str, Any]]) -> list[str]:
+    key = "median_ms" if phase == "latency" else "seconds"
+    ours = sides.get("runlane", {}).get(key)
+    head = "median ms (range)" if phase == "latency" else "seconds (range)"
+    out = [
+        f"| side | {head} | runlane's ratio | FIFO violations / overlaps | client CPU ms/job |"
+        " server CPU ms/job | WAL bytes/job | commits/job |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, f in sides.items():
+        if key not in f:
+            out.append(f"| {name} | failed: {'; '.join(f.get('errors', []))[:120]} |")
+            continue
+        ratio = "-" if name == "runlane" or not ours else f"{f[key] / ours:.2f}x"
+        order = (
+            f"{f['fifo_violations_within_key']:g} / {f['overlapping_pairs']:g}"
+            if "overlapping_pairs" in f
+            else "-"
+        )
+        out.append(
+            f"| {name} | {spread(f, key)} | {ratio} | {order} | {fmt(f['client_cpu_ms_per_job'])}"
+            f" | {fmt(f['server_cpu_ms_per_job'])} | {fmt(f['wal_bytes_per_job'], 0)}"
+            f" | {fmt(f['commits_per_job'])} |"
+        )
+    return out
+
+
+def ratio(summary: dict[str, Any], phase: str, peer: str) -> float | None:
+    key = "median_ms" if phase == "latency" else "seconds"
+    sides = summary.get(phase, {})
+    if key not in sides.get("runlane", {}) or key not in sides.get(peer, {}):
+        return None
+    return float(sides[peer][key] / sides["runlane"][key])
+
+
+def verdict(ok: bool | None) -> str:
+    return "not measured" if ok is None else ("**met**" if ok else "**missed**")
+
+
+def queue_targets(summary: dict[str, Any]) -> list[str]:
+    ratios = {(p, q): ratio(summary, p, q) for p in PHASES for q in PEERS}
+
+    def every(phase: str, at_least: float) -> bool | None:
+        found = [ratios[(phase, q)] for q in PEERS]
+        return None if None in found else all(r is not None and r > at_least for r in found)
+
+    def shown(phase: str) -> str:
+        return ", ".join(f"{q} {r:.2f}x" for q in PEERS if (r := ratios[(phase, q)]))
+
+    graphile_tp = ratios[("throughput", "graphile-worker")]
+    graphile_pk = ratios[("perkey", "graphile-worker")]
+    keyed = summary.get("perkey", {}).get("runlane", {})
+    clean = keyed.get("overlapping_pairs") == 0 and keyed.get("fifo_violations_within_key") == 0
+    return [
+        "| target (issue 40) | measured | verdict |",
+        "|---|---|---|",
+        f"| (b) per-key: runlane below every queue | {shown('perkey')} | "
+        f"{verdict(every('perkey', 1.0))} |",
+        f"| (b) per-key: >= 2x graphile-worker | {graphile_pk or 0:.2f}x | "
+        f"{verdict(None if graphile_pk is None else graphile_pk >= 2)} |",
+        f"| (b) zero overlaps and FIFO violations (runlane) | "
+        f"{keyed.get('overlapping_pairs')} / {keyed.get('fifo_violations_within_key')} | "
+        f"{verdict(clean)} |",
+        f"| (b') one hot key reported for every peer | {shown('hotkey')} | "
+        f"{verdict(every('hotkey', 0.0))} |",
+        f"| (a) throughput: >= 2x graphile-worker | {graphile_tp or 0:.2f}x | "
+        f"{verdict(None if graphile_tp is None else graphile_tp >= 2)} |",
+        f"| (c) latency: runlane's median below every queue's | {shown('latency')} | "
+        f"{verdict(every('latency', 1.0))} |",
+    ]
+
+
+def queues_section(path: Path = RESULTS / "queues.json") -> list[str]:
+    out = ["## 14. Job queues: procrastinate, graphile-worker, pg-boss (issue 40)", ""]
+    if not path.exists():
+        return [*out, "Not measured yet: `make bench-queues`."]
+    data = json.loads(path.read_text())
+    facts, summary = data["facts"], data["summary"]
+    out += [
+        f"From `benchmarks/results/queues.json` (`make bench-queues`, {facts['plan']['reps']}"
+        f" repetitions, medians, wall time {facts['wall_seconds']} s). The load average went from"
+        f" {facts['load_start']} to {facts['load_end']}: **the machine was loaded** (two other"
+        " engineers' test suites). The sides alternate, each in its own process and on its own"
+        " fresh database. Ratios are the peer's figure over runlane's: > 1 means runlane is"
+        " better. Commits are every transaction of the side's database (`xact_commit`), the"
+        " peers' and runlane's waiting reads included; WAL is the whole cluster's, so a busy"
+        " neighbour inflates it (see benchmarks/notes.md).",
+        "",
+    ]
+    for phase, title in PHASES.items():
+        if phase in summary:
+            out += [f"### {title}", "", *queue_rows(phase, summary[phase]), ""]
+            out += [f"![{title}](benchmarks/charts/queues-{phase}.png)", ""]
+    out += ["![CPU per job](benchmarks/charts/queues-cpu.png)", ""]
+    return [*out, "### Targets", "", *queue_targets(summary)]
+
+
+READ_TARGETS = {"list_runs": 50.0, "status counts": 100.0, "lanes": 50.0, "active counts": 100.0}
+
+
+def read_target(name: str) -> float:
+    return next(v for k, v in READ_TARGETS.items() if name.startswith(k))
+
+
+def million_section(path: Path = RESULTS / "million.json") -> list[str]:
+    out = ["## 15. A million runs: the claim path and the console's reads (issue 40)", ""]
+    if not path.exists():
+        return [*out, "Not measured yet: `make bench-scale`."]
+    data = json.loads(path.read_text())
+    size = data["facts"]["size"]
+    dbs = [db for db in ("pg", "sqlite") if db in data]
+    out += [
+        f"From `benchmarks/results/million.json` (`make bench-scale`): {size['finished']:,}"
+        f" finished runs and {size['active']:,} active ones ({size['keys']:,} singleton lanes,"
+        f" {size['values']} attribute values and tags). Load average"
+        f" {data['facts']['load_start']} -> {data['facts']['load_end']}: the machine was loaded.",
+        "",
+        "| read | target | " + " | ".join(f"{db} p50 / p99 ms | verdict" for db in dbs) + " |",
+        "|---|---|" + "---|---|" * len(dbs),
+    ]
+    for name in data[dbs[0]]["reads"]:
+        limit = read_target(name)
+        cells = []
+        for db in dbs:
+            f = data[db]["reads"][name]
+            cells.append(
+                f"{fmt(f['p50_ms'])} / {fmt(f['p99_ms'])} | {verdict(f['p99_ms'] < limit)}"
+            )
+        out.append(f"| {name} | < {limit:g} ms | " + " | ".join(cells) + " |")
+    out += [
+        "",
+        "| claim path (1,000 one-step runs) | empty runs/s | seeded runs/s | ratio (>= 0.9x) |",
+    ]
+    out.append("|---|---|---|---|")
+    for db in dbs:
+        f = data[db]
+        empty = ", ".join(fmt(x, 0) for x in f["claim_empty_wf_s"])
+        seeded = ", ".join(fmt(x, 0) for x in f["claim_seeded_wf_s"])
+        out.append(
+            f"| {db} | {empty} | {seeded} | {f['claim_ratio']:.2f}x {verdict(f['claim_ratio'] >= 0.9)} |"
+        )
+    out += [
+        "",
+        "![reads](benchmarks/charts/million-reads.png)",
+        "",
+        "![claim path](benchmarks/charts/million-claim.png)",
+        "",
+        'The plans of each read (EXPLAIN) are in benchmarks/notes.md, "A million runs".',
+    ]
+    return out

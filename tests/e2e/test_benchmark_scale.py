@@ -1,0 +1,77 @@
+"""The job-queue workloads' runlane side (``benchmarks/queues.py``) and the million-run seeder
+(``benchmarks/million.py``) still run against the engine as it is, at a tiny size on SQLite.
+No timing is asserted: speed lives in ``benchmarks/``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from runlane.models import RunQuery, RunStatus
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _module(name: str) -> Any:
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_queue_workloads_runlane_side_keeps_each_key_in_order(tmp_path: Path) -> None:
+    queues, workloads = _module("queues"), _module("workloads")
+    target = workloads.Target("sqlite", tmp_path, path=tmp_path / "q.db")
+    sizes = {"n": 12, "keys": 3, "per_key": 4, "runs": 2, "step_ms": 1.0}
+    figures = {}
+    for phase in ("throughput", "perkey", "hotkey", "latency"):
+        args = argparse.Namespace(phase=phase, **sizes)
+        probe = workloads.KeyProbe()
+        keyed = workloads.keyed_workflow(probe, args.step_ms)
+        async with target.engine(workloads.steps_wf, keyed) as engine:
+            figures[phase] = await queues.runlane_phase(args, engine, probe, keyed)
+    assert [figures[p]["jobs"] for p in ("throughput", "perkey", "hotkey", "latency")] == [
+        12,
+        12,
+        4,
+        2,
+    ]
+    for phase in ("perkey", "hotkey"):
+        assert figures[phase]["overlapping_pairs"] == 0, figures[phase]
+        assert figures[phase]["fifo_violations_within_key"] == 0, figures[phase]
+    assert figures["latency"]["median_ms"] > 0
+
+
+async def test_the_million_seeder_writes_finished_runs_and_full_lanes(tmp_path: Path) -> None:
+    million, workloads = _module("million"), _module("workloads")
+    size = {"finished": 200, "active": 30, "keys": 10, "values": 5, "reps": 1}
+    target = workloads.Target("sqlite", tmp_path, path=tmp_path / "m.db")
+    store = target.store()
+    await store.open()
+    await store.close()
+    million.seed_sqlite(target.path, size)
+    await store.open()
+    try:
+        counts = await store.count_runs(RunQuery())
+        page = await store.page_runs(RunQuery(attributes={"customer": "c-2"}), 100)
+        timed = await million.time_reads(store, size, 1)
+        lanes = await million.reads(size)["lanes, all (all_lanes)"](store)
+    finally:
+        await store.close()
+    assert counts == {
+        RunStatus.COMPLETED: 190,
+        RunStatus.FAILED: 10,
+        RunStatus.SUSPENDED: 10,
+        RunStatus.BLOCKED: 20,
+    }
+    assert len(page) == 46  # 40 finished and 6 active runs have customer c-2
+    assert set(timed) == set(million.reads(size))
+    assert len(lanes.lanes) == 10
+    assert all(len(lane.holders) == 1 and len(lane.waiters) == 2 for lane in lanes.lanes)
