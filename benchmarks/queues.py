@@ -67,13 +67,18 @@ class Side:
 RUNLANE = Side(
     "runlane", (str(ROOT / ".venv/bin/python"), str(Path(__file__)), "--side", "runlane")
 )
+# runlane again, its starts made 100 to an ``engine.start_many`` (everything else the same).
+RUNLANE_BATCHED = Side(
+    "runlane (start_many)",
+    (str(ROOT / ".venv/bin/python"), str(Path(__file__)), "--side", "runlane", "--batched"),
+)
 PROCRASTINATE = Side(
     "procrastinate",
     (str(ROOT / ".queues-venv/bin/python"), str(ROOT / "benchmarks/peers/procrastinate_driver.py")),
 )
 GRAPHILE = Side("graphile-worker", ("node", str(NODE_DIR / "driver.mjs"), "--peer", "graphile"))
 PGBOSS = Side("pg-boss", ("node", str(NODE_DIR / "driver.mjs"), "--peer", "pgboss"))
-SIDES = (RUNLANE, PROCRASTINATE, GRAPHILE, PGBOSS)
+SIDES = (RUNLANE, RUNLANE_BATCHED, PROCRASTINATE, GRAPHILE, PGBOSS)
 
 
 def phase_flags(phase: str, plan: dict[str, int]) -> list[str]:
@@ -188,12 +193,23 @@ def drive(proc: subprocess.Popen[str], db: str) -> dict[str, Any]:
 
 
 async def enqueue_runs(engine: Any, workflow: Any, inputs: Sequence[Any]) -> list[str]:
-    """Start one run per input, one ``engine.start`` after another: the enqueue loop.
-
-    The batched variant (issue 40's ``engine.start_many``) belongs in ``enqueue_runs_batched``
-    beside this one, reported as a side of its own; it is not written until that API lands.
-    """
+    """Start one run per input, one ``engine.start`` after another: the enqueue loop."""
     return [(await engine.start(workflow, i)).id for i in inputs]
+
+
+BATCH = 100
+
+
+async def enqueue_runs_batched(engine: Any, workflow: Any, inputs: Sequence[Any]) -> list[str]:
+    """The same starts, ``BATCH`` to an ``engine.start_many`` (one round trip each on
+    PostgreSQL); a refused start raises, as ``engine.start`` would."""
+    from runlane import Start
+
+    ids = []
+    for i in range(0, len(inputs), BATCH):
+        outcomes = await engine.start_many([Start(workflow, x) for x in inputs[i : i + BATCH]])
+        ids += [outcome.result().id for outcome in outcomes]
+    return ids
 
 
 async def runlane_side(args: argparse.Namespace) -> None:
@@ -247,7 +263,8 @@ async def runlane_phase(
 
     checks: dict[str, Any] = {}
     t0 = time.perf_counter()
-    ids = await enqueue_runs(engine, workflow, inputs)
+    enqueue = enqueue_runs_batched if getattr(args, "batched", False) else enqueue_runs
+    ids = await enqueue(engine, workflow, inputs)
     enqueued = time.perf_counter()
     await wait(engine, ids)
     t1 = time.perf_counter()
@@ -329,6 +346,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--side", default="")
     p.add_argument("--db", default="")
     p.add_argument("--setup", action="store_true")
+    p.add_argument("--batched", action="store_true", help="runlane's starts by start_many")
     p.add_argument("--phase", default="throughput")
     p.add_argument("--n", type=int, default=1000)
     p.add_argument("--keys", type=int, default=50)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from runlane.models import RunQuery, RunStatus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,13 +28,16 @@ def _module(name: str) -> Any:
     return module
 
 
-async def test_the_queue_workloads_runlane_side_keeps_each_key_in_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("batched", [False, True], ids=["one-at-a-time", "start_many"])
+async def test_the_queue_workloads_runlane_side_keeps_each_key_in_order(
+    tmp_path: Path, batched: bool
+) -> None:
     queues, workloads = _module("queues"), _module("workloads")
     target = workloads.Target("sqlite", tmp_path, path=tmp_path / "q.db")
     sizes = {"n": 12, "keys": 3, "per_key": 4, "runs": 2, "step_ms": 1.0}
     figures = {}
     for phase in ("throughput", "perkey", "hotkey", "latency"):
-        args = argparse.Namespace(phase=phase, **sizes)
+        args = argparse.Namespace(phase=phase, batched=batched, **sizes)
         probe = workloads.KeyProbe()
         keyed = workloads.keyed_workflow(probe, args.step_ms)
         async with target.engine(workloads.steps_wf, keyed) as engine:
