@@ -24,7 +24,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 OUT = ROOT / "benchmarks" / "charts"
 COLOURS = {
     "runlane": "#2b6cb0",
-    "runlane (start_many)": "#63b3ed",
+    "runlane-batched": "#63b3ed",
     "procrastinate": "#9c4221",
     "graphile-worker": "#2f855a",
     "pg-boss": "#6b46c1",

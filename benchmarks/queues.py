@@ -69,7 +69,7 @@ RUNLANE = Side(
 )
 # runlane again, its starts made 100 to an ``engine.start_many`` (everything else the same).
 RUNLANE_BATCHED = Side(
-    "runlane (start_many)",
+    "runlane-batched",
     (str(ROOT / ".venv/bin/python"), str(Path(__file__)), "--side", "runlane", "--batched"),
 )
 PROCRASTINATE = Side(
