@@ -977,15 +977,16 @@ def audit_log(source: Source, as_json: bool, limit: int, before: int | None) -> 
 )
 def lanes_command(source: Source, as_json: bool, key: str | None) -> None:
     """Each singleton lane and quota key with active runs, and each step queue: holders,
-    waiters in order, usage. Each run-level rate limit or throttle with starts in its window:
+    waiters in order, usage (a lane's first 3 holders and waiters, and how many more; with
+    --key, every one). Each run-level rate limit or throttle with starts in its window:
     used of its limit, when a start fits again; each debounce: its run and when it fires
     (JSON: one list; step queues with kind "queue", limits "rate_limit" and "debounce")."""
 
     async def read(engine: Engine) -> AllLanes:
         now = engine.now()
-        return await engine.read(lambda store: all_lanes(store, now))
+        return await engine.read(lambda store: all_lanes(store, now, key))
 
-    found = with_engine(source, read).of_key(key)
+    found = with_engine(source, read)
     if as_json:
         shown = lanes_to_dict(found)
         click.echo(json.dumps(shown["lanes"] + shown["queues"] + shown["limits"], indent=2))

@@ -160,6 +160,12 @@ def _keyed(key: str, namespace: str | None) -> str:
     return escape(key if namespace is None else f"{key} (namespace {namespace})")
 
 
+def _listed(ids: list[str], of: int) -> str:
+    """Run ids, and how many more there are than the overview lists."""
+    more = of - len(ids)
+    return ", ".join(ids) + (f" and {more} more" if more > 0 else "")
+
+
 def lanes_table(found: list[Lane]) -> Table:
     table = Table("lane", "key", "workflow", "usage", "holders", "waiters, first in line first")
     for lane in found:
@@ -169,8 +175,8 @@ def lanes_table(found: list[Lane]) -> Table:
             _keyed(lane.key, lane.namespace),
             escape(lane.workflow or ("every workflow" if lane.kind == "concurrency" else "global")),
             f"{lane.usage}/{limit}",
-            escape(", ".join(r.id for r in lane.holders)),
-            escape(", ".join(r.id for r in lane.waiters)),
+            escape(_listed([m.run_id for m in lane.holders], lane.usage)),
+            escape(_listed([m.run_id for m in lane.waiters], lane.waiting)),
         )
     return table
 

@@ -1,9 +1,11 @@
 """The lanes as an operator sees them: who holds each key, who waits behind it, how full it is.
 
-A pure view over the active gated runs a store lists (``Store.lane_runs``, oldest first): each
-singleton lane (``singleton_key``, see :func:`runlane.admission.lane`) with its slot holders and
-its waiters in FIFO order, and each quota key (``concurrency_key``) with the runs it counts.
-Step queues are lanes of steps: :func:`queue_lanes` views ``Store.queue_views``. Run-level rate
+Each singleton lane (``singleton_key``, see :func:`runlane.admission.lane`) with its slot
+holders and its waiters in FIFO order, and each quota key (``concurrency_key``) with the runs it
+counts. The overview is what the store counts per lane (``Store.lane_members``: each lane's
+first holders and waiters, and how many there are), so a page of every lane costs the lanes,
+not their runs; a lane read by its key (``Store.lane_runs(lane)``) lists every run in it. Step
+queues are lanes of steps: :func:`queue_lanes` views ``Store.queue_views``. Run-level rate
 limits, throttles and debounces are lanes of starts: :func:`limit_lanes` views
 ``Store.limited_runs``.
 """
@@ -11,16 +13,21 @@ limits, throttles and debounces are lanes of starts: :func:`limit_lanes` views
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
 from .admission import key_scope, lane_parts
-from .models import QueueSettings, Run
+from .models import LaneMember, QueueSettings, Run
 from .step_queues import QueueEntry, QueueView, current_window
 
 if TYPE_CHECKING:
     from .stores.base import Reads
+
+
+SHOWN = 3
+"""How many of a lane's holders, and of its waiters, the lanes overview lists (it counts them
+all): a page of 1,000 lanes reads and draws 1,000 lanes, not every run waiting in them."""
 
 
 @dataclass(frozen=True)
@@ -30,60 +37,83 @@ class Lane:
     tags ``singleton:<key>`` and ``concurrency:<key>``. ``workflow`` is None for a global
     singleton lane and for a quota, which every workflow shares. ``namespace`` is the
     namespace whose own lane it is (its runs were started by an engine with
-    ``scope_reads``), None for a lane every namespace shares."""
+    ``scope_reads``), None for a lane every namespace shares.
+
+    ``usage`` is how many runs hold a slot (a quota: how many it counts) and ``waiting`` how
+    many wait for one; ``holders`` and ``waiters`` list them oldest first, every one when the
+    lane was read by its key, the first :data:`SHOWN` of each in the overview."""
 
     kind: Literal["singleton", "concurrency"]
     name: str
     key: str
     workflow: str | None
     limit: int | None
-    holders: tuple[Run, ...]
-    waiters: tuple[Run, ...] = ()
+    holders: tuple[LaneMember, ...]
+    waiters: tuple[LaneMember, ...] = ()
     namespace: str | None = None
-
-    @property
-    def usage(self) -> int:
-        return len(self.holders)
+    usage: int = 0
+    waiting: int = 0
 
     @property
     def tag(self) -> str:
         return f"{self.kind}:{self.key}"
 
+    @property
+    def complete(self) -> bool:
+        """Whether every holder and waiter is listed."""
+        return len(self.holders) == self.usage and len(self.waiters) == self.waiting
 
-def lanes(runs: Iterable[Run]) -> list[Lane]:
-    """The lanes of ``runs`` (active, oldest first): singleton lanes, then quotas, by key."""
-    singletons: dict[str, list[Run]] = {}
-    quotas: dict[str, list[Run]] = {}
+
+def members_of(runs: Iterable[Run], shown: int | None = None) -> list[LaneMember]:
+    """What ``Store.lane_members`` reads, from the active gated runs themselves (oldest first):
+    the in-memory store's read, and a lane read by its key (``shown`` None: every run)."""
+    groups: dict[tuple[str, str, bool], list[Run]] = {}
+    newest: dict[tuple[str, str], Run] = {}
     for run in runs:
         if run.singleton_key is not None:
-            singletons.setdefault(run.singleton_key, []).append(run)
+            groups.setdefault(("singleton", run.singleton_key, run.holds_slot), []).append(run)
+            newest["singleton", run.singleton_key] = run
         if run.concurrency_key is not None:
-            quotas.setdefault(run.concurrency_key, []).append(run)
-    found = [_singleton(name, members) for name, members in singletons.items()]
-    found += [_quota(name, members) for name, members in quotas.items()]
+            quota = run.quota
+            counted = quota is None or run.status in quota.count_statuses
+            groups.setdefault(("concurrency", run.concurrency_key, counted), []).append(run)
+            newest["concurrency", run.concurrency_key] = run
+    found = []
+    for (kind, name, holds), members in groups.items():
+        last = newest[kind, name]
+        limit = last.singleton_limit if kind == "singleton" else last.concurrency_limit
+        for place, run in enumerate(members[:shown], 1):
+            found.append(
+                LaneMember(kind, name, run.id, run.workflow, run.status, run.created_at,
+                           holds, place, len(members), limit)
+            )  # fmt: skip
+    return found
+
+
+def lanes(members: Iterable[LaneMember]) -> list[Lane]:
+    """The lanes of ``members`` (as ``Store.lane_members`` reads them): singleton lanes, then
+    quotas, by key. A quota's uncounted runs only make its lane seen."""
+    grouped: dict[tuple[str, str], list[LaneMember]] = {}
+    for member in members:
+        grouped.setdefault((member.kind, member.name), []).append(member)
+    found = [_lane(kind, name, of) for (kind, name), of in grouped.items()]
     return sorted(found, key=lambda lane: (lane.kind != "singleton", lane.key, lane.name))
 
 
-def _singleton(name: str, runs: list[Run]) -> Lane:
+def _lane(kind: str, name: str, members: list[LaneMember]) -> Lane:
+    ordered = sorted(members, key=lambda m: m.place)
+    holders = tuple(m for m in ordered if m.holds)
+    waiters = tuple(m for m in ordered if not m.holds)
+    limit = members[0].limit
+    usage = holders[0].of if holders else 0
+    namespace, shown = key_scope(name)
+    if kind == "concurrency":
+        return Lane("concurrency", name, shown, None, limit, holders, (), namespace, usage)
     workflow, key = lane_parts(name)
+    waiting = waiters[0].of if waiters else 0
     return Lane(
-        "singleton",
-        name,
-        key,
-        workflow,
-        # The newest start carries the limit the workflow declares now.
-        runs[-1].singleton_limit,
-        holders=tuple(r for r in runs if r.holds_slot),
-        waiters=tuple(r for r in runs if not r.holds_slot),
-        namespace=key_scope(name)[0],
+        "singleton", name, key, workflow, limit, holders, waiters, namespace, usage, waiting
     )
-
-
-def _quota(name: str, runs: list[Run]) -> Lane:
-    counted = tuple(r for r in runs if r.quota is None or r.status in r.quota.count_statuses)
-    namespace, key = key_scope(name)
-    limit = runs[-1].concurrency_limit
-    return Lane("concurrency", name, key, None, limit, holders=counted, namespace=namespace)
 
 
 @dataclass(frozen=True)
@@ -246,24 +276,55 @@ class AllLanes:
         )
 
 
-async def all_lanes(store: Reads, now: datetime) -> AllLanes:
-    """Read every lane from ``store`` at ``now``: three reads, none of which locks anything."""
-    gated, views, limited = (
-        await store.lane_runs(),
-        await store.queue_views(),
-        await store.limited_runs(now),
-    )
-    return AllLanes(lanes(gated), queue_lanes(views, now), *limit_lanes(limited, now))
+async def all_lanes(store: Reads, now: datetime, key: str | None = None) -> AllLanes:
+    """Read every lane from ``store`` at ``now``: the overview of the singleton and quota lanes
+    (each counted, its first :data:`SHOWN` holders and waiters listed), the step queues and the
+    run-level limits; none of the reads locks anything. With ``key``, only the lanes of that key
+    (see :meth:`AllLanes.of_key`), each singleton and quota lane of it read whole."""
+    overview = lanes(await store.lane_members(SHOWN))
+    views, limited = await store.queue_views(), await store.limited_runs(now)
+    found = AllLanes(overview, queue_lanes(views, now), *limit_lanes(limited, now))
+    if key is None:
+        return found
+    found = found.of_key(key)
+    whole = [
+        lane if lane.complete else await lane_of(store, lane.kind, lane.name)
+        for lane in found.lanes
+    ]
+    return replace(found, lanes=[lane for lane in whole if lane is not None])
+
+
+async def lanes_of_run(store: Reads, run: Run, now: datetime) -> AllLanes:
+    """What a blocked run's page needs of the lanes: its singleton lane, every waiter listed
+    (its place in line), and the step queues (a step of it may wait in one)."""
+    own = None
+    if run.singleton_key is not None:
+        own = await lane_of(store, "singleton", run.singleton_key)
+    views = await store.queue_views()
+    return AllLanes([own] if own else [], queue_lanes(views, now), [], [])
+
+
+async def lane_of(
+    store: Reads, kind: Literal["singleton", "concurrency"], name: str
+) -> Lane | None:
+    """The lane ``name`` (a stored key) of ``kind`` as it stands now, every holder and waiter
+    listed: one search of its key's index. None when no active run is in it."""
+    found = lanes(members_of(await store.lane_runs(name)))
+    return next((lane for lane in found if (lane.kind, lane.name) == (kind, name)), None)
 
 
 __all__ = [
+    "SHOWN",
     "AllLanes",
     "DebounceLane",
     "Lane",
     "QueueLane",
     "RateLane",
     "all_lanes",
+    "lane_of",
     "lanes",
+    "lanes_of_run",
     "limit_lanes",
+    "members_of",
     "queue_lanes",
 ]

@@ -928,3 +928,27 @@ class AuditEntry:
     namespace: str | None = None
     detail: str | None = None
     id: int = 0
+
+
+@dataclass(frozen=True)
+class LaneMember:
+    """One active run of a lane as the lanes overview reads it: a row, not a run (the overview
+    of 1,000 lanes must not build 10,000 runs).
+
+    ``kind`` and ``name`` name the lane (``singleton`` and the run's ``singleton_key``, or
+    ``concurrency`` and its ``concurrency_key``). ``holds`` says whether the run holds a slot of
+    the singleton lane, or is counted by the quota (its status is one the quota counts);
+    ``place`` is its place among the lane's runs that hold (or do not), oldest first from 1,
+    and ``of`` how many those are. ``limit`` is the limit the lane's newest run carries (the one
+    its workflow declares now)."""
+
+    kind: str
+    name: str
+    run_id: str
+    workflow: str
+    status: RunStatus
+    created_at: datetime
+    holds: bool
+    place: int
+    of: int
+    limit: int | None

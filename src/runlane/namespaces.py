@@ -20,7 +20,16 @@ from datetime import datetime
 
 from .activity import ActivityCount
 from .attributes import AttributeValue
-from .models import AuditEntry, EngineInfo, Run, RunQuery, RunStatus, Signal, StepRecord
+from .models import (
+    AuditEntry,
+    EngineInfo,
+    LaneMember,
+    Run,
+    RunQuery,
+    RunStatus,
+    Signal,
+    StepRecord,
+)
 from .step_queues import QueueView
 from .stores.base import Reads
 
@@ -108,8 +117,12 @@ class NamespaceReads:
         engines = await self.store.list_engines()
         return [e for e in engines if e.namespace in (None, self.namespace)]
 
-    async def lane_runs(self) -> list[Run]:
-        return [run for run in await self.store.lane_runs() if self._ours(run)]
+    async def lane_runs(self, lane: str | None = None) -> list[Run]:
+        return [run for run in await self.store.lane_runs(lane) if self._ours(run)]
+
+    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+        wanted = self._narrowed(namespace)
+        return [] if wanted is None else await self.store.lane_members(shown, wanted)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return [run for run in await self.store.limited_runs(now) if self._ours(run)]

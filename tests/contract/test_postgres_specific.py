@@ -512,6 +512,9 @@ _HOT = {
         {"attributes": '{"customer": "customer-42"}', "limit": 100, "offset": 0},
     ),
     "the lanes": ("lane_runs", {}),
+    "the lanes overview": ("lane_members", {"shown": 10, "namespace": None}),
+    "a namespace's lanes overview": ("lane_members", {"shown": 10, "namespace": "eu"}),
+    "one lane": ("lane_runs_of_key", {"lane": "3:wf-1:key-7"}),
     "the overview's last hour": (
         "run_activity",
         {"since": T0 + timedelta(hours=27), "until": T0 + timedelta(hours=28), "namespace": None},

@@ -110,6 +110,28 @@ async def test_the_overviews_reads_search_their_indexes(
         assert f"USING INDEX {index}" in plan or f"USING COVERING INDEX {index}" in plan, plan
 
 
+@pytest.mark.parametrize(
+    ("statement", "params", "wanted"),
+    [
+        # The overview: each lane's active runs in the order of runs_singleton_active, so the
+        # running counts need no sort and no finished run is read.
+        ("lane_members", (None,), "INDEX runs_singleton_active (singleton_key>?)"),
+        ("lane_runs_of_key", ("k", "k"), "INDEX runs_singleton_active (singleton_key=?)"),
+        ("next_waiters", ("k", T0.isoformat(), 1, "k"), "INDEX runs_singleton_active"),
+    ],
+)
+async def test_the_lanes_are_read_from_the_active_runs_index(
+    tmp_path: Path, statement: str, params: tuple[object, ...], wanted: str
+) -> None:
+    path = tmp_path / "plan.db"
+    await open_and_close(path)
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {SQL[statement]}", params)
+        plan = " | ".join(str(row[-1]) for row in rows)
+    assert wanted in plan, plan
+    assert "SCAN runs " not in plan + " ", plan
+
+
 async def test_a_filter_on_attributes_searches_their_index_whatever_the_runs_order(
     tmp_path: Path,
 ) -> None:

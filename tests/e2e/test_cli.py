@@ -577,6 +577,20 @@ def test_lanes_lists_holders_and_waiters_in_order(
     assert "store:A" in table.output and "s1, s2" in table.output
     assert "no busy lanes" in cli("lanes", "--db", db, "--key", "store:B").output
 
+    # The overview lists a lane's first three waiters and counts the rest; --key lists all.
+    async def more() -> None:
+        async with engine_for_module("gated_app") as engine:
+            for n in range(3, 6):
+                await engine.start("sync", {"store": "A"}, f"s{n}")
+
+    asyncio.run(more())
+    monkeypatch.setenv("COLUMNS", "200")  # one line per lane
+    assert "s1, s2, s3 and 2 more" in cli("lanes", "--db", db).output
+    keyed = cli("lanes", "--db", db, "--key", "store:A", "--json")
+    assert [r["id"] for r in json.loads(keyed.output)[0]["waiters"]] == [
+        f"s{n}" for n in range(1, 6)
+    ]
+
     # The lane tag lists holder and waiters (not another key's run); the waiters read blocked,
     # the holder suspended.
     async def another_key() -> None:
@@ -589,8 +603,7 @@ def test_lanes_lists_holders_and_waiters_in_order(
     assert tagged.exit_code == 0, tagged.output
     assert sorted((r["id"], r["status"]) for r in json.loads(tagged.output)) == [
         ("s0", "suspended"),
-        ("s1", "blocked"),
-        ("s2", "blocked"),
+        *((f"s{n}", "blocked") for n in range(1, 6)),
     ]
     assert "blocked" in cli("runs", "list", "--db", db, "--tag", "singleton:store:A").output
 

@@ -115,6 +115,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
             start(client, "shop.order", {**order, "fail": True}, "order-fails")
             for n in range(3):
                 start(client, "shop.sync", {"store": "A"}, f"sync-{n}")
+            for n in range(6):  # a lane longer than the overview lists
+                start(client, "shop.sync", {"store": "B"}, f"busy-{n}")
             settle(
                 client,
                 {
@@ -294,7 +296,7 @@ def test_runs_are_searched_by_status_workflow_tag_and_id_and_the_search_is_the_a
     expect(page.locator("#summary")).to_contain_text("runs match")
     page.select_option("#status", "suspended")
     expect(page).to_have_url(f"{console.base}/ui/runs?status=suspended")
-    expect(page.locator("#runs tr[data-item]")).to_have_count(3)
+    expect(page.locator("#runs tr[data-item]")).to_have_count(4)  # two orders, two lane holders
     page.get_by_label("workflow").fill("shop.order")
     page.get_by_role("button", name="Search").click()
     expect(page.locator("#runs tr[data-item]")).to_have_count(2)
@@ -516,6 +518,20 @@ def test_the_lanes_page_shows_holders_waiters_in_order_and_usage_over_time(
     expect(page.locator("#sampled")).to_contain_text("the store keeps no history of lane usage")
     queue = page.locator("section.lane[data-queue='render-farm']")
     expect(queue).to_contain_text("0 of 2 slots")
+
+
+def test_a_long_lane_lists_its_first_waiters_and_links_to_every_one(console: Console) -> None:
+    page = console.open("/ui/lanes")
+    lane = page.locator("section.lane[data-key='store:B']")
+    expect(lane).to_contain_text("1 of 1 in use · 5 waiting")
+    expect(lane.locator("ol li")).to_have_count(3)
+    expect(lane).to_contain_text("and 2 more")
+    lane.get_by_role("link", name="every one").click()
+    expect(page).to_have_url(re.compile(r"/ui/lanes\?key=store%3AB$"))
+    whole = page.locator("section.lane[data-key='store:B']")
+    expect(whole.locator("ol li")).to_have_count(5)
+    expect(whole.locator("ol li").last).to_contain_text("busy-5")
+    expect(page.locator("section.lane[data-key='store:A']")).to_have_count(0)
 
 
 def test_the_schedules_page_pauses_resumes_and_triggers_after_a_confirmation(

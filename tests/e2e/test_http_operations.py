@@ -225,6 +225,30 @@ async def test_lanes_show_holders_waiters_in_order_and_usage(
     ]
 
 
+async def test_the_lanes_overview_lists_a_lanes_first_waiters_and_its_key_lists_every_one(
+    client: httpx.AsyncClient, engine: runlane.Engine
+) -> None:
+    for n in range(7):
+        await engine.start("sync", {"store": "A", "tenant": f"t{n}"}, f"s{n}")
+        engine.clock.advance(1)  # type: ignore[attr-defined]
+    await engine.run_pending()
+    [lane] = [x for x in (await client.get("/lanes")).json()["lanes"] if x["kind"] == "singleton"]
+    assert (lane["usage"], lane["waiting"]) == (1, 6)
+    assert [r["id"] for r in lane["holders"]] == ["s0"]
+    assert [r["id"] for r in lane["waiters"]] == ["s1", "s2", "s3"]  # the first in line
+    assert set(lane["waiters"][0]) == {"id", "workflow", "status", "created_at"}
+    [whole] = [
+        x
+        for x in (await client.get("/lanes", params={"key": "store:A"})).json()["lanes"]
+        if x["kind"] == "singleton"
+    ]
+    assert [r["id"] for r in whole["waiters"]] == ["s1", "s2", "s3", "s4", "s5", "s6"]
+    assert whole["waiting"] == 6
+    # A run past the overview's list still learns its place in line.
+    last = (await client.get("/runs/s6")).json()["waiting_for"]
+    assert (last["kind"], last["position"], last["waiting"]) == ("slot", 6, 6)
+
+
 async def test_lanes_show_a_step_queues_holder_waiters_in_order_and_rate_window(
     client: httpx.AsyncClient, engine: runlane.Engine
 ) -> None:

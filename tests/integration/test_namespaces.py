@@ -120,12 +120,13 @@ async def test_one_singleton_key_is_a_lane_of_each_scoped_namespace(make_engine:
 
     [lane] = (await lanes_of(eu)).lanes
     assert (lane.key, lane.namespace, lane.tag) == ("store:A", "eu", "singleton:store:A")
-    assert ([r.id for r in lane.holders], [r.id for r in lane.waiters]) == (["e1"], ["e2"])
+    assert ([r.run_id for r in lane.holders], [r.run_id for r in lane.waiters]) == (["e1"], ["e2"])
     [lane] = (await lanes_of(us)).lanes
-    assert ([r.id for r in lane.holders], lane.waiters) == (["u1"], ())
+    assert ([r.run_id for r in lane.holders], lane.waiters) == (["u1"], ())
     # The unscoped engine's reads are shared: it sees every lane, each one's namespace told.
     seen = {
-        (x.namespace, x.key, tuple(r.id for r in x.holders)) for x in (await lanes_of(shared)).lanes
+        (x.namespace, x.key, tuple(r.run_id for r in x.holders))
+        for x in (await lanes_of(shared)).lanes
     }
     assert seen == {
         ("eu", "store:A", ("e1",)),
@@ -150,7 +151,7 @@ async def test_one_quota_key_counts_each_scoped_namespace_apart(make_engine: Any
     assert "concurrency:api" in (await eu.get_run("e1")).tags  # type: ignore[union-attr]
     [lane] = (await lanes_of(us)).lanes
     assert (lane.kind, lane.key, lane.namespace) == ("concurrency", "api", "us")
-    assert [r.id for r in lane.holders] == ["u1"]
+    assert [r.run_id for r in lane.holders] == ["u1"]
     assert {x.namespace for x in (await lanes_of(shared)).lanes} == {"eu", "us", None}
 
 
@@ -276,12 +277,12 @@ async def test_an_unscoped_store_shares_a_key_across_namespaces(make_engine: Any
         await us.start(report, None, "u2")
     assert (refused.value.key, refused.value.active) == ("api", 1)
     [lane, quota] = (await lanes_of(us)).lanes
-    assert (lane.namespace, [r.id for r in lane.holders], [r.id for r in lane.waiters]) == (
+    assert (lane.namespace, [r.run_id for r in lane.holders], [r.run_id for r in lane.waiters]) == (
         None,
         ["e1"],
         ["u1"],
     )
-    assert (quota.namespace, [r.id for r in quota.holders]) == (None, ["e2"])
+    assert (quota.namespace, [r.run_id for r in quota.holders]) == (None, ["e2"])
     # Reads are shared too: either engine reads and acts on the other's runs.
     assert (await us.get_run("e1")).namespace == "eu"
     await us.signal("e1", "go", 1)

@@ -63,6 +63,8 @@ OUTSIDE = {
         "fire_windows": "schedules' ungated runs; a gated window goes through insert_gated",
         "insert_runs": "starts no gate counts (a continuation: pending, admitted by its claim)",
         "lane_runs": "a read for operators",
+        "lane_runs_of_key": "a read for operators",
+        "lane_members": "a read for operators",
         "lock_events": "the event log's lock",
         "settle_many": "settlements of runs without a singleton key",
         "spec_rows": "a fragment: a start's specs as rows",
@@ -70,7 +72,11 @@ OUTSIDE = {
         "resume_run": "a resume: the run is a waiter again, due at once, admitted by its claim",
         "wake_free_waiters": "a paused waiter's wake passed on, as settle wakes (modelled)",
     },
-    "sqlite": {"lane_runs": "a read for operators"},
+    "sqlite": {
+        "lane_runs": "a read for operators",
+        "lane_runs_of_key": "a read for operators",
+        "lane_members": "a read for operators",
+    },
 }
 
 ADMISSION = re.compile(

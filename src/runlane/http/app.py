@@ -30,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from ..audit import OK, record
 from ..engine import Engine
 from ..errors import RunExistsError, RunlaneError, RunNotFoundError
-from ..lanes import AllLanes, all_lanes
+from ..lanes import AllLanes, all_lanes, lanes_of_run
 from ..models import Run, RunCursor, RunQuery, RunStatus
 from ..presence import unserved
 from ..schedules import ScheduleState
@@ -229,7 +229,9 @@ class Api:
         )
         now = self.engine.now()
         # Only a blocked run's wait needs the lanes (its place in line).
-        lanes = await self._lanes(now) if run.status == RunStatus.BLOCKED else None
+        lanes = None
+        if run.status == RunStatus.BLOCKED:
+            lanes = await self.engine.read(lambda store: lanes_of_run(store, run, now))
         return JSONResponse(
             {
                 **run_to_dict(run),
@@ -310,7 +312,10 @@ class Api:
 
     async def lanes(self, request: Request) -> Response:
         key = request.query_params.get("key") or None
-        found = (await self._lanes(self.engine.now())).of_key(key)
+        now = self.engine.now()
+        if key is None:
+            return JSONResponse(lanes_to_dict(await self._lanes(now)))
+        found = await self.engine.read(lambda store: all_lanes(store, now, key))
         return JSONResponse(lanes_to_dict(found))
 
     async def engines(self, request: Request) -> Response:

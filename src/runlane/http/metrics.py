@@ -70,12 +70,13 @@ class StoreGauges:
     async def _read(self) -> Gauges:
         engine = self._engine
         counts = await engine.read(lambda store: store.active_run_counts())
-        runs = await engine.read(lambda store: store.lane_runs())
+        # The counts are what the gauges need: one member of each lane carries them.
+        members = await engine.read(lambda store: store.lane_members(1))
         views = await engine.read(lambda store: store.queue_views())
         found: dict[tuple[str, str, str, str], tuple[int, int]] = {}
-        for lane in lanes(runs):
+        for lane in lanes(members):
             labels = (lane.key, lane.kind, lane.workflow or "", lane.namespace or "")
-            found[labels] = (len(lane.waiters), lane.usage)
+            found[labels] = (lane.waiting, lane.usage)
         for queue in queue_lanes(views, engine.now()):
             found[queue.name, "queue", "", ""] = (len(queue.waiters), queue.usage)
         active = {(workflow, str(status)): n for (workflow, status), n in counts.items()}

@@ -368,6 +368,7 @@ _SCHEMAS: JSONObject = {
             "tag",
             "limit",
             "usage",
+            "waiting",
             "holders",
             "waiters",
         ],
@@ -382,8 +383,24 @@ _SCHEMAS: JSONObject = {
         tag={"type": "string"},
         limit={"type": ["integer", "null"]},
         usage={"type": "integer", "description": "slots held / runs counted"},
-        holders={"type": "array", "items": _ref("RunSummary")},
-        waiters={"type": "array", "items": _ref("RunSummary"), "description": "FIFO order"},
+        waiting={"type": "integer", "description": "runs waiting for a slot"},
+        holders={
+            "type": "array",
+            "items": _ref("LaneRun"),
+            "description": "oldest first; without ?key=, the first 3 of usage",
+        },
+        waiters={
+            "type": "array",
+            "items": _ref("LaneRun"),
+            "description": "FIFO order; without ?key=, the first 3 of waiting",
+        },
+    ),
+    "LaneRun": _object(
+        ["id", "workflow", "status", "created_at"],
+        id={"type": "string"},
+        workflow={"type": "string"},
+        status={"type": "string", "enum": _STATUSES},
+        created_at=_TIME,
     ),
     "CountedStart": {
         "allOf": [
@@ -894,7 +911,9 @@ def _operations() -> JSONObject:
         "/lanes": {
             "get": {
                 "summary": "each singleton lane, quota key and step queue: holders, waiters "
-                "in order, usage; each run-level rate limit (its window) and debounce",
+                "in order, usage (a lane's first 3 holders and waiters, and how many there "
+                "are; with ?key=, every one); each run-level rate limit (its window) and "
+                "debounce",
                 "parameters": [
                     _query(
                         "key",

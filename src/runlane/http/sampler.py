@@ -41,7 +41,7 @@ def sample_of(found: AllLanes, at: datetime) -> Sample:
     lanes: dict[str, tuple[str, str, int, int | None, int]] = {}
     for lane in found.lanes:
         lanes[f"{lane.kind}:{lane.name}"] = (
-            lane.kind, lane.key, lane.usage, lane.limit, len(lane.waiters),
+            lane.kind, lane.key, lane.usage, lane.limit, lane.waiting,
         )  # fmt: skip
     for queue in found.queues:
         limit = queue.settings.concurrency

@@ -12,7 +12,7 @@ from typing import Any
 from .. import payloads
 from ..history import ReplayReport
 from ..lanes import AllLanes, DebounceLane, Lane, QueueLane, RateLane
-from ..models import AuditEntry, EngineInfo, Run, StepRecord
+from ..models import AuditEntry, EngineInfo, LaneMember, Run, StepRecord
 from ..schedules import ScheduleState
 from ..step_queues import QueueEntry
 
@@ -73,8 +73,19 @@ def lane_to_dict(lane: Lane) -> dict[str, Any]:
         "tag": lane.tag,
         "limit": lane.limit,
         "usage": lane.usage,
-        "holders": [run_summary(r) for r in lane.holders],
-        "waiters": [run_summary(r) for r in lane.waiters],
+        "waiting": lane.waiting,
+        "holders": [_member(m) for m in lane.holders],
+        "waiters": [_member(m) for m in lane.waiters],
+    }
+
+
+def _member(member: LaneMember) -> dict[str, Any]:
+    """A run of a lane, as the lanes list it (the overview lists a lane's first ones)."""
+    return {
+        "id": member.run_id,
+        "workflow": member.workflow,
+        "status": str(member.status),
+        "created_at": jsonable(member.created_at),
     }
 
 

@@ -70,13 +70,13 @@ def _slot(run: Run, lanes: AllLanes | None) -> Waiting:
     lane = next((x for x in (lanes.lanes if lanes else []) if x.name == run.singleton_key), None)
     if lane is None:
         return {"kind": "slot", "reason": "a slot on its singleton lane"}
-    ids = [r.id for r in lane.waiters]
+    ids = [r.run_id for r in lane.waiters]
     line, place = _in_line(ids.index(run.id) + 1 if run.id in ids else None, len(ids))
     return {
         "kind": "slot",
         "lane": lane.key,
         "tag": lane.tag,
-        "holders": [r.id for r in lane.holders],
+        "holders": [r.run_id for r in lane.holders],
         "reason": f"a slot on lane {lane.key} ({lane.usage} of {lane.limit} held){place}",
         **line,
     }

@@ -55,6 +55,7 @@ from ..models import (
     ClaimOutcome,
     EngineInfo,
     Event,
+    LaneMember,
     Lease,
     QueueSettings,
     QuotaGate,
@@ -181,9 +182,21 @@ class Reads(Protocol):
         operators; it locks nothing."""
         ...
 
-    async def lane_runs(self) -> list[Run]:
+    async def lane_runs(self, lane: str | None = None) -> list[Run]:
         """The active runs that hold or wait for a singleton slot, or count against a quota
-        (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id)."""
+        (``singleton_key`` or ``concurrency_key`` set), oldest first (``created_at``, then id).
+        With ``lane`` (a stored singleton or quota key), only that lane's: a search of its
+        index, whatever else is active."""
+        ...
+
+    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+        """The lanes overview: of each singleton lane with active runs, its first ``shown``
+        slot holders and first ``shown`` waiters; of each quota key with active runs, its first
+        ``shown`` counted runs and first ``shown`` uncounted ones; each oldest first and with
+        how many there are (see :class:`LaneMember`). Of
+        ``namespace``'s runs only, or of every namespace's for None. One read of the active
+        gated runs' indexes, the counting done by the store: the rows it returns are bounded by
+        the lanes, not by their runs. A read for operators; it locks nothing."""
         ...
 
     async def limited_runs(self, now: datetime) -> list[Run]:

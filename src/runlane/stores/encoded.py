@@ -27,6 +27,7 @@ from ..models import (
     Claim,
     ClaimOutcome,
     Event,
+    LaneMember,
     Lease,
     RetryTimer,
     Run,
@@ -124,8 +125,11 @@ class EncodedStore:
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:
         return self.payloads.open_runs(await self.inner.page_runs(query, limit))
 
-    async def lane_runs(self) -> list[Run]:
-        return self.payloads.open_runs(await self.inner.lane_runs())
+    async def lane_runs(self, lane: str | None = None) -> list[Run]:
+        return self.payloads.open_runs(await self.inner.lane_runs(lane))
+
+    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+        return await self.inner.lane_members(shown, namespace)  # no payload in them
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return self.payloads.open_runs(await self.inner.limited_runs(now))

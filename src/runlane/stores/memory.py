@@ -24,6 +24,7 @@ from ..errors import (
     RunPausing,
     not_requeueable,
 )
+from ..lanes import members_of
 from ..models import (
     ACTIVE_STATUSES,
     Admission,
@@ -33,6 +34,7 @@ from ..models import (
     ClaimOutcome,
     EngineInfo,
     Event,
+    LaneMember,
     Lease,
     QueueSettings,
     QuotaGate,
@@ -822,14 +824,19 @@ class MemoryStore:
         )
         return list(itertools.islice(found, limit))
 
-    async def lane_runs(self) -> list[Run]:
+    async def lane_runs(self, lane: str | None = None) -> list[Run]:
         gated = [
             r
             for r in self._runs.values()
             if r.status in ACTIVE_STATUSES
             and (r.singleton_key is not None or r.concurrency_key is not None)
+            and (lane is None or lane in (r.singleton_key, r.concurrency_key))
         ]
         return sorted(gated, key=lambda r: (r.created_at, r.id))
+
+    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+        gated = await self.lane_runs()
+        return members_of((r for r in gated if namespace in (None, r.namespace)), shown)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         found = [

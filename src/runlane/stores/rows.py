@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ..models import AuditEntry, Event, Run, RunStatus, Signal, StepRecord, StoredSchedule
+from ..models import (
+    AuditEntry,
+    Event,
+    LaneMember,
+    Run,
+    RunStatus,
+    Signal,
+    StepRecord,
+    StoredSchedule,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,10 +153,27 @@ def audit_from_row(row: Any, decode: Decode) -> AuditEntry:
     )
 
 
+def lane_member_from_row(row: Any, decode: Decode) -> LaneMember:
+    """A row of ``lane_members`` (the lanes overview) as a :class:`LaneMember`."""
+    return LaneMember(
+        kind=row["kind"],
+        name=row["name"],
+        run_id=row["id"],
+        workflow=row["workflow"],
+        status=RunStatus(row["status"]),
+        created_at=decode.instant(row["created_at"]),
+        holds=bool(row["holds"]),
+        place=row["place"],
+        of=row["total"],
+        limit=row["lane_limit"],
+    )
+
+
 __all__ = [
     "Decode",
     "audit_from_row",
     "event_from_row",
+    "lane_member_from_row",
     "run_from_row",
     "schedule_from_row",
     "signal_from_row",

@@ -2368,6 +2368,59 @@ async def test_lane_runs_are_the_active_gated_runs_oldest_first(store: Store) ->
     assert [r.id for r in await store.lane_runs()] == ["quota", "holder", "waiter"]
 
 
+async def test_lane_runs_of_one_lane_are_its_active_runs_only(store: Store) -> None:
+    quota = QuotaGate("tenant:a", 5)
+    await create(
+        store,
+        spec("holder", created=1, singleton=key(), quota=quota),
+        spec("waiter", created=2, singleton=key()),
+        spec("other", created=0, singleton=SingletonGate("k2", 1, retry=0.0)),
+        spec("tenant", created=3, quota=quota),
+        spec("done", created=0.5, singleton=key()),
+    )
+    await settle(store, "done")  # first in line: it held the slot and left
+    await lease(store, "holder")
+    assert [r.id for r in await store.lane_runs("k")] == ["holder", "waiter"]
+    assert [r.id for r in await store.lane_runs("tenant:a")] == ["holder", "tenant"]
+    assert await store.lane_runs("nobody") == []
+
+
+async def test_lane_members_count_each_lane_and_list_its_first_runs(store: Store) -> None:
+    running_only = QuotaGate("tenant:a", 5, frozenset({RunStatus.RUNNING}))
+    await create(
+        store,
+        spec("h", created=1, singleton=key()),
+        spec("w1", created=2, singleton=key()),
+        spec("w2", created=3, singleton=key()),
+        spec("w3", created=4, singleton=key()),
+        spec("q1", created=5, quota=running_only),
+        spec("q2", created=6, quota=running_only),
+        spec("eu", created=7, singleton=SingletonGate("k2", 2, retry=0.0), namespace="eu"),
+        spec("plain", created=0),
+    )
+    await lease(store, "h")
+    await lease(store, "q1")
+    found = {(m.kind, m.run_id): m for m in await store.lane_members(2)}
+    assert sorted(found) == [
+        ("concurrency", "q1"),
+        ("concurrency", "q2"),
+        ("singleton", "eu"),
+        ("singleton", "h"),
+        ("singleton", "w1"),
+        ("singleton", "w2"),  # w3 is the third waiter: counted, not listed
+    ]
+    h, w1, w2 = found["singleton", "h"], found["singleton", "w1"], found["singleton", "w2"]
+    assert (h.name, h.holds, h.place, h.of, h.limit) == ("k", True, 1, 1, 1)
+    assert (w1.holds, w1.place, w1.of) == (False, 1, 3)
+    assert (w2.holds, w2.place, w2.of, w2.workflow) == (False, 2, 3, "wf")
+    assert (w2.status, w2.created_at) == ((await run_of(store, "w2")).status, at(3))
+    q1, q2 = found["concurrency", "q1"], found["concurrency", "q2"]
+    assert (q1.name, q1.holds, q1.of, q1.limit) == ("tenant:a", True, 1, 5)
+    assert (q2.holds, q2.place, q2.of) == (False, 1, 1)  # pending: the quota does not count it
+    assert [m.run_id for m in await store.lane_members(2, "eu")] == ["eu"]
+    assert await store.lane_members(2, "us") == []
+
+
 async def test_list_steps_of_an_unknown_run_is_empty(store: Store) -> None:
     assert await store.list_steps("unknown") == []
 

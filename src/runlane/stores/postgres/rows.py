@@ -15,6 +15,7 @@ from ...models import (
     Claim,
     EngineInfo,
     Event,
+    LaneMember,
     Lease,
     RetryTimer,
     Run,
@@ -320,6 +321,10 @@ def audit_from_row(row: Row) -> AuditEntry:
     return shared.audit_from_row(row, _DECODE)
 
 
+def lane_member_from_row(row: Row) -> LaneMember:
+    return shared.lane_member_from_row(row, _DECODE)
+
+
 def run_from_row(row: Row) -> Run:
     return shared.run_from_row(row, _DECODE)
 
@@ -509,6 +514,7 @@ __all__ = [
     "gated",
     "history_params",
     "json_param",
+    "lane_member_from_row",
     "limit_params",
     "load_queries",
     "new_or_found",

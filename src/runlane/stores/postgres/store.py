@@ -34,6 +34,7 @@ from ...models import (
     ClaimOutcome,
     EngineInfo,
     Event,
+    LaneMember,
     Lease,
     QueueSettings,
     QuotaGate,
@@ -93,6 +94,7 @@ from .rows import (
     gated,
     history_params,
     json_param,
+    lane_member_from_row,
     pg_array,
     query_params,
     query_where,
@@ -1130,8 +1132,14 @@ class PostgresStore:
         rows = await self._db.rows("list_audit", limit=limit, before=before, namespace=namespace)
         return [audit_from_row(row) for row in rows]
 
-    async def lane_runs(self) -> list[Run]:
-        return [run_from_row(row) for row in await self._db.rows("lane_runs")]
+    async def lane_runs(self, lane: str | None = None) -> list[Run]:
+        if lane is None:
+            return [run_from_row(row) for row in await self._db.rows("lane_runs")]
+        return [run_from_row(row) for row in await self._db.rows("lane_runs_of_key", lane=lane)]
+
+    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+        rows = await self._db.rows("lane_members", shown=shown, namespace=namespace)
+        return [lane_member_from_row(row) for row in rows]
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("limited_runs", now=now)]

@@ -15,6 +15,7 @@ from ...models import (
     AuditEntry,
     EngineInfo,
     Event,
+    LaneMember,
     Run,
     RunQuery,
     RunStatus,
@@ -24,9 +25,11 @@ from ...models import (
 )
 from ...serialization import dumps
 from .rows import (
+    LaneRow,
     audit_from_row,
     engine_from_row,
     event_from_row,
+    lane_member,
     run_from_row,
     signal_from_row,
     step_from_row,
@@ -231,9 +234,34 @@ def list_audit(
     return [audit_from_row(row) for row in rows]
 
 
-def lane_runs(conn: Conn) -> list[Run]:
-    rows = conn.execute(SQL["lane_runs"])
+def lane_runs(conn: Conn, lane: str | None) -> list[Run]:
+    rows = (
+        conn.execute(SQL["lane_runs"])
+        if lane is None
+        else conn.execute(SQL["lane_runs_of_key"], (lane, lane))
+    )
     return [run_from_row(row) for row in rows]
+
+
+def lane_members(conn: Conn, shown: int, namespace: str | None) -> list[LaneMember]:
+    """The first ``shown`` holders and non-holders of each lane (the statement reads them by
+    lane, oldest first), with how many of each there are and the lane's newest limit: what
+    PostgreSQL's ``lane_members`` counts with window functions."""
+    cursor = conn.cursor()
+    cursor.row_factory = None  # plain tuples: every active gated run is read for the page
+    kept: list[tuple[LaneRow, int]] = []
+    counts: dict[tuple[str, str, int], int] = {}
+    limits: dict[tuple[str, str], int | None] = {}
+    for row in cursor.execute(SQL["lane_members"], (namespace,)):
+        kind, name, holds, limit = row[0], row[1], row[6], row[7]
+        counts[kind, name, holds] = place = counts.get((kind, name, holds), 0) + 1
+        limits[kind, name] = limit  # the newest run's, read last
+        if place <= shown:
+            kept.append((row, place))
+    return [
+        lane_member(row, place, counts[row[0], row[1], row[6]], limits[row[0], row[1]])
+        for row, place in kept
+    ]
 
 
 def limited_runs(conn: Conn, now: datetime) -> list[Run]:
@@ -265,6 +293,7 @@ __all__ = [
     "get_run",
     "get_runs",
     "get_step",
+    "lane_members",
     "lane_runs",
     "latest_event_seq",
     "limited_runs",

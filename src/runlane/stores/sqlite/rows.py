@@ -12,7 +12,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ...clock import utc
-from ...models import AuditEntry, EngineInfo, Event, Run, Signal, StepRecord, StoredSchedule
+from ...models import (
+    AuditEntry,
+    EngineInfo,
+    Event,
+    LaneMember,
+    Run,
+    RunStatus,
+    Signal,
+    StepRecord,
+    StoredSchedule,
+)
 from ...serialization import dumps, loads
 from .. import rows as shared
 
@@ -208,6 +218,20 @@ def audit_from_row(row: sqlite3.Row) -> AuditEntry:
     return shared.audit_from_row(row, _DECODE)
 
 
+LaneRow = tuple[str, str, str, str, str, str, int, int | None]
+"""A row of ``lane_members``: kind, name, id, workflow, status, created_at, holds, limit."""
+
+
+def lane_member(row: LaneRow, place: int, of: int, limit: int | None) -> LaneMember:
+    """A row of ``lane_members`` with its place and count (reads.lane_members works them out)
+    as a :class:`LaneMember`."""
+    kind, name, run_id, workflow, status, created_at, holds, _ = row
+    return LaneMember(
+        kind, name, run_id, workflow, RunStatus(status), _DECODE.instant(created_at),
+        bool(holds), place, of, limit,
+    )  # fmt: skip
+
+
 def audit_values(entry: AuditEntry) -> tuple[Any, ...]:
     """``append_audit``'s parameters."""
     return (
@@ -240,6 +264,7 @@ def engine_values(info: EngineInfo) -> tuple[Any, ...]:
 __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
+    "LaneRow",
     "audit_from_row",
     "audit_values",
     "engine_from_row",
@@ -247,6 +272,7 @@ __all__ = [
     "event_from_row",
     "from_opt_ts",
     "from_ts",
+    "lane_member",
     "placeholders",
     "run_from_row",
     "run_values",

@@ -31,6 +31,7 @@ from ...models import (
     ClaimOutcome,
     EngineInfo,
     Event,
+    LaneMember,
     Lease,
     QueueSettings,
     QuotaGate,
@@ -76,6 +77,7 @@ _BULK: frozenset[Callable[..., Any]] = frozenset(
         reads.active_run_counts,
         reads.active_code_counts,
         reads.lane_runs,
+        reads.lane_members,
         reads.limited_runs,
         retention.prune_runs,
         retention.prune_events,
@@ -567,8 +569,11 @@ class SqliteStore:
     ) -> list[AuditEntry]:
         return await self._read(reads.list_audit, limit, before, namespace)
 
-    async def lane_runs(self) -> list[Run]:
-        return await self._read(reads.lane_runs)
+    async def lane_runs(self, lane: str | None = None) -> list[Run]:
+        return await self._read(reads.lane_runs, lane)
+
+    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+        return await self._read(reads.lane_members, shown, namespace)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return await self._read(reads.limited_runs, now)

@@ -1143,6 +1143,56 @@ WHERE status IN {active}
   AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
 ORDER BY created_at, id;
 
+-- name: lane_runs_of_key
+-- One lane's runs (a stored singleton or quota key): runlane_runs_singleton_active and
+-- runlane_runs_quota searched for the key, whatever else is active.
+SELECT * FROM runlane_runs
+WHERE status IN {active} AND (singleton_key = %(lane)s OR concurrency_key = %(lane)s)
+ORDER BY created_at, id;
+
+-- name: lane_members
+-- The lanes overview (Store.lane_members; the twin of lanes.members_of): each lane's runs in
+-- the order of its index (runlane_runs_singleton_active, so no sort), each run's place among
+-- the lane's holders (or waiters) counted by a running count over that order, the lane's
+-- totals and its newest run's limit over the whole lane; only the first %(shown)s holders and
+-- waiters of each lane leave the server. A quota's holders are the runs it counts (its gate's
+-- statuses; every active status without them).
+SELECT kind, name, id, workflow, status, created_at, holds, place, total, lane_limit
+FROM (
+    SELECT 'singleton' AS kind, singleton_key AS name, id, workflow, status, created_at,
+           holds_slot AS holds,
+           CASE WHEN holds_slot THEN count(*) FILTER (WHERE holds_slot) OVER upto
+                ELSE count(*) FILTER (WHERE NOT holds_slot) OVER upto END AS place,
+           CASE WHEN holds_slot THEN count(*) FILTER (WHERE holds_slot) OVER whole
+                ELSE count(*) FILTER (WHERE NOT holds_slot) OVER whole END AS total,
+           last_value(singleton_limit) OVER whole AS lane_limit
+    FROM runlane_runs
+    WHERE singleton_key IS NOT NULL AND status IN {active}
+      AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+    WINDOW upto AS (PARTITION BY singleton_key ORDER BY created_at, id ROWS UNBOUNDED PRECEDING),
+           whole AS (PARTITION BY singleton_key ORDER BY created_at, id
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+    UNION ALL
+    SELECT 'concurrency', concurrency_key, id, workflow, status, created_at, counted,
+           CASE WHEN counted THEN count(*) FILTER (WHERE counted) OVER upto
+                ELSE count(*) FILTER (WHERE NOT counted) OVER upto END,
+           CASE WHEN counted THEN count(*) FILTER (WHERE counted) OVER whole
+                ELSE count(*) FILTER (WHERE NOT counted) OVER whole END,
+           last_value(concurrency_limit) OVER whole
+    FROM (
+        SELECT concurrency_key, id, workflow, status, created_at, concurrency_limit,
+               (concurrency_limit IS NULL OR coalesce(cardinality(concurrency_statuses), 0) = 0
+                OR status = ANY(concurrency_statuses)) AS counted
+        FROM runlane_runs
+        WHERE concurrency_key IS NOT NULL AND status IN {active}
+          AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+    ) AS quota
+    WINDOW upto AS (PARTITION BY concurrency_key ORDER BY created_at, id ROWS UNBOUNDED PRECEDING),
+           whole AS (PARTITION BY concurrency_key ORDER BY created_at, id
+                     ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
+) AS members
+WHERE place <= %(shown)s;
+
 -- name: limited_runs
 -- The starts still inside their rate windows and the debounced runs not begun yet: two ranges
 -- of runlane_runs_rate_window and runlane_runs_debounce.

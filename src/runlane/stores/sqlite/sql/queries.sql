@@ -123,12 +123,41 @@ SELECT * FROM runs WHERE status IN {active}
   AND (singleton_key IS NOT NULL OR concurrency_key IS NOT NULL)
 ORDER BY created_at, id
 
+-- name: lane_runs_of_key
+-- One lane's runs (a stored singleton or quota key): runs_singleton_active and
+-- runs_concurrency searched for the key. Parameters: the key, the key.
+SELECT * FROM runs WHERE singleton_key = ? AND status IN {active}
+UNION
+SELECT * FROM runs WHERE concurrency_key = ? AND status IN {active}
+ORDER BY created_at, id
+
+-- name: lane_members
+-- The lanes overview's runs (Store.lane_members; reads.lane_members counts them): each lane's
+-- active runs, by lane and oldest first: the singleton lanes in the order of
+-- runs_singleton_active (no sort, no finished run), then the quota keys; ``holds`` says the
+-- run holds a slot, or the quota counts it (its gate's statuses; every active status without
+-- them). Counting them in SQL (window functions, as PostgreSQL does) took SQLite 26 ms for
+-- 10,000 runs, counting the rows in Python 11. Parameter: the namespace (NULL: every one).
+SELECT 'singleton' AS kind, singleton_key AS name, id, workflow, status, created_at,
+       holds_slot AS holds, singleton_limit AS lane_limit
+FROM runs INDEXED BY runs_singleton_active
+WHERE singleton_key IS NOT NULL AND status IN {active} AND (?1 IS NULL OR namespace = ?1)
+UNION ALL
+SELECT 'concurrency', concurrency_key, id, workflow, status, created_at,
+       (concurrency_limit IS NULL OR coalesce(json_array_length(concurrency_statuses), 0) = 0
+        OR status IN (SELECT value FROM json_each(concurrency_statuses))),
+       concurrency_limit
+FROM runs INDEXED BY runs_concurrency
+WHERE concurrency_key IS NOT NULL AND status IN {active} AND (?1 IS NULL OR namespace = ?1)
+ORDER BY kind DESC, name, created_at, id
+
 -- name: limited_runs
 -- Parameters: now, now, now. Two index ranges (runs_rate_window, runs_debounce), not a scan of
--- the rate-limited runs.
-SELECT * FROM runs WHERE rate_until IS NOT NULL AND rate_until > ?
+-- the rate-limited runs. The indexes are named: with the statistics of a million runs, SQLite
+-- chose to walk runs_newest in the order of the result instead (160 ms).
+SELECT * FROM runs INDEXED BY runs_rate_window WHERE rate_until IS NOT NULL AND rate_until > ?
 UNION ALL
-SELECT * FROM runs WHERE debounce_key IS NOT NULL AND status = 'blocked'
+SELECT * FROM runs INDEXED BY runs_debounce WHERE debounce_key IS NOT NULL AND status = 'blocked'
   AND begin_at > ? AND (rate_until IS NULL OR rate_until <= ?)
 ORDER BY created_at, id
 
@@ -320,8 +349,9 @@ INSERT INTO events (id, name, payload, created_at) VALUES (?, ?, ?, ?)
 
 -- name: next_waiters
 -- The waiters a release admits, oldest first: as many as the key's active holders leave free
--- slots. Parameters: key, now, the limit, key.
-SELECT id FROM runs WHERE singleton_key = ? AND status IN {waiters}
+-- slots. Parameters: key, now, the limit, key. ({active} restates runs_singleton_active's own
+-- condition, which SQLite needs word for word to search that index.)
+SELECT id FROM runs WHERE singleton_key = ? AND status IN {active} AND status IN {waiters}
   AND NOT holds_slot AND {begun}
 ORDER BY created_at, id
 LIMIT max(? - (SELECT COUNT(*) FROM runs

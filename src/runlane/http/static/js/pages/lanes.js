@@ -1,10 +1,12 @@
-// The lanes: each singleton lane and quota key (its holders, its waiters in order, its usage),
+// The lanes: each singleton lane and quota key (its holders, its waiters in order, its usage;
+// the API lists a lane's first three of each unless the page is filtered to its key),
 // each step queue, each run-level rate limit and debounce; and each lane over time, as this
 // server sampled it.
 import { $, api, badge, el, empty, fill, live, runLink, shell, sync, when } from "../core.js";
 import { laneChart } from "../charts.js";
 
 let samples = { lanes: [], times: [], interval: 5 };
+const MOST_CARDS = 100;
 
 export default function lanes() {
   shell("lanes", "Lanes");
@@ -21,7 +23,7 @@ export default function lanes() {
     el("div", { class: "page-head" }, el("h1", {}, "Lanes"), el("p", { id: "summary", class: "muted" }, "loading…")),
     form,
     el("p", { class: "muted small", id: "sampled" }),
-    el("h2", {}, "Singleton lanes and quotas"), el("div", { id: "lanes", class: "cards" }),
+    el("h2", {}, "Singleton lanes and quotas"), el("div", { id: "lanes", class: "cards" }), el("p", { id: "more-lanes", class: "muted small" }),
     el("h2", {}, "Step queues"), el("div", { id: "queues", class: "cards" }),
     el("h2", {}, "Rate limits and debounces"), el("div", { id: "limits", class: "cards" }));
   live.start(load, draw, 2);
@@ -38,13 +40,17 @@ function draw({ body, sampled }) {
   const minutes = Math.round((sampled.keep * sampled.interval) / 60);
   $("#sampled").textContent = `Charts: what this server sampled every ${sampled.interval} s since it started `
     + `(${sampled.times.length} samples, at most the last ${minutes} min); the store keeps no history of lane usage.`;
-  sync($("#lanes"), body.lanes, (lane) => `${lane.kind}:${lane.name}`, laneCard);
+  // The busiest lanes first, and no more cards than a page can refresh every 2 s.
+  const busiest = [...body.lanes].sort((a, b) => b.waiting - a.waiting || b.usage - a.usage).slice(0, MOST_CARDS);
+  sync($("#lanes"), busiest, (lane) => `${lane.kind}:${lane.name}`, laneCard);
   if (!body.lanes.length) fill($("#lanes"), empty("No lane has active runs."));
+  $("#more-lanes").textContent = body.lanes.length > MOST_CARDS
+    ? `The ${MOST_CARDS} busiest of ${body.lanes.length} lanes are shown; filter by key for any other.` : "";
   sync($("#queues"), body.queues, (queue) => `queue:${queue.name}`, queueCard);
   if (!body.queues.length) fill($("#queues"), empty("No step queue registered."));
   sync($("#limits"), body.limits, (limit) => `${limit.kind}:${limit.name}`, (limit) => limit.kind === "debounce" ? debounceCard(limit) : rateCard(limit));
   if (!body.limits.length) fill($("#limits"), empty("No rate-limited start in its window, no pending debounce."));
-  const waiting = body.lanes.reduce((n, lane) => n + lane.waiters.length, 0);
+  const waiting = body.lanes.reduce((n, lane) => n + lane.waiting, 0);
   $("#summary").textContent = `${body.lanes.length} busy lanes · ${waiting} runs waiting`;
 }
 
@@ -62,10 +68,15 @@ function usage(used, limit) {
     el("span", { style: `width:${limit ? Math.min(100, (used / limit) * 100) : 0}%` }));
 }
 
-function people(runs, ordered) {
+// A lane's holders or waiters as the API listed them; ``total`` counts them all, and a link to
+// the lane's own page lists every one.
+function people(runs, ordered, total, key) {
   if (!runs.length) return empty("none");
-  return el(ordered ? "ol" : "ul", { class: "people" }, ...runs.map((run) => el("li", {},
+  const list = el(ordered ? "ol" : "ul", { class: "people" }, ...runs.map((run) => el("li", {},
     runLink(run.id), " ", badge(run.status), " ", el("span", { class: "muted" }, `${run.workflow} · since `), when(run.created_at))));
+  if (total <= runs.length) return list;
+  return el("div", {}, list, el("p", { class: "muted small" }, `and ${total - runs.length} more · `,
+    el("a", { href: `/ui/lanes?key=${encodeURIComponent(key)}` }, "every one")));
 }
 
 // A lane of one namespace's own (its engine fences reads and keys to it) says whose it is.
@@ -76,12 +87,12 @@ function laneCard(lane) {
   const scope = (lane.kind === "concurrency" ? "quota (every workflow)" : lane.workflow == null ? "singleton (global)" : `singleton of ${lane.workflow}`) + ofNamespace(lane);
   return el("section", { class: "card lane", dataset: { key: lane.key, kind: lane.kind } },
     el("h3", {}, el("span", { class: "mono" }, lane.key), " ", el("span", { class: "muted" }, scope)),
-    el("p", {}, usage(lane.usage, lane.limit), ` ${lane.usage} of ${limit} in use · ${lane.waiters.length} waiting · `,
+    el("p", {}, usage(lane.usage, lane.limit), ` ${lane.usage} of ${limit} in use · ${lane.waiting} waiting · `,
       el("a", { href: `/ui/runs?tag=${encodeURIComponent(lane.tag)}` }, "its runs")),
     chart(`${lane.kind}:${lane.name}`, `Lane ${lane.key}`),
     el("div", { class: "grid two" },
-      el("div", {}, el("h4", {}, "holders"), people(lane.holders, false)),
-      lane.kind === "singleton" ? el("div", {}, el("h4", {}, "waiters, first in line first"), people(lane.waiters, true)) : null));
+      el("div", {}, el("h4", {}, "holders"), people(lane.holders, false, lane.usage, lane.key)),
+      lane.kind === "singleton" ? el("div", {}, el("h4", {}, "waiters, first in line first"), people(lane.waiters, true, lane.waiting, lane.key)) : null));
 }
 
 function entries(list, ordered) {

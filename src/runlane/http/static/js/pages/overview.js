@@ -77,9 +77,9 @@ function activeRuns(active) {
 }
 
 function busyLanes(lanes) {
-  const busy = lanes.filter((lane) => lane.waiters.length).sort((a, b) => b.waiters.length - a.waiters.length);
+  const busy = lanes.filter((lane) => lane.waiting).sort((a, b) => b.waiting - a.waiting);
   if (!busy.length) return empty("No run waits for a lane.");
   return el("ul", { class: "plain" }, ...busy.slice(0, 8).map((lane) => el("li", {},
     el("a", { href: `/ui/lanes?key=${encodeURIComponent(lane.key)}`, class: "mono" }, lane.key), " ",
-    el("span", { class: "muted" }, `${lane.usage} of ${lane.limit ?? "?"} held · ${lane.waiters.length} waiting`))));
+    el("span", { class: "muted" }, `${lane.usage} of ${lane.limit ?? "?"} held · ${lane.waiting} waiting`))));
 }
