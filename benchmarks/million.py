@@ -206,6 +206,7 @@ def reads(size: dict[str, int]) -> dict[str, Callable[[Store], Awaitable[Any]]]:
     found["status counts, one workflow"] = lambda s: s.count_runs(RunQuery(workflow="scale.wf-3"))
     found["active counts (console)"] = lambda s: s.active_run_counts()
     found["lanes, all (all_lanes)"] = lambda s: all_lanes(s, now)
+    found["lanes, one key, every waiter"] = lambda s: all_lanes(s, now, "key-0007")
     return found
 
 
