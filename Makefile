@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LOCK := requirements/dev.lock
 
-.PHONY: demo test lint docs install lock dist bench bench-queues bench-scale chaos model clean
+.PHONY: demo test lint docs install lock dist bench bench-queues bench-scale bench-wal chaos model clean
 
 # The development environment: the exact versions of the lock file, then runlane itself
 # (editable, no dependency resolution of its own, so nothing drifts from the lock).
@@ -107,6 +107,11 @@ bench-queues: $(STAMP) $(QUEUES_VENV)/.installed $(NODE_PEERS)/node_modules/.ins
 bench-scale: $(STAMP)
 	QUICK=$(QUICK) $(PY) benchmarks/million.py
 	$(PY) benchmarks/charts.py
+
+# WAL bytes per run, by relation and record, on a PostgreSQL server of its own (initdb, a
+# loopback port): no neighbour's writes in the figure (benchmarks/wal.py).
+bench-wal: $(STAMP)
+	$(PY) benchmarks/wal.py --json benchmarks/results/wal.json
 
 # A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of
 # faults (300 by default), CHAOS_SEED (random by default, printed), CHAOS_REPORT (where the

@@ -1,6 +1,6 @@
-"""The job-queue workloads' runlane side (``benchmarks/queues.py``) and the million-run seeder
-(``benchmarks/million.py``) still run against the engine as it is, at a tiny size on SQLite.
-No timing is asserted: speed lives in ``benchmarks/``."""
+"""The job-queue workloads' runlane side (``benchmarks/queues.py``), the million-run seeder
+(``benchmarks/million.py``) and the WAL count (``benchmarks/wal.py``) still run against the
+engine as it is, at a tiny size. No timing is asserted: speed lives in ``benchmarks/``."""
 
 from __future__ import annotations
 
@@ -80,3 +80,20 @@ async def test_the_million_seeder_writes_finished_runs_and_full_lanes(tmp_path: 
     assert set(timed) == set(million.reads(size))
     assert len(lanes.lanes) == 10
     assert all(len(lane.holders) == 1 and len(lane.waiters) == 2 for lane in lanes.lanes)
+
+
+@pytest.mark.slow
+async def test_the_wal_count_reads_each_runs_records_back_by_relation() -> None:
+    from tests.servers import PrivatePostgres
+
+    wal = _module("wal")
+    server = PrivatePostgres({"wal_level": "replica"})
+    server.start()
+    try:
+        figures = await wal.measure(server, 20, 4, 50)
+    finally:
+        server.destroy()
+    for found in figures.values():
+        written = {(row["relation"], row["record"]) for row in found["by_record"]}
+        assert ("runlane_runs", "INSERT") in written and ("runlane_steps", "INSERT") in written
+        assert found["total_bytes_per_run"] >= found["rec_bytes_per_run"] > 0

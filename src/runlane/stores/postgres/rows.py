@@ -363,7 +363,7 @@ def claimable(row: Row, now: datetime, handoff: bool = False) -> bool:
 QUERY_FILTERS = {
     "workflow": "workflow = %(workflow)s",
     "status": "status = %(status)s",
-    "tag": "tags @> ARRAY[%(tag)s]::text[]",
+    "tag": "tags @> ARRAY[%(tag)s]::text[] AND tags <> '{}'",  # runlane_runs_tags's condition
     "attributes": "attributes @> %(attributes)s::jsonb",
     "parent_id": "parent_id = %(parent_id)s",
     "namespace": "namespace = %(namespace)s",
