@@ -101,17 +101,20 @@ $(NODE_PEERS)/node_modules/.installed: $(NODE_PEERS)/package-lock.json
 
 bench-queues: $(STAMP) $(QUEUES_VENV)/.installed $(NODE_PEERS)/node_modules/.installed
 	QUICK=$(QUICK) $(PY) benchmarks/queues.py
+	[ "$(QUICK)" = 1 ] || $(PY) benchmarks/scale_report.py
 
 # A million finished runs and 10,000 active ones in PostgreSQL and SQLite: the claim path
 # against an empty store, and the console's reads (benchmarks/million.py; QUICK=1: 100,000).
 bench-scale: $(STAMP)
 	QUICK=$(QUICK) $(PY) benchmarks/million.py
 	$(PY) benchmarks/charts.py
+	[ "$(QUICK)" = 1 ] || $(PY) benchmarks/scale_report.py
 
 # WAL bytes per run, by relation and record, on a PostgreSQL server of its own (initdb, a
 # loopback port): no neighbour's writes in the figure (benchmarks/wal.py).
 bench-wal: $(STAMP)
 	$(PY) benchmarks/wal.py --json benchmarks/results/wal.json
+	$(PY) benchmarks/scale_report.py
 
 # A chaos run on real processes (not part of `make test`; see RELIABILITY.md): CHAOS_SECONDS of
 # faults (300 by default), CHAOS_SEED (random by default, printed), CHAOS_REPORT (where the

@@ -911,6 +911,7 @@ def render(
         lambda: batched(results),
         scale_report.queues_section,
         scale_report.million_section,
+        scale_report.wal_section,
     ]
     out = header(facts, command, quick, results)
     for section in sections:

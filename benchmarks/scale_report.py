@@ -1,11 +1,18 @@
 """BENCHMARKS.md's sections on issue 40: runlane against the job queues (from
-``benchmarks/results/queues.json``, written by ``queues.py``) and the million-run store (from
-``million.json``, written by ``million.py``), with the issue's targets stated met or missed.
-``report.render`` calls both; a missing file leaves its section saying how to make it."""
+``benchmarks/results/queues.json``, written by ``queues.py``), the million-run store (from
+``million.json``, written by ``million.py``) and the WAL a run writes (``wal.json``, written by
+``wal.py``), with the issue's targets stated met or missed. ``report.render`` calls them; a
+missing file leaves its section saying how to make it. Run as a script, it renders the three
+again in place in BENCHMARKS.md (what ``make bench-queues``, ``bench-scale`` and ``bench-wal``
+do after measuring), leaving every other section as the last ``make bench`` wrote it.
+
+    .venv/bin/python benchmarks/scale_report.py [BENCHMARKS.md]
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +185,74 @@ def million_section(path: Path = RESULTS / "million.json") -> list[str]:
         'The plans of each read (EXPLAIN) are in benchmarks/notes.md, "A million runs".',
     ]
     return out
+
+
+WAL_BEFORE = 2698
+"""WAL bytes of a one-step run when issue 40 was filed (its (a) workload)."""
+
+
+def wal_section(path: Path = RESULTS / "wal.json") -> list[str]:
+    out = ["## 16. WAL per run, on a PostgreSQL server of its own (issue 40)", ""]
+    if not path.exists():
+        return [*out, "Not measured yet: `make bench-wal`."]
+    data = json.loads(path.read_text())
+    out += [
+        "From `benchmarks/results/wal.json` (`make bench-wal`, `benchmarks/wal.py`): the runs on"
+        " a server that holds nothing else, its WAL read back with `pg_waldump`. Without page"
+        " images is what the records themselves hold; with them, the high mark (each workload"
+        " starts right after a checkpoint). Load does not change these figures.",
+        "",
+        "| workload | bytes / run, records only | bytes / run, with page images | records / run |",
+        "|---|---|---|---|",
+    ]
+    for workload, f in data.items():
+        out.append(
+            f"| {workload} | {fmt(f['rec_bytes_per_run'], 0)} | {fmt(f['total_bytes_per_run'], 0)}"
+            f" | {fmt(f['records_per_run'])} |"
+        )
+    one = data.get("one-step runs")
+    if one is not None:
+        met = one["total_bytes_per_run"] < WAL_BEFORE
+        out += [
+            "",
+            f"Target (a): fewer WAL bytes per one-step run than when the issue was filed"
+            f" ({WAL_BEFORE:,}): {fmt(one['total_bytes_per_run'], 0)} {verdict(met)}.",
+            "",
+            "Where a one-step run's bytes go (with page images; per run):",
+            "",
+            "| relation | record | bytes | records |",
+            "|---|---|---|---|",
+            *(
+                f"| {row['relation']} | {row['record']} | {fmt(row['total_bytes_per_run'], 1)}"
+                f" | {fmt(row['per_run'])} |"
+                for row in one["by_record"][:15]
+            ),
+        ]
+    return out
+
+
+SPLICED = {
+    "## 14. ": queues_section,
+    "## 15. ": million_section,
+    "## 16. ": wal_section,
+}
+
+
+def splice(text: str) -> str:
+    """``text`` (BENCHMARKS.md) with sections 14-16 rendered again; a section not there yet
+    goes before the hand-written analysis."""
+    for heading, section in SPLICED.items():
+        fresh = "\n".join(section()) + "\n"
+        start = text.find("\n" + heading)
+        if start < 0:
+            at = text.find("\n## Analysis")
+            text = text[: at + 1] + fresh + "\n" + text[at + 1 :]
+            continue
+        end = text.find("\n## ", start + 1)
+        text = text[: start + 1] + fresh + text[end:]
+    return text
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS.parent.parent / "BENCHMARKS.md"
+    target.write_text(splice(target.read_text()))

@@ -97,3 +97,14 @@ async def test_the_wal_count_reads_each_runs_records_back_by_relation() -> None:
         written = {(row["relation"], row["record"]) for row in found["by_record"]}
         assert ("runlane_runs", "INSERT") in written and ("runlane_steps", "INSERT") in written
         assert found["total_bytes_per_run"] >= found["rec_bytes_per_run"] > 0
+
+
+def test_the_issue_sections_are_rendered_again_in_place_and_the_rest_is_left_alone() -> None:
+    report = _module("scale_report")
+    text = (ROOT / "BENCHMARKS.md").read_text()
+    again = report.splice(text)
+    assert report.splice(again) == again
+    before, after = text.split("\n## 14. ")[0], again.split("\n## 14. ")[0]
+    assert before == after  # what `make bench` wrote is kept
+    assert again.index("\n## 16. ") < again.index("\n## Analysis")
+    assert again.split("\n## Analysis", 1)[1] == text.split("\n## Analysis", 1)[1]
