@@ -22,9 +22,14 @@ class AuditedStore(MemoryStore):
         self.created = 0
 
     async def create_runs(
-        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+        self,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        *,
+        lease: Lease | None = None,
+        claims: int = 1,
     ) -> list[Started]:
-        started = await super().create_runs(specs, now, lease=lease)
+        started = await super().create_runs(specs, now, lease=lease, claims=claims)
         self.created += sum(1 for s in started if s.created)
         return started
 

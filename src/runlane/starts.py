@@ -160,7 +160,7 @@ class Starts:
         await self._ready()
         specs = _in_order([await self._spec(c) if isinstance(c, _Checked) else c for c in checked])
         given = [s for s in specs if isinstance(s, RunSpec)]
-        written, retried = await self.create(given, claim=len(starts) == 1)
+        written, retried = await self.create(given, claim=True)
         found = iter(written)
         outcomes = [
             StartOutcome(None, s)
@@ -192,14 +192,19 @@ class Starts:
 
     async def create(self, specs: Sequence[RunSpec], *, claim: bool) -> tuple[list[Started], bool]:
         """Create the specs' runs; after an outage, once more (their ids make it idempotent).
-        Also says whether it was tried again. With ``claim`` (one spec), a run this instance
-        will execute at once is claimed in the write that creates it."""
+        Also says whether it was tried again. With ``claim``, the runs this instance will
+        execute at once (as many as it has room for, the first of the batch) are claimed in the
+        write that creates them: no claim of each after it, no message on the run queue."""
         if not specs:
             return [], False
         execution = self._execution
         lease = execution.lease(Reason.START) if claim else None
+        claims = execution.room() if lease is not None else 0
         try:
-            return await execution.store.create_runs(specs, execution.now(), lease=lease), False
+            created = await execution.store.create_runs(
+                specs, execution.now(), lease=lease, claims=claims
+            )
+            return created, False
         except Exception as exc:
             if not is_infrastructure(exc):
                 raise

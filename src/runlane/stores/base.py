@@ -79,13 +79,18 @@ from ..models import (
 from ..step_queues import QueueRequest, QueueView
 
 
-def check_lease(specs: Sequence[RunSpec], lease: Lease | None) -> None:
-    """``create_runs``'s ``lease`` claims the run of a single spec only, and not a fork's (a
+def check_lease(specs: Sequence[RunSpec], lease: Lease | None, claims: int = 1) -> None:
+    """``create_runs``'s ``lease`` is offered to the first ``claims`` specs, never a fork's (a
     claim at creation carries no history)."""
-    if lease is not None and len(specs) != 1:
-        raise ValueError("a lease can claim the run of a single spec only")
-    if lease is not None and specs[0].history:
+    if claims < 0:
+        raise ValueError("claims must be 0 or more")
+    if lease is not None and any(s.history for s in specs[:claims]):
         raise ValueError("a lease cannot claim a fork at its creation")
+
+
+def offered(specs: Sequence[RunSpec], lease: Lease | None, claims: int) -> list[Lease | None]:
+    """The lease each spec of a ``create_runs`` batch is offered: the first ``claims``."""
+    return [lease if n < claims else None for n in range(len(specs))]
 
 
 def window_results(
@@ -252,7 +257,12 @@ class Store(Reads, Protocol):
     # ---------------------------------------------------------------- starts
 
     async def create_runs(
-        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+        self,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        *,
+        lease: Lease | None = None,
+        claims: int = 1,
     ) -> list[Started]:
         """Create runs as ``pending``, one :class:`Started` per spec, in order. A run keeps its
         spec's ``attributes`` (indexed as :meth:`list_runs` reads them).
@@ -277,10 +287,12 @@ class Store(Reads, Protocol):
         ``blocked``, ``wake_at`` ``gate.retry`` seconds after ``created_at``, one
         ``admission_retries``), so that no claim is spent on it before a release wakes it.
 
-        ``lease`` (one spec only): a run created now that a claim would admit at once (no
-        singleton key, or one that is not ``waiting`` nor ``replace``) is also claimed for
-        ``lease`` in the same write, taking its slot if keyed; ``Started.claim`` carries it
-        (``Started.run`` is the run as created, ``pending``).
+        ``lease`` (offered to the first ``claims`` specs, a fork's never): a run created now
+        from an offered spec that a claim would admit at once (no singleton key, or one that is
+        not ``waiting`` nor ``replace``) is also claimed for ``lease`` in the same write, taking
+        its slot if keyed; ``Started.claim`` carries it (``Started.run`` is the run as created,
+        ``pending``). A batch of starts an engine will execute at once is claimed in the write
+        that creates it, as a single start is: no claim of each run after it.
 
         Rate limits and debounce (``spec.rate``, ``spec.debounce``), in the same atomic unit,
         after the existing-id check (an idempotent restart is never refused nor folded):

@@ -155,9 +155,15 @@ class EncodedStore:
     # ---------------------------------------------------------------- starts and claims
 
     async def create_runs(
-        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+        self,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        *,
+        lease: Lease | None = None,
+        claims: int = 1,
     ) -> list[Started]:
-        started = await self.inner.create_runs(self.payloads.seal_specs(specs), now, lease=lease)
+        sealed = self.payloads.seal_specs(specs)
+        started = await self.inner.create_runs(sealed, now, lease=lease, claims=claims)
         return self._started(started)
 
     async def claim_run(

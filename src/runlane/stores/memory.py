@@ -74,7 +74,7 @@ from ..models import (
 )
 from ..step_queues import QueueEntry, QueueRequest, QueueRow, QueueView, order_key, views_of
 from . import runbook
-from .base import check_lease
+from .base import check_lease, offered
 from .runbook import ClaimRules
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
@@ -112,10 +112,16 @@ class MemoryStore:
     # ---------------------------------------------------------------- starts
 
     async def create_runs(
-        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+        self,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        *,
+        lease: Lease | None = None,
+        claims: int = 1,
     ) -> list[Started]:
-        check_lease(specs, lease)
-        return [self._create(spec, now, lease=lease) for spec in specs]
+        check_lease(specs, lease, claims)
+        leases = offered(specs, lease, claims)
+        return [self._create(s, now, lease=o) for s, o in zip(specs, leases, strict=True)]
 
     def _create(
         self, spec: RunSpec, now: datetime, *, gated: bool = True, lease: Lease | None = None

@@ -373,9 +373,40 @@ async def test_a_keyed_start_with_a_lease_takes_its_slot_only_when_admitted(stor
     assert again.run == await run_of(store, "a") and again.run.lease_owner == "s:1"
 
 
-async def test_a_lease_claims_the_run_of_one_spec_only(store: Store) -> None:
+async def test_a_lease_is_offered_to_the_first_claims_specs_of_a_batch(store: Store) -> None:
+    mine = Lease("s:1", at(30))
+    gate = key()
+    started = await store.create_runs(
+        [
+            spec("a"),
+            spec("k1", created=1, singleton=gate),
+            spec("k2", created=2, singleton=gate),  # behind k1: created waiting, not claimed
+            spec("b", created=3),
+            spec("c", created=4),  # past the offers
+        ],
+        T0,
+        lease=mine,
+        claims=4,
+    )
+    claimed = {s.run.id: s.claim is not None for s in started if s.run is not None}
+    assert claimed == {"a": True, "k1": True, "k2": False, "b": True, "c": False}
+    for run_id in ("a", "k1", "b"):
+        run = await run_of(store, run_id)
+        assert (run.status, run.lease_owner) == (RunStatus.RUNNING, "s:1")
+    assert (await run_of(store, "k1")).holds_slot
+    assert (await run_of(store, "k2")).status == RunStatus.BLOCKED
+    assert (await run_of(store, "c")).status == RunStatus.PENDING
+    # The default offers the first spec only; no offer at all with claims=0.
+    first, second = await store.create_runs([spec("d"), spec("e")], T0, lease=mine)
+    assert (first.claim is not None, second.claim is not None) == (True, False)
+    [none] = await store.create_runs([spec("f")], T0, lease=mine, claims=0)
+    assert none.claim is None and (await run_of(store, "f")).status == RunStatus.PENDING
+
+
+async def test_a_lease_never_claims_a_fork_at_its_creation(store: Store) -> None:
+    fork = spec("a", history=(step("a", 1),), forked_from=("x", 2))
     with pytest.raises(ValueError):
-        await store.create_runs([spec("a"), spec("b")], T0, lease=Lease("s:1", at(30)))
+        await store.create_runs([fork], T0, lease=Lease("s:1", at(30)))
     assert await store.get_run("a") is None
 
 

@@ -121,9 +121,11 @@ def json_param(value: Any) -> str | None:
     return None if value is None else dumps(value)
 
 
-def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
+def specs_params(specs: Sequence[RunSpec], leases: Sequence[Lease | None] = ()) -> Row:
     """The parameters of ``spec_rows``: the specs as one JSON document (JSON values as JSON
-    text inside it), and their ids."""
+    text inside it), and their ids. ``leases``: the lease each spec is offered (none past its
+    end)."""
+    offers = [*leases, *([None] * (len(specs) - len(leases)))]
     rows = [
         {
             "id": s.id,
@@ -148,7 +150,7 @@ def specs_params(specs: Sequence[RunSpec], lease: Lease | None = None) -> Row:
             "detached": s.detached,
             "attributes": dumps(dict(s.attributes)) if s.attributes else None,
         }
-        for s in specs
+        for s, lease in zip(specs, offers, strict=True)
     ]
     return {"specs": dumps(rows), "ids": pg_array(s.id for s in specs)}
 

@@ -35,8 +35,8 @@ def start_statement(spec: RunSpec, now: datetime, lease: Lease | None = None) ->
     """The statement of one gated start and its parameters: ``insert_limited`` for a start
     under a rate limit or a debounce, else ``insert_gated``."""
     if spec.limited:
-        return "insert_limited", {**specs_params([spec], lease), **limit_params(spec, now)}
-    return "insert_gated", {**specs_params([spec], lease), **gate_params(spec, now)}
+        return "insert_limited", {**specs_params([spec], [lease]), **limit_params(spec, now)}
+    return "insert_gated", {**specs_params([spec], [lease]), **gate_params(spec, now)}
 
 
 def gated_outcome(spec: RunSpec, row: Row | None, now: datetime) -> Started | None:
@@ -52,14 +52,24 @@ def gated_outcome(spec: RunSpec, row: Row | None, now: datetime) -> Started | No
     return None if refusal is None else Started(None, created=False, rejected=refusal)
 
 
-def batch_calls(specs: Sequence[RunSpec], now: datetime) -> list[Call]:
-    """The pipeline of a batch: its locks, then its statements (see the module)."""
+def batch_calls(
+    specs: Sequence[RunSpec], now: datetime, leases: Sequence[Lease | None] = ()
+) -> list[Call]:
+    """The pipeline of a batch: its locks, then its statements (see the module); ``leases``:
+    the lease each spec is offered (``Store.create_runs``' ``claims``)."""
     locks: Call = ("lock_keys", {"keys": pg_array(gate_keys(specs)), "run_id": None})
+    offers = [*leases, *([None] * (len(specs) - len(leases)))]
     if len({s.id for s in specs}) < len(specs):
+        # A repeated id: each start alone, in order; none claimed (the second finds the first).
         return [locks, *(_statement(spec, now) for spec in specs)]
-    plain = [s for s in specs if not s.gated]
-    ahead = [("insert_runs", specs_params(plain))] if plain else []
-    return [locks, *ahead, *(start_statement(s, now) for s in specs if s.gated)]
+    plain = [n for n, spec in enumerate(specs) if not spec.gated]
+    ahead: list[Call] = []
+    if plain:
+        ahead = [
+            ("insert_runs", specs_params([specs[n] for n in plain], [offers[n] for n in plain]))
+        ]
+    gated = [start_statement(s, now, o) for s, o in zip(specs, offers, strict=True) if s.gated]
+    return [locks, *ahead, *gated]
 
 
 def batch_outcomes(

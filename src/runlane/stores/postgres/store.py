@@ -65,7 +65,7 @@ from ...models import (
 from ...serialization import dumps
 from ...step_queues import QueueRequest, QueueView
 from ...urls import redact
-from ..base import check_lease, window_results
+from ..base import check_lease, offered, window_results
 from .db import (
     SQL,
     Call,
@@ -158,9 +158,14 @@ class PostgresStore:
     # ---------------------------------------------------------------- starts
 
     async def create_runs(
-        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+        self,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        *,
+        lease: Lease | None = None,
+        claims: int = 1,
     ) -> list[Started]:
-        check_lease(specs, lease)
+        check_lease(specs, lease, claims)
         if not specs:
             return []
         if any(s.history for s in specs):
@@ -168,7 +173,7 @@ class PostgresStore:
             return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
         if len({s.id for s in specs}) == len(specs) and not any(gated(s) for s in specs):
             # One statement, atomic by itself: no transaction, one round trip.
-            params = specs_params(specs, lease)
+            params = specs_params(specs, offered(specs, lease, claims))
             found = started_by_id(await self._db.rows("insert_runs", **params))
             missing = [s.id for s in specs if s.id not in found]
             found.update((run.id, Started(run, created=False)) for run in await self._runs(missing))
@@ -176,13 +181,15 @@ class PostgresStore:
         if any(_replaces(s) for s in specs):
             return await self._db.tx(lambda conn: self._create_all(conn, specs, now))
         if len(specs) == 1:
-            return [await self._create_gated(specs[0], now, lease)]
-        return await self._create_batch(specs, now)
+            return [await self._create_gated(specs[0], now, lease if claims else None)]
+        return await self._create_batch(specs, now, offered(specs, lease, claims))
 
-    async def _create_batch(self, specs: Sequence[RunSpec], now: datetime) -> list[Started]:
+    async def _create_batch(
+        self, specs: Sequence[RunSpec], now: datetime, leases: Sequence[Lease | None]
+    ) -> list[Started]:
         """Many starts, gated ones among them, in one round trip (see ``starts``); a start
-        whose id a concurrent one took meanwhile is read, or made again alone."""
-        results = await self._db.batch(*batch_calls(specs, now))
+        whose id a concurrent one took meanwhile is read, or made again alone (unclaimed)."""
+        results = await self._db.batch(*batch_calls(specs, now, leases))
         outcomes = batch_outcomes(specs, results, now)
         lost = [s.id for s, o in zip(specs, outcomes, strict=True) if o is None]
         found = {run.id: Started(run, created=False) for run in await self._runs(lost)}

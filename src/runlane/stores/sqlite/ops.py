@@ -63,7 +63,7 @@ from ...models import (
 from ...serialization import dumps
 from ...step_queues import QueueRequest
 from .. import runbook
-from ..base import check_lease
+from ..base import check_lease, offered
 from ..memory import report_verdict, reported_step
 from ..runbook import ClaimRules
 from .queues import SqliteQueues
@@ -161,10 +161,11 @@ def _save_step(conn: Conn, record: StepRecord) -> None:
 
 
 def create_runs(
-    conn: Conn, specs: Sequence[RunSpec], now: datetime, lease: Lease | None = None
+    conn: Conn, specs: Sequence[RunSpec], now: datetime, lease: Lease | None = None, claims: int = 1
 ) -> list[Started]:
-    check_lease(specs, lease)
-    return [create(conn, spec, now, lease=lease) for spec in specs]
+    check_lease(specs, lease, claims)
+    leases = offered(specs, lease, claims)
+    return [create(conn, s, now, lease=o) for s, o in zip(specs, leases, strict=True)]
 
 
 def create(

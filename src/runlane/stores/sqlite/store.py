@@ -245,9 +245,15 @@ class SqliteStore:
     # ---------------------------------------------------------------- starts
 
     async def create_runs(
-        self, specs: Sequence[RunSpec], now: datetime, *, lease: Lease | None = None
+        self,
+        specs: Sequence[RunSpec],
+        now: datetime,
+        *,
+        lease: Lease | None = None,
+        claims: int = 1,
     ) -> list[Started]:
-        return await self._job(True, len(specs) <= _INLINE_ROWS, ops.create_runs, specs, now, lease)
+        inline = len(specs) <= _INLINE_ROWS
+        return await self._job(True, inline, ops.create_runs, specs, now, lease, claims)
 
     # ---------------------------------------------------------------- claims
 
