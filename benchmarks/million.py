@@ -116,7 +116,9 @@ INSERT INTO steps (run_id, seq, name, kind, status, input, output, attempts, sta
                    finished_at)
 VALUES (?, 1, 'bench.noop', 'step', 'completed', '1', '2', 1, ?, ?)
 """
-SQLITE_ATTRIBUTE = "INSERT INTO run_attributes (run_id, key, value) VALUES (?, 'customer', ?)"
+SQLITE_ATTRIBUTE = """
+INSERT INTO run_attributes (run_id, key, value, created_at) VALUES (?, 'customer', ?, ?)
+"""
 
 
 def stamp(at: datetime) -> str:
@@ -166,7 +168,8 @@ def seed_sqlite(path: Path, size: dict[str, int]) -> float:
         for rows in (finished_rows(size), active_rows(size)):
             runs = list(rows)
             conn.executemany(SQLITE_RUN, runs)
-            values = ((run[0], json.loads(run[-1])["customer"]) for run in runs)
+            # Each run's id, customer and created_at (SQLITE_RUN's first, last and sixth).
+            values = ((run[0], json.loads(run[-1])["customer"], run[5]) for run in runs)
             conn.executemany(SQLITE_ATTRIBUTE, values)
         steps = ((f"done-{i:07d}", stamp(BASE + STEP * i)) for i in range(1, size["finished"] + 1))
         conn.executemany(SQLITE_STEP, ((rid, at, at) for rid, at in steps))
