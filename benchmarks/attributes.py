@@ -39,7 +39,7 @@ from runlane.models import RunQuery, RunSpec
 from runlane.stores.base import Store
 from runlane.stores.postgres import PostgresStore
 from runlane.stores.postgres.db import SQL as PG_SQL
-from runlane.stores.postgres.rows import query_params, query_where, utc_conninfo
+from runlane.stores.postgres.rows import filtered, query_params, utc_conninfo
 from runlane.stores.sqlite import SqliteStore
 from runlane.stores.sqlite.reads import _query_selection as sqlite_selection
 
@@ -134,12 +134,10 @@ def pg_plans(url: str) -> dict[str, str]:
     with psycopg.connect(utc_conninfo(url), autocommit=True) as conn:
         for name, statement, cursor in (
             ("page", "page_runs_by_attributes", True),
-            ("count", "count_runs", False),
+            ("count", "count_runs_by_attributes", False),
         ):
             params = {**query_params(query, cursor=cursor), "limit": PAGE}
-            sql, values = _numbered(
-                PG_SQL[statement].replace("{filters}", query_where(params)), params
-            )
+            sql, values = _numbered(filtered(PG_SQL[statement], params), params)
             conn.execute(f"PREPARE bench_{name} AS {sql}")
             arguments = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(v) for v in values)
             explain = psycopg.sql.SQL("EXPLAIN (ANALYZE, BUFFERS) EXECUTE {}({})").format(

@@ -85,6 +85,13 @@ SELECT 'live-' || lpad(i::text, 7, '0'), %(keyed)s, '1',
        1, i <= %(keys)s, jsonb_build_object('customer', 'c-' || (i %% %(values)s))
 FROM generate_series(1, %(active)s) AS i
 """
+# The entries of their attributes (as the store writes a start's, and migration 0023 those of
+# the runs it finds).
+PG_ENTRIES = """
+INSERT INTO runlane_run_attributes (entry, created_at, run_id)
+SELECT jsonb_hash_extended(jsonb_build_object(a.key, a.value), 0), r.created_at, r.id
+FROM runlane_runs AS r, jsonb_each(r.attributes) AS a
+"""
 
 
 def seed_pg(url: str, size: dict[str, int]) -> float:
@@ -93,7 +100,7 @@ def seed_pg(url: str, size: dict[str, int]) -> float:
     params = {**size, "base": BASE, "step": STEP, "keyed": KEYED, "live": live_base(size)}
     t0 = time.perf_counter()
     with psycopg.connect(url) as conn:  # one transaction
-        for sql in (PG_FINISHED, PG_STEPS, PG_ACTIVE):
+        for sql in (PG_FINISHED, PG_STEPS, PG_ACTIVE, PG_ENTRIES):
             conn.execute(sql, params)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")  # as autovacuum would have left a table grown this way
