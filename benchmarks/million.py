@@ -100,6 +100,7 @@ def seed_pg(url: str, size: dict[str, int]) -> float:
     params = {**size, "base": BASE, "step": STEP, "keyed": KEYED, "live": live_base(size)}
     t0 = time.perf_counter()
     with psycopg.connect(url) as conn:  # one transaction
+        conn.execute("SET runlane.attribute_entries = on")  # PG_ENTRIES writes them
         for sql in (PG_FINISHED, PG_STEPS, PG_ACTIVE, PG_ENTRIES):
             conn.execute(sql, params)
     with psycopg.connect(url, autocommit=True) as conn:

@@ -572,6 +572,7 @@ async def _bulk_plans(url: str, hot: dict[str, tuple[str, dict[str, Any]]]) -> d
     """The generic plans of ``hot``'s statements on the 100,000 runs of ``_BULK``."""
     await upgrade(url)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SET runlane.attribute_entries = on")  # they are written below
         await conn.execute(_BULK)
         await conn.execute(_BULK_ENTRIES)
         await conn.execute("ANALYZE runlane_runs, runlane_run_attributes")
@@ -821,6 +822,58 @@ async def test_the_attribute_entries_follow_every_write_of_the_runs(
     await pg_store.settle_run("a", "o", Writes(), Settlement(RunStatus.CANCELLED), T0)
     assert await pg_store.prune_runs({RunStatus.CANCELLED: T0 + LATER}, 10) == ["a"]
     assert entries(pg_url) == ([], [])
+
+
+async def test_the_entries_follow_the_writes_of_an_engine_of_the_previous_version(
+    scratch_url: str,
+) -> None:
+    # Its statements write the attributes alone, in a session that does not say it writes their
+    # entries: the trigger of migration 0023 writes them (a start, a merge, a prune).
+    await upgrade(scratch_url)
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (id, workflow, version, status, created_at, updated_at,"
+            " attributes) VALUES ('old', 'wf', '1', 'pending', %s, %s, %s)",
+            (T0, T0, '{"customer": "acme", "n": 1}'),
+        )
+        conn.execute(
+            "UPDATE runlane_runs SET attributes = attributes || '{\"n\": 2}' WHERE id = 'old'"
+        )
+        stored, wanted = entries(scratch_url)
+        assert stored == wanted and len(stored) == 2
+        store = PostgresStore(scratch_url)
+        await store.open()
+        try:
+            assert [run.id for run in await store.list_runs(attributes={"n": 2})] == ["old"]
+            assert await store.list_runs(attributes={"n": 1}) == []
+        finally:
+            await store.close()
+        conn.execute("DELETE FROM runlane_runs WHERE id = 'old'")
+    assert entries(scratch_url) == ([], [])
+
+
+async def test_the_sessions_of_this_version_write_the_entries_without_the_trigger(
+    scratch_url: str,
+) -> None:
+    await upgrade(scratch_url)
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION runlane_attribute_entries() RETURNS trigger"
+            " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the trigger fired'; END $$"
+        )
+    store = PostgresStore(scratch_url)
+    await store.open()
+    try:
+        spec = RunSpec("a", "wf", "1", None, T0, attributes={"customer": "acme"})
+        await store.create_runs([spec], T0, lease=Lease("o", T0 + LATER * 60))
+        await store.set_attributes("a", "o", Writes(), {"customer": "globex"}, T0)
+        stored, wanted = entries(scratch_url)
+        assert stored == wanted and len(stored) == 1
+        await store.settle_run("a", "o", Writes(), Settlement(RunStatus.COMPLETED), T0)
+        assert await store.prune_runs({RunStatus.COMPLETED: T0 + LATER}, 10) == ["a"]
+    finally:
+        await store.close()
+    assert entries(scratch_url) == ([], [])
 
 
 async def test_retention_prunes_runs_an_engine_before_version_16_settled_by_updated_at(

@@ -846,6 +846,44 @@ async def test_the_attribute_pages_migration_dates_the_attributes_of_the_runs_it
         assert dated.fetchone() == (3,)
 
 
+async def test_the_attributes_an_engine_of_the_previous_version_writes_are_dated(
+    tmp_path: Path,
+) -> None:
+    # Its statement writes a run's attributes without created_at, after the run: the trigger of
+    # migration 0020 dates them, so a listing by attribute finds the run (a start, then a merge).
+    path = tmp_path / "x.db"
+    await open_and_close(path)
+    old_index = (
+        "INSERT OR REPLACE INTO run_attributes (run_id, key, value) SELECT ?, key,"
+        " CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END"
+        " FROM json_each(?)"
+    )
+    stamp = T0.isoformat(timespec="microseconds")
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runs (id, workflow, version, status, tags, created_at, updated_at,"
+            " attributes) VALUES ('old', 'wf', '1', 'pending', '[]', ?, ?, ?)",
+            (stamp, stamp, '{"customer": "acme", "stage": "new"}'),
+        )
+        conn.execute(old_index, ("old", '{"customer": "acme", "stage": "new"}'))
+        conn.execute(
+            "UPDATE runs SET attributes = ? WHERE id = 'old'",
+            ('{"customer": "acme", "stage": "paid"}',),
+        )
+        conn.execute(old_index, ("old", '{"stage": "paid"}'))
+        undated = conn.execute(
+            "SELECT count(*) FROM run_attributes WHERE created_at IS NOT ?", (stamp,)
+        )
+        assert undated.fetchone() == (0,)
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        paid = await store.page_runs(RunQuery(attributes={"customer": "acme", "stage": "paid"}), 5)
+        assert [run.id for run in paid] == ["old"]
+    finally:
+        await store.close()
+
+
 # ---------------------------------------------------------------- WAL checkpoints
 
 

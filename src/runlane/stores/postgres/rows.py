@@ -512,13 +512,16 @@ def depth_first(root: str, tree: Sequence[Row]) -> list[str]:
 def utc_conninfo(url: str) -> str:
     """``url`` with the store's session settings: time zone UTC (timestamps read back in UTC),
     generic plans (see ``Database``), no JIT compilation (the store's statements touch a few
-    rows each, and a cost misestimate would compile one for hundreds of milliseconds), and no
-    sequential scans where an index serves: a connection plans each statement once, often
+    rows each, and a cost misestimate would compile one for hundreds of milliseconds), no
+    sequential scans where an index serves (a connection plans each statement once, often
     while the tables are still empty, and such a plan would scan runlane_runs for as long as
-    the connection lives (or until autovacuum's first ANALYZE)."""
+    the connection lives, or until autovacuum's first ANALYZE), and that the session writes
+    the entries of the runs' attributes itself (``runlane.attribute_entries``: the trigger that
+    writes them for engines of an earlier version stays still, see migration 0023)."""
     params = conninfo_to_dict(url)
     settings = (
         "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off"
+        " -c runlane.attribute_entries=on"
     )
     options = f"{params.get('options') or ''} {settings}".strip()
     return make_conninfo("", **{**params, "options": options})
