@@ -17,10 +17,11 @@
 -- creation time complete the key, so a page is one range of it, read index only.
 --
 -- Like an index, the table is written by the statements that write the runs' attributes (a
--- start, ``set_attributes``, a prune), never by a trigger of theirs: a foreign key's check is
--- one, run for every entry of every start. The GIN index goes: nothing reads it any more, and
--- as an index of the attributes column it made every ``set_attributes`` a non-HOT update, a
--- new entry in each of the run's indexes.
+-- start, ``set_attributes``, a prune), and no foreign key checks it (its check is a trigger,
+-- run for every entry of every start; the one trigger below stays still for this version's
+-- sessions). The GIN index goes: nothing reads it any more, and as an index of the attributes
+-- column it made every ``set_attributes`` a non-HOT update, a new entry in each of the run's
+-- indexes.
 --
 -- Writes to the runs wait while this migrates (SHARE: reads go on), so that the entries it
 -- writes are those of every run, about 2 s for a million runs of one attribute each: the
