@@ -613,6 +613,35 @@ async def test_hot_queries_use_indexes_when_planned_on_empty_tables(scratch_url:
     assert not scans, "\n\n".join(f"{what}:\n{plan}" for what, plan in scans.items())
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("bulk", [False, True], ids=["empty-tables", "100000-runs"])
+async def test_a_merge_and_a_prune_find_the_entries_they_delete_by_their_whole_key(
+    scratch_url: str, bulk: bool
+) -> None:
+    # Given the hashes one attribute at a time, a planner that thinks a run has many (a set
+    # function's default estimate) may read a run's entries by their key's other columns:
+    # every entry of the table. The hashes go as an array, the entry's key whole.
+    hot = {what: _HOT[what] for what in ("setting attributes", "pruning settled runs")}
+    if bulk:
+        plans = await _bulk_plans(scratch_url, hot)
+    else:
+        await upgrade(scratch_url)
+        async with await psycopg.AsyncConnection.connect(
+            utc_conninfo(scratch_url), autocommit=True
+        ) as conn:
+            plans = {
+                what: await _explain(conn, name, params) for what, (name, params) in hot.items()
+            }
+    for what, plan in plans.items():
+        scan = re.search(
+            r"Delete on runlane_run_attributes.*?using runlane_run_attributes_pkey on .*?\n"
+            r"\s+Index Cond: (.*)",
+            plan,
+            re.DOTALL,
+        )
+        assert scan is not None and scan[1].startswith("((entry = ANY"), (what, plan)
+
+
 # ---------------------------------------------------------------- exact admission across processes
 
 QUOTA = QuotaGate("tenant:race", 8)

@@ -679,7 +679,9 @@ SELECT status, EXISTS (SELECT 1 FROM ok) AS written, pausing FROM fence;
 -- run reads its attributes). When the merge goes ahead, the entries of the attributes it
 -- changed go (``stale``) and those of the new values come (``fresh``). ``before`` is the row
 -- as this statement's snapshot saw it: only the lease holder writes attributes, so the row the
--- fence updates has the same ones.
+-- fence updates has the same ones. The stale entries are looked up by their whole key, the
+-- hashes computed once (an array): given them one attribute at a time, the planner may read
+-- the run's entries by their key's other columns alone, every entry of the table.
 WITH before AS (
     SELECT attributes FROM runlane_runs WHERE id = %(id)s
 ), fence AS (
@@ -692,10 +694,11 @@ WITH before AS (
     WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN {leased}
     RETURNING r.id, r.status, r.created_at, r.attributes
 ), {writes_of_ok}, stale AS (
-    DELETE FROM runlane_run_attributes AS a
-    USING ok, before AS b, jsonb_each(b.attributes) AS e
-    WHERE a.entry = {entry} AND a.created_at = ok.created_at AND a.run_id = ok.id
-      AND NOT ok.attributes @> jsonb_build_object(e.key, e.value)
+    DELETE FROM runlane_run_attributes AS a USING ok
+    WHERE a.entry = ANY(ARRAY(
+              SELECT {entry} FROM ok AS n, before AS b, jsonb_each(b.attributes) AS e
+              WHERE NOT n.attributes @> jsonb_build_object(e.key, e.value)))
+      AND a.created_at = ok.created_at AND a.run_id = ok.id
 ), fresh AS (
     INSERT INTO runlane_run_attributes (entry, created_at, run_id)
     SELECT {entry}, ok.created_at, ok.id
@@ -1228,9 +1231,11 @@ WITH due AS (
     JOIN due ON due.id = r.id AND due.status = r.status AND due.updated_at = r.updated_at
     FOR UPDATE OF r SKIP LOCKED
 ), unindexed AS (
+    -- Each run's entries by their whole key, its hashes computed once (as in set_attributes).
     DELETE FROM runlane_run_attributes AS a
-    USING doomed AS d, jsonb_each(d.attributes) AS e
-    WHERE a.entry = {entry} AND a.created_at = d.created_at AND a.run_id = d.id
+    USING (SELECT d.*, ARRAY(SELECT {entry} FROM jsonb_each(d.attributes) AS e) AS entries
+           FROM doomed AS d) AS d
+    WHERE a.entry = ANY(d.entries) AND a.created_at = d.created_at AND a.run_id = d.id
 )
 DELETE FROM runlane_runs AS r USING doomed WHERE r.id = doomed.id
 RETURNING r.id;

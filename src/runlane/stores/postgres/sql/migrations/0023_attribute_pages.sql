@@ -44,11 +44,12 @@ ALTER TABLE runlane_run_attributes ADD PRIMARY KEY (entry, created_at, run_id);
 DROP INDEX runlane_runs_attributes;
 
 -- Engines of the previous version still running during an upgrade write attributes (a start,
--- a merge, a prune) without their entries. This trigger writes them for such a session only:
+-- a merge, a prune) without their entries. These triggers write them for such a session only:
 -- the sessions of this version say that they write the entries themselves
--- (``runlane.attribute_entries`` on, see ``utc_conninfo``), which the trigger's condition reads
--- without calling its function. A session without the setting, of this version too, is only
--- slower: the trigger then rewrites what its statement wrote.
+-- (``runlane.attribute_entries`` on, see ``utc_conninfo``), which the triggers' conditions read
+-- without calling their function, and a run without attributes is never their concern. A
+-- session without the setting, of this version too, is only slower: the function then
+-- rewrites what its statement wrote.
 CREATE FUNCTION runlane_attribute_entries() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -68,7 +69,16 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER runlane_runs_attribute_entries
-    AFTER INSERT OR UPDATE OF attributes OR DELETE ON runlane_runs
+CREATE TRIGGER runlane_runs_attribute_entries_insert AFTER INSERT ON runlane_runs
+    FOR EACH ROW WHEN (NEW.attributes IS NOT NULL
+                       AND current_setting('runlane.attribute_entries', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION runlane_attribute_entries();
+
+CREATE TRIGGER runlane_runs_attribute_entries_update AFTER UPDATE OF attributes ON runlane_runs
     FOR EACH ROW WHEN (current_setting('runlane.attribute_entries', true) IS DISTINCT FROM 'on')
+    EXECUTE FUNCTION runlane_attribute_entries();
+
+CREATE TRIGGER runlane_runs_attribute_entries_delete AFTER DELETE ON runlane_runs
+    FOR EACH ROW WHEN (OLD.attributes IS NOT NULL
+                       AND current_setting('runlane.attribute_entries', true) IS DISTINCT FROM 'on')
     EXECUTE FUNCTION runlane_attribute_entries();
