@@ -88,7 +88,7 @@ FROM generate_series(1, %(active)s) AS i
 # The entries of their attributes (as the store writes a start's, and migration 0023 those of
 # the runs it finds).
 PG_ENTRIES = """
-INSERT INTO runlane_run_attributes (entry, created_at, run_id)
+INSERT INTO runlane_attribute_runs (entry, created_at, run_id)
 SELECT jsonb_hash_extended(jsonb_build_object(a.key, a.value), 0), r.created_at, r.id
 FROM runlane_runs AS r, jsonb_each(r.attributes) AS a
 """
@@ -125,7 +125,7 @@ INSERT INTO steps (run_id, seq, name, kind, status, input, output, attempts, sta
 VALUES (?, 1, 'bench.noop', 'step', 'completed', '1', '2', 1, ?, ?)
 """
 SQLITE_ATTRIBUTE = """
-INSERT INTO run_attributes (run_id, key, value, created_at) VALUES (?, 'customer', ?, ?)
+INSERT INTO attribute_runs (run_id, key, value, created_at) VALUES (?, 'customer', ?, ?)
 """
 
 

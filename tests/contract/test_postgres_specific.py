@@ -340,14 +340,14 @@ FROM generate_series(1, 100000) AS i,
      LATERAL (SELECT timestamptz '2026-01-01 00:00:00+00' + i * interval '1 second' AS t) AS c
 """
 
-# The entries the runs' attributes should have in runlane_run_attributes (migration 0023).
+# The entries the runs' attributes should have in runlane_attribute_runs (migration 0023).
 _ENTRIES = """
 SELECT jsonb_hash_extended(jsonb_build_object(a.key, a.value), 0), r.created_at, r.id
 FROM runlane_runs AS r, jsonb_each(r.attributes) AS a
 """
 
 # The entries of the bulk runs' attributes, as migration 0023 writes those of the runs it finds.
-_BULK_ENTRIES = f"INSERT INTO runlane_run_attributes (entry, created_at, run_id) {_ENTRIES}"
+_BULK_ENTRIES = f"INSERT INTO runlane_attribute_runs (entry, created_at, run_id) {_ENTRIES}"
 
 _GATED = RunSpec(
     "new-run",
@@ -575,7 +575,7 @@ async def _bulk_plans(url: str, hot: dict[str, tuple[str, dict[str, Any]]]) -> d
         await conn.execute("SET runlane.attribute_entries = on")  # they are written below
         await conn.execute(_BULK)
         await conn.execute(_BULK_ENTRIES)
-        await conn.execute("ANALYZE runlane_runs, runlane_run_attributes")
+        await conn.execute("ANALYZE runlane_runs, runlane_attribute_runs")
         return {what: await _explain(conn, name, params) for what, (name, params) in hot.items()}
 
 
@@ -596,7 +596,7 @@ async def test_a_page_of_attributes_walks_the_first_ones_entries_newest_first(
     pages = {what: hot for what, hot in _HOT.items() if hot[0] == "page_runs_by_attributes"}
     assert len(pages) == 4
     for what, plan in (await _bulk_plans(scratch_url, pages)).items():
-        assert "Index Only Scan Backward using runlane_run_attributes_pkey" in plan, (what, plan)
+        assert "Index Only Scan Backward using runlane_attribute_runs_pkey" in plan, (what, plan)
         assert "Sort" not in plan, (what, plan)
 
 
@@ -634,7 +634,7 @@ async def test_a_merge_and_a_prune_find_the_entries_they_delete_by_their_whole_k
             }
     for what, plan in plans.items():
         scan = re.search(
-            r"Delete on runlane_run_attributes.*?using runlane_run_attributes_pkey on .*?\n"
+            r"Delete on runlane_attribute_runs.*?using runlane_attribute_runs_pkey on .*?\n"
             r"\s+Index Cond: (.*)",
             plan,
             re.DOTALL,
@@ -722,7 +722,7 @@ async def _one_run(store: PostgresStore, run_id: str, checkpoints: int) -> None:
 async def test_a_checkpoints_touch_of_its_run_is_a_heap_only_update(scratch_url: str) -> None:
     # No index reads updated_at (retention walks settled_at), so the touch writes no index
     # entry: the xact counters see one HOT update of runlane_runs. A run with attributes has
-    # entries in runlane_run_attributes, which the touch leaves alone all the same.
+    # entries in runlane_attribute_runs, which the touch leaves alone all the same.
     store = PostgresStore(scratch_url)
     await store.open()
     try:
@@ -823,9 +823,9 @@ async def test_the_attribute_pages_migration_writes_the_entries_of_the_runs_it_f
 
 
 def entries(url: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """The entries of runlane_run_attributes, and those the runs' attributes should have."""
+    """The entries of runlane_attribute_runs, and those the runs' attributes should have."""
     with psycopg.connect(url) as conn:
-        stored = conn.execute("SELECT entry, created_at, run_id FROM runlane_run_attributes")
+        stored = conn.execute("SELECT entry, created_at, run_id FROM runlane_attribute_runs")
         wanted = conn.execute(_ENTRIES)
         return sorted(stored.fetchall()), sorted(wanted.fetchall())
 

@@ -132,7 +132,7 @@ async def test_the_overviews_reads_search_their_indexes(
 async def test_a_page_by_attributes_walks_the_first_ones_index_newest_first(
     tmp_path: Path, query: RunQuery
 ) -> None:
-    # From the cursor, newest first, in the order of run_attributes_newest: a page stops at
+    # From the cursor, newest first, in the order of attribute_runs_newest: a page stops at
     # its 50th run, never sorting every run of the value (as the (key, value) index made it),
     # whatever else the filter asks.
     path = tmp_path / "plan.db"
@@ -145,14 +145,14 @@ async def test_a_page_by_attributes_walks_the_first_ones_index_newest_first(
         conn.set_trace_callback(None)
         rows = conn.execute(f"EXPLAIN QUERY PLAN {seen[-1]}").fetchall()
     plan = " | ".join(str(row[-1]) for row in rows)
-    walk = "SEARCH a USING COVERING INDEX run_attributes_newest (key=? AND value=?"
+    walk = "SEARCH a USING COVERING INDEX attribute_runs_newest (key=? AND value=?"
     assert plan.startswith(walk), plan
     assert ("(created_at,run_id)<(?,?)" in plan) == (query.after is not None), plan
     assert "TEMP B-TREE" not in plan and "SCAN runs" not in plan, plan
 
 
 async def test_the_attribute_index_follows_every_write_of_the_runs(tmp_path: Path) -> None:
-    # run_attributes follows the column: a start, a merge (a name set again replaced), a prune;
+    # attribute_runs follows the column: a start, a merge (a name set again replaced), a prune;
     # each row with its run's created_at.
     store = SqliteStore(tmp_path / "x.db")
     await store.open()
@@ -164,7 +164,7 @@ async def test_the_attribute_index_follows_every_write_of_the_runs(tmp_path: Pat
         await store.set_attributes("a", "o", Writes(), {"k": "w", "x": 0.5}, T0 + timedelta(1))
         with sqlite3.connect(tmp_path / "x.db") as conn:
             rows = conn.execute(
-                "SELECT run_id, key, value, created_at FROM run_attributes ORDER BY key"
+                "SELECT run_id, key, value, created_at FROM attribute_runs ORDER BY key"
             )
             at = T0.isoformat(timespec="microseconds")
             assert rows.fetchall() == [
@@ -176,7 +176,7 @@ async def test_the_attribute_index_follows_every_write_of_the_runs(tmp_path: Pat
         await store.settle_run("a", "o", Writes(), Settlement(RunStatus.COMPLETED), T0)
         assert await store.prune_runs({RunStatus.COMPLETED: T0 + timedelta(1)}, 10) == ["a"]
         with sqlite3.connect(tmp_path / "x.db") as conn:
-            assert conn.execute("SELECT count(*) FROM run_attributes").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM attribute_runs").fetchone() == (0,)
     finally:
         await store.close()
 
@@ -840,23 +840,28 @@ async def test_the_attribute_pages_migration_dates_the_attributes_of_the_runs_it
     assert (acme, vip) == (["new", "old"], ["old"])
     with sqlite3.connect(path) as conn:
         dated = conn.execute(
-            "SELECT count(*) FROM run_attributes AS a JOIN runs AS r ON r.id = a.run_id"
+            "SELECT count(*) FROM attribute_runs AS a JOIN runs AS r ON r.id = a.run_id"
             " WHERE a.created_at = r.created_at"
         )
         assert dated.fetchone() == (3,)
 
 
-async def test_the_attributes_an_engine_of_the_previous_version_writes_are_dated(
+async def test_an_engine_of_the_previous_version_uses_run_attributes_as_it_was(
     tmp_path: Path,
 ) -> None:
-    # Its statement writes a run's attributes without created_at, after the run: the trigger of
-    # migration 0020 dates them, so a listing by attribute finds the run (a start, then a merge).
+    # Its statements (version 19's, verbatim) write a run's attributes without created_at, after
+    # the run; find runs by them; delete them with the run. Through the view of migration 0020
+    # they land in attribute_runs, dated, where this version finds them.
     path = tmp_path / "x.db"
     await open_and_close(path)
+    value = "CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END"
     old_index = (
-        "INSERT OR REPLACE INTO run_attributes (run_id, key, value) SELECT ?, key,"
-        " CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END"
+        f"INSERT OR REPLACE INTO run_attributes (run_id, key, value) SELECT ?, key, {value}"
         " FROM json_each(?)"
+    )
+    old_filter = (
+        "SELECT id FROM runs WHERE id IN (SELECT run_id FROM run_attributes"
+        f" WHERE key = ? AND value = (SELECT {value} FROM json_each(?)))"
     )
     stamp = T0.isoformat(timespec="microseconds")
     with sqlite3.connect(path) as conn:
@@ -871,10 +876,9 @@ async def test_the_attributes_an_engine_of_the_previous_version_writes_are_dated
             ('{"customer": "acme", "stage": "paid"}',),
         )
         conn.execute(old_index, ("old", '{"stage": "paid"}'))
-        undated = conn.execute(
-            "SELECT count(*) FROM run_attributes WHERE created_at IS NOT ?", (stamp,)
-        )
-        assert undated.fetchone() == (0,)
+        rows = conn.execute("SELECT key, value, created_at FROM attribute_runs ORDER BY key")
+        assert rows.fetchall() == [("customer", "acme", stamp), ("stage", "paid", stamp)]
+        assert conn.execute(old_filter, ("stage", '"paid"')).fetchall() == [("old",)]
     store = SqliteStore(path)
     await store.open()
     try:
@@ -882,6 +886,12 @@ async def test_the_attributes_an_engine_of_the_previous_version_writes_are_dated
         assert [run.id for run in paid] == ["old"]
     finally:
         await store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "DELETE FROM run_attributes WHERE run_id IN (SELECT value FROM json_each(?))",
+            ('["old"]',),
+        )
+        assert conn.execute("SELECT count(*) FROM attribute_runs").fetchone() == (0,)
 
 
 # ---------------------------------------------------------------- WAL checkpoints

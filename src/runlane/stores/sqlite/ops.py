@@ -119,16 +119,15 @@ def _insert_run(conn: Conn, run: Run, statement: str = _INSERT_RUN) -> int:
     """Insert ``run`` (and index its attributes); how many rows were written."""
     written = conn.execute(statement, run_values(run)).rowcount
     if written:
-        index_attributes(conn, run, run.attributes)
+        index_attributes(conn, run.id, run.attributes)
     return written
 
 
-def index_attributes(conn: Conn, run: Run, attributes: Mapping[str, AttributeValue]) -> None:
-    """Write ``attributes`` of ``run`` into run_attributes (the listings' index), each name
-    taking its new value; nothing for none."""
+def index_attributes(conn: Conn, run_id: str, attributes: Mapping[str, AttributeValue]) -> None:
+    """Write a run's ``attributes`` into attribute_runs (the listings' index), each name
+    taking its new value; nothing for none. The run's row must be written already."""
     if attributes:
-        params = (run.id, ts(run.created_at), dumps(dict(attributes)))
-        conn.execute(SQL["index_attributes"], params)
+        conn.execute(SQL["index_attributes"], (dumps(dict(attributes)), run_id))
 
 
 _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(
@@ -494,7 +493,7 @@ def set_attributes(
     _apply(conn, run_id, writes, now)
     merged = evolved(run, attributes={**run.attributes, **attributes}, updated_at=now)
     _save_run(conn, merged, run)
-    index_attributes(conn, run, attributes)
+    index_attributes(conn, run_id, attributes)
 
 
 def suspend_run(

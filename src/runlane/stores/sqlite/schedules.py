@@ -130,7 +130,7 @@ def _fire_plain(
             [run_values(r, stamp) for r in new],
         )
         for run in new:
-            index_attributes(conn, run, run.attributes)
+            index_attributes(conn, run.id, run.attributes)
     conn.executemany(
         SQL["move_schedule_plainly"],
         [_moved_values(fire, now, stamp) for fire in moved.values()],

@@ -109,7 +109,7 @@ ON CONFLICT (id) DO NOTHING
 RETURNING *
 
 -- name: entry
--- (A fragment.) The entry in runlane_run_attributes of the attribute ``e`` (a row of jsonb_each):
+-- (A fragment.) The entry in runlane_attribute_runs of the attribute ``e`` (a row of jsonb_each):
 -- the hash of it as a one-attribute object (see migration 0023).
 jsonb_hash_extended(jsonb_build_object(e.key, e.value), 0)
 
@@ -117,7 +117,7 @@ jsonb_hash_extended(jsonb_build_object(e.key, e.value), 0)
 -- (A fragment: a CTE after ``inserted``.) The entries of the new runs' attributes, in the
 -- statement that inserts them; a run without attributes has none.
 indexed AS (
-    INSERT INTO runlane_run_attributes (entry, created_at, run_id)
+    INSERT INTO runlane_attribute_runs (entry, created_at, run_id)
     SELECT {entry}, i.created_at, i.id FROM inserted AS i, jsonb_each(i.attributes) AS e
 )
 
@@ -694,13 +694,13 @@ WITH before AS (
     WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN {leased}
     RETURNING r.id, r.status, r.created_at, r.attributes
 ), {writes_of_ok}, stale AS (
-    DELETE FROM runlane_run_attributes AS a USING ok
+    DELETE FROM runlane_attribute_runs AS a USING ok
     WHERE a.entry = ANY(ARRAY(
               SELECT {entry} FROM ok AS n, before AS b, jsonb_each(b.attributes) AS e
               WHERE NOT n.attributes @> jsonb_build_object(e.key, e.value)))
       AND a.created_at = ok.created_at AND a.run_id = ok.id
 ), fresh AS (
-    INSERT INTO runlane_run_attributes (entry, created_at, run_id)
+    INSERT INTO runlane_attribute_runs (entry, created_at, run_id)
     SELECT {entry}, ok.created_at, ok.id
     FROM ok, before AS b, jsonb_each(ok.attributes) AS e
     WHERE b.attributes IS NULL OR NOT b.attributes @> jsonb_build_object(e.key, e.value)
@@ -1096,14 +1096,14 @@ LIMIT %(limit)s;
 -- name: runs_by_attribute
 -- (A fragment: the runs of a listing by attributes.) The runs of the first attribute of the
 -- filter (``attribute``, one attribute as a JSON object), by its entries in
--- runlane_run_attributes: newest first, a walk of the range of its value in their primary key
+-- runlane_attribute_runs: newest first, a walk of the range of its value in their primary key
 -- (see migration 0023), from where ``{entry_bounds}`` bound it. Each run is read by id and
 -- tested (``{run_filters}``: every attribute of the filter, that one included, on the run's
 -- own). The lookup is a lateral subquery the planner cannot flatten (OFFSET 0), so that the
 -- walk stays the outer loop and stops at the page's last run: the planner cannot tell how many
 -- runs a value has, nor that a run of its entries holds it, and would otherwise join all of
 -- them and sort them whenever it guessed a value rare.
-runlane_run_attributes AS a CROSS JOIN LATERAL (
+runlane_attribute_runs AS a CROSS JOIN LATERAL (
     SELECT * FROM runlane_runs AS r WHERE r.id = a.run_id {run_filters} OFFSET 0
 ) AS r
 WHERE a.entry = jsonb_hash_extended(%(attribute)s::jsonb, 0) {entry_bounds}
@@ -1128,7 +1128,7 @@ SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
 -- each read by id (the planner cannot tell how many a value has: a join could be a scan of
 -- every run).
 SELECT status, count(*) AS runs FROM runlane_runs {filters}
-    AND id = ANY(ARRAY(SELECT run_id FROM runlane_run_attributes
+    AND id = ANY(ARRAY(SELECT run_id FROM runlane_attribute_runs
                        WHERE entry = jsonb_hash_extended(%(attribute)s::jsonb, 0)))
 GROUP BY status;
 
@@ -1232,7 +1232,7 @@ WITH due AS (
     FOR UPDATE OF r SKIP LOCKED
 ), unindexed AS (
     -- Each run's entries by their whole key, its hashes computed once (as in set_attributes).
-    DELETE FROM runlane_run_attributes AS a
+    DELETE FROM runlane_attribute_runs AS a
     USING (SELECT d.*, ARRAY(SELECT {entry} FROM jsonb_each(d.attributes) AS e) AS entries
            FROM doomed AS d) AS d
     WHERE a.entry = ANY(d.entries) AND a.created_at = d.created_at AND a.run_id = d.id
@@ -1280,7 +1280,7 @@ SELECT queue, fairness_key, served FROM runlane_queue_keys;
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
     runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines, runlane_audit,
-    runlane_run_attributes RESTART IDENTITY;
+    runlane_attribute_runs RESTART IDENTITY;
 
 -- name: save_schedule
 -- A schedule's definition, pause flag and timing; an existing one keeps its creation time and

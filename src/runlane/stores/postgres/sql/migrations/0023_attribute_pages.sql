@@ -4,7 +4,7 @@
 -- The GIN index of migration 0019 finds a value's runs but carries no creation order: a page
 -- of the newest 50 read every match first (10,100 of a million runs for a value that 1% of
 -- them hold: 30-40 ms, 85 ms p99 on a loaded machine, and as much again at any depth). Each
--- attribute of a run is now an entry of runlane_run_attributes, whose primary key orders a
+-- attribute of a run is now an entry of runlane_attribute_runs, whose primary key orders a
 -- value's runs newest first: a page walks its value's range from the cursor and stops at the
 -- 50th run, whatever the depth and however many runs hold the value.
 --
@@ -18,7 +18,7 @@
 --
 -- Like an index, the table is written by the statements that write the runs' attributes (a
 -- start, ``set_attributes``, a prune), and no foreign key checks it (its check is a trigger,
--- run for every entry of every start; the one trigger below stays still for this version's
+-- run for every entry of every start; the triggers below stay still for this version's
 -- sessions). The GIN index goes: nothing reads it any more, and as an index of the attributes
 -- column it made every ``set_attributes`` a non-HOT update, a new entry in each of the run's
 -- indexes.
@@ -28,18 +28,18 @@
 -- entries are written, then the key is built over them in one sort.
 LOCK TABLE runlane_runs IN SHARE MODE;
 
-CREATE TABLE runlane_run_attributes (
+CREATE TABLE runlane_attribute_runs (
     entry bigint NOT NULL,
     created_at timestamptz NOT NULL,
     run_id text COLLATE "C" NOT NULL
 );
 
-INSERT INTO runlane_run_attributes (entry, created_at, run_id)
+INSERT INTO runlane_attribute_runs (entry, created_at, run_id)
 SELECT jsonb_hash_extended(jsonb_build_object(a.key, a.value), 0), r.created_at, r.id
 FROM runlane_runs AS r, jsonb_each(r.attributes) AS a
 WHERE r.attributes IS NOT NULL;
 
-ALTER TABLE runlane_run_attributes ADD PRIMARY KEY (entry, created_at, run_id);
+ALTER TABLE runlane_attribute_runs ADD PRIMARY KEY (entry, created_at, run_id);
 
 DROP INDEX runlane_runs_attributes;
 
@@ -54,13 +54,13 @@ CREATE FUNCTION runlane_attribute_entries() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP IN ('UPDATE', 'DELETE') THEN
-        DELETE FROM runlane_run_attributes AS a
+        DELETE FROM runlane_attribute_runs AS a
         USING jsonb_each(OLD.attributes) AS e
         WHERE a.entry = jsonb_hash_extended(jsonb_build_object(e.key, e.value), 0)
           AND a.created_at = OLD.created_at AND a.run_id = OLD.id;
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        INSERT INTO runlane_run_attributes (entry, created_at, run_id)
+        INSERT INTO runlane_attribute_runs (entry, created_at, run_id)
         SELECT jsonb_hash_extended(jsonb_build_object(e.key, e.value), 0), NEW.created_at, NEW.id
         FROM jsonb_each(NEW.attributes) AS e
         ON CONFLICT DO NOTHING;
