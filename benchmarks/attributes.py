@@ -39,9 +39,9 @@ from runlane.models import RunQuery, RunSpec
 from runlane.stores.base import Store
 from runlane.stores.postgres import PostgresStore
 from runlane.stores.postgres.db import SQL as PG_SQL
-from runlane.stores.postgres.rows import query_params, query_where, utc_conninfo
+from runlane.stores.postgres.rows import filtered, query_params, utc_conninfo
 from runlane.stores.sqlite import SqliteStore
-from runlane.stores.sqlite.reads import _query_where as sqlite_where
+from runlane.stores.sqlite.reads import _query_selection as sqlite_selection
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BATCH = 1000
@@ -134,12 +134,10 @@ def pg_plans(url: str) -> dict[str, str]:
     with psycopg.connect(utc_conninfo(url), autocommit=True) as conn:
         for name, statement, cursor in (
             ("page", "page_runs_by_attributes", True),
-            ("count", "count_runs", False),
+            ("count", "count_runs_by_attributes", False),
         ):
             params = {**query_params(query, cursor=cursor), "limit": PAGE}
-            sql, values = _numbered(
-                PG_SQL[statement].replace("{filters}", query_where(params)), params
-            )
+            sql, values = _numbered(filtered(PG_SQL[statement], params), params)
             conn.execute(f"PREPARE bench_{name} AS {sql}")
             arguments = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(v) for v in values)
             explain = psycopg.sql.SQL("EXPLAIN (ANALYZE, BUFFERS) EXECUTE {}({})").format(
@@ -169,15 +167,12 @@ def sqlite_plans(path: Path) -> dict[str, str]:
     plans = {}
     with sqlite3.connect(path) as conn:
         for name, sql, cursor in (
-            (
-                "page",
-                "SELECT * FROM runs WHERE {} ORDER BY created_at DESC, id DESC LIMIT 50",
-                True,
-            ),
-            ("count", "SELECT status, count(*) FROM runs WHERE {} GROUP BY status", False),
+            ("page", "SELECT runs.* {source} {newest} LIMIT 50", True),
+            ("count", "SELECT status, count(*) {source} GROUP BY status", False),
         ):
-            where, params = sqlite_where(query, cursor=cursor)
-            rows = conn.execute("EXPLAIN QUERY PLAN " + sql.format(where), params).fetchall()
+            source, params, newest = sqlite_selection(query, cursor=cursor)
+            statement = sql.format(source=source, newest=newest)
+            rows = conn.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()
             plans[name] = "\n".join(f"{row[0]:>3} {row[1]:>3} {row[3]}" for row in rows)
     return plans
 

@@ -85,6 +85,13 @@ SELECT 'live-' || lpad(i::text, 7, '0'), %(keyed)s, '1',
        1, i <= %(keys)s, jsonb_build_object('customer', 'c-' || (i %% %(values)s))
 FROM generate_series(1, %(active)s) AS i
 """
+# The entries of their attributes (as the store writes a start's, and migration 0023 those of
+# the runs it finds).
+PG_ENTRIES = """
+INSERT INTO runlane_attribute_runs (entry, created_at, run_id)
+SELECT jsonb_hash_extended(jsonb_build_object(a.key, a.value), 0), r.created_at, r.id
+FROM runlane_runs AS r, jsonb_each(r.attributes) AS a
+"""
 
 
 def seed_pg(url: str, size: dict[str, int]) -> float:
@@ -93,7 +100,8 @@ def seed_pg(url: str, size: dict[str, int]) -> float:
     params = {**size, "base": BASE, "step": STEP, "keyed": KEYED, "live": live_base(size)}
     t0 = time.perf_counter()
     with psycopg.connect(url) as conn:  # one transaction
-        for sql in (PG_FINISHED, PG_STEPS, PG_ACTIVE):
+        conn.execute("SET runlane.attribute_entries = on")  # PG_ENTRIES writes them
+        for sql in (PG_FINISHED, PG_STEPS, PG_ACTIVE, PG_ENTRIES):
             conn.execute(sql, params)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE")  # as autovacuum would have left a table grown this way
@@ -116,7 +124,9 @@ INSERT INTO steps (run_id, seq, name, kind, status, input, output, attempts, sta
                    finished_at)
 VALUES (?, 1, 'bench.noop', 'step', 'completed', '1', '2', 1, ?, ?)
 """
-SQLITE_ATTRIBUTE = "INSERT INTO run_attributes (run_id, key, value) VALUES (?, 'customer', ?)"
+SQLITE_ATTRIBUTE = """
+INSERT INTO attribute_runs (run_id, key, value, created_at) VALUES (?, 'customer', ?, ?)
+"""
 
 
 def stamp(at: datetime) -> str:
@@ -166,7 +176,8 @@ def seed_sqlite(path: Path, size: dict[str, int]) -> float:
         for rows in (finished_rows(size), active_rows(size)):
             runs = list(rows)
             conn.executemany(SQLITE_RUN, runs)
-            values = ((run[0], json.loads(run[-1])["customer"]) for run in runs)
+            # Each run's id, customer and created_at (SQLITE_RUN's first, last and sixth).
+            values = ((run[0], json.loads(run[-1])["customer"], run[5]) for run in runs)
             conn.executemany(SQLITE_ATTRIBUTE, values)
         steps = ((f"done-{i:07d}", stamp(BASE + STEP * i)) for i in range(1, size["finished"] + 1))
         conn.executemany(SQLITE_STEP, ((rid, at, at) for rid, at in steps))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import re
 import time
 import uuid
@@ -17,7 +18,8 @@ import psycopg
 import pytest
 
 from runlane.admission import lane
-from runlane.errors import RunlaneError, StoreUnavailableError
+from runlane.attributes import AttributeValue
+from runlane.errors import RunCancelling, RunlaneError, StoreUnavailableError
 from runlane.models import (
     DebounceGate,
     Lease,
@@ -38,12 +40,13 @@ from runlane.stores.migrations import migrations
 from runlane.stores.postgres import PostgresStore, upgrade
 from runlane.stores.postgres.db import SQL
 from runlane.stores.postgres.rows import (
+    attribute_params,
     fenced_params,
+    filtered,
     fires_param,
     gate_params,
     limit_params,
     pg_array,
-    query_where,
     served_params,
     specs_params,
     utc_conninfo,
@@ -257,7 +260,7 @@ async def _explain(conn: psycopg.AsyncConnection[Any], name: str, params: dict[s
     """The generic plan of a hot statement: the store's sessions force generic plans (each
     statement is planned once per connection), so that is the plan that must use indexes."""
     query = SQL[name]
-    query = query.replace("{filters}", query_where(params))
+    query = filtered(query, params)
     names: list[str] = []
 
     def placeholder(match: re.Match[str]) -> str:
@@ -336,6 +339,15 @@ SELECT 'run-' || i, 'wf-' || (i % 20), '1',
 FROM generate_series(1, 100000) AS i,
      LATERAL (SELECT timestamptz '2026-01-01 00:00:00+00' + i * interval '1 second' AS t) AS c
 """
+
+# The entries the runs' attributes should have in runlane_attribute_runs (migration 0023).
+_ENTRIES = """
+SELECT jsonb_hash_extended(jsonb_build_object(a.key, a.value), 0), r.created_at, r.id
+FROM runlane_runs AS r, jsonb_each(r.attributes) AS a
+"""
+
+# The entries of the bulk runs' attributes, as migration 0023 writes those of the runs it finds.
+_BULK_ENTRIES = f"INSERT INTO runlane_attribute_runs (entry, created_at, run_id) {_ENTRIES}"
 
 _GATED = RunSpec(
     "new-run",
@@ -497,19 +509,35 @@ _HOT = {
     ),
     "a page of an attribute": (
         "page_runs_by_attributes",
-        {"attributes": '{"customer": "customer-42"}', "limit": 50},
+        {**attribute_params({"customer": "customer-42"}), "limit": 50},
+    ),
+    "a page of an attribute from a cursor": (
+        "page_runs_by_attributes",
+        {**attribute_params({"customer": "customer-42"}), **_CURSOR, "limit": 50},
     ),
     "a page of two attributes from a cursor": (
         "page_runs_by_attributes",
-        {"attributes": '{"customer": "customer-42", "tier": 1}', **_CURSOR, "limit": 50},
+        {**attribute_params({"customer": "customer-42", "tier": 1}), **_CURSOR, "limit": 50},
+    ),
+    "a page of an attribute in a namespace": (
+        "page_runs_by_attributes",
+        {**attribute_params({"tier": 2}), "namespace": "ns-1", "limit": 50},
     ),
     "counting the runs of an attribute": (
-        "count_runs",
-        {"attributes": '{"customer": "customer-42"}'},
+        "count_runs_by_attributes",
+        attribute_params({"customer": "customer-42"}),
     ),
     "listing the runs of an attribute": (
         "list_runs_by_attributes",
-        {"attributes": '{"customer": "customer-42"}', "limit": 100, "offset": 0},
+        {**attribute_params({"customer": "customer-42"}), "limit": 100, "offset": 0},
+    ),
+    "setting attributes": (
+        "set_attributes",
+        {
+            **fenced_params("run-10", "owner", Writes()),
+            "attributes": '{"tier": 0}',
+            "now": T0,
+        },
     ),
     "the lanes": ("lane_runs", {}),
     "the lanes overview": ("lane_members", {"shown": 10, "namespace": None}),
@@ -543,16 +571,36 @@ _HOT = {
 }
 
 
+async def _bulk_plans(url: str, hot: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """The generic plans of ``hot``'s statements on the 100,000 runs of ``_BULK``."""
+    await upgrade(url)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SET runlane.attribute_entries = on")  # they are written below
+        await conn.execute(_BULK)
+        await conn.execute(_BULK_ENTRIES)
+        await conn.execute("ANALYZE runlane_runs, runlane_attribute_runs")
+        return {what: await _explain(conn, name, params) for what, (name, params) in hot.items()}
+
+
 @pytest.mark.slow
 async def test_every_hot_query_uses_an_index_on_100000_runs(scratch_url: str) -> None:
-    await upgrade(scratch_url)
-    async with await psycopg.AsyncConnection.connect(scratch_url, autocommit=True) as conn:
-        await conn.execute(_BULK)
-        await conn.execute("ANALYZE runlane_runs")
-        plans = {what: await _explain(conn, name, params) for what, (name, params) in _HOT.items()}
+    plans = await _bulk_plans(scratch_url, _HOT)
     scans = {what: plan for what, plan in plans.items() if "Seq Scan on runlane_" in plan}
     assert not scans, "\n\n".join(f"{what}:\n{plan}" for what, plan in scans.items())
     assert all("Index" in plan for plan in plans.values()), plans
+
+
+@pytest.mark.slow
+async def test_a_page_of_attributes_walks_the_first_ones_entries_newest_first(
+    scratch_url: str,
+) -> None:
+    # Newest first from the cursor, in the order of the entries' key: the page ends at its
+    # 50th run, never sorting every run of the value (as a GIN index made it).
+    pages = {what: hot for what, hot in _HOT.items() if hot[0] == "page_runs_by_attributes"}
+    assert len(pages) == 4
+    for what, plan in (await _bulk_plans(scratch_url, pages)).items():
+        assert "Index Only Scan Backward using runlane_attribute_runs_pkey" in plan, (what, plan)
+        assert "Sort" not in plan, (what, plan)
 
 
 async def test_hot_queries_use_indexes_when_planned_on_empty_tables(scratch_url: str) -> None:
@@ -566,6 +614,35 @@ async def test_hot_queries_use_indexes_when_planned_on_empty_tables(scratch_url:
         plans = {what: await _explain(conn, name, params) for what, (name, params) in _HOT.items()}
     scans = {what: plan for what, plan in plans.items() if "Seq Scan on runlane_" in plan}
     assert not scans, "\n\n".join(f"{what}:\n{plan}" for what, plan in scans.items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bulk", [False, True], ids=["empty-tables", "100000-runs"])
+async def test_a_merge_and_a_prune_find_the_entries_they_delete_by_their_whole_key(
+    scratch_url: str, bulk: bool
+) -> None:
+    # Given the hashes one attribute at a time, a planner that thinks a run has many (a set
+    # function's default estimate) may read a run's entries by their key's other columns:
+    # every entry of the table. The hashes go as an array, the entry's key whole.
+    hot = {what: _HOT[what] for what in ("setting attributes", "pruning settled runs")}
+    if bulk:
+        plans = await _bulk_plans(scratch_url, hot)
+    else:
+        await upgrade(scratch_url)
+        async with await psycopg.AsyncConnection.connect(
+            utc_conninfo(scratch_url), autocommit=True
+        ) as conn:
+            plans = {
+                what: await _explain(conn, name, params) for what, (name, params) in hot.items()
+            }
+    for what, plan in plans.items():
+        scan = re.search(
+            r"Delete on runlane_attribute_runs.*?using runlane_attribute_runs_pkey on .*?\n"
+            r"\s+Index Cond: (.*)",
+            plan,
+            re.DOTALL,
+        )
+        assert scan is not None and scan[1].startswith("((entry = ANY"), (what, plan)
 
 
 # ---------------------------------------------------------------- exact admission across processes
@@ -648,7 +725,7 @@ async def _one_run(store: PostgresStore, run_id: str, checkpoints: int) -> None:
 async def test_a_checkpoints_touch_of_its_run_is_a_heap_only_update(scratch_url: str) -> None:
     # No index reads updated_at (retention walks settled_at), so the touch writes no index
     # entry: the xact counters see one HOT update of runlane_runs. A run with attributes has
-    # entries in their GIN index, which the touch leaves alone all the same.
+    # entries in runlane_attribute_runs, which the touch leaves alone all the same.
     store = PostgresStore(scratch_url)
     await store.open()
     try:
@@ -674,17 +751,161 @@ async def test_a_checkpoints_touch_of_its_run_is_a_heap_only_update(scratch_url:
         assert await cur.fetchone() == (0,)
 
 
-async def test_the_attributes_index_holds_only_runs_with_attributes_and_no_pending_list(
+@pytest.mark.slow
+async def test_setting_attributes_is_a_heap_only_update_of_its_run(scratch_url: str) -> None:
+    # No index of runlane_runs reads the attributes (their entries are a table of their own):
+    # the merge rewrites the run's row heap-only, as a checkpoint's touch does.
+    store = PostgresStore(scratch_url)
+    await store.open()
+    try:
+        spec = RunSpec("run-1", "wf", "1", None, T0, attributes={"customer": "acme"})
+        await store.create_runs([spec], T0, lease=Lease("owner", T0 + LATER * 30))
+    finally:
+        await store.close()
+    params = {**fenced_params("run-1", "owner", Writes()), "attributes": '{"stage": "paid"}'}
+    async with await psycopg.AsyncConnection.connect(scratch_url) as conn:
+        cur = await conn.execute(SQL["set_attributes"], {**params, "now": T0 + LATER})
+        assert await cur.fetchone() == ("running", True)  # status, written
+        cur = await conn.execute(
+            "SELECT pg_stat_get_xact_tuples_updated(c.oid), pg_stat_get_xact_tuples_hot_updated(c.oid)"
+            " FROM pg_class AS c WHERE c.relname = 'runlane_runs'"
+        )
+        assert await cur.fetchone() == (1, 1)
+
+
+async def test_the_attribute_pages_migration_writes_the_entries_of_the_runs_it_finds(
+    scratch_url: str,
+) -> None:
+    # Runs stored before version 23, one with a value longer than a btree entry may be: each
+    # is found by each of its attributes once the migration has run.
+    long = "".join(uuid.uuid4().hex for _ in range(200))
+    runs = {
+        "long": {"note": long, "customer": "acme"},
+        "number": {"tier": 2.0, "customer": "acme"},
+        "flag": {"vip": True},
+        "plain": None,
+    }
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        for version, script in migrations("postgres")[:22]:
+            conn.execute(script.encode())
+            conn.execute("INSERT INTO runlane_schema_version (version) VALUES (%s)", (version,))
+        for n, (run_id, attributes) in enumerate(runs.items()):
+            conn.execute(
+                "INSERT INTO runlane_runs (id, workflow, version, status, created_at, updated_at,"
+                " attributes) VALUES (%s, 'wf', '1', 'pending', %s, %s, %s)",
+                (
+                    run_id,
+                    T0 + LATER * n,
+                    T0,
+                    None if attributes is None else json.dumps(attributes),
+                ),
+            )
+    filters: dict[str, dict[str, AttributeValue]] = {
+        "note": {"note": long},
+        "customer": {"customer": "acme"},
+        "tier": {"tier": 2},
+        "vip": {"vip": True},
+    }
+    store = PostgresStore(scratch_url)
+    await store.open()
+    try:
+        found = {
+            name: [run.id for run in await store.list_runs(attributes=wanted)]
+            for name, wanted in filters.items()
+        }
+    finally:
+        await store.close()
+    assert found == {
+        "note": ["long"],
+        "customer": ["number", "long"],
+        "tier": ["number"],
+        "vip": ["flag"],
+    }
+    stored, wanted = entries(scratch_url)
+    assert stored == wanted and len(stored) == 5
+
+
+def entries(url: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The entries of runlane_attribute_runs, and those the runs' attributes should have."""
+    with psycopg.connect(url) as conn:
+        stored = conn.execute("SELECT entry, created_at, run_id FROM runlane_attribute_runs")
+        wanted = conn.execute(_ENTRIES)
+        return sorted(stored.fetchall()), sorted(wanted.fetchall())
+
+
+async def test_the_attribute_entries_follow_every_write_of_the_runs(
     pg_store: PostgresStore, pg_url: str
 ) -> None:
-    # A start without attributes writes it nothing; one with attributes writes its entries at
-    # once (no fastupdate list for every search to read through until a vacuum).
-    with psycopg.connect(pg_url) as conn:
-        [(definition,)] = conn.execute(
-            "SELECT indexdef FROM pg_indexes WHERE indexname = 'runlane_runs_attributes'"
-        ).fetchall()
-    assert "USING gin (attributes jsonb_path_ops)" in definition
-    assert "WITH (fastupdate=off)" in definition and "WHERE (attributes IS NOT NULL)" in definition
+    # A start with attributes and one without, a merge (a name set again to a new value, one to
+    # an equal number, a new name), a merge of a run being cancelled (which writes nothing), a
+    # prune: the entries are those of the runs' attributes, one each, every time.
+    spec = RunSpec("a", "wf", "1", None, T0, attributes={"k": "v", "flag": True, "n": 2})
+    await pg_store.create_runs([spec], T0, lease=Lease("o", T0 + LATER * 60))
+    await pg_store.create_runs([RunSpec("b", "wf", "1", None, T0)], T0)
+    stored, wanted = entries(pg_url)
+    assert stored == wanted and len(stored) == 3
+    await pg_store.set_attributes("a", "o", Writes(), {"k": "w", "n": 2.0, "x": 0.5}, T0)
+    stored, wanted = entries(pg_url)
+    assert stored == wanted and len(stored) == 4
+    await pg_store.cancel_run("a", T0, None)
+    with pytest.raises(RunCancelling):
+        await pg_store.set_attributes("a", "o", Writes(), {"k": "z"}, T0)
+    assert entries(pg_url) == (stored, stored)
+    await pg_store.settle_run("a", "o", Writes(), Settlement(RunStatus.CANCELLED), T0)
+    assert await pg_store.prune_runs({RunStatus.CANCELLED: T0 + LATER}, 10) == ["a"]
+    assert entries(pg_url) == ([], [])
+
+
+async def test_the_entries_follow_the_writes_of_an_engine_of_the_previous_version(
+    scratch_url: str,
+) -> None:
+    # Its statements write the attributes alone, in a session that does not say it writes their
+    # entries: the trigger of migration 0023 writes them (a start, a merge, a prune).
+    await upgrade(scratch_url)
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO runlane_runs (id, workflow, version, status, created_at, updated_at,"
+            " attributes) VALUES ('old', 'wf', '1', 'pending', %s, %s, %s)",
+            (T0, T0, '{"customer": "acme", "n": 1}'),
+        )
+        conn.execute(
+            "UPDATE runlane_runs SET attributes = attributes || '{\"n\": 2}' WHERE id = 'old'"
+        )
+        stored, wanted = entries(scratch_url)
+        assert stored == wanted and len(stored) == 2
+        store = PostgresStore(scratch_url)
+        await store.open()
+        try:
+            assert [run.id for run in await store.list_runs(attributes={"n": 2})] == ["old"]
+            assert await store.list_runs(attributes={"n": 1}) == []
+        finally:
+            await store.close()
+        conn.execute("DELETE FROM runlane_runs WHERE id = 'old'")
+    assert entries(scratch_url) == ([], [])
+
+
+async def test_the_sessions_of_this_version_write_the_entries_without_the_trigger(
+    scratch_url: str,
+) -> None:
+    await upgrade(scratch_url)
+    with psycopg.connect(scratch_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION runlane_attribute_entries() RETURNS trigger"
+            " LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'the trigger fired'; END $$"
+        )
+    store = PostgresStore(scratch_url)
+    await store.open()
+    try:
+        spec = RunSpec("a", "wf", "1", None, T0, attributes={"customer": "acme"})
+        await store.create_runs([spec], T0, lease=Lease("o", T0 + LATER * 60))
+        await store.set_attributes("a", "o", Writes(), {"customer": "globex"}, T0)
+        stored, wanted = entries(scratch_url)
+        assert stored == wanted and len(stored) == 1
+        await store.settle_run("a", "o", Writes(), Settlement(RunStatus.COMPLETED), T0)
+        assert await store.prune_runs({RunStatus.COMPLETED: T0 + LATER}, 10) == ["a"]
+    finally:
+        await store.close()
+    assert entries(scratch_url) == ([], [])
 
 
 async def test_retention_prunes_runs_an_engine_before_version_16_settled_by_updated_at(

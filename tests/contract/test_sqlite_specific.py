@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import multiprocessing
 import sqlite3
 import threading
@@ -26,6 +27,8 @@ from runlane.models import (
     QuotaGate,
     RateGate,
     RetryTimer,
+    RunCursor,
+    RunQuery,
     RunSpec,
     RunStatus,
     Settlement,
@@ -35,6 +38,7 @@ from runlane.models import (
 )
 from runlane.stores import open_store
 from runlane.stores.migrations import migrations, pending_migrations
+from runlane.stores.sqlite import reads
 from runlane.stores.sqlite.rows import changed_columns
 from runlane.stores.sqlite.statements import SQL
 from runlane.stores.sqlite.store import SqliteStore, _configure
@@ -132,26 +136,46 @@ async def test_the_lanes_are_read_from_the_active_runs_index(
     assert "SCAN runs " not in plan + " ", plan
 
 
-async def test_a_filter_on_attributes_searches_their_index_whatever_the_runs_order(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "query",
+    [
+        RunQuery(attributes={"customer": "acme"}),
+        RunQuery(attributes={"customer": "acme"}, after=RunCursor(T0, "run-7")),
+        RunQuery(
+            attributes={"customer": "acme", "tier": 2},
+            workflow="wf",
+            namespace="eu",
+            created_from=T0 - timedelta(days=1),
+            after=RunCursor(T0, "run-7"),
+        ),
+    ],
+    ids=["first-page", "from-a-cursor", "two-attributes-and-filters"],
+)
+async def test_a_page_by_attributes_walks_the_first_ones_index_newest_first(
+    tmp_path: Path, query: RunQuery
 ) -> None:
-    # Newest first with a limit could walk runs_newest and test each run: for a rare value,
-    # every run. The (key, value) index finds the matches instead; they are sorted after.
+    # From the cursor, newest first, in the order of attribute_runs_newest: a page stops at
+    # its 50th run, never sorting every run of the value (as the (key, value) index made it),
+    # whatever else the filter asks.
     path = tmp_path / "plan.db"
     await open_and_close(path)
-    query = (
-        f"EXPLAIN QUERY PLAN SELECT * FROM runs WHERE {SQL['has_attribute']}"
-        " ORDER BY created_at DESC, id DESC LIMIT 50"
-    )
     with sqlite3.connect(path) as conn:
-        rows = conn.execute(query, ("customer", '"acme"'))
-        plan = " | ".join(str(row[-1]) for row in rows)
-    assert "USING COVERING INDEX run_attributes_value (key=? AND value=?)" in plan, plan
-    assert "SCAN runs" not in plan, plan
+        conn.row_factory = sqlite3.Row
+        seen: list[str] = []
+        conn.set_trace_callback(seen.append)
+        assert reads.page_runs(conn, query, 50) == []
+        conn.set_trace_callback(None)
+        rows = conn.execute(f"EXPLAIN QUERY PLAN {seen[-1]}").fetchall()
+    plan = " | ".join(str(row[-1]) for row in rows)
+    walk = "SEARCH a USING COVERING INDEX attribute_runs_newest (key=? AND value=?"
+    assert plan.startswith(walk), plan
+    assert ("(created_at,run_id)<(?,?)" in plan) == (query.after is not None), plan
+    assert "TEMP B-TREE" not in plan and "SCAN runs" not in plan, plan
 
 
 async def test_the_attribute_index_follows_every_write_of_the_runs(tmp_path: Path) -> None:
-    # run_attributes follows the column: a start, a merge (a name set again replaced), a prune.
+    # attribute_runs follows the column: a start, a merge (a name set again replaced), a prune;
+    # each row with its run's created_at.
     store = SqliteStore(tmp_path / "x.db")
     await store.open()
     try:
@@ -159,19 +183,22 @@ async def test_the_attribute_index_follows_every_write_of_the_runs(tmp_path: Pat
         [started] = await store.create_runs([spec], T0, lease=Lease("o", T0 + timedelta(60)))
         assert started.claim is not None
         await store.create_runs([RunSpec("b", "wf", "1", None, T0)], T0)
-        await store.set_attributes("a", "o", Writes(), {"k": "w", "x": 0.5}, T0)
+        await store.set_attributes("a", "o", Writes(), {"k": "w", "x": 0.5}, T0 + timedelta(1))
         with sqlite3.connect(tmp_path / "x.db") as conn:
-            rows = conn.execute("SELECT run_id, key, value FROM run_attributes ORDER BY key")
+            rows = conn.execute(
+                "SELECT run_id, key, value, created_at FROM attribute_runs ORDER BY key"
+            )
+            at = T0.isoformat(timespec="microseconds")
             assert rows.fetchall() == [
-                ("a", "flag", b"\x01"),
-                ("a", "k", "w"),
-                ("a", "n", 2),
-                ("a", "x", 0.5),
+                ("a", "flag", b"\x01", at),
+                ("a", "k", "w", at),
+                ("a", "n", 2, at),
+                ("a", "x", 0.5, at),
             ]
         await store.settle_run("a", "o", Writes(), Settlement(RunStatus.COMPLETED), T0)
         assert await store.prune_runs({RunStatus.COMPLETED: T0 + timedelta(1)}, 10) == ["a"]
         with sqlite3.connect(tmp_path / "x.db") as conn:
-            assert conn.execute("SELECT count(*) FROM run_attributes").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM attribute_runs").fetchone() == (0,)
     finally:
         await store.close()
 
@@ -795,6 +822,98 @@ async def test_the_lanes_migration_moves_existing_singleton_runs_into_their_work
     assert holder.tags == ("mine", "singleton:store:A")
     assert q.tags == ("mine", "concurrency:tenant:acme")
     assert (q.concurrency_limit, holder.admission_retries) == (None, 0)
+
+
+# ---------------------------------------------------------------- migration 21: attribute pages
+
+
+async def test_the_attribute_pages_migration_dates_the_attributes_of_the_runs_it_finds(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    runs = {"old": {"customer": "acme", "vip": True}, "new": {"customer": "acme"}, "plain": {}}
+    with sqlite3.connect(path) as conn:
+        for version, sql in migrations("sqlite")[:19]:
+            conn.executescript(sql)
+            conn.execute(
+                "INSERT INTO schema_version VALUES (?, ?)", (version, "2026-01-01T00:00:00+00:00")
+            )
+        for n, (run_id, attributes) in enumerate(runs.items()):
+            stamp = (T0 + timedelta(seconds=n)).isoformat(timespec="microseconds")
+            conn.execute(
+                "INSERT INTO runs (id, workflow, version, status, tags, created_at, updated_at,"
+                " attributes) VALUES (?, 'wf', '1', 'pending', '[]', ?, ?, ?)",
+                (run_id, stamp, stamp, json.dumps(attributes) if attributes else None),
+            )
+            # As version 19 indexed a run's attributes (index_attributes, then).
+            conn.execute(
+                "INSERT INTO run_attributes (run_id, key, value) SELECT ?, key,"
+                " CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END"
+                " FROM json_each(?)",
+                (run_id, json.dumps(attributes)),
+            )
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        acme = [run.id for run in await store.list_runs(attributes={"customer": "acme"})]
+        vip = [run.id for run in await store.list_runs(attributes={"vip": True})]
+    finally:
+        await store.close()
+    assert (acme, vip) == (["new", "old"], ["old"])
+    with sqlite3.connect(path) as conn:
+        dated = conn.execute(
+            "SELECT count(*) FROM attribute_runs AS a JOIN runs AS r ON r.id = a.run_id"
+            " WHERE a.created_at = r.created_at"
+        )
+        assert dated.fetchone() == (3,)
+
+
+async def test_an_engine_of_the_previous_version_uses_run_attributes_as_it_was(
+    tmp_path: Path,
+) -> None:
+    # Its statements (version 19's, verbatim) write a run's attributes without created_at, after
+    # the run; find runs by them; delete them with the run. Through the view of migration 0021
+    # they land in attribute_runs, dated, where this version finds them.
+    path = tmp_path / "x.db"
+    await open_and_close(path)
+    value = "CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END"
+    old_index = (
+        f"INSERT OR REPLACE INTO run_attributes (run_id, key, value) SELECT ?, key, {value}"
+        " FROM json_each(?)"
+    )
+    old_filter = (
+        "SELECT id FROM runs WHERE id IN (SELECT run_id FROM run_attributes"
+        f" WHERE key = ? AND value = (SELECT {value} FROM json_each(?)))"
+    )
+    stamp = T0.isoformat(timespec="microseconds")
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO runs (id, workflow, version, status, tags, created_at, updated_at,"
+            " attributes) VALUES ('old', 'wf', '1', 'pending', '[]', ?, ?, ?)",
+            (stamp, stamp, '{"customer": "acme", "stage": "new"}'),
+        )
+        conn.execute(old_index, ("old", '{"customer": "acme", "stage": "new"}'))
+        conn.execute(
+            "UPDATE runs SET attributes = ? WHERE id = 'old'",
+            ('{"customer": "acme", "stage": "paid"}',),
+        )
+        conn.execute(old_index, ("old", '{"stage": "paid"}'))
+        rows = conn.execute("SELECT key, value, created_at FROM attribute_runs ORDER BY key")
+        assert rows.fetchall() == [("customer", "acme", stamp), ("stage", "paid", stamp)]
+        assert conn.execute(old_filter, ("stage", '"paid"')).fetchall() == [("old",)]
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        paid = await store.page_runs(RunQuery(attributes={"customer": "acme", "stage": "paid"}), 5)
+        assert [run.id for run in paid] == ["old"]
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "DELETE FROM run_attributes WHERE run_id IN (SELECT value FROM json_each(?))",
+            ('["old"]',),
+        )
+        assert conn.execute("SELECT count(*) FROM attribute_runs").fetchone() == (0,)
 
 
 # ---------------------------------------------------------------- WAL checkpoints

@@ -67,7 +67,7 @@ def test_the_attributes_benchmark_runs_and_its_filters_read_the_index(tmp_path: 
         "a value no run has": 0,
         "one tier (33%)": 100,
     }
-    assert "USING COVERING INDEX run_attributes_value" in done.stdout
+    assert "USING COVERING INDEX attribute_runs_newest" in done.stdout
 
 
 def _module(name: str) -> Any:

@@ -136,8 +136,9 @@ class Reads(Protocol):
         """Runs matching every filter given, newest first (``created_at``, then id, descending).
 
         ``attributes``: runs whose attributes hold every entry, equal in value and type
-        (``runlane.attributes.same_value``); an index serves it, so a filter matching few runs
-        reads those, not every run."""
+        (``runlane.attributes.same_value``); an index that keeps each value's runs newest first
+        serves it (the SQL stores walk the first attribute's and test the others on each run),
+        so a page reads about as many runs as it lists, however many hold the value."""
         ...
 
     async def page_runs(self, query: RunQuery, limit: int) -> list[Run]:

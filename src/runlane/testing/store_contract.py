@@ -32,6 +32,7 @@ import pytest
 import pytest_asyncio
 
 from runlane.activity import ActivityCount, latency_bucket
+from runlane.attributes import AttributeValue
 from runlane.errors import (
     ConcurrencyLimitError,
     DefinitionError,
@@ -2256,6 +2257,67 @@ async def test_page_and_count_runs_filter_by_attributes(store: Store) -> None:
         RunStatus.COMPLETED: 1
     }
     assert await store.count_runs(RunQuery(attributes={"customer": "nobody"})) == {}
+
+
+async def test_pages_by_attributes_break_ties_by_id_and_resume_from_any_cursor(
+    store: Store,
+) -> None:
+    # Runs created at the same instants, some of another customer, tier, workflow or
+    # namespace: every page of 3 from the last one's cursor, whatever the filter, lists each
+    # run it matches once, newest first and ties by id descending.
+    await create(
+        store,
+        *(
+            spec(
+                f"r{n:02}",
+                created=n // 4,
+                workflow="w1" if n % 5 else "w2",
+                namespace="eu" if n % 7 else "us",
+                attributes={"customer": "acme" if n % 3 else "globex", "tier": n % 2},
+            )
+            for n in range(40)
+        ),
+    )
+    everyone = await store.list_runs(limit=100)
+    for query in (
+        RunQuery(attributes={"customer": "acme"}),
+        RunQuery(attributes={"tier": 1, "customer": "acme"}),
+        RunQuery(attributes={"customer": "acme"}, workflow="w1", namespace="eu"),
+        RunQuery(attributes={"customer": "acme"}, created_from=at(2), created_until=at(8)),
+    ):
+        pages: list[str] = []
+        after = None
+        while page := await store.page_runs(replace(query, after=after), 3):
+            pages += [r.id for r in page]
+            after = RunCursor(page[-1].created_at, page[-1].id)
+        assert pages == [r.id for r in everyone if query.matches(r)], query
+        assert await store.count_runs(query) == {RunStatus.PENDING: len(pages)}, query
+
+
+async def test_a_run_whose_attribute_is_set_again_is_listed_once_by_its_new_value(
+    store: Store,
+) -> None:
+    await create(store, spec("a", attributes={"stage": "new", "n": 2}), spec("b", created=1))
+    await lease(store, "a")
+    # A new value, an equal number, and both again.
+    merges: list[dict[str, AttributeValue]] = [
+        {"stage": "paid"},
+        {"n": 2.0},
+        {"stage": "paid", "n": 2},
+    ]
+    for attributes in merges:
+        await store.set_attributes("a", "owner-1", Writes(), attributes, at(1))
+    filters: list[tuple[dict[str, AttributeValue], list[str]]] = [
+        ({"stage": "paid"}, ["a"]),
+        ({"stage": "new"}, []),
+        ({"n": 2}, ["a"]),
+        ({"n": 2, "stage": "paid"}, ["a"]),
+    ]
+    for wanted, found in filters:
+        assert [r.id for r in await store.list_runs(attributes=wanted)] == found, wanted
+        assert [r.id for r in await store.page_runs(RunQuery(attributes=wanted), 10)] == found
+        counted = await store.count_runs(RunQuery(attributes=wanted))
+        assert counted == ({RunStatus.RUNNING: 1} if found else {}), wanted
 
 
 def attributes_record(run_id: str, seq: int, attributes: dict[str, Any]) -> StepRecord:

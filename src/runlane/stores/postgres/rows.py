@@ -10,6 +10,7 @@ from typing import Any
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ... import admission
+from ...attributes import AttributeValue
 from ...models import (
     AuditEntry,
     Claim,
@@ -360,18 +361,21 @@ def claimable(row: Row, now: datetime, handoff: bool = False) -> bool:
     return False
 
 
-# The conditions of list_runs and of a RunQuery (page_runs, count_runs); the cursor is a row
-# comparison that walks the (created_at DESC, id DESC) indexes from where the last page ended.
+# The conditions of list_runs and of a RunQuery (page_runs, count_runs): on the run, then on
+# its creation time and id, where the cursor is a row comparison that walks the
+# (created_at DESC, id DESC) indexes from where the last page ended.
 QUERY_FILTERS = {
     "workflow": "workflow = %(workflow)s",
     "status": "status = %(status)s",
-    "tag": "tags @> ARRAY[%(tag)s]::text[] AND tags <> '{}'",  # runlane_runs_tags's condition
+    "tag": "tags @> ARRAY[%(tag)s]::text[] AND tags <> '{{}}'",  # runlane_runs_tags's condition ({{}}: format)
     "attributes": "attributes @> %(attributes)s::jsonb",
     "parent_id": "parent_id = %(parent_id)s",
     "namespace": "namespace = %(namespace)s",
-    "created_from": "created_at >= %(created_from)s",
-    "created_until": "created_at < %(created_until)s",
-    "after_at": "(created_at, id) < (%(after_at)s, %(after_id)s)",
+}
+QUERY_BOUNDS = {
+    "created_from": "{created_at} >= %(created_from)s",
+    "created_until": "{created_at} < %(created_until)s",
+    "after_at": "({created_at}, {id}) < (%(after_at)s, %(after_id)s)",
 }
 
 
@@ -384,17 +388,47 @@ def query_params(query: RunQuery, *, cursor: bool) -> Row:
     }
     if query.status is not None:
         given["status"] = str(query.status)
-    if query.attributes:
-        given["attributes"] = dumps(dict(query.attributes))
+    given.update(attribute_params(query.attributes))
     if cursor and query.after is not None:
         given.update(after_at=query.after.created_at, after_id=query.after.id)
     return given
 
 
-def query_where(given: Row) -> str:
-    """The WHERE clause of the filters in ``given`` (empty when there is none)."""
-    where = " AND ".join(QUERY_FILTERS[k] for k in QUERY_FILTERS if k in given)
-    return f"WHERE {where}" if where else ""
+def attribute_params(attributes: Mapping[str, AttributeValue] | None) -> Row:
+    """The parameters of a filter on ``attributes`` (none without one): all of them, and the
+    first, whose entries the listing reads."""
+    if not attributes:
+        return {}
+    first = next(iter(attributes.items()))
+    return {"attributes": dumps(dict(attributes)), "attribute": dumps(dict([first]))}
+
+
+def filtered(statement: str, given: Row) -> str:
+    """``statement`` with the filters in ``given`` in place: ``{filters}`` is the WHERE clause of
+    them all (empty when there is none). A listing by attributes walks the entries of the first
+    (``runs_by_attribute``): its ``{run_filters}`` are the conditions on each run, and its
+    ``{entry_bounds}`` bound the walk, on the entries' creation time and run id (each condition
+    after an ``AND``)."""
+    every = [*_conditions(QUERY_FILTERS, given), *_conditions(QUERY_BOUNDS, given)]
+    entries = {"created_at": "a.created_at", "id": "a.run_id"}
+    return (
+        statement.replace("{filters}", f"WHERE {' AND '.join(every)}" if every else "")
+        .replace("{run_filters}", _and(_conditions(QUERY_FILTERS, given)))
+        .replace("{entry_bounds}", _and(_conditions(QUERY_BOUNDS, given, entries)))
+    )
+
+
+def _conditions(
+    conditions: Mapping[str, str], given: Row, columns: Mapping[str, str] | None = None
+) -> list[str]:
+    """The ``conditions`` that ``given`` has parameters for, on the run's columns or on those
+    ``columns`` names."""
+    names = columns or {"created_at": "created_at", "id": "id"}
+    return [condition.format(**names) for k, condition in conditions.items() if k in given]
+
+
+def _and(conditions: list[str]) -> str:
+    return "".join(f" AND {condition}" for condition in conditions)
 
 
 def gate_keys(specs: Sequence[RunSpec]) -> list[str]:
@@ -485,22 +519,27 @@ def depth_first(root: str, tree: Sequence[Row]) -> list[str]:
 def utc_conninfo(url: str) -> str:
     """``url`` with the store's session settings: time zone UTC (timestamps read back in UTC),
     generic plans (see ``Database``), no JIT compilation (the store's statements touch a few
-    rows each, and a cost misestimate would compile one for hundreds of milliseconds), and no
-    sequential scans where an index serves: a connection plans each statement once, often
+    rows each, and a cost misestimate would compile one for hundreds of milliseconds), no
+    sequential scans where an index serves (a connection plans each statement once, often
     while the tables are still empty, and such a plan would scan runlane_runs for as long as
-    the connection lives (or until autovacuum's first ANALYZE)."""
+    the connection lives, or until autovacuum's first ANALYZE), and that the session writes
+    the entries of the runs' attributes itself (``runlane.attribute_entries``: the trigger that
+    writes them for engines of an earlier version stays still, see migration 0023)."""
     params = conninfo_to_dict(url)
     settings = (
         "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off"
+        " -c runlane.attribute_entries=on"
     )
     options = f"{params.get('options') or ''} {settings}".strip()
     return make_conninfo("", **{**params, "options": options})
 
 
 __all__ = [
+    "QUERY_BOUNDS",
     "QUERY_FILTERS",
     "Checkpoint",
     "Row",
+    "attribute_params",
     "audit_from_row",
     "audit_params",
     "checkpoints_params",
@@ -510,6 +549,7 @@ __all__ = [
     "engine_params",
     "event_from_row",
     "fenced_params",
+    "filtered",
     "gate_keys",
     "gate_params",
     "gate_refusal",
@@ -521,7 +561,6 @@ __all__ = [
     "load_queries",
     "new_or_found",
     "query_params",
-    "query_where",
     "retry_params",
     "run_from_row",
     "schedule_from_row",

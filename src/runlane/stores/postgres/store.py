@@ -79,6 +79,7 @@ from .db import (
 )
 from .rows import (
     Row,
+    attribute_params,
     audit_from_row,
     audit_params,
     claimable,
@@ -87,6 +88,7 @@ from .rows import (
     engine_params,
     event_from_row,
     fenced_params,
+    filtered,
     fires_param,
     gate_keys,
     gate_params,
@@ -97,7 +99,6 @@ from .rows import (
     lane_member_from_row,
     pg_array,
     query_params,
-    query_where,
     retry_params,
     run_from_row,
     schedule_from_row,
@@ -1046,8 +1047,7 @@ class PostgresStore:
         given: Row = {
             k: (str(v) if k == "status" else v) for k, v in filters.items() if v is not None
         }
-        if attributes:
-            given["attributes"] = dumps(dict(attributes))
+        given.update(attribute_params(attributes))
         rows = await self._filtered(_listing("list_runs", given), given, limit=limit, offset=offset)
         return [run_from_row(row) for row in rows]
 
@@ -1057,7 +1057,8 @@ class PostgresStore:
         return [run_from_row(row) for row in rows]
 
     async def count_runs(self, query: RunQuery) -> dict[RunStatus, int]:
-        rows = await self._filtered("count_runs", query_params(query, cursor=False))
+        given = query_params(query, cursor=False)
+        rows = await self._filtered(_listing("count_runs", given), given)
         return {RunStatus(row["status"]): int(row["runs"]) for row in rows}
 
     async def prune_runs(self, cutoffs: Mapping[RunStatus, datetime], limit: int) -> list[str]:
@@ -1153,7 +1154,7 @@ class PostgresStore:
 
     async def _filtered(self, name: str, given: Row, **params: object) -> list[Row]:
         """Statement ``name`` with the WHERE clause of the filters in ``given``."""
-        query = SQL[name].replace("{filters}", query_where(given))
+        query = filtered(SQL[name], given)
 
         async def work(conn: Conn) -> list[Row]:
             cur = await conn.execute(query, {**given, **params})
@@ -1405,7 +1406,7 @@ def _held(peek: Row) -> bool:
 
 def _listing(name: str, given: Row) -> str:
     """The listing statement for the filters ``given``: a filter on attributes has its own,
-    which reads the matches from their index first."""
+    which reads the runs from the entries of its first attribute."""
     return f"{name}_by_attributes" if "attributes" in given else name
 
 

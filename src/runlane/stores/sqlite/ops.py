@@ -124,10 +124,10 @@ def _insert_run(conn: Conn, run: Run, statement: str = _INSERT_RUN) -> int:
 
 
 def index_attributes(conn: Conn, run_id: str, attributes: Mapping[str, AttributeValue]) -> None:
-    """Write a run's ``attributes`` into run_attributes (the listings' index), each name
-    taking its new value; nothing for none."""
+    """Write a run's ``attributes`` into attribute_runs (the listings' index), each name
+    taking its new value; nothing for none. The run's row must be written already."""
     if attributes:
-        conn.execute(SQL["index_attributes"], (run_id, dumps(dict(attributes))))
+        conn.execute(SQL["index_attributes"], (dumps(dict(attributes)), run_id))
 
 
 _UPDATE_RUN = "UPDATE runs SET {} WHERE id = ?".format(

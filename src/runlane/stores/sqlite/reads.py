@@ -119,7 +119,7 @@ def timed_out_run_ids(
     return _ids(conn, "timed_out_ids", (ts(now),), limit, namespace, serves)
 
 
-# The run listings filter on what the caller gave, so their WHERE clauses are assembled here.
+# The run listings filter on what the caller gave, so their statements are assembled here.
 
 
 def list_runs(
@@ -137,63 +137,79 @@ def list_runs(
     filters = {
         "workflow = ?": workflow,
         "status = ?": None if status is None else str(status),
-        "EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)": tag,
+        _HAS_TAG: tag,
         "parent_id = ?": parent_id,
         "namespace = ?": namespace,
     }
     given = {clause: value for clause, value in filters.items() if value is not None}
-    clauses, params = _attribute_clauses(attributes)
-    where = " AND ".join(["1", *given, *clauses])
-    rows = conn.execute(
-        f"SELECT * FROM runs WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?",
-        (*given.values(), *params, limit, offset),
-    )
-    return [run_from_row(row) for row in rows]
-
-
-def _attribute_clauses(
-    attributes: Mapping[str, AttributeValue] | None,
-) -> tuple[list[str], list[object]]:
-    """One condition per attribute of a filter (as many as it has), and their parameters."""
-    wanted = attributes or {}
-    params: list[object] = [p for key, value in wanted.items() for p in (key, dumps(value))]
-    return [SQL["has_attribute"]] * len(wanted), params
-
-
-def _query_where(query: RunQuery, *, cursor: bool) -> tuple[str, list[object]]:
-    """``query``'s filters as a WHERE clause and its parameters (the cursor with ``cursor``)."""
-    filters: dict[str, object] = {
-        "workflow = ?": query.workflow,
-        "status = ?": None if query.status is None else str(query.status),
-        "EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)": query.tag,
-        "created_at >= ?": ts(query.created_from),
-        "created_at < ?": ts(query.created_until),
-        "namespace = ?": query.namespace,
-    }
-    given = {clause: value for clause, value in filters.items() if value is not None}
-    attribute_clauses, attribute_params = _attribute_clauses(query.attributes)
-    params = [*given.values(), *attribute_params]
-    clauses = ["1", *given, *attribute_clauses]
-    if cursor and query.after is not None:
-        # A row value: SQLite walks the (created_at, id) index from the cursor.
-        clauses.append("(created_at, id) < (?, ?)")
-        params += [ts(query.after.created_at), query.after.id]
-    return " AND ".join(clauses), params
+    source, params, newest = _selection(given, attributes)
+    statement = f"SELECT runs.* {source} {newest} LIMIT ? OFFSET ?"
+    return [run_from_row(row) for row in conn.execute(statement, (*params, limit, offset))]
 
 
 def page_runs(conn: Conn, query: RunQuery, limit: int) -> list[Run]:
-    where, params = _query_where(query, cursor=True)
-    rows = conn.execute(
-        f"SELECT * FROM runs WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?",
-        (*params, limit),
-    )
-    return [run_from_row(row) for row in rows]
+    source, params, newest = _query_selection(query, cursor=True)
+    statement = f"SELECT runs.* {source} {newest} LIMIT ?"
+    return [run_from_row(row) for row in conn.execute(statement, (*params, limit))]
 
 
 def count_runs(conn: Conn, query: RunQuery) -> dict[RunStatus, int]:
-    where, params = _query_where(query, cursor=False)
-    rows = conn.execute(f"SELECT status, count(*) FROM runs WHERE {where} GROUP BY status", params)
+    source, params, _ = _query_selection(query, cursor=False)
+    rows = conn.execute(f"SELECT status, count(*) {source} GROUP BY status", params)
     return {RunStatus(status): count for status, count in rows}
+
+
+_HAS_TAG = "EXISTS (SELECT 1 FROM json_each(runs.tags) WHERE value = ?)"
+
+
+def _query_selection(query: RunQuery, *, cursor: bool) -> tuple[str, list[object], str]:
+    """``query``'s filters as :func:`_selection` gives them (the cursor with ``cursor``)."""
+    filters: dict[str, object] = {
+        "workflow = ?": query.workflow,
+        "status = ?": None if query.status is None else str(query.status),
+        _HAS_TAG: query.tag,
+        "namespace = ?": query.namespace,
+    }
+    given = {clause: value for clause, value in filters.items() if value is not None}
+    bounds: dict[str, list[object]] = {}
+    if query.created_from is not None:
+        bounds["{at} >= ?"] = [ts(query.created_from)]
+    if query.created_until is not None:
+        bounds["{at} < ?"] = [ts(query.created_until)]
+    if cursor and query.after is not None:
+        # A row value: SQLite walks the (created_at, id) index from the cursor.
+        bounds["({at}, {id}) < (?, ?)"] = [ts(query.after.created_at), query.after.id]
+    return _selection(given, query.attributes, bounds)
+
+
+def _selection(
+    given: Mapping[str, object],
+    attributes: Mapping[str, AttributeValue] | None,
+    bounds: Mapping[str, list[object]] | None = None,
+) -> tuple[str, list[object], str]:
+    """A listing's ``FROM ... WHERE ...``, its parameters, and its ``ORDER BY`` (newest first).
+
+    ``given`` maps conditions on a run to their parameter, ``bounds`` conditions on its
+    creation time and id (written with ``{at}`` and ``{id}``) to theirs. A filter on attributes
+    reads the runs from the rows of its first attribute (``runs_by_attribute``), whose own
+    created_at and run_id the bounds and the order then name: a page is a walk of their index
+    from the cursor. Each of the other attributes is tested on the run (``has_attribute``).
+    """
+    wanted = [(key, dumps(value)) for key, value in (attributes or {}).items()]
+    first, others = wanted[:1], wanted[1:]
+    at, run_id = ("a.created_at", "a.run_id") if first else ("created_at", "id")
+    clauses = ["1", *given, *[SQL["has_attribute"]] * len(others)]
+    params = [*_flat(first), *given.values(), *_flat(others)]
+    for clause, values in (bounds or {}).items():
+        clauses.append(clause.format(at=at, id=run_id))
+        params += values
+    source = SQL["runs_by_attribute"] if first else "runs"
+    where = " AND ".join(clauses)
+    return f"FROM {source} WHERE {where}", params, f"ORDER BY {at} DESC, {run_id} DESC"
+
+
+def _flat(pairs: Sequence[tuple[str, str]]) -> list[object]:
+    return [param for pair in pairs for param in pair]
 
 
 def run_activity(

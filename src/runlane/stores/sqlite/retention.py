@@ -15,7 +15,7 @@ from .statements import ACTIVE, SQL
 Conn = sqlite3.Connection
 
 # Each owning table, keyed by run id; none cascades in SQLite's schema.
-OWNED = ("steps", "signals", "queue_entries", "run_attributes")
+OWNED = ("steps", "signals", "queue_entries", "attribute_runs")
 
 
 # The partial index's condition, verbatim: SQLite uses a partial index only for a query that

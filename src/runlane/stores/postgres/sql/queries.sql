@@ -108,6 +108,19 @@ FROM given
 ON CONFLICT (id) DO NOTHING
 RETURNING *
 
+-- name: entry
+-- (A fragment.) The entry in runlane_attribute_runs of the attribute ``e`` (a row of jsonb_each):
+-- the hash of it as a one-attribute object (see migration 0023).
+jsonb_hash_extended(jsonb_build_object(e.key, e.value), 0)
+
+-- name: index_inserted
+-- (A fragment: a CTE after ``inserted``.) The entries of the new runs' attributes, in the
+-- statement that inserts them; a run without attributes has none.
+indexed AS (
+    INSERT INTO runlane_attribute_runs (entry, created_at, run_id)
+    SELECT {entry}, i.created_at, i.id FROM inserted AS i, jsonb_each(i.attributes) AS e
+)
+
 -- name: insert_runs
 -- Ungated specs in one statement: the new runs (``created``), then the ones that existed.
 -- An id inserted by a transaction that committed after this statement began is in neither.
@@ -115,7 +128,7 @@ WITH given AS (
     SELECT s.*, s.lease_owner IS NOT NULL AS claimed, NULL::timestamptz AS waits_until,
            {unlimited}
     FROM ({spec_rows}) AS s
-), inserted AS ({insert_given})
+), inserted AS ({insert_given}), {index_inserted}
 SELECT *, true AS created FROM inserted
 UNION ALL
 SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[]);
@@ -141,7 +154,7 @@ WITH existing AS (
       AND (%(quota_limit)s::integer IS NULL
            OR (%(quota_limit)s > 0 AND c.quota_active < %(quota_limit)s))
       AND (%(queue_capacity)s::integer IS NULL OR c.key_active < %(queue_capacity)s)
-), inserted AS ({insert_given})
+), inserted AS ({insert_given}), {index_inserted}
 SELECT r.*, c.quota_active, c.key_active, c.key_ahead
 FROM counts AS c
 LEFT JOIN (SELECT *, true AS created FROM inserted UNION ALL SELECT * FROM existing) AS r ON true;
@@ -190,7 +203,7 @@ WITH existing AS (
       AND (%(quota_limit)s::integer IS NULL
            OR (%(quota_limit)s > 0 AND t.quota_active < %(quota_limit)s))
       AND (%(queue_capacity)s::integer IS NULL OR t.key_active < %(queue_capacity)s)
-), inserted AS ({insert_given})
+), inserted AS ({insert_given}), {index_inserted}
 SELECT r.*, c.quota_active, c.key_active, c.key_ahead, c.rate_last, c.debounced
 FROM counts AS c
 LEFT JOIN (SELECT *, true AS created, false AS folded FROM inserted
@@ -662,9 +675,16 @@ SELECT status, EXISTS (SELECT 1 FROM ok) AS written, pausing FROM fence;
 
 -- name: set_attributes
 -- A checkpoint (as ``checkpoint``) whose touch of the run merges the attributes into the run's:
--- still one update of the row in the statement. Unlike a checkpoint's, this update changes an
--- indexed column, so it is not heap-only: the GIN index gets the run's new entries.
-WITH fence AS (
+-- still one update of the row in the statement, heap-only as a checkpoint's (no index of the
+-- run reads its attributes). When the merge goes ahead, the entries of the attributes it
+-- changed go (``stale``) and those of the new values come (``fresh``). ``before`` is the row
+-- as this statement's snapshot saw it: only the lease holder writes attributes, so the row the
+-- fence updates has the same ones. The stale entries are looked up by their whole key, the
+-- hashes computed once (an array): given them one attribute at a time, the planner may read
+-- the run's entries by their key's other columns alone, every entry of the table.
+WITH before AS (
+    SELECT attributes FROM runlane_runs WHERE id = %(id)s
+), fence AS (
     UPDATE runlane_runs AS r
     SET updated_at = CASE WHEN r.status <> 'cancelling' OR %(allow_cancelling)s
                           THEN %(now)s ELSE r.updated_at END,
@@ -672,8 +692,19 @@ WITH fence AS (
                           THEN coalesce(r.attributes, '{}') || %(attributes)s::jsonb
                           ELSE r.attributes END
     WHERE r.id = %(id)s AND r.lease_owner = %(owner)s AND r.status IN {leased}
-    RETURNING r.id, r.status
-), {writes_of_ok}
+    RETURNING r.id, r.status, r.created_at, r.attributes
+), {writes_of_ok}, stale AS (
+    DELETE FROM runlane_attribute_runs AS a USING ok
+    WHERE a.entry = ANY(ARRAY(
+              SELECT {entry} FROM ok AS n, before AS b, jsonb_each(b.attributes) AS e
+              WHERE NOT n.attributes @> jsonb_build_object(e.key, e.value)))
+      AND a.created_at = ok.created_at AND a.run_id = ok.id
+), fresh AS (
+    INSERT INTO runlane_attribute_runs (entry, created_at, run_id)
+    SELECT {entry}, ok.created_at, ok.id
+    FROM ok, before AS b, jsonb_each(ok.attributes) AS e
+    WHERE b.attributes IS NULL OR NOT b.attributes @> jsonb_build_object(e.key, e.value)
+)
 SELECT status, EXISTS (SELECT 1 FROM ok) AS written FROM fence;
 
 -- name: checkpoint_many
@@ -1062,31 +1093,44 @@ SELECT * FROM runlane_runs {filters}
 ORDER BY created_at DESC, id DESC
 LIMIT %(limit)s;
 
+-- name: runs_by_attribute
+-- (A fragment: the runs of a listing by attributes.) The runs of the first attribute of the
+-- filter (``attribute``, one attribute as a JSON object), by its entries in
+-- runlane_attribute_runs: newest first, a walk of the range of its value in their primary key
+-- (see migration 0023), from where ``{entry_bounds}`` bound it. Each run is read by id and
+-- tested (``{run_filters}``: every attribute of the filter, that one included, on the run's
+-- own). The lookup is a lateral subquery the planner cannot flatten (OFFSET 0), so that the
+-- walk stays the outer loop and stops at the page's last run: the planner cannot tell how many
+-- runs a value has, nor that a run of its entries holds it, and would otherwise join all of
+-- them and sort them whenever it guessed a value rare.
+runlane_attribute_runs AS a CROSS JOIN LATERAL (
+    SELECT * FROM runlane_runs AS r WHERE r.id = a.run_id {run_filters} OFFSET 0
+) AS r
+WHERE a.entry = jsonb_hash_extended(%(attribute)s::jsonb, 0) {entry_bounds}
+
 -- name: list_runs_by_attributes
--- As ``list_runs``, for a filter on attributes (``{filters}`` holds it): see
--- ``page_runs_by_attributes``.
-WITH matching AS MATERIALIZED (
-    SELECT id, created_at FROM runlane_runs {filters}
-), listed AS (
-    SELECT id FROM matching ORDER BY created_at DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s
-)
-SELECT * FROM runlane_runs WHERE id IN (SELECT id FROM listed) ORDER BY created_at DESC, id DESC;
+-- As ``list_runs``, for a filter on attributes.
+SELECT r.* FROM {runs_by_attribute}
+ORDER BY a.created_at DESC, a.run_id DESC
+LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: page_runs_by_attributes
--- As ``page_runs``, for a filter on attributes (``{filters}`` holds it): their GIN index finds
--- every match (the materialized CTE, one narrow row each), the newest of them make the page,
--- read by id. Left to itself, the planner (which cannot tell how many runs a containment
--- matches) walks the runs newest first, filtering: to fill a page of a rare value, or of one
--- no run has, it would read every run. This way a page costs what matches.
-WITH matching AS MATERIALIZED (
-    SELECT id, created_at FROM runlane_runs {filters}
-), page AS (
-    SELECT id FROM matching ORDER BY created_at DESC, id DESC LIMIT %(limit)s
-)
-SELECT * FROM runlane_runs WHERE id IN (SELECT id FROM page) ORDER BY created_at DESC, id DESC;
+-- As ``page_runs``, for a filter on attributes: from a cursor, the walk starts where it is.
+SELECT r.* FROM {runs_by_attribute}
+ORDER BY a.created_at DESC, a.run_id DESC
+LIMIT %(limit)s;
 
 -- name: count_runs
 SELECT status, count(*) AS runs FROM runlane_runs {filters} GROUP BY status;
+
+-- name: count_runs_by_attributes
+-- As ``count_runs``, for a filter on attributes: the runs of the first attribute's entries,
+-- each read by id (the planner cannot tell how many a value has: a join could be a scan of
+-- every run).
+SELECT status, count(*) AS runs FROM runlane_runs {filters}
+    AND id = ANY(ARRAY(SELECT run_id FROM runlane_attribute_runs
+                       WHERE entry = jsonb_hash_extended(%(attribute)s::jsonb, 0)))
+GROUP BY status;
 
 -- name: active_run_counts
 -- An index walk of the active statuses (runlane_runs_status_newest), never of settled runs; of one
@@ -1210,7 +1254,8 @@ ORDER BY created_at, id;
 -- settled_at: its updated_at is when (the second walk, of the index's NULLs: only runs
 -- settled during an upgrade). The rows are locked and re-read before the delete: a run locked
 -- by a turn is skipped, and one that changed since (a requeue) is kept. Step records, signals
--- and queue entries go with their run (ON DELETE CASCADE).
+-- and queue entries go with their run (ON DELETE CASCADE), the entries of its attributes with
+-- the statement (``unindexed``).
 WITH due AS (
     SELECT d.id, d.status, d.updated_at, d.settled_at
     FROM unnest(%(statuses)s::text[], %(cutoffs)s::timestamptz[]) AS c (status, before)
@@ -1232,9 +1277,15 @@ WITH due AS (
     ORDER BY d.settled_at, d.id
     LIMIT %(limit)s
 ), doomed AS (
-    SELECT r.id FROM runlane_runs AS r
+    SELECT r.id, r.created_at, r.attributes FROM runlane_runs AS r
     JOIN due ON due.id = r.id AND due.status = r.status AND due.updated_at = r.updated_at
     FOR UPDATE OF r SKIP LOCKED
+), unindexed AS (
+    -- Each run's entries by their whole key, its hashes computed once (as in set_attributes).
+    DELETE FROM runlane_attribute_runs AS a
+    USING (SELECT d.*, ARRAY(SELECT {entry} FROM jsonb_each(d.attributes) AS e) AS entries
+           FROM doomed AS d) AS d
+    WHERE a.entry = ANY(d.entries) AND a.created_at = d.created_at AND a.run_id = d.id
 )
 DELETE FROM runlane_runs AS r USING doomed WHERE r.id = doomed.id
 RETURNING r.id;
@@ -1278,8 +1329,8 @@ SELECT queue, fairness_key, served FROM runlane_queue_keys;
 
 -- name: reset
 TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
-    runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines, runlane_audit
-    RESTART IDENTITY;
+    runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines, runlane_audit,
+    runlane_attribute_runs RESTART IDENTITY;
 
 -- name: save_schedule
 -- A schedule's definition, pause flag and timing; an existing one keeps its creation time and
@@ -1359,7 +1410,7 @@ fires AS (
 WITH {schedule_moves}, given AS (
     SELECT g.*, false AS claimed, NULL::timestamptz AS waits_until, {unlimited} FROM ({spec_rows}) AS g
     WHERE g.id IN (SELECT run_id FROM moved)
-), inserted AS ({insert_given})
+), inserted AS ({insert_given}), {index_inserted}
 SELECT id, NULL::text[] AS moved FROM inserted
 UNION ALL
 SELECT NULL, ARRAY(SELECT schedule_id FROM moved);

@@ -33,22 +33,33 @@
 (begin_at IS NULL OR begin_at <= ?)
 
 -- name: attribute_value
--- (A fragment.) An attribute's value as run_attributes keeps it, from a row of json_each: what
+-- (A fragment.) An attribute's value as attribute_runs keeps it, from a row of json_each: what
 -- the JSON parses to (text, integer or real), a boolean as a one-byte blob (see migration 0016).
 CASE type WHEN 'true' THEN x'01' WHEN 'false' THEN x'00' ELSE atom END
 
--- name: has_attribute
--- (A fragment; two parameters: the key, the value as JSON text.) A run whose attribute ``key``
--- equals the value, read from run_attributes' (key, value) index; the value is converted as
+-- name: runs_by_attribute
+-- (A fragment, the FROM of a listing by attributes; two parameters: the first attribute's key,
+-- its value as JSON text.) The runs of that attribute, by its rows in attribute_runs: newest
+-- first, a walk of its value's range in attribute_runs_newest (migration 0021), from where
+-- ``a.created_at`` and ``a.run_id`` bound it (a cursor). CROSS JOIN keeps that walk outermost
+-- (SQLite never reorders one): the planner, which cannot tell how many runs hold a value, could
+-- otherwise walk a workflow's or a status's runs and look each up. The value is converted as
 -- the stored ones were.
-id IN (SELECT run_id FROM run_attributes
-       WHERE key = ? AND value = (SELECT {attribute_value} FROM json_each(?)))
+attribute_runs AS a CROSS JOIN runs ON runs.id = a.run_id
+    AND a.key = ? AND a.value = (SELECT {attribute_value} FROM json_each(?))
+
+-- name: has_attribute
+-- (A fragment; two parameters: the key, the value as JSON text.) A run (of the listing's
+-- ``runs``) whose attribute ``key`` equals the value: its row in attribute_runs, by primary key.
+EXISTS (SELECT 1 FROM attribute_runs AS o
+        WHERE o.run_id = runs.id AND o.key = ? AND o.value = (SELECT {attribute_value} FROM json_each(?)))
 
 -- name: index_attributes
--- (Two parameters: the run's id, attributes as a JSON object.) Writes them into run_attributes,
--- a name the run has already taking the new value.
-INSERT OR REPLACE INTO run_attributes (run_id, key, value)
-SELECT ?, key, {attribute_value} FROM json_each(?)
+-- (Two parameters: attributes as a JSON object, the run's id.) Writes them into attribute_runs
+-- with the run's created_at, read from its row (written before), a name the run has already
+-- taking the new value.
+INSERT OR REPLACE INTO attribute_runs (run_id, key, value, created_at)
+SELECT r.id, key, {attribute_value}, r.created_at FROM runs AS r, json_each(?) WHERE r.id = ?
 
 -- ---------------------------------------------------------------- reads
 
