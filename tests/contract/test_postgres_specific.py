@@ -503,6 +503,7 @@ _HOT = {
     "a page of a workflow": ("page_runs", {"workflow": "wf-3", **_CURSOR, "limit": 50}),
     "a page of a rare tag": ("page_runs", {"tag": "vip", "limit": 50}),
     "a page of a common tag": ("page_runs", {"tag": "web", **_CURSOR, "limit": 50}),
+    "counting the runs of a rare tag": ("count_runs", {"tag": "vip"}),
     "a page of a time range": (
         "page_runs",
         {"created_from": T0, "created_until": T0 + timedelta(hours=1), "limit": 50},
