@@ -12,10 +12,10 @@ limits, throttles and debounces are lanes of starts: :func:`limit_lanes` views
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from .admission import key_scope, lane_parts
 from .models import LaneMember, QueueSettings, Run
@@ -23,6 +23,8 @@ from .step_queues import QueueEntry, QueueView, current_window
 
 if TYPE_CHECKING:
     from .stores.base import Reads
+
+T = TypeVar("T")
 
 
 SHOWN = 3
@@ -64,30 +66,58 @@ class Lane:
         return len(self.holders) == self.usage and len(self.waiters) == self.waiting
 
 
+LaneRow = tuple[str, str, bool, int | None, T]
+"""A lane's run as ``first_of_each_lane`` counts it: its lane's kind and name, whether it holds
+(a slot, or the quota's count), the limit it carries, and the run (or its row)."""
+
+
+def first_of_each_lane(
+    rows: Iterable[LaneRow[T]],
+    shown: int | None,
+    member: Callable[[T, int, int, int | None], LaneMember],
+) -> list[LaneMember]:
+    """The counting behind ``Store.lane_members``, over each lane's runs read oldest first: the
+    first ``shown`` (None: all) that hold and that do not, each made a member by ``member``
+    with its place, how many of its side there are and the limit of the lane's newest run.
+    PostgreSQL does the same with window functions."""
+    kept: list[tuple[LaneRow[T], int]] = []
+    counts: dict[tuple[str, str, bool], int] = {}
+    limits: dict[tuple[str, str], int | None] = {}
+    for row in rows:
+        kind, name, holds, limit, _ = row
+        counts[kind, name, holds] = place = counts.get((kind, name, holds), 0) + 1
+        limits[kind, name] = limit  # the newest run's, read last
+        if shown is None or place <= shown:
+            kept.append((row, place))
+    return [
+        member(row[4], place, counts[row[0], row[1], row[2]], limits[row[0], row[1]])
+        for row, place in kept
+    ]
+
+
 def members_of(runs: Iterable[Run], shown: int | None = None) -> list[LaneMember]:
     """What ``Store.lane_members`` reads, from the active gated runs themselves (oldest first):
     the in-memory store's read, and a lane read by its key (``shown`` None: every run)."""
-    groups: dict[tuple[str, str, bool], list[Run]] = {}
-    newest: dict[tuple[str, str], Run] = {}
-    for run in runs:
-        if run.singleton_key is not None:
-            groups.setdefault(("singleton", run.singleton_key, run.holds_slot), []).append(run)
-            newest["singleton", run.singleton_key] = run
-        if run.concurrency_key is not None:
-            quota = run.quota
-            counted = quota is None or run.status in quota.count_statuses
-            groups.setdefault(("concurrency", run.concurrency_key, counted), []).append(run)
-            newest["concurrency", run.concurrency_key] = run
-    found = []
-    for (kind, name, holds), members in groups.items():
-        last = newest[kind, name]
-        limit = last.singleton_limit if kind == "singleton" else last.concurrency_limit
-        for place, run in enumerate(members[:shown], 1):
-            found.append(
-                LaneMember(kind, name, run.id, run.workflow, run.status, run.created_at,
-                           holds, place, len(members), limit)
-            )  # fmt: skip
-    return found
+
+    def rows() -> Iterator[LaneRow[tuple[str, str, bool, Run]]]:
+        for run in runs:
+            if run.singleton_key is not None:
+                lane = ("singleton", run.singleton_key, run.holds_slot)
+                yield (*lane, run.singleton_limit, (*lane, run))
+            if run.concurrency_key is not None:
+                quota = run.quota
+                counted = quota is None or run.status in quota.count_statuses
+                lane = ("concurrency", run.concurrency_key, counted)
+                yield (*lane, run.concurrency_limit, (*lane, run))
+
+    def member(
+        of: tuple[str, str, bool, Run], place: int, total: int, limit: int | None
+    ) -> LaneMember:
+        kind, name, holds, run = of
+        return LaneMember(kind, name, run.id, run.workflow, run.status, run.created_at,
+                          holds, place, total, limit)  # fmt: skip
+
+    return first_of_each_lane(rows(), shown, member)
 
 
 def lanes(members: Iterable[LaneMember]) -> list[Lane]:
@@ -321,6 +351,7 @@ __all__ = [
     "QueueLane",
     "RateLane",
     "all_lanes",
+    "first_of_each_lane",
     "lane_of",
     "lanes",
     "lanes_of_run",

@@ -53,12 +53,11 @@ def gated_outcome(spec: RunSpec, row: Row | None, now: datetime) -> Started | No
 
 
 def batch_calls(
-    specs: Sequence[RunSpec], now: datetime, leases: Sequence[Lease | None] = ()
+    specs: Sequence[RunSpec], now: datetime, offers: Sequence[Lease | None]
 ) -> list[Call]:
-    """The pipeline of a batch: its locks, then its statements (see the module); ``leases``:
-    the lease each spec is offered (``Store.create_runs``' ``claims``)."""
+    """The pipeline of a batch: its locks, then its statements (see the module); ``offers``:
+    the lease each spec is offered (``base.offered``)."""
     locks: Call = ("lock_keys", {"keys": pg_array(gate_keys(specs)), "run_id": None})
-    offers = [*leases, *([None] * (len(specs) - len(leases)))]
     if len({s.id for s in specs}) < len(specs):
         # A repeated id: each start alone, in order; none claimed (the second finds the first).
         return [locks, *(_statement(spec, now) for spec in specs)]

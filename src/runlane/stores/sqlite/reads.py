@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from ...activity import ActivityCount
 from ...attributes import AttributeValue
+from ...lanes import first_of_each_lane
 from ...models import (
     AuditEntry,
     EngineInfo,
@@ -25,7 +26,6 @@ from ...models import (
 )
 from ...serialization import dumps
 from .rows import (
-    LaneRow,
     audit_from_row,
     engine_from_row,
     event_from_row,
@@ -265,19 +265,9 @@ def lane_members(conn: Conn, shown: int, namespace: str | None) -> list[LaneMemb
     PostgreSQL's ``lane_members`` counts with window functions."""
     cursor = conn.cursor()
     cursor.row_factory = None  # plain tuples: every active gated run is read for the page
-    kept: list[tuple[LaneRow, int]] = []
-    counts: dict[tuple[str, str, int], int] = {}
-    limits: dict[tuple[str, str], int | None] = {}
-    for row in cursor.execute(SQL["lane_members"], (namespace,)):
-        kind, name, holds, limit = row[0], row[1], row[6], row[7]
-        counts[kind, name, holds] = place = counts.get((kind, name, holds), 0) + 1
-        limits[kind, name] = limit  # the newest run's, read last
-        if place <= shown:
-            kept.append((row, place))
-    return [
-        lane_member(row, place, counts[row[0], row[1], row[6]], limits[row[0], row[1]])
-        for row, place in kept
-    ]
+    rows = cursor.execute(SQL["lane_members"], (namespace,))
+    lanes = ((row[0], row[1], bool(row[6]), row[7], row) for row in rows)
+    return first_of_each_lane(lanes, shown, lane_member)
 
 
 def limited_runs(conn: Conn, now: datetime) -> list[Run]:

@@ -218,11 +218,11 @@ def audit_from_row(row: sqlite3.Row) -> AuditEntry:
     return shared.audit_from_row(row, _DECODE)
 
 
-LaneRow = tuple[str, str, str, str, str, str, int, int | None]
+MemberRow = tuple[str, str, str, str, str, str, int, int | None]
 """A row of ``lane_members``: kind, name, id, workflow, status, created_at, holds, limit."""
 
 
-def lane_member(row: LaneRow, place: int, of: int, limit: int | None) -> LaneMember:
+def lane_member(row: MemberRow, place: int, of: int, limit: int | None) -> LaneMember:
     """A row of ``lane_members`` with its place and count (reads.lane_members works them out)
     as a :class:`LaneMember`."""
     kind, name, run_id, workflow, status, created_at, holds, _ = row
@@ -264,7 +264,7 @@ def engine_values(info: EngineInfo) -> tuple[Any, ...]:
 __all__ = [
     "RUN_COLUMNS",
     "STEP_COLUMNS",
-    "LaneRow",
+    "MemberRow",
     "audit_from_row",
     "audit_values",
     "engine_from_row",
