@@ -67,7 +67,7 @@ class Side:
 RUNLANE = Side(
     "runlane", (str(ROOT / ".venv/bin/python"), str(Path(__file__)), "--side", "runlane")
 )
-# runlane again, its starts made 100 to an ``engine.start_many`` (everything else the same).
+# runlane again, its starts made BATCH (25) at a time to an ``engine.start_many`` (everything else the same).
 RUNLANE_BATCHED = Side(
     "runlane-batched",
     (str(ROOT / ".venv/bin/python"), str(Path(__file__)), "--side", "runlane", "--batched"),
@@ -197,7 +197,7 @@ async def enqueue_runs(engine: Any, workflow: Any, inputs: Sequence[Any]) -> lis
     return [(await engine.start(workflow, i)).id for i in inputs]
 
 
-BATCH = 100
+BATCH = 25
 
 
 async def enqueue_runs_batched(engine: Any, workflow: Any, inputs: Sequence[Any]) -> list[str]:

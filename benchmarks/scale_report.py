@@ -35,20 +35,36 @@ def spread(f: dict[str, Any], key: str, digits: int = 2) -> str:
     return f"{fmt(f[key], digits)} ({fmt(low, digits)}-{fmt(high, digits)})"
 
 
+OURS = ("runlane", "runlane-batched")
+
+
+def load_words(facts: dict[str, Any]) -> str:
+    """How loaded the machine was over a measurement (its 1-minute load against its cores)."""
+    cores = facts.get("machine", {}).get("cores") or 2
+    peak = max(facts["load_start"][0], facts["load_end"][0])
+    if peak > 0.5 * cores:
+        return "**the machine was loaded** (other test suites share it)"
+    return "the machine was quiet"
+
+
 def queue_rows(phase: str, sides: dict[str, dict[str, Any]]) -> list[str]:
     key = "median_ms" if phase == "latency" else "seconds"
-    ours = sides.get("runlane", {}).get(key)
+    ours = [sides.get(side, {}).get(key) for side in OURS]
     head = "median ms (range)" if phase == "latency" else "seconds (range)"
     out = [
-        f"| side | {head} | runlane's ratio | FIFO violations / overlaps | client CPU ms/job |"
-        " server CPU ms/job | WAL bytes/job | commits/job |",
+        f"| side | {head} | runlane's ratio (one at a time / batched) | FIFO violations / overlaps"
+        " | client CPU ms/job | server CPU ms/job | WAL bytes/job | commits/job |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, f in sides.items():
         if key not in f:
             out.append(f"| {name} | failed: {'; '.join(f.get('errors', []))[:120]} |")
             continue
-        ratio = "-" if name == "runlane" or not ours else f"{f[key] / ours:.2f}x"
+        ratio = (
+            "-"
+            if name in OURS
+            else " / ".join(f"{f[key] / one:.2f}x" if one else "-" for one in ours)
+        )
         order = (
             f"{f['fifo_violations_within_key']:g} / {f['overlapping_pairs']:g}"
             if "overlapping_pairs" in f
@@ -62,12 +78,12 @@ def queue_rows(phase: str, sides: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
-def ratio(summary: dict[str, Any], phase: str, peer: str) -> float | None:
+def ratio(summary: dict[str, Any], phase: str, peer: str, ours: str = "runlane") -> float | None:
     key = "median_ms" if phase == "latency" else "seconds"
     sides = summary.get(phase, {})
-    if key not in sides.get("runlane", {}) or key not in sides.get(peer, {}):
+    if key not in sides.get(ours, {}) or key not in sides.get(peer, {}):
         return None
-    return float(sides[peer][key] / sides["runlane"][key])
+    return float(sides[peer][key] / sides[ours][key])
 
 
 def verdict(ok: bool | None) -> str:
@@ -75,32 +91,50 @@ def verdict(ok: bool | None) -> str:
 
 
 def queue_targets(summary: dict[str, Any]) -> list[str]:
-    ratios = {(p, q): ratio(summary, p, q) for p in PHASES for q in PEERS}
+    """The issue's targets, each judged on runlane's better side (batched starts where they
+    were measured: the issue asks for both and names ``start_many`` as the way), the other
+    side's figure beside it."""
+    ratios = {(p, q, o): ratio(summary, p, q, o) for p in PHASES for q in PEERS for o in OURS}
+
+    def best(phase: str, peer: str) -> float | None:
+        found = [r for o in OURS if (r := ratios[(phase, peer, o)]) is not None]
+        return max(found) if found else None
 
     def every(phase: str, at_least: float) -> bool | None:
-        found = [ratios[(phase, q)] for q in PEERS]
+        found = [best(phase, q) for q in PEERS]
         return None if None in found else all(r is not None and r > at_least for r in found)
 
     def shown(phase: str) -> str:
-        return ", ".join(f"{q} {r:.2f}x" for q in PEERS if (r := ratios[(phase, q)]))
+        return ", ".join(f"{q} {r:.2f}x" for q in PEERS if (r := best(phase, q)))
 
-    graphile_tp = ratios[("throughput", "graphile-worker")]
-    graphile_pk = ratios[("perkey", "graphile-worker")]
-    keyed = summary.get("perkey", {}).get("runlane", {})
-    clean = keyed.get("overlapping_pairs") == 0 and keyed.get("fifo_violations_within_key") == 0
+    def both(phase: str, peer: str) -> str:
+        one, batched = (ratios[(phase, peer, o)] for o in OURS)
+        return f"{one or 0:.2f}x one at a time, {batched or 0:.2f}x batched"
+
+    graphile_tp = best("throughput", "graphile-worker")
+    graphile_pk = best("perkey", "graphile-worker")
+    keyed = [summary.get("perkey", {}).get(o, {}) for o in OURS]
+    keyed = [k for k in keyed if "overlapping_pairs" in k]
+    clean = bool(keyed) and all(
+        k["overlapping_pairs"] == 0 and k["fifo_violations_within_key"] == 0 for k in keyed
+    )
     return [
+        "Each target is judged on runlane's better side; both are in the tables.",
+        "",
         "| target (issue 40) | measured | verdict |",
         "|---|---|---|",
         f"| (b) per-key: runlane below every queue | {shown('perkey')} | "
         f"{verdict(every('perkey', 1.0))} |",
-        f"| (b) per-key: >= 2x graphile-worker | {graphile_pk or 0:.2f}x | "
+        f"| (b) per-key: >= 2x graphile-worker | {both('perkey', 'graphile-worker')} | "
         f"{verdict(None if graphile_pk is None else graphile_pk >= 2)} |",
-        f"| (b) zero overlaps and FIFO violations (runlane) | "
-        f"{keyed.get('overlapping_pairs')} / {keyed.get('fifo_violations_within_key')} | "
-        f"{verdict(clean)} |",
+        "| (b) zero overlaps and FIFO violations (runlane, both sides) | "
+        + ", ".join(
+            f"{k['overlapping_pairs']:g} / {k['fifo_violations_within_key']:g}" for k in keyed
+        )
+        + f" | {verdict(clean)} |",
         f"| (b') one hot key reported for every peer | {shown('hotkey')} | "
         f"{verdict(every('hotkey', 0.0))} |",
-        f"| (a) throughput: >= 2x graphile-worker | {graphile_tp or 0:.2f}x | "
+        f"| (a) throughput: >= 2x graphile-worker | {both('throughput', 'graphile-worker')} | "
         f"{verdict(None if graphile_tp is None else graphile_tp >= 2)} |",
         f"| (c) latency: runlane's median below every queue's | {shown('latency')} | "
         f"{verdict(every('latency', 1.0))} |",
@@ -116,10 +150,9 @@ def queues_section(path: Path = RESULTS / "queues.json") -> list[str]:
     out += [
         f"From `benchmarks/results/queues.json` (`make bench-queues`, {facts['plan']['reps']}"
         f" repetitions, medians, wall time {facts['wall_seconds']} s). The load average went from"
-        f" {facts['load_start']} to {facts['load_end']}: **the machine was loaded** (two other"
-        " engineers' test suites). The sides alternate, each in its own process and on its own"
-        " fresh database. Ratios are the peer's figure over runlane's: > 1 means runlane is"
-        " better. Commits are every transaction of the side's database (`xact_commit`), the"
+        f" {facts['load_start']} to {facts['load_end']}: {load_words(facts)}. The sides alternate, each in its own process and on its own"
+        " fresh database. Ratios are the peer's figure over runlane's, one start at a time and"
+        " batched (`start_many`, 25 a call): > 1 means runlane is better. Commits are every transaction of the side's database (`xact_commit`), the"
         " peers' and runlane's waiting reads included; WAL is the whole cluster's, so a busy"
         " neighbour inflates it (see benchmarks/notes.md).",
         "",
@@ -150,7 +183,7 @@ def million_section(path: Path = RESULTS / "million.json") -> list[str]:
         f"From `benchmarks/results/million.json` (`make bench-scale`): {size['finished']:,}"
         f" finished runs and {size['active']:,} active ones ({size['keys']:,} singleton lanes,"
         f" {size['values']} attribute values and tags). Load average"
-        f" {data['facts']['load_start']} -> {data['facts']['load_end']}: the machine was loaded.",
+        f" {data['facts']['load_start']} -> {data['facts']['load_end']}: {load_words(data['facts'])}.",
         "",
         "| read | target | " + " | ".join(f"{db} p50 / p99 ms | verdict" for db in dbs) + " |",
         "|---|---|" + "---|---|" * len(dbs),

@@ -235,7 +235,7 @@ async def throughput(target: Target, n: int = 1000, steps: int = 2) -> Figures:
 
 
 async def throughput_batched(
-    target: Target, n: int = 1000, steps: int = 2, batch: int = 100
+    target: Target, n: int = 1000, steps: int = 2, batch: int = 25
 ) -> Figures:
     """``throughput`` with its starts made ``batch`` at a time (``Engine.start_many``)."""
     target.renew()
@@ -389,7 +389,7 @@ async def enqueue(
 
 
 async def queue_batched(
-    target: Target, keys: int = 50, per_key: int = 20, step_ms: float = 2.0, batch: int = 100
+    target: Target, keys: int = 50, per_key: int = 20, step_ms: float = 2.0, batch: int = 25
 ) -> Figures:
     """``queue`` with its starts made ``batch`` at a time (``Engine.start_many``)."""
     return await queue(target, keys, per_key, step_ms, batch)

@@ -108,3 +108,40 @@ def test_the_issue_sections_are_rendered_again_in_place_and_the_rest_is_left_alo
     assert before == after  # what `make bench` wrote is kept
     assert again.index("\n## 16. ") < again.index("\n## Analysis")
     assert again.split("\n## Analysis", 1)[1] == text.split("\n## Analysis", 1)[1]
+
+
+def test_the_queue_targets_are_judged_on_runlanes_better_side_and_show_both() -> None:
+    report = _module("scale_report")
+
+    def side(seconds: float, **order: int) -> dict[str, float]:
+        costs = ("client_cpu_ms_per_job", "server_cpu_ms_per_job", "wal_bytes_per_job")
+        return {"seconds": seconds, "commits_per_job": 1.0, **dict.fromkeys(costs, 1.0), **order}
+
+    clean = {"overlapping_pairs": 0, "fifo_violations_within_key": 0}
+    summary = {
+        "throughput": {
+            "runlane": side(1.2),
+            "runlane-batched": side(0.6),
+            "procrastinate": side(2.0),
+            "graphile-worker": side(1.5),
+            "pg-boss": side(50.0),
+        },
+        "perkey": {
+            "runlane": side(1.5, **clean),
+            "runlane-batched": side(1.0, overlapping_pairs=1, fifo_violations_within_key=0),
+            "procrastinate": side(2.0, **clean),
+            "graphile-worker": side(1.7, **clean),
+            "pg-boss": side(50.0, **clean),
+        },
+    }
+    rows = {r.split(" | ")[0].lstrip("| "): r for r in report.queue_targets(summary)}
+    throughput = rows["(a) throughput: >= 2x graphile-worker"]
+    assert "1.25x one at a time, 2.50x batched" in throughput and "**met**" in throughput
+    assert "**missed**" in rows["(b) per-key: >= 2x graphile-worker"]
+    # an overlap on either side fails the order target
+    assert "**missed**" in rows["(b) zero overlaps and FIFO violations (runlane, both sides)"]
+    assert "not measured" in rows["(c) latency: runlane's median below every queue's"]
+    cells = report.queue_rows("throughput", summary["throughput"])
+    assert any(c.startswith("| graphile-worker | 1.50") and "1.25x / 2.50x" in c for c in cells)
+    assert report.load_words({"load_start": [0.2], "load_end": [0.4]}) == "the machine was quiet"
+    assert "loaded" in report.load_words({"load_start": [3.0], "load_end": [0.4]})

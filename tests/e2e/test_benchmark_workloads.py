@@ -216,6 +216,32 @@ def test_the_report_puts_batched_starts_beside_one_at_a_time() -> None:
     assert "| 300 (300) | 3.00 (3.00) | 1.00 |" in rows[1]
 
 
+def test_the_report_judges_dbos_targets_on_each_way_and_each_repetition() -> None:
+    report = _module("report")
+
+    def line(side: str, workload: str, rep: int, **figures: Any) -> dict[str, Any]:
+        return {"side": side, "workload": workload, "db": "pg", "rep": rep, **figures}
+
+    results = [
+        *(line("dbos", "throughput", i, workflows_per_s=w) for i, w in ((1, 100.0), (2, 150.0))),
+        *(line("dbos", "queue", i, total_seconds=21.0) for i in (1, 2)),
+        # the median is 6.5x the DBOS median, but the slow repetition is 600 / 150 = 4x
+        *(
+            line("runlane", "throughput", i, workflows_per_s=w)
+            for i, w in ((1, 600.0), (2, 1025.0))
+        ),
+        *(line("runlane", "throughput_batched", i, workflows_per_s=1000.0) for i in (1, 2)),
+        *(line("runlane", "queue", i, total_seconds=1.0) for i in (1, 2)),
+        *(line("runlane", "queue_batched", i, total_seconds=s) for i, s in ((1, 0.6), (2, 0.8))),
+    ]
+    rows = [r for r in report.against_dbos(results) if r.startswith("| PostgreSQL")]
+    one, batched = rows
+    assert one.startswith("| PostgreSQL | one at a time | 6.50x, 4.00x | >= 6x each | **missed** |")
+    assert one.endswith("| 21.00x, 21.00x | >= 30x | **missed** |")
+    assert batched.startswith("| PostgreSQL | batched | 8.00x, 6.67x | >= 6x each | **met** |")
+    assert batched.endswith("| 30.00x, 26.25x | >= 30x | **met** |")
+
+
 async def test_statement_counts_see_the_postgres_stores_statements(pg_url: str) -> None:
     pgcount = _module("pgcount")
     from runlane.stores.postgres import PostgresStore
