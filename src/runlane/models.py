@@ -930,7 +930,7 @@ class AuditEntry:
     id: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class LaneMember:
     """One active run of a lane as the lanes overview reads it: a row, not a run (the overview
     of 1,000 lanes must not build 10,000 runs).

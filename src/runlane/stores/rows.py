@@ -15,13 +15,16 @@ from typing import Any
 from ..models import (
     AuditEntry,
     Event,
-    LaneMember,
     Run,
     RunStatus,
     Signal,
     StepRecord,
     StoredSchedule,
 )
+
+STATUS_OF: dict[str, RunStatus] = {status.value: status for status in RunStatus}
+"""A stored status's :class:`RunStatus`: a dict lookup, a tenth of the enum's own call (the
+lanes overview turns 4,000 rows at a time)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,27 +156,11 @@ def audit_from_row(row: Any, decode: Decode) -> AuditEntry:
     )
 
 
-def lane_member_from_row(row: Any, decode: Decode) -> LaneMember:
-    """A row of ``lane_members`` (the lanes overview) as a :class:`LaneMember`."""
-    return LaneMember(
-        kind=row["kind"],
-        name=row["name"],
-        run_id=row["id"],
-        workflow=row["workflow"],
-        status=RunStatus(row["status"]),
-        created_at=decode.instant(row["created_at"]),
-        holds=bool(row["holds"]),
-        place=row["place"],
-        of=row["total"],
-        limit=row["lane_limit"],
-    )
-
-
 __all__ = [
+    "STATUS_OF",
     "Decode",
     "audit_from_row",
     "event_from_row",
-    "lane_member_from_row",
     "run_from_row",
     "schedule_from_row",
     "signal_from_row",

@@ -127,6 +127,10 @@ class Database:
         """
         return await self.run(lambda conn: DIRECT.run(conn, name, params))
 
+    async def plain_rows(self, name: str, /, **params: Any) -> list[tuple[Any, ...]]:
+        """``rows``, each a tuple in the statement's column order (no dict a row)."""
+        return await self.run(lambda conn: DIRECT.run_plain(conn, name, params))
+
     async def run(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``work`` on one pooled connection in autocommit: each statement commits alone.
 

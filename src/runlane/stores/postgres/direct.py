@@ -109,6 +109,32 @@ class Direct:
 
     async def run(self, conn: Conn, name: str, params: Mapping[str, Any]) -> list[Row]:
         """One statement (atomic by itself in autocommit): its rows, or [] for none."""
+        session, result, call = await self._prepared(conn, name, params)
+        if result is not None:
+            return self._rows(session, name, result)
+        [rows] = await self._pipeline(conn, session, [call])
+        return rows
+
+    async def run_plain(
+        self, conn: Conn, name: str, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """``run``, each row a tuple in the statement's column order: no dict a row, for the
+        reads of thousands of rows (the lanes overview)."""
+        session, result, call = await self._prepared(conn, name, params)
+        if result is None:  # the connection's first use of it: prepared in a pipeline
+            [rows] = await self._pipeline(conn, session, [call])
+            return [tuple(row.values()) for row in rows]
+        if result.status != ExecStatus.TUPLES_OK:
+            return []
+        session.transformer.set_pgresult(result)
+        plain: list[tuple[Any, ...]] = session.transformer.load_rows(0, result.ntuples, tuple)
+        return plain
+
+    async def _prepared(
+        self, conn: Conn, name: str, params: Mapping[str, Any]
+    ) -> tuple[_Session, PGresult | None, _Call]:
+        """The statement's result when this connection has it prepared (None when not yet: the
+        call to send in a pipeline, which prepares it)."""
         session = self._session(conn)
         call = self._call(session, name, params)
         if call.pgname:
@@ -117,13 +143,12 @@ class Direct:
                 [[result]] = await _exchange(
                     conn, lambda pg: pg.send_query_prepared(pgname, dumped)
                 )
-                return self._rows(session, name, result)
+                return session, result, call
             except pg_errors.InvalidSqlStatementName:
                 if not _deallocated(conn, session):
                     raise
                 call = self._call(session, name, params)
-        [rows] = await self._pipeline(conn, session, [call])
-        return rows
+        return session, None, call
 
     async def pipeline(
         self, conn: Conn, calls: Sequence[tuple[str, Mapping[str, Any]]]

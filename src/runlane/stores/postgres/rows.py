@@ -324,8 +324,12 @@ def audit_from_row(row: Row) -> AuditEntry:
     return shared.audit_from_row(row, _DECODE)
 
 
-def lane_member_from_row(row: Row) -> LaneMember:
-    return shared.lane_member_from_row(row, _DECODE)
+def lane_member_from_plain(row: tuple[Any, ...]) -> LaneMember:
+    """A ``lane_members`` row, its columns in the statement's order: kind, name, id,
+    workflow, status, created_at, holds, place, total, lane_limit."""
+    kind, name, run_id, workflow, status, created_at, holds, place, total, limit = row
+    return LaneMember(kind, name, run_id, workflow, shared.STATUS_OF[status], created_at,
+                      holds, place, total, limit)  # fmt: skip
 
 
 def run_from_row(row: Row) -> Run:
@@ -556,7 +560,7 @@ __all__ = [
     "gated",
     "history_params",
     "json_param",
-    "lane_member_from_row",
+    "lane_member_from_plain",
     "limit_params",
     "load_queries",
     "new_or_found",

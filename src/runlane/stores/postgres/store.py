@@ -96,7 +96,7 @@ from .rows import (
     gated,
     history_params,
     json_param,
-    lane_member_from_row,
+    lane_member_from_plain,
     pg_array,
     query_params,
     retry_params,
@@ -1146,8 +1146,8 @@ class PostgresStore:
         return [run_from_row(row) for row in await self._db.rows("lane_runs_of_key", lane=lane)]
 
     async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
-        rows = await self._db.rows("lane_members", shown=shown, namespace=namespace)
-        return [lane_member_from_row(row) for row in rows]
+        rows = await self._db.plain_rows("lane_members", shown=shown, namespace=namespace)
+        return [lane_member_from_plain(row) for row in rows]
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("limited_runs", now=now)]

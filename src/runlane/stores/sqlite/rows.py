@@ -18,7 +18,6 @@ from ...models import (
     Event,
     LaneMember,
     Run,
-    RunStatus,
     Signal,
     StepRecord,
     StoredSchedule,
@@ -227,7 +226,7 @@ def lane_member(row: MemberRow, place: int, of: int, limit: int | None) -> LaneM
     as a :class:`LaneMember`."""
     kind, name, run_id, workflow, status, created_at, holds, _ = row
     return LaneMember(
-        kind, name, run_id, workflow, RunStatus(status), _DECODE.instant(created_at),
+        kind, name, run_id, workflow, shared.STATUS_OF[status], _DECODE.instant(created_at),
         bool(holds), place, of, limit,
     )  # fmt: skip
 
