@@ -132,6 +132,19 @@ async def test_statements_dropped_by_a_rollback_are_prepared_again(conn: Conn) -
     assert await direct.run(conn, "divide", {"d": 1}) == [{"q": 1}]
 
 
+async def test_plain_rows_are_the_rows_values_in_column_order_prepared_or_not(conn: Conn) -> None:
+    direct = Direct(STATEMENTS)
+    params = {"n": 41}
+    # the first call prepares in a pipeline, the next ones send the prepared statement
+    first = await direct.run_plain(conn, "small", params)
+    again = await direct.run_plain(conn, "small", params)
+    assert first == again == [("smallint", 42)]
+    assert [tuple(r.values()) for r in await direct.run(conn, "small", params)] == first
+    assert await direct.run_plain(conn, "none", {}) == []
+    await conn.execute("DEALLOCATE ALL")  # dropped under it: prepared again
+    assert await direct.run_plain(conn, "small", params) == first
+
+
 async def test_a_call_cancelled_in_flight_closes_its_connection(conn: Conn) -> None:
     direct = Direct(STATEMENTS)
     call = asyncio.create_task(direct.run(conn, "sleep", {"s": 5}))
