@@ -67,7 +67,8 @@ class Side:
 RUNLANE = Side(
     "runlane", (str(ROOT / ".venv/bin/python"), str(Path(__file__)), "--side", "runlane")
 )
-# runlane again, its starts made BATCH (25) at a time to an ``engine.start_many`` (everything else the same).
+# runlane again, its starts made ``BATCH`` at a time to an ``engine.start_many`` (everything
+# else the same).
 RUNLANE_BATCHED = Side(
     "runlane-batched",
     (str(ROOT / ".venv/bin/python"), str(Path(__file__)), "--side", "runlane", "--batched"),

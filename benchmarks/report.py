@@ -66,6 +66,8 @@ def per_rep(lines: Sequence[Line], key: str) -> str:
 PEERS = (("dbos", "DBOS"), ("absurd", "Absurd"))
 # The targets of the performance issue (#18): ratios against DBOS on the same machine and server.
 PER_KEY_GOAL = 30  # per-key total time, DBOS / runlane
+# throughput, runlane / DBOS (issue 40: in each repetition, not only the median)
+THROUGHPUT_GOALS = {"pg": 6, "sqlite": 12}
 IDLE_HANDOFF_MS = 2  # one-key hand-off p50 on an otherwise idle engine
 CPU_GOAL = 8  # Python CPU per workflow on the throughput workload, DBOS / runlane
 
@@ -99,7 +101,7 @@ def throughput(results: Sequence[Line]) -> list[str]:
             cells += [fmt(med(theirs, "workflows_per_s")), fmt(r, "x")]
             runs.append(per_rep(theirs, "workflows_per_s") or "-")
             load.append(loads(theirs) or "-")
-        goal = 6 if db == "pg" else 12
+        goal = THROUGHPUT_GOALS[db]
         ok = None if dbos_ratio is None else dbos_ratio >= goal
         cells += [f">= {goal}x", verdict(ok), "; ".join(runs), "; ".join(load)]
         rows.append("| " + " | ".join(cells) + " |")
@@ -378,7 +380,7 @@ def budgets(results: Sequence[Line], db: str) -> list[Budget]:
             "machine_cpu": med(lines, "machine_cpu_ms_per_wf"),
         }
 
-    goal = 6 if db == "pg" else 12
+    goal = THROUGHPUT_GOALS[db]
     median = med(dbos["latency"], "median_ms")
     return [
         Budget(
@@ -850,9 +852,6 @@ def batched(results: Sequence[Line]) -> list[str]:
     return [*out, "", *against_dbos(results)]
 
 
-THROUGHPUT_GOALS = {"pg": 6, "sqlite": 12}  # issue 40: in each repetition, not only the median
-
-
 def worst(ours: Sequence[Line], theirs: Sequence[Line], key: str, higher: bool) -> float | None:
     """runlane's ratio to the peer taking runlane's worst repetition against the peer's best:
     what "in each repetition" can promise. ``higher``: a bigger ``key`` is better."""
@@ -910,7 +909,9 @@ def header(facts: Line, command: str, quick: bool, results: Sequence[Line]) -> l
     if absurd is not None:
         sha = str(absurd.get("absurd_schema_sha256", "?"))[:12]
         versions += f"; Absurd SDK {absurd['absurd_sdk_version']} (schema sha256 {sha}...)"
-    busy = max(facts["load_start"][0], facts["load_end"][0]) > 0.5 * (facts["cores"] or 1)
+    import scale_report  # beside this file: a script's directory is on sys.path
+
+    busy = scale_report.busy(facts["load_start"], facts["load_end"], facts["cores"] or 1)
     mode = (
         "QUICK mode (1 repetition, smaller sizes: figures are indicative only)"
         if quick

@@ -38,11 +38,16 @@ def spread(f: dict[str, Any], key: str, digits: int = 2) -> str:
 OURS = ("runlane", "runlane-batched")
 
 
+def busy(load_start: list[float], load_end: list[float], cores: int) -> bool:
+    """Whether a measurement ran on a busy machine: its 1-minute load, at the start or the end,
+    above half its cores (BENCHMARKS.md's header says so the same way)."""
+    return max(load_start[0], load_end[0]) > 0.5 * cores
+
+
 def load_words(facts: dict[str, Any]) -> str:
-    """How loaded the machine was over a measurement (its 1-minute load against its cores)."""
+    """How loaded the machine was over a measurement, in words."""
     cores = facts.get("machine", {}).get("cores") or 2
-    peak = max(facts["load_start"][0], facts["load_end"][0])
-    if peak > 0.5 * cores:
+    if busy(facts["load_start"], facts["load_end"], cores):
         return "**the machine was loaded** (other test suites share it)"
     return "the machine was quiet"
 
@@ -150,10 +155,11 @@ def queues_section(path: Path = RESULTS / "queues.json") -> list[str]:
     out += [
         f"From `benchmarks/results/queues.json` (`make bench-queues`, {facts['plan']['reps']}"
         f" repetitions, medians, wall time {facts['wall_seconds']} s). The load average went from"
-        f" {facts['load_start']} to {facts['load_end']}: {load_words(facts)}. The sides alternate, each in its own process and on its own"
-        " fresh database. Ratios are the peer's figure over runlane's, one start at a time and"
-        " batched (`start_many`, 25 a call): > 1 means runlane is better. Commits are every transaction of the side's database (`xact_commit`), the"
-        " peers' and runlane's waiting reads included; WAL is the whole cluster's, so a busy"
+        f" {facts['load_start']} to {facts['load_end']}: {load_words(facts)}. The sides"
+        " alternate, each in its own process and on its own fresh database. Ratios are the"
+        " peer's figure over runlane's, one start at a time and batched (`start_many`, 25 a"
+        " call): > 1 means runlane is better. Commits are every transaction of the side's"
+        " database (`xact_commit`), the peers' and runlane's waiting reads included; WAL is the whole cluster's, so a busy"
         " neighbour inflates it (see benchmarks/notes.md).",
         "",
     ]
@@ -183,7 +189,8 @@ def million_section(path: Path = RESULTS / "million.json") -> list[str]:
         f"From `benchmarks/results/million.json` (`make bench-scale`): {size['finished']:,}"
         f" finished runs and {size['active']:,} active ones ({size['keys']:,} singleton lanes,"
         f" {size['values']} attribute values and tags). Load average"
-        f" {data['facts']['load_start']} -> {data['facts']['load_end']}: {load_words(data['facts'])}.",
+        f" {data['facts']['load_start']} -> {data['facts']['load_end']}:"
+        f" {load_words(data['facts'])}.",
         "",
         "| read | target | " + " | ".join(f"{db} p50 / p99 ms | verdict" for db in dbs) + " |",
         "|---|---|" + "---|---|" * len(dbs),

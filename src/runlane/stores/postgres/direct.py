@@ -19,7 +19,7 @@ import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import abc, pq
@@ -29,6 +29,8 @@ from psycopg.adapt import PyFormat, Transformer
 from psycopg.pq import ExecStatus
 from psycopg.pq.abc import PGconn, PGresult
 from psycopg.rows import DictRow
+
+T = TypeVar("T")
 
 Conn = psycopg.AsyncConnection[DictRow]
 Row = dict[str, Any]
@@ -124,11 +126,7 @@ class Direct:
         if result is None:  # the connection's first use of it: prepared in a pipeline
             [rows] = await self._pipeline(conn, session, [call])
             return [tuple(row.values()) for row in rows]
-        if result.status != ExecStatus.TUPLES_OK:
-            return []
-        session.transformer.set_pgresult(result)
-        plain: list[tuple[Any, ...]] = session.transformer.load_rows(0, result.ntuples, tuple)
-        return plain
+        return _load(session, result, tuple)
 
     async def _prepared(
         self, conn: Conn, name: str, params: Mapping[str, Any]
@@ -221,12 +219,17 @@ class Direct:
             names = session.columns[name] = [
                 (result.fname(i) or b"").decode() for i in range(result.nfields)
             ]
-        tx = session.transformer
-        tx.set_pgresult(result)
-        rows: list[Row] = tx.load_rows(
-            0, result.ntuples, lambda record: dict(zip(names, record, strict=True))
-        )
-        return rows
+        return _load(session, result, lambda record: dict(zip(names, record, strict=True)))
+
+
+def _load(session: _Session, result: PGresult, make: Callable[[Any], T]) -> list[T]:
+    """``result``'s rows, each made by ``make`` from its values in column order ([] when the
+    statement returns no rows)."""
+    if result.status != ExecStatus.TUPLES_OK:
+        return []
+    session.transformer.set_pgresult(result)
+    rows: list[T] = session.transformer.load_rows(0, result.ntuples, make)
+    return rows
 
 
 def _deallocated(conn: Conn, session: _Session) -> bool:
