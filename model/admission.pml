@@ -311,7 +311,9 @@ inline finish(x, s) {
 /* A start, its gates counted under its keys' locks in the statement that inserts it: refused
  * over the quota (ConcurrencyLimitError: nothing written, so no step here), else created parked
  * behind a full key (as a claim would park it), or claimed at once for engine e (a start with a
- * lease) when a claim would admit it, else pending. sql: insert_gated, gate_counts, lock_keys, insert_given, insert_limited,
+ * lease) when a claim would admit it, else pending. A batch's starts on keys all apart are
+ * this step once each (none counts another's run): one statement holds them. sql: insert_gated,
+ * insert_gated_many, gate_counts, lock_keys, insert_given, insert_limited,
  * limit_counts; sql-fn: runlane_start_counts, runlane_limited_start_counts;
  * sqlite: active_ids_of_key; py: runbook.create, admission.quota_refusal,
  * admission.claimed_at_start */

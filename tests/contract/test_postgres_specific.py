@@ -51,6 +51,7 @@ from runlane.stores.postgres.rows import (
     specs_params,
     utc_conninfo,
 )
+from runlane.stores.postgres.starts import batch_calls
 
 from ..races import race_starts
 
@@ -358,6 +359,11 @@ _GATED = RunSpec(
     singleton=SingletonGate("key-10", max_queue_depth=5),
     quota=QuotaGate("tenant-7", 8),
 )
+# A batch's gated starts on keys all apart (one statement for them all).
+_APART = [
+    _GATED,
+    replace(_GATED, id="new-run-2", singleton=SingletonGate("key-11"), quota=QuotaGate("t-8", 8)),
+]
 _LIMITED = replace(
     _GATED,
     rate=RateGate("4:wf-3:tenant-7", 10, 60.0, delay=True),
@@ -377,6 +383,7 @@ _CURSOR = {"after_at": T0 + timedelta(seconds=50000), "after_id": "run-50000"}
 _HOT = {
     "runs by id": ("get_runs", {"ids": "{run-10,run-11}"}),
     "a gated start": ("insert_gated", {**specs_params([_GATED]), **gate_params(_GATED, T0)}),
+    "a batch's gated starts on keys all apart": batch_calls(_APART, T0, [None, None])[-1],
     "a start under a rate limit and a debounce": (
         "insert_limited",
         {**specs_params([_LIMITED]), **limit_params(_LIMITED, T0)},
@@ -570,6 +577,25 @@ _HOT = {
         },
     ),
 }
+
+
+def test_a_batch_s_gated_starts_go_in_one_statement_only_when_no_key_is_shared() -> None:
+    def statements(specs: list[RunSpec]) -> list[str]:
+        return [name for name, _ in batch_calls(specs, T0, [None] * len(specs))]
+
+    plain = RunSpec("plain", "wf-1", "1", None, T0)
+    assert statements([*_APART, plain]) == ["lock_keys", "insert_runs", "insert_gated_many"]
+    # A shared key: each start counts the ones before it, in the batch's order.
+    shared = [*_APART, replace(_GATED, id="new-run-3", quota=None)]
+    assert statements(shared) == ["lock_keys", *["insert_gated"] * 3]
+    # A rate limit or a debounce: its own statement, on keys apart or not.
+    limited = replace(_LIMITED, id="x", singleton=SingletonGate("key-12"), quota=None)
+    assert statements([_APART[0], limited]) == [
+        "lock_keys",
+        "insert_gated",
+        "insert_limited",
+    ]
+    assert statements(_APART[:1]) == ["lock_keys", "insert_gated"]
 
 
 async def _bulk_plans(url: str, hot: dict[str, tuple[str, dict[str, Any]]]) -> dict[str, str]:

@@ -51,6 +51,13 @@ async def lane(ctx: runlane.Context, i: dict[str, Any]) -> Any:
     return i["n"]
 
 
+@runlane.workflow(
+    name="many.held", singleton=Singleton(key=lambda i: f"k{i['k']}", max_queue_depth=2)
+)
+async def held(ctx: runlane.Context, i: dict[str, Any]) -> Any:
+    return await ctx.wait_for_signal("go")
+
+
 @runlane.workflow(name="many.rated", rate_limit=RateLimit(key=lambda i: "r", limit=2, period=60))
 async def rated(ctx: runlane.Context, i: Any) -> Any:
     return None
@@ -66,7 +73,7 @@ async def newest(ctx: runlane.Context, i: Any) -> Any:
     return i
 
 
-WORKFLOWS = (plain, tenant, lane, rated, folded, newest)
+WORKFLOWS = (plain, tenant, lane, held, rated, folded, newest)
 
 
 async def test_a_mixed_batch_refuses_only_the_start_over_its_quota(make_engine: Any) -> None:
@@ -267,6 +274,65 @@ async def test_racing_batches_on_shared_keys_never_overshoot_a_quota(
     assert per_tenant == {"tenant:a": 2, "tenant:b": 2, "tenant:c": 2}
     refusals = [o.error for outcomes in results for o in outcomes if not o.ok]
     assert all(isinstance(e, ConcurrencyLimitError) for e in refusals) and len(refusals) == 30
+
+
+async def test_a_batch_across_keys_admits_each_start_as_its_own_start_would(
+    make_engine: Any,
+) -> None:
+    # No two gated starts share a key (PostgreSQL sends them as one statement): each meets
+    # what is already on its key, as a start of its own would.
+    engine = await make_engine(*WORKFLOWS)
+    await engine.start(held, {"k": "held", "n": 0})
+    for n in range(3):
+        await engine.start(held, {"k": "full", "n": n})
+    for _ in range(2):
+        await engine.start(tenant, {"t": "busy"})
+    await engine.start(held, {"k": "old", "n": 0}, run_id="old")
+    engine.clock.advance(1)  # the batch's runs come after those (ties go by id)
+    outcomes = await engine.start_many(
+        [
+            Start(held, {"k": "held", "n": 1}),
+            Start(held, {"k": "full", "n": 3}),
+            Start(tenant, {"t": "busy"}),
+            Start(lane, {"k": "free", "n": 0}),
+            Start(plain, 1),
+            Start(tenant, {"t": "idle"}),
+            Start(held, {"k": "old", "n": 1}, run_id="old"),
+        ]
+    )
+    parked, full, busy, free, alone, idle, old = outcomes
+    assert parked.created and parked.result().status == RunStatus.BLOCKED  # behind its key
+    assert isinstance(full.error, SingletonQueueFullError) and full.error.key == "kfull"
+    assert isinstance(busy.error, ConcurrencyLimitError) and busy.error.active == 2
+    assert [o.result().status for o in (free, alone, idle)] == [RunStatus.PENDING] * 3
+    assert old.ok and not old.created and old.result().input == {"k": "old", "n": 0}
+    assert len(await engine.list_runs(limit=100)) == 7 + 4  # the runs before, four new
+    assert (await settle(engine, free.result().id)).output == 0
+    assert (await settle(engine, alone.result().id)).output == 1
+
+
+async def test_racing_batches_across_keys_never_overshoot_a_quota(
+    make_engine: Any, store_kind: str
+) -> None:
+    # Each batch holds every tenant once (its keys all apart), the two engines' batches in
+    # opposite orders: each tenant gets its two runs, every other start is refused.
+    engines = [
+        await make_engine(*WORKFLOWS),
+        await make_engine(*WORKFLOWS, share_store=store_kind == "memory"),
+    ]
+    tenants = ["a", "b", "c", "d"]
+
+    def batch(engine_n: int, round_n: int) -> list[Start]:
+        order = tenants if engine_n == 0 else tenants[::-1]
+        return [Start(tenant, {"t": t}, run_id=f"{engine_n}-{round_n}-{t}") for t in order]
+
+    results = await asyncio.gather(
+        *(e.start_many(batch(n, r)) for r in range(4) for n, e in enumerate(engines))
+    )
+    created = [o.result() for outcomes in results for o in outcomes if o.created]
+    assert Counter(run.concurrency_key for run in created) == {f"tenant:{t}": 2 for t in tenants}
+    refusals = [o.error for outcomes in results for o in outcomes if not o.ok]
+    assert all(isinstance(e, ConcurrencyLimitError) for e in refusals) and len(refusals) == 24
 
 
 async def test_the_runs_of_a_batch_execute(make_engine: Any) -> None:

@@ -24,12 +24,12 @@ PG_MIGRATIONS = ROOT / "src" / "runlane" / "stores" / "postgres" / "sql" / "migr
 # the successor's hand-off), cancel_run's release and requeue_run's gate.
 PROTOCOL = {
     "sql": {
-        "lock_keys", "gate_counts", "insert_gated", "insert_given", "insert_limited",
-        "limit_counts", "claim_plain", "claim_admit", "blocked_set", "quiet_commit_if_parked",
-        "lock_run", "lock_run_wait", "add_recovery", "admission_counts", "claim", "park",
-        "lock_waiter_keys", "park_full_waiters", "quiet_commit", "settle", "fenced_writes",
-        "wake_set", "hand_off_due", "rearm_held", "suspend", "run_tree", "lock_runs",
-        "mark_cancelling", "requeue",
+        "lock_keys", "gate_counts", "insert_gated", "insert_gated_many", "insert_given",
+        "insert_limited", "limit_counts", "claim_plain", "claim_admit", "blocked_set",
+        "quiet_commit_if_parked", "lock_run", "lock_run_wait", "add_recovery", "admission_counts",
+        "claim", "park", "lock_waiter_keys", "park_full_waiters", "quiet_commit", "settle",
+        "fenced_writes", "wake_set", "hand_off_due", "rearm_held", "suspend", "run_tree",
+        "lock_runs", "mark_cancelling", "requeue",
     },
     "sql-fn": {"runlane_start_counts", "runlane_limited_start_counts"},
     "sqlite": {

@@ -453,7 +453,6 @@ def gate_params(spec: RunSpec, now: datetime) -> Row:
     """The parameters of ``gate_counts`` (which takes the spec's admission locks first), and
     the limits ``insert_gated`` applies to them."""
     quota, singleton = spec.quota, spec.singleton
-    depth = singleton.max_queue_depth if singleton and not singleton.replace else None
     return {
         "now": now,
         "run_id": spec.id,
@@ -464,8 +463,17 @@ def gate_params(spec: RunSpec, now: datetime) -> Row:
         "quota_statuses": pg_array(sorted(str(s) for s in quota.count_statuses) if quota else []),
         "quota_limit": quota.limit if quota else None,
         "singleton_key": singleton.key if singleton else None,
-        "queue_capacity": singleton.limit + depth if singleton and depth is not None else None,
+        "queue_capacity": queue_capacity(spec),
     }
+
+
+def queue_capacity(spec: RunSpec) -> int | None:
+    """How many active runs the spec's singleton key may hold (its slots and its backlog), or
+    None for no bound (no key, a replacing one, or no ``max_queue_depth``)."""
+    singleton = spec.singleton
+    if singleton is None or singleton.replace or singleton.max_queue_depth is None:
+        return None
+    return singleton.limit + singleton.max_queue_depth
 
 
 def limit_params(spec: RunSpec, now: datetime) -> Row:

@@ -8,6 +8,10 @@ are held already). Each statement takes its own snapshot and sees what the earli
 so every start counts the batch's starts before it, as it would count them had they been made
 one by one. Ungated specs go together in one ``insert_runs`` ahead of them when no id repeats
 (they count toward no key); when one does, every spec has its own statement, in order.
+
+When no two gated specs share an admission key and none has a rate limit or a debounce (the
+batch of starts across many keys), no start counts another's, so the order among them cannot
+change an outcome: they go together too, in one ``insert_gated_many``.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from ...models import Lease, RunSpec, Started
+from ...serialization import dumps
 from .db import Call
 from .rows import (
     Row,
@@ -24,6 +29,7 @@ from .rows import (
     limit_params,
     new_or_found,
     pg_array,
+    queue_capacity,
     run_from_row,
     specs_params,
     start_refusal,
@@ -67,8 +73,10 @@ def batch_calls(
         ahead = [
             ("insert_runs", specs_params([specs[n] for n in plain], [offers[n] for n in plain]))
         ]
-    gated = [start_statement(s, now, o) for s, o in zip(specs, offers, strict=True) if s.gated]
-    return [locks, *ahead, *gated]
+    gated = [(s, o) for s, o in zip(specs, offers, strict=True) if s.gated]
+    if _apart([s for s, _ in gated]):
+        return [locks, *ahead, _together(gated, now)]
+    return [locks, *ahead, *(start_statement(s, now, o) for s, o in gated)]
 
 
 def batch_outcomes(
@@ -80,9 +88,27 @@ def batch_outcomes(
     if len({s.id for s in specs}) < len(specs):
         return [_outcome(spec, next(answers), now) for spec in specs]
     plain = started_by_id(next(answers)) if any(not s.gated for s in specs) else {}
-    return [
-        gated_outcome(s, _first(next(answers)), now) if s.gated else plain.get(s.id) for s in specs
+    gated = [s for s in specs if s.gated]
+    rows = iter(next(answers) if _apart(gated) else [_first(next(answers)) for _ in gated])
+    return [gated_outcome(s, next(rows), now) if s.gated else plain.get(s.id) for s in specs]
+
+
+def _apart(gated: Sequence[RunSpec]) -> bool:
+    """Whether the gated specs go in one ``insert_gated_many``: two or more, none limited, no
+    admission key shared."""
+    if len(gated) < 2 or any(s.limited for s in gated):
+        return False
+    keys = gate_keys(gated)
+    return len(set(keys)) == len(keys)
+
+
+def _together(gated: Sequence[tuple[RunSpec, Lease | None]], now: datetime) -> Call:
+    specs = [s for s, _ in gated]
+    gates = [
+        {"id": s.id, "ord": n, "queue_capacity": queue_capacity(s)} for n, s in enumerate(specs)
     ]
+    params = specs_params(specs, [o for _, o in gated])
+    return ("insert_gated_many", {**params, "gates": dumps(gates), "now": now})
 
 
 def _statement(spec: RunSpec, now: datetime) -> Call:

@@ -159,6 +159,44 @@ SELECT r.*, c.quota_active, c.key_active, c.key_ahead
 FROM counts AS c
 LEFT JOIN (SELECT *, true AS created FROM inserted UNION ALL SELECT * FROM existing) AS r ON true;
 
+-- name: insert_gated_many
+-- Gated specs of one batch, none under a rate limit or a debounce, whose admission keys are all
+-- apart (no key is two specs'), their locks held already (``lock_keys``, an earlier statement of
+-- the transaction, so this statement's snapshot sees every start that held them before): for
+-- each, what its own ``insert_gated`` would do, in one statement. No spec counts another's run
+-- (they share no key), so each one's counts are those it would have alone. ``gates``: each
+-- spec's position in the batch and its key's capacity. One row per spec, in the batch's order.
+WITH specs AS (
+    SELECT g.*, q.ord, q.queue_capacity
+    FROM ({spec_rows}) AS g
+    JOIN json_to_recordset(%(gates)s::json) AS q (id text, ord integer, queue_capacity integer)
+      ON q.id = g.id
+), existing AS (
+    SELECT *, false AS created FROM runlane_runs WHERE id = ANY(%(ids)s::text[])
+), counts AS (
+    SELECT s.id, c.quota_active, c.key_active, c.key_ahead
+    FROM specs AS s, LATERAL runlane_start_counts(
+        '{}'::text[], s.concurrency_key, s.concurrency_statuses, s.singleton_key,
+        s.singleton_limit, s.queue_capacity, s.created_at, s.id, %(now)s) AS c
+), given AS (
+    -- As in ``insert_gated``: claimed at once when offered a lease and admitted now, parked at
+    -- once when a claim now would park it.
+    SELECT s.*, {unlimited}, s.lease_owner IS NOT NULL
+                AND (s.singleton_key IS NULL OR c.key_ahead < s.singleton_limit) AS claimed,
+           CASE WHEN c.key_ahead >= s.singleton_limit
+                THEN %(now)s::timestamptz + make_interval(secs => s.wait_first) END AS waits_until
+    FROM specs AS s JOIN counts AS c ON c.id = s.id
+    WHERE s.id NOT IN (SELECT id FROM existing)
+      AND (s.concurrency_limit IS NULL
+           OR (s.concurrency_limit > 0 AND c.quota_active < s.concurrency_limit))
+      AND (s.queue_capacity IS NULL OR c.key_active < s.queue_capacity)
+), inserted AS ({insert_given}), {index_inserted}
+SELECT r.*, c.quota_active, c.key_active, c.key_ahead
+FROM specs AS s JOIN counts AS c ON c.id = s.id
+LEFT JOIN (SELECT *, true AS created FROM inserted UNION ALL SELECT * FROM existing) AS r
+  ON r.id = s.id
+ORDER BY s.ord;
+
 -- name: insert_limited
 -- Twin: models.held_run, models.debounced_run (the fold into a held run).
 -- One start under a rate limit or a debounce (and its gates), its locks taken by
