@@ -449,8 +449,9 @@ inline recover(x, e) {
 
 /* Engine e's turn ends in a settlement, fenced by its lease (a cancelling run settles
  * cancelled); a lease that moved on writes nothing (LeaseLostError). With s > 0 the engine
- * asks for the freed slot's successor, leased to itself. sql: settle, fenced_writes, lock_keys;
- * py: runbook.settle */
+ * asks for the freed slot's successor, leased to itself. Settlements made together take every
+ * key lock of the group first, then settle one by one: each is this step in turn.
+ * sql: settle, fenced_writes, lock_keys, lock_keys_of_runs; py: runbook.settle */
 inline settle(x, e, s) {
     d_step {
         (turns[x] & B(e)) ->

@@ -1294,6 +1294,88 @@ async def test_each_settlement_of_a_group_is_fenced_on_its_own(
     assert parent_run is not None and parent_run.wake_at == T0  # woken by its child
 
 
+# ---------------------------------------------------------------- group commit under keys
+
+
+async def _keys_held(store: PostgresStore, n: int) -> list[str]:
+    """``n`` keys, each with a holder leased to "owner" (``holder-i``) and a waiter parked
+    behind it (``waiter-i``); the holders' ids."""
+    for i in range(n):
+        gate = SingletonGate(f"key-{i}")
+        await store.create_runs([RunSpec(f"holder-{i}", "wf", "1", None, T0, singleton=gate)], T0)
+        claimed = await store.claim_run(
+            f"holder-{i}", "owner", T0, T0 + timedelta(minutes=5), singleton_retry=NO_WAIT
+        )
+        assert claimed.claim is not None and claimed.claim.run.holds_slot
+        later = T0 + timedelta(seconds=1)
+        waiter = RunSpec(f"waiter-{i}", "wf", "1", None, later, singleton=gate)
+        [parked] = await store.create_runs([waiter], later)
+        assert parked.run is not None and parked.run.status == RunStatus.BLOCKED
+    return [f"holder-{i}" for i in range(n)]
+
+
+async def test_settlements_under_keys_made_while_one_is_in_flight_go_together(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.errors import LeaseLostError
+
+    holders = await _keys_held(pg_store, 5)
+    async with await psycopg.AsyncConnection.connect(pg_store.url, autocommit=True) as conn:
+        await conn.execute("UPDATE runlane_runs SET lease_owner = 'other' WHERE id = 'holder-3'")
+    sent = _units(pg_store, monkeypatch)
+    successor = Lease("next", T0 + timedelta(minutes=5))
+    outcomes = await asyncio.gather(
+        *(
+            pg_store.settle_run(h, "owner", _record(h), DONE, T0, successor=successor)
+            for h in holders
+        ),
+        return_exceptions=True,
+    )
+    # The first alone at once; the others wait for it, then go together: their keys' locks
+    # first, then each settlement.
+    assert sent == [["lock_keys", "settle"], ["lock_keys_of_runs", *["settle"] * 4]]
+    assert isinstance(outcomes[3], LeaseLostError)  # its own fence failed, and only its own
+    for i in (0, 1, 2, 4):
+        handed = outcomes[i].successor  # type: ignore[union-attr]
+        assert handed is not None and handed.run.id == f"waiter-{i}"
+        assert (handed.run.lease_owner, handed.run.holds_slot) == ("next", True)
+        settled = await pg_store.get_run(f"holder-{i}")
+        assert settled is not None and settled.status == RunStatus.COMPLETED
+        assert [s.output for s in await pg_store.list_steps(f"holder-{i}")] == [f"holder-{i}"]
+    kept = await pg_store.get_run("holder-3")
+    assert kept is not None and (kept.status, kept.holds_slot) == (RunStatus.RUNNING, True)
+    waiting = await pg_store.get_run("waiter-3")
+    assert waiting is not None and waiting.status == RunStatus.BLOCKED
+
+
+async def test_a_settlement_under_a_key_whose_value_fails_the_group_fails_alone(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holders = await _keys_held(pg_store, 4)
+    sent = _units(pg_store, monkeypatch)
+    outcomes = await asyncio.gather(
+        *(
+            pg_store.settle_run(
+                h, "owner", _record(h, attempts=2**40 if h == "holder-2" else 1), DONE, T0
+            )
+            for h in holders
+        ),
+        return_exceptions=True,
+    )
+    assert sent == [
+        ["lock_keys", "settle"],
+        ["lock_keys_of_runs", "settle", "settle", "settle"],  # refused whole: nothing committed
+        *[["lock_keys", "settle"]] * 3,
+    ]
+    assert isinstance(outcomes[2], psycopg.errors.NumericValueOutOfRange)
+    statuses = [(await pg_store.get_run(h)).status for h in holders]  # type: ignore[union-attr]
+    assert statuses == [RunStatus.COMPLETED] * 2 + [RunStatus.RUNNING, RunStatus.COMPLETED]
+    for i in (0, 1, 3):  # each freed key woke its waiter (no successor was asked for)
+        assert outcomes[i].woken == [f"waiter-{i}"]  # type: ignore[union-attr]
+    waiting = await pg_store.get_run("waiter-2")
+    assert waiting is not None and waiting.status == RunStatus.BLOCKED  # still behind its key
+
+
 # ---------------------------------------------------------------- group commit across kinds
 
 

@@ -29,7 +29,7 @@ PROTOCOL = {
         "quiet_commit_if_parked", "lock_run", "lock_run_wait", "add_recovery", "admission_counts",
         "claim", "park", "lock_waiter_keys", "park_full_waiters", "quiet_commit", "settle",
         "fenced_writes", "wake_set", "hand_off_due", "rearm_held", "suspend", "run_tree",
-        "lock_runs", "mark_cancelling", "requeue",
+        "lock_runs", "mark_cancelling", "requeue", "lock_keys_of_runs",
     },
     "sql-fn": {"runlane_start_counts", "runlane_limited_start_counts"},
     "sqlite": {

@@ -113,7 +113,7 @@ from .rows import (
 )
 from .schema import upgrade
 from .starts import batch_calls, batch_outcomes, gated_outcome, start_statement
-from .writes import PlainWrites, fence_error, woken_by
+from .writes import KeyedSettlements, PlainWrites, fence_error, woken_by
 
 _LEASED = (RunStatus.RUNNING, RunStatus.CANCELLING)
 _TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
@@ -131,6 +131,7 @@ class PostgresStore:
         self.url = url
         self._db = Database(url, min_size, max_size)
         self._writes = PlainWrites(self._db, _GROUP_MOST)
+        self._keyed = KeyedSettlements(self._db, _GROUP_MOST)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
@@ -660,11 +661,15 @@ class PostgresStore:
                     grouped.woken.extend(await self._release_settled(run_id, now))
                 return SettleResult(grouped.woken)
             params = settle_params(run_id, owner, settlement, now, writes, successor)
-            if released is None:
-                *_, settled = await self._db.batch(lock, ("settle", params))
+            if released is None and lock is not None:
+                # Under its key: with the other keyed settlements made meanwhile (``writes``).
+                settled = await self._keyed.settle(run_id, params)
+            elif released is None:
+                settled = _first(await self._db.rows("settle", **params))
             else:
-                *_, settled, freed = await self._db.batch(lock, ("settle", params), released)
-            row = _check_fence(_first(settled), run_id, owner)
+                *_, rows, freed = await self._db.batch(lock, ("settle", params), released)
+                settled = _first(rows)
+            row = _check_fence(settled, run_id, owner)
             woken = woken_by(row)
             if released is not None:
                 woken += freed[0]["woken"]

@@ -12,6 +12,11 @@ themselves). Starts do not wait here: a start goes at once on a connection of it
 application's ``start`` costs one round trip whatever the engine is writing. A statement that
 fails on a value (never an outage) sends each write again alone, so the one at fault fails
 alone and the others go ahead.
+
+Settlements of runs with a singleton key and nothing else to write (no child, continuation,
+handler or step queue) have a group of their own (``KeyedSettlements``): every key lock of the
+group first (``lock_keys_of_runs``, hash order), then each one's ``settle``, in one round trip
+and one commit. They are apart from the plain writes, which never wait for a key lock.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from .rows import (
     Settling,
     checkpoints_params,
     fenced_params,
+    pg_array,
     settle_params,
     settlements_params,
 )
@@ -124,6 +130,44 @@ class PlainWrites:
         return outcome
 
 
+class KeyedSettlements:
+    """The group commit of settlements under singleton keys (see the module): each one's
+    ``settle`` row, as ``settle`` returned it (None when it returned none)."""
+
+    def __init__(self, db: Database, most: int) -> None:
+        self._db = db
+        self._group: GroupCommit[tuple[str, Row], Row | None] = GroupCommit(self._flush, most)
+
+    async def settle(self, run_id: str, params: Row) -> Row | None:
+        """Settle ``run_id`` by ``settle`` with ``params`` (``settle_params``), its key locked."""
+        return await self._group((run_id, params))
+
+    async def _flush(self, batch: list[tuple[str, Row]]) -> list[Row | Exception | None]:
+        if len(batch) == 1:
+            return [await self._alone(*batch[0])]
+        ids = pg_array(sorted(run_id for run_id, _ in batch))
+        settles: list[Call] = [("settle", params) for _, params in batch]
+        try:
+            _, *results = await self._db.batch(("lock_keys_of_runs", {"ids": ids}), *settles)
+        except StoreUnavailableError:
+            raise
+        except psycopg.Error:
+            # A value failed its statement (and the group with it): each again alone, so only
+            # the one at fault fails.
+            return [await self._alone(run_id, params) for run_id, params in batch]
+        return [rows[0] if rows else None for rows in results]
+
+    async def _alone(self, run_id: str, params: Row) -> Row | Exception | None:
+        lock: Call = ("lock_keys", {"keys": pg_array([]), "run_id": run_id})
+        try:
+            _, rows = await self._db.batch(lock, ("settle", params))
+        except StoreUnavailableError:
+            raise
+        except psycopg.Error as failed:
+            return failed
+        return rows[0] if rows else None
+
+
 @dataclass(frozen=True, slots=True)
 class _Kind(Generic[W]):
     """One kind of write: its statement for a group of them, and each one's outcome from the
@@ -212,6 +256,7 @@ def woken_by(settled: Row) -> list[str]:
 
 __all__ = [
     "GroupedSettlement",
+    "KeyedSettlements",
     "PlainWrites",
     "fence_error",
     "grouped",

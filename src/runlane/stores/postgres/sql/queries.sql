@@ -54,6 +54,16 @@ FROM (
     ORDER BY h
 ) AS ordered;
 
+-- name: lock_keys_of_runs
+-- ``lock_keys`` for the singleton keys of several runs (a group of settlements), in hash order.
+SELECT pg_advisory_xact_lock(h)
+FROM (
+    SELECT DISTINCT hashtextextended('s:' || singleton_key, 0) AS h
+    FROM runlane_runs
+    WHERE id = ANY(%(ids)s::text[]) AND singleton_key IS NOT NULL
+    ORDER BY h
+) AS ordered;
+
 -- name: lock_events
 -- Event publishes take turns, so event seqs become visible in order: a waiter that read the
 -- latest seq can never miss an event committed later with a smaller seq.
