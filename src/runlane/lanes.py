@@ -12,9 +12,11 @@ limits, throttles and debounces are lanes of starts: :func:`limit_lanes` views
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from operator import attrgetter
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from .admission import key_scope, lane_parts
@@ -123,27 +125,43 @@ def members_of(runs: Iterable[Run], shown: int | None = None) -> list[LaneMember
 def lanes(members: Iterable[LaneMember]) -> list[Lane]:
     """The lanes of ``members`` (as ``Store.lane_members`` reads them): singleton lanes, then
     quotas, by key. A quota's uncounted runs only make its lane seen."""
-    grouped: dict[tuple[str, str], list[LaneMember]] = {}
+    # Each lane's holders and the others, apart as they come: a page of 1,000 lanes is 4,000
+    # members, and every object made here lives until the page is drawn.
+    grouped: dict[tuple[str, str], tuple[list[LaneMember], list[LaneMember]]] = {}
     for member in members:
-        grouped.setdefault((member.kind, member.name), []).append(member)
-    found = [_lane(kind, name, of) for (kind, name), of in grouped.items()]
+        sides = grouped.get((member.kind, member.name))
+        if sides is None:
+            sides = grouped[member.kind, member.name] = ([], [])
+        sides[not member.holds].append(member)
+    found = [_lane(kind, name, *sides) for (kind, name), sides in grouped.items()]
     return sorted(found, key=lambda lane: (lane.kind != "singleton", lane.key, lane.name))
 
 
-def _lane(kind: str, name: str, members: list[LaneMember]) -> Lane:
-    ordered = sorted(members, key=lambda m: m.place)
-    holders = tuple(m for m in ordered if m.holds)
-    waiters = tuple(m for m in ordered if not m.holds)
-    limit = members[0].limit
-    usage = holders[0].of if holders else 0
-    namespace, shown = key_scope(name)
+def _lane(kind: str, name: str, holding: list[LaneMember], other: list[LaneMember]) -> Lane:
+    holding.sort(key=_PLACE)
+    other.sort(key=_PLACE)
+    limit = (holding or other)[0].limit
+    usage = holding[0].of if holding else 0
+    namespace, shown, workflow, key = _names(name)
     if kind == "concurrency":
-        return Lane("concurrency", name, shown, None, limit, holders, (), namespace, usage)
-    workflow, key = lane_parts(name)
-    waiting = waiters[0].of if waiters else 0
+        return Lane("concurrency", name, shown, None, limit, tuple(holding), (), namespace, usage)
+    waiting = other[0].of if other else 0
     return Lane(
-        "singleton", name, key, workflow, limit, holders, waiters, namespace, usage, waiting
-    )
+        "singleton", name, key, workflow, limit, tuple(holding), tuple(other), namespace, usage,
+        waiting,
+    )  # fmt: skip
+
+
+_PLACE = attrgetter("place")
+
+
+@functools.lru_cache(maxsize=4096)
+def _names(name: str) -> tuple[str | None, str, str | None, str]:
+    """A stored lane key's namespace and the key shown (a quota's), and its workflow and key
+    (a singleton lane's): parsed once per key, not once per page."""
+    namespace, shown = key_scope(name)
+    workflow, key = lane_parts(name)
+    return namespace, shown, workflow, key
 
 
 @dataclass(frozen=True)
