@@ -155,6 +155,20 @@ def _lane(kind: str, name: str, holding: list[LaneMember], other: list[LaneMembe
 _PLACE = attrgetter("place")
 
 
+def lane_key(kind: str, name: str) -> str:
+    """The key lane ``name`` (a stored key) of ``kind`` is shown by: a singleton lane's key
+    without its workflow, a quota's key; either without its namespace."""
+    _, shown, _, key = _names(name)
+    return key if kind == "singleton" else shown
+
+
+def of_lane_key(members: Iterable[LaneMember], key: str | None) -> list[LaneMember]:
+    """The ``members`` of the lanes shown by ``key`` (``lane_key``); all of them for None."""
+    if key is None:
+        return list(members)
+    return [m for m in members if lane_key(m.kind, m.name) == key]
+
+
 @functools.lru_cache(maxsize=4096)
 def _names(name: str) -> tuple[str | None, str, str | None, str]:
     """A stored lane key's namespace and the key shown (a quota's), and its workflow and key
@@ -328,8 +342,9 @@ async def all_lanes(store: Reads, now: datetime, key: str | None = None) -> AllL
     """Read every lane from ``store`` at ``now``: the overview of the singleton and quota lanes
     (each counted, its first :data:`SHOWN` holders and waiters listed), the step queues and the
     run-level limits; none of the reads locks anything. With ``key``, only the lanes of that key
-    (see :meth:`AllLanes.of_key`), each singleton and quota lane of it read whole."""
-    overview = lanes(await store.lane_members(SHOWN))
+    (see :meth:`AllLanes.of_key`), each singleton and quota lane of it read whole: the store
+    reads that key's lanes only, not the overview of every lane."""
+    overview = lanes(await store.lane_members(SHOWN, key=key))
     views, limited = await store.queue_views(), await store.limited_runs(now)
     found = AllLanes(overview, queue_lanes(views, now), *limit_lanes(limited, now))
     if key is None:
@@ -370,10 +385,12 @@ __all__ = [
     "RateLane",
     "all_lanes",
     "first_of_each_lane",
+    "lane_key",
     "lane_of",
     "lanes",
     "lanes_of_run",
     "limit_lanes",
     "members_of",
+    "of_lane_key",
     "queue_lanes",
 ]

@@ -120,9 +120,11 @@ class NamespaceReads:
     async def lane_runs(self, lane: str | None = None) -> list[Run]:
         return [run for run in await self.store.lane_runs(lane) if self._ours(run)]
 
-    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+    async def lane_members(
+        self, shown: int, namespace: str | None = None, key: str | None = None
+    ) -> list[LaneMember]:
         wanted = self._narrowed(namespace)
-        return [] if wanted is None else await self.store.lane_members(shown, wanted)
+        return [] if wanted is None else await self.store.lane_members(shown, wanted, key)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return [run for run in await self.store.limited_runs(now) if self._ours(run)]

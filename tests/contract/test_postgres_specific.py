@@ -548,8 +548,9 @@ _HOT = {
         },
     ),
     "the lanes": ("lane_runs", {}),
-    "the lanes overview": ("lane_members", {"shown": 10, "namespace": None}),
-    "a namespace's lanes overview": ("lane_members", {"shown": 10, "namespace": "eu"}),
+    "the lanes overview": ("lane_members", {"shown": 10, "namespace": None, "key": None}),
+    "a namespace's lanes overview": ("lane_members", {"shown": 10, "namespace": "eu", "key": None}),
+    "one key's lanes": ("lane_members", {"shown": 10, "namespace": None, "key": "key-7"}),
     "one lane": ("lane_runs_of_key", {"lane": "3:wf-1:key-7"}),
     "the overview's last hour": (
         "run_activity",
@@ -615,6 +616,22 @@ async def test_every_hot_query_uses_an_index_on_100000_runs(scratch_url: str) ->
     scans = {what: plan for what, plan in plans.items() if "Seq Scan on runlane_" in plan}
     assert not scans, "\n\n".join(f"{what}:\n{plan}" for what, plan in scans.items())
     assert all("Index" in plan for plan in plans.values()), plans
+
+
+@pytest.mark.slow
+async def test_the_store_s_sessions_start_no_parallel_workers(scratch_url: str) -> None:
+    # A generic plan guesses that ``rate_until > $1`` matches a third of the table: on 100,000
+    # runs the lanes page's read of the rate windows (which finds none) would start workers,
+    # several milliseconds each call. The store's sessions plan none.
+    limited = {"read": ("limited_runs", {"now": T0})}
+    plain = await _bulk_plans(scratch_url, limited)
+    assert "Gather" in plain["read"], plain  # what the setting keeps away
+    async with await psycopg.AsyncConnection.connect(
+        utc_conninfo(scratch_url), autocommit=True
+    ) as conn:
+        plan = await _explain(conn, *limited["read"])
+    assert "Gather" not in plan and "Parallel" not in plan, plan
+    assert "runlane_runs_rate_window" in plan, plan
 
 
 @pytest.mark.slow

@@ -119,7 +119,8 @@ async def test_the_overviews_reads_search_their_indexes(
     [
         # The overview: each lane's active runs in the order of runs_singleton_active, so the
         # running counts need no sort and no finished run is read.
-        ("lane_members", (None,), "INDEX runs_singleton_active (singleton_key>?)"),
+        ("lane_members", (None, None), "INDEX runs_singleton_active (singleton_key>?)"),
+        ("lane_members", (None, "k"), "INDEX runs_singleton_active (singleton_key>?)"),
         ("lane_runs_of_key", ("k", "k"), "INDEX runs_singleton_active (singleton_key=?)"),
         ("next_waiters", ("k", T0.isoformat(), 1, "k"), "INDEX runs_singleton_active"),
     ],

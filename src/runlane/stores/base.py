@@ -195,12 +195,17 @@ class Reads(Protocol):
         index, whatever else is active."""
         ...
 
-    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+    async def lane_members(
+        self, shown: int, namespace: str | None = None, key: str | None = None
+    ) -> list[LaneMember]:
         """The lanes overview: of each singleton lane with active runs, its first ``shown``
         slot holders and first ``shown`` waiters; of each quota key with active runs, its first
         ``shown`` counted runs and first ``shown`` uncounted ones; each oldest first and with
         how many there are (see :class:`LaneMember`). Of
-        ``namespace``'s runs only, or of every namespace's for None. One read of the active
+        ``namespace``'s runs only, or of every namespace's for None. With ``key``, only the
+        lanes shown by that key (``lanes.lane_key``: a singleton lane's key without its
+        workflow, a quota's without its namespace), counted and listed as in the whole
+        overview; a store need not sort or count the other lanes' runs. One read of the active
         gated runs' indexes, the counting done by the store: the rows it returns are bounded by
         the lanes, not by their runs. A read for operators; it locks nothing."""
         ...

@@ -128,8 +128,10 @@ class EncodedStore:
     async def lane_runs(self, lane: str | None = None) -> list[Run]:
         return self.payloads.open_runs(await self.inner.lane_runs(lane))
 
-    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
-        return await self.inner.lane_members(shown, namespace)  # no payload in them
+    async def lane_members(
+        self, shown: int, namespace: str | None = None, key: str | None = None
+    ) -> list[LaneMember]:
+        return await self.inner.lane_members(shown, namespace, key)  # no payload in them
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return self.payloads.open_runs(await self.inner.limited_runs(now))

@@ -24,7 +24,7 @@ from ..errors import (
     RunPausing,
     not_requeueable,
 )
-from ..lanes import members_of
+from ..lanes import members_of, of_lane_key
 from ..models import (
     ACTIVE_STATUSES,
     Admission,
@@ -840,9 +840,12 @@ class MemoryStore:
         ]
         return sorted(gated, key=lambda r: (r.created_at, r.id))
 
-    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
+    async def lane_members(
+        self, shown: int, namespace: str | None = None, key: str | None = None
+    ) -> list[LaneMember]:
         gated = await self.lane_runs()
-        return members_of((r for r in gated if namespace in (None, r.namespace)), shown)
+        members = members_of((r for r in gated if namespace in (None, r.namespace)), shown)
+        return of_lane_key(members, key)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         found = [

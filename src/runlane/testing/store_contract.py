@@ -2514,6 +2514,46 @@ async def test_lane_members_count_each_lane_and_list_its_first_runs(store: Store
     assert await store.lane_members(2, "us") == []
 
 
+async def test_lane_members_of_one_key_are_its_lanes_counted_whole(store: Store) -> None:
+    def gate(stored: str) -> SingletonGate:
+        return SingletonGate(stored, 1, retry=0.0)
+
+    quota = QuotaGate("k", 5, frozenset({RunStatus.RUNNING}))
+    await create(
+        store,
+        spec("a1", created=1, singleton=gate("2:wf:k")),
+        spec("a2", created=2, singleton=gate("2:wf:k")),
+        spec("a3", created=3, singleton=gate("2:wf:k")),
+        spec("other-wf", created=4, singleton=gate("5:other:k")),
+        spec("global", created=5, singleton=gate("*:k")),
+        spec("eu", created=6, singleton=gate("~2:eu:2:wf:k"), namespace="eu"),
+        # Stored keys that end in ":k" without being shown as "k".
+        spec("colon", created=7, singleton=gate("2:wf:x:k")),
+        spec("wf-named-k", created=8, singleton=gate("1:k:key")),
+        spec("quota", created=9, quota=quota),
+        spec("eu-quota", created=10, quota=replace(quota, key="~2:eu:k"), namespace="eu"),
+        spec("quota-colon", created=11, quota=replace(quota, key="tenant:k")),
+    )
+    await lease(store, "a1")
+    whole = await store.lane_members(2)
+    found = await store.lane_members(2, key="k")
+    # The same members, counted the same, as the whole overview gives those lanes.
+    assert sorted(found, key=lambda m: m.run_id) == sorted(
+        (m for m in whole if m.run_id in {"a1", "a2", "a3", "other-wf", "global", "eu",
+                                          "quota", "eu-quota"}),
+        key=lambda m: m.run_id,
+    )  # fmt: skip
+    assert {m.run_id for m in found} == {
+        "a1", "a2", "a3", "other-wf", "global", "eu", "quota", "eu-quota"
+    }  # fmt: skip
+    a3 = next(m for m in found if m.run_id == "a3")
+    assert (a3.holds, a3.place, a3.of) == (False, 2, 2)
+    assert {m.run_id for m in await store.lane_members(2, "eu", "k")} == {"eu", "eu-quota"}
+    assert {m.run_id for m in await store.lane_members(2, key="x:k")} == {"colon"}
+    assert {m.run_id for m in await store.lane_members(2, key="tenant:k")} == {"quota-colon"}
+    assert await store.lane_members(2, key="nobody") == []
+
+
 async def test_list_steps_of_an_unknown_run_is_empty(store: Store) -> None:
     assert await store.list_steps("unknown") == []
 

@@ -534,13 +534,15 @@ def utc_conninfo(url: str) -> str:
     rows each, and a cost misestimate would compile one for hundreds of milliseconds), no
     sequential scans where an index serves (a connection plans each statement once, often
     while the tables are still empty, and such a plan would scan runlane_runs for as long as
-    the connection lives, or until autovacuum's first ANALYZE), and that the session writes
+    the connection lives, or until autovacuum's first ANALYZE), no parallel workers (a generic
+    plan guesses a third of the table for ``col > $1``, so a read of a few rows would start
+    workers on every call), and that the session writes
     the entries of the runs' attributes itself (``runlane.attribute_entries``: the trigger that
     writes them for engines of an earlier version stays still, see migration 0023)."""
     params = conninfo_to_dict(url)
     settings = (
         "-c TimeZone=UTC -c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off"
-        " -c runlane.attribute_entries=on"
+        " -c max_parallel_workers_per_gather=0 -c runlane.attribute_entries=on"
     )
     options = f"{params.get('options') or ''} {settings}".strip()
     return make_conninfo("", **{**params, "options": options})

@@ -26,6 +26,7 @@ from ...errors import (
     not_requeueable,
 )
 from ...faults import unavailable
+from ...lanes import of_lane_key
 from ...models import (
     Admission,
     AuditEntry,
@@ -1150,9 +1151,13 @@ class PostgresStore:
             return [run_from_row(row) for row in await self._db.rows("lane_runs")]
         return [run_from_row(row) for row in await self._db.rows("lane_runs_of_key", lane=lane)]
 
-    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
-        rows = await self._db.plain_rows("lane_members", shown=shown, namespace=namespace)
-        return [lane_member_from_plain(row) for row in rows]
+    async def lane_members(
+        self, shown: int, namespace: str | None = None, key: str | None = None
+    ) -> list[LaneMember]:
+        # With a key, the statement keeps the lanes whose stored key ends in it; the exact
+        # match (a key may hold a colon) is made here.
+        rows = await self._db.plain_rows("lane_members", shown=shown, namespace=namespace, key=key)
+        return of_lane_key(map(lane_member_from_plain, rows), key)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("limited_runs", now=now)]

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from ...activity import ActivityCount
 from ...attributes import AttributeValue
-from ...lanes import first_of_each_lane
+from ...lanes import first_of_each_lane, of_lane_key
 from ...models import (
     AuditEntry,
     EngineInfo,
@@ -259,15 +259,18 @@ def lane_runs(conn: Conn, lane: str | None) -> list[Run]:
     return [run_from_row(row) for row in rows]
 
 
-def lane_members(conn: Conn, shown: int, namespace: str | None) -> list[LaneMember]:
+def lane_members(
+    conn: Conn, shown: int, namespace: str | None, key: str | None = None
+) -> list[LaneMember]:
     """The first ``shown`` holders and non-holders of each lane (the statement reads them by
     lane, oldest first), with how many of each there are and the lane's newest limit: what
-    PostgreSQL's ``lane_members`` counts with window functions."""
+    PostgreSQL's ``lane_members`` counts with window functions. With ``key``, the statement
+    keeps the lanes whose stored key ends in it, and the exact match is made here."""
     cursor = conn.cursor()
     cursor.row_factory = None  # plain tuples: every active gated run is read for the page
-    rows = cursor.execute(SQL["lane_members"], (namespace,))
+    rows = cursor.execute(SQL["lane_members"], (namespace, key))
     lanes = ((row[0], row[1], bool(row[6]), row[7], row) for row in rows)
-    return first_of_each_lane(lanes, shown, lane_member)
+    return of_lane_key(first_of_each_lane(lanes, shown, lane_member), key)
 
 
 def limited_runs(conn: Conn, now: datetime) -> list[Run]:

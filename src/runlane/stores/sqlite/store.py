@@ -578,8 +578,10 @@ class SqliteStore:
     async def lane_runs(self, lane: str | None = None) -> list[Run]:
         return await self._read(reads.lane_runs, lane)
 
-    async def lane_members(self, shown: int, namespace: str | None = None) -> list[LaneMember]:
-        return await self._read(reads.lane_members, shown, namespace)
+    async def lane_members(
+        self, shown: int, namespace: str | None = None, key: str | None = None
+    ) -> list[LaneMember]:
+        return await self._read(reads.lane_members, shown, namespace, key)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return await self._read(reads.limited_runs, now)

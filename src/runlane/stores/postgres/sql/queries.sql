@@ -1248,7 +1248,9 @@ ORDER BY created_at, id;
 -- the lane's holders (or waiters) counted by a running count over that order, the lane's
 -- totals and its newest run's limit over the whole lane; only the first %(shown)s holders and
 -- waiters of each lane leave the server. A quota's holders are the runs it counts (its gate's
--- statuses; every active status without them).
+-- statuses; every active status without them). With %(key)s, only the lanes whose stored key
+-- ends in it (the store keeps those shown by it): one key's lanes, the others neither sorted
+-- nor counted.
 SELECT kind, name, id, workflow, status, created_at, holds, place, total, lane_limit
 FROM (
     SELECT 'singleton' AS kind, singleton_key AS name, id, workflow, status, created_at,
@@ -1261,6 +1263,7 @@ FROM (
     FROM runlane_runs
     WHERE singleton_key IS NOT NULL AND status IN {active}
       AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+      AND (%(key)s::text IS NULL OR right(singleton_key, length(%(key)s) + 1) = ':' || %(key)s)
     WINDOW upto AS (PARTITION BY singleton_key ORDER BY created_at, id ROWS UNBOUNDED PRECEDING),
            whole AS (PARTITION BY singleton_key ORDER BY created_at, id
                      ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)
@@ -1278,6 +1281,8 @@ FROM (
         FROM runlane_runs
         WHERE concurrency_key IS NOT NULL AND status IN {active}
           AND (%(namespace)s::text IS NULL OR namespace = %(namespace)s)
+          AND (%(key)s::text IS NULL OR concurrency_key = %(key)s
+               OR right(concurrency_key, length(%(key)s) + 1) = ':' || %(key)s)
     ) AS quota
     WINDOW upto AS (PARTITION BY concurrency_key ORDER BY created_at, id ROWS UNBOUNDED PRECEDING),
            whole AS (PARTITION BY concurrency_key ORDER BY created_at, id

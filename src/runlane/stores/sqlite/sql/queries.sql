@@ -148,11 +148,14 @@ ORDER BY created_at, id
 -- runs_singleton_active (no sort, no finished run), then the quota keys; ``holds`` says the
 -- run holds a slot, or the quota counts it (its gate's statuses; every active status without
 -- them). Counting them in SQL (window functions, as PostgreSQL does) took SQLite 26 ms for
--- 10,000 runs, counting the rows in Python 11. Parameter: the namespace (NULL: every one).
+-- 10,000 runs, counting the rows in Python 11. Parameters: the namespace (NULL: every one);
+-- a key (NULL: every one), keeping the lanes whose stored key ends in it (reads.lane_members
+-- keeps those shown by it).
 SELECT 'singleton' AS kind, singleton_key AS name, id, workflow, status, created_at,
        holds_slot AS holds, singleton_limit AS lane_limit
 FROM runs INDEXED BY runs_singleton_active
 WHERE singleton_key IS NOT NULL AND status IN {active} AND (?1 IS NULL OR namespace = ?1)
+  AND (?2 IS NULL OR substr(singleton_key, -(length(?2) + 1)) = ':' || ?2)
 UNION ALL
 SELECT 'concurrency', concurrency_key, id, workflow, status, created_at,
        (concurrency_limit IS NULL OR coalesce(json_array_length(concurrency_statuses), 0) = 0
@@ -160,6 +163,7 @@ SELECT 'concurrency', concurrency_key, id, workflow, status, created_at,
        concurrency_limit
 FROM runs INDEXED BY runs_concurrency
 WHERE concurrency_key IS NOT NULL AND status IN {active} AND (?1 IS NULL OR namespace = ?1)
+  AND (?2 IS NULL OR concurrency_key = ?2 OR substr(concurrency_key, -(length(?2) + 1)) = ':' || ?2)
 ORDER BY kind DESC, name, created_at, id
 
 -- name: limited_runs
