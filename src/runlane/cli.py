@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import importlib
 import itertools
 import json
@@ -363,7 +364,20 @@ def serve(
     if problem is not None:
         raise click.UsageError(problem)
     source = Source(db, app, namespace, scope_reads)
-    uvicorn.run(create_app(served_engine(source)), host=host, port=port)
+    served = create_app(served_engine(source))
+    settle_heap()
+    uvicorn.run(served, host=host, port=port)
+
+
+def settle_heap() -> None:
+    """Leave what start-up made out of the garbage collector's full passes (``gc.freeze``): the
+    modules, classes and functions of the app live as long as the process, yet a full pass
+    walked every one of them, a pause of 20-40 ms every few reads of the lanes page. Frozen, a
+    full pass walks what was made since (about 1 ms). ``runlane serve`` and ``runlane worker``
+    do it once, when the app is loaded; an application that embeds the engine may do the same
+    when its own start-up is done."""
+    gc.collect()
+    gc.freeze()
 
 
 def served_engine(source: Source) -> Engine:
@@ -387,6 +401,7 @@ def worker(app: str) -> None:
     in flight is lost. Logs go to stderr from INFO up: a run that fails is one WARNING line.
     """
     items = load_runnables(app)
+    settle_heap()
     if not logging.getLogger().handlers:  # the application may have set up its own
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     run_async(_work(items))

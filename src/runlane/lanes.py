@@ -16,7 +16,6 @@ import functools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from operator import attrgetter
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 from .admission import key_scope, lane_parts
@@ -125,34 +124,40 @@ def members_of(runs: Iterable[Run], shown: int | None = None) -> list[LaneMember
 def lanes(members: Iterable[LaneMember]) -> list[Lane]:
     """The lanes of ``members`` (as ``Store.lane_members`` reads them): singleton lanes, then
     quotas, by key. A quota's uncounted runs only make its lane seen."""
-    # Each lane's holders and the others, apart as they come: a page of 1,000 lanes is 4,000
-    # members, and every object made here lives until the page is drawn.
-    grouped: dict[tuple[str, str], tuple[list[LaneMember], list[LaneMember]]] = {}
+    # A page of 1,000 lanes is 4,000 members, and every object made here lives until the page
+    # is drawn: one list a lane while they come (a dict by kind, so no key made a member), the
+    # lane and its two tuples after.
+    grouped: dict[str, dict[str, list[LaneMember]]] = {"singleton": {}, "concurrency": {}}
     for member in members:
-        sides = grouped.get((member.kind, member.name))
-        if sides is None:
-            sides = grouped[member.kind, member.name] = ([], [])
-        sides[not member.holds].append(member)
-    found = [_lane(kind, name, *sides) for (kind, name), sides in grouped.items()]
+        of_kind = grouped[member.kind]
+        lane = of_kind.get(member.name)
+        if lane is None:
+            of_kind[member.name] = [member]
+        else:
+            lane.append(member)
+    found = [
+        _lane(kind, name, lane)
+        for kind, of_kind in grouped.items()
+        for name, lane in of_kind.items()
+    ]
     return sorted(found, key=lambda lane: (lane.kind != "singleton", lane.key, lane.name))
 
 
-def _lane(kind: str, name: str, holding: list[LaneMember], other: list[LaneMember]) -> Lane:
-    holding.sort(key=_PLACE)
-    other.sort(key=_PLACE)
-    limit = (holding or other)[0].limit
+def _lane(kind: str, name: str, members: list[LaneMember]) -> Lane:
+    members.sort(key=_side_place)  # its holders first, each side in place order
+    split = next((i for i, m in enumerate(members) if not m.holds), len(members))
+    holding, other = tuple(members[:split]), tuple(members[split:])
+    limit = members[0].limit
     usage = holding[0].of if holding else 0
     namespace, shown, workflow, key = _names(name)
     if kind == "concurrency":
-        return Lane("concurrency", name, shown, None, limit, tuple(holding), (), namespace, usage)
+        return Lane("concurrency", name, shown, None, limit, holding, (), namespace, usage)
     waiting = other[0].of if other else 0
-    return Lane(
-        "singleton", name, key, workflow, limit, tuple(holding), tuple(other), namespace, usage,
-        waiting,
-    )  # fmt: skip
+    return Lane("singleton", name, key, workflow, limit, holding, other, namespace, usage, waiting)
 
 
-_PLACE = attrgetter("place")
+def _side_place(member: LaneMember) -> tuple[bool, int]:
+    return not member.holds, member.place
 
 
 def lane_key(kind: str, name: str) -> str:

@@ -516,6 +516,51 @@ def test_serve_refuses_a_public_address_without_a_token(
     assert "RUNLANE_API_TOKEN" in result.output
 
 
+def test_serve_leaves_its_start_up_out_of_full_collections_once_the_app_is_built(
+    app: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    import uvicorn
+
+    seen: list[tuple[Any, int]] = []
+    monkeypatch.setattr(
+        uvicorn, "run", lambda served, **kw: seen.append((served, gc.get_freeze_count()))
+    )
+    try:
+        result = cli("serve", f"{app}:engine")
+    finally:
+        gc.unfreeze()
+    assert result.exit_code == 0, result.output
+    [(served, frozen)] = seen
+    assert type(served).__name__ == "Starlette"
+    # The app, the engine and every module loaded are frozen: a full pass skips them.
+    assert frozen > 10_000
+    assert gc.get_freeze_count() == 0
+
+
+def test_worker_leaves_its_start_up_out_of_full_collections_once_the_app_is_loaded(
+    app: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    import runlane.cli
+
+    frozen: list[int] = []
+
+    def run_async(work: Any) -> None:
+        work.close()  # never started: only what was frozen before it is looked at
+        frozen.append(gc.get_freeze_count())
+
+    monkeypatch.setattr(runlane.cli, "run_async", run_async)
+    try:
+        result = cli("worker", f"{app}:engine")
+    finally:
+        gc.unfreeze()
+    assert result.exit_code == 0, result.output
+    assert frozen[0] > 10_000
+
+
 def test_serve_without_an_app_serves_the_store_db_names_and_executes_nothing(
     db: str, waiting_run: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

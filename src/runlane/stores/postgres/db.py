@@ -127,9 +127,10 @@ class Database:
         """
         return await self.run(lambda conn: DIRECT.run(conn, name, params))
 
-    async def plain_rows(self, name: str, /, **params: Any) -> list[tuple[Any, ...]]:
-        """``rows``, each a tuple in the statement's column order (no dict a row)."""
-        return await self.run(lambda conn: DIRECT.run_plain(conn, name, params))
+    async def made_rows(self, name: str, make: Callable[[Any], T], /, **params: Any) -> list[T]:
+        """``rows``, each made by ``make`` from its values in the statement's column order as
+        it is read (no dict a row)."""
+        return await self.run(lambda conn: DIRECT.run_made(conn, name, params, make))
 
     async def run(self, work: Callable[[Conn], Awaitable[T]]) -> T:
         """Run ``work`` on one pooled connection in autocommit: each statement commits alone.

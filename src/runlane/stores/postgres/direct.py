@@ -120,13 +120,21 @@ class Direct:
     async def run_plain(
         self, conn: Conn, name: str, params: Mapping[str, Any]
     ) -> list[tuple[Any, ...]]:
-        """``run``, each row a tuple in the statement's column order: no dict a row, for the
-        reads of thousands of rows (the lanes overview)."""
+        """``run``, each row a tuple in the statement's column order: no dict a row."""
+        return await self.run_made(conn, name, params, tuple)
+
+    async def run_made(
+        self, conn: Conn, name: str, params: Mapping[str, Any], make: Callable[[Any], T]
+    ) -> list[T]:
+        """``run``, each row made by ``make`` from its values in column order, as it is read:
+        for the reads of thousands of rows (the lanes overview), where a dict or even a tuple
+        a row that lives until the last is read is that many more objects for the garbage
+        collector to walk."""
         session, result, call = await self._prepared(conn, name, params)
         if result is None:  # the connection's first use of it: prepared in a pipeline
             [rows] = await self._pipeline(conn, session, [call])
-            return [tuple(row.values()) for row in rows]
-        return _load(session, result, tuple)
+            return [make(tuple(row.values())) for row in rows]
+        return _load(session, result, make)
 
     async def _prepared(
         self, conn: Conn, name: str, params: Mapping[str, Any]

@@ -1156,8 +1156,11 @@ class PostgresStore:
     ) -> list[LaneMember]:
         # With a key, the statement keeps the lanes whose stored key ends in it; the exact
         # match (a key may hold a colon) is made here.
-        rows = await self._db.plain_rows("lane_members", shown=shown, namespace=namespace, key=key)
-        return of_lane_key(map(lane_member_from_plain, rows), key)
+        made = lane_member_from_plain
+        members = await self._db.made_rows(
+            "lane_members", made, shown=shown, namespace=namespace, key=key
+        )
+        return members if key is None else of_lane_key(members, key)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("limited_runs", now=now)]
