@@ -346,11 +346,18 @@ def pg_target(tmp: Path, name: str) -> workloads.Target:
 
 
 def recreate_pg(name: str) -> None:
+    drop_pg(name)
+    import psycopg
+
+    with psycopg.connect(common.PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+
+
+def drop_pg(name: str) -> None:
     import psycopg
 
     with psycopg.connect(common.PG_ADMIN, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
 
 
 async def prepared(db: str, tmp: Path, size: dict[str, int] | None) -> workloads.Target:
@@ -397,7 +404,7 @@ async def one_db(
         result["plans"] = await explain(seeded, size)
     if db == "pg":
         for name in ("million_empty", "million_seeded"):
-            recreate_pg(name)
+            drop_pg(name)
     return result
 
 

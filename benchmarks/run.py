@@ -92,8 +92,8 @@ FULL: dict[str, Any] = {
         "remote_latency": {"runs": 50, "steps": 10},
         "remote_throughput": {"n": 1000, "steps": 2},
         "prune": {"n": 1000, "finished": 100_000},
-        "throughput_batched": {"n": 1000, "batch": 100},
-        "queue_batched": {"keys": 50, "per_key": 20, "batch": 100},
+        "throughput_batched": {"n": 1000, "batch": 25},
+        "queue_batched": {"keys": 50, "per_key": 20, "batch": 25},
         "start_cost": {"n": 1000, "kind": "keyed"},
     },
 }
@@ -132,8 +132,8 @@ QUICK: dict[str, Any] = {
         "remote_latency": {"runs": 20, "steps": 10},
         "remote_throughput": {"n": 300, "steps": 2},
         "prune": {"n": 300, "finished": 20_000},
-        "throughput_batched": {"n": 300, "batch": 100},
-        "queue_batched": {"keys": 10, "per_key": 5, "batch": 50},
+        "throughput_batched": {"n": 300, "batch": 25},
+        "queue_batched": {"keys": 10, "per_key": 5, "batch": 25},
         "start_cost": {"n": 300, "kind": "keyed"},
     },
 }
