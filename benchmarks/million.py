@@ -25,6 +25,7 @@ import asyncio
 import gc
 import json
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -427,9 +428,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="runlane-million-"))
     facts = {"size": size, "load_start": common.load_avg(), "machine": common.machine()}
     result: dict[str, Any] = {"facts": facts}
-    for db in args.db.split(","):
-        print(f"--> {db}", flush=True)
-        result[db] = await one_db(db, size, args, tmp)
+    try:
+        for db in args.db.split(","):
+            print(f"--> {db}", flush=True)
+            result[db] = await one_db(db, size, args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a seeded SQLite file is about 1 GB
     facts["load_end"] = common.load_avg()
     return result
 
