@@ -167,10 +167,11 @@ def lane_key(kind: str, name: str) -> str:
     return key if kind == "singleton" else shown
 
 
-def of_lane_key(members: Iterable[LaneMember], key: str | None) -> list[LaneMember]:
-    """The ``members`` of the lanes shown by ``key`` (``lane_key``); all of them for None."""
+def of_lane_key(members: list[LaneMember], key: str | None) -> list[LaneMember]:
+    """The ``members`` of the lanes shown by ``key`` (``lane_key``); ``members`` itself for
+    None."""
     if key is None:
-        return list(members)
+        return members
     return [m for m in members if lane_key(m.kind, m.name) == key]
 
 

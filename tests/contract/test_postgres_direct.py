@@ -136,13 +136,13 @@ async def test_plain_rows_are_the_rows_values_in_column_order_prepared_or_not(co
     direct = Direct(STATEMENTS)
     params = {"n": 41}
     # the first call prepares in a pipeline, the next ones send the prepared statement
-    first = await direct.run_plain(conn, "small", params)
-    again = await direct.run_plain(conn, "small", params)
+    first = await direct.run_made(conn, "small", params, tuple)
+    again = await direct.run_made(conn, "small", params, tuple)
     assert first == again == [("smallint", 42)]
     assert [tuple(r.values()) for r in await direct.run(conn, "small", params)] == first
-    assert await direct.run_plain(conn, "none", {}) == []
+    assert await direct.run_made(conn, "none", {}, tuple) == []
     await conn.execute("DEALLOCATE ALL")  # dropped under it: prepared again
-    assert await direct.run_plain(conn, "small", params) == first
+    assert await direct.run_made(conn, "small", params, tuple) == first
 
 
 async def test_a_call_cancelled_in_flight_closes_its_connection(conn: Conn) -> None:

@@ -117,12 +117,6 @@ class Direct:
         [rows] = await self._pipeline(conn, session, [call])
         return rows
 
-    async def run_plain(
-        self, conn: Conn, name: str, params: Mapping[str, Any]
-    ) -> list[tuple[Any, ...]]:
-        """``run``, each row a tuple in the statement's column order: no dict a row."""
-        return await self.run_made(conn, name, params, tuple)
-
     async def run_made(
         self, conn: Conn, name: str, params: Mapping[str, Any], make: Callable[[Any], T]
     ) -> list[T]:

@@ -664,7 +664,7 @@ class PostgresStore:
             params = settle_params(run_id, owner, settlement, now, writes, successor)
             if released is None and lock is not None:
                 # Under its key: with the other keyed settlements made meanwhile (``writes``).
-                settled = await self._keyed.settle(run_id, params)
+                settled = await self._keyed.settle(run_id, lock, params)
             elif released is None:
                 settled = _first(await self._db.rows("settle", **params))
             else:
@@ -1160,7 +1160,7 @@ class PostgresStore:
         members = await self._db.made_rows(
             "lane_members", made, shown=shown, namespace=namespace, key=key
         )
-        return members if key is None else of_lane_key(members, key)
+        return of_lane_key(members, key)
 
     async def limited_runs(self, now: datetime) -> list[Run]:
         return [run_from_row(row) for row in await self._db.rows("limited_runs", now=now)]

@@ -130,23 +130,28 @@ class PlainWrites:
         return outcome
 
 
+_Keyed = tuple[str, Call, Row]
+"""A keyed settlement: its run, its own key-lock call and its ``settle`` parameters."""
+
+
 class KeyedSettlements:
     """The group commit of settlements under singleton keys (see the module): each one's
     ``settle`` row, as ``settle`` returned it (None when it returned none)."""
 
     def __init__(self, db: Database, most: int) -> None:
         self._db = db
-        self._group: GroupCommit[tuple[str, Row], Row | None] = GroupCommit(self._flush, most)
+        self._group: GroupCommit[_Keyed, Row | None] = GroupCommit(self._flush, most)
 
-    async def settle(self, run_id: str, params: Row) -> Row | None:
-        """Settle ``run_id`` by ``settle`` with ``params`` (``settle_params``), its key locked."""
-        return await self._group((run_id, params))
+    async def settle(self, run_id: str, lock: Call, params: Row) -> Row | None:
+        """Settle ``run_id`` by ``settle`` with ``params`` (``settle_params``), its key locked:
+        by ``lock`` (its own ``lock_keys`` call) when it goes alone."""
+        return await self._group((run_id, lock, params))
 
-    async def _flush(self, batch: list[tuple[str, Row]]) -> list[Row | Exception | None]:
+    async def _flush(self, batch: list[_Keyed]) -> list[Row | Exception | None]:
         if len(batch) == 1:
             return [await self._alone(*batch[0])]
-        ids = pg_array(sorted(run_id for run_id, _ in batch))
-        settles: list[Call] = [("settle", params) for _, params in batch]
+        ids = pg_array(sorted(run_id for run_id, _, _ in batch))
+        settles: list[Call] = [("settle", params) for _, _, params in batch]
         try:
             _, *results = await self._db.batch(("lock_keys_of_runs", {"ids": ids}), *settles)
         except StoreUnavailableError:
@@ -154,11 +159,10 @@ class KeyedSettlements:
         except psycopg.Error:
             # A value failed its statement (and the group with it): each again alone, so only
             # the one at fault fails.
-            return [await self._alone(run_id, params) for run_id, params in batch]
+            return [await self._alone(*keyed) for keyed in batch]
         return [rows[0] if rows else None for rows in results]
 
-    async def _alone(self, run_id: str, params: Row) -> Row | Exception | None:
-        lock: Call = ("lock_keys", {"keys": pg_array([]), "run_id": run_id})
+    async def _alone(self, _run_id: str, lock: Call, params: Row) -> Row | Exception | None:
         try:
             _, rows = await self._db.batch(lock, ("settle", params))
         except StoreUnavailableError:
