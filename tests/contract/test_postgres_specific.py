@@ -52,6 +52,7 @@ from runlane.stores.postgres.rows import (
     utc_conninfo,
 )
 from runlane.stores.postgres.starts import batch_calls
+from runlane.stores.postgres.writes import KeyedSettlements
 
 from ..races import race_starts
 
@@ -1331,11 +1332,18 @@ async def _keys_held(store: PostgresStore, n: int) -> list[str]:
     return [f"holder-{i}" for i in range(n)]
 
 
+def _one_keyed_group(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's keyed settlements in one group at a time, so which settlement goes with
+    which is fixed by arrival alone."""
+    monkeypatch.setattr(store, "_keyed", KeyedSettlements(store._db, 100, in_flight=1))
+
+
 async def test_settlements_under_keys_made_while_one_is_in_flight_go_together(
     pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from runlane.errors import LeaseLostError
 
+    _one_keyed_group(pg_store, monkeypatch)
     holders = await _keys_held(pg_store, 5)
     async with await psycopg.AsyncConnection.connect(pg_store.url, autocommit=True) as conn:
         await conn.execute("UPDATE runlane_runs SET lease_owner = 'other' WHERE id = 'holder-3'")
@@ -1350,7 +1358,10 @@ async def test_settlements_under_keys_made_while_one_is_in_flight_go_together(
     )
     # The first alone at once; the others wait for it, then go together: their keys' locks
     # first, then each settlement.
-    assert sent == [["lock_keys", "settle"], ["lock_keys_of_runs", *["settle"] * 4]]
+    assert sent == [
+        ["lock_keys", "settle"],
+        ["lock_keys_of_runs", "lock_parents_of_runs", *["settle"] * 4],
+    ]
     assert isinstance(outcomes[3], LeaseLostError)  # its own fence failed, and only its own
     for i in (0, 1, 2, 4):
         handed = outcomes[i].successor  # type: ignore[union-attr]
@@ -1368,6 +1379,7 @@ async def test_settlements_under_keys_made_while_one_is_in_flight_go_together(
 async def test_a_settlement_under_a_key_whose_value_fails_the_group_fails_alone(
     pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    _one_keyed_group(pg_store, monkeypatch)
     holders = await _keys_held(pg_store, 4)
     sent = _units(pg_store, monkeypatch)
     outcomes = await asyncio.gather(
@@ -1381,7 +1393,8 @@ async def test_a_settlement_under_a_key_whose_value_fails_the_group_fails_alone(
     )
     assert sent == [
         ["lock_keys", "settle"],
-        ["lock_keys_of_runs", "settle", "settle", "settle"],  # refused whole: nothing committed
+        # Refused whole: nothing committed.
+        ["lock_keys_of_runs", "lock_parents_of_runs", "settle", "settle", "settle"],
         *[["lock_keys", "settle"]] * 3,
     ]
     assert isinstance(outcomes[2], psycopg.errors.NumericValueOutOfRange)
@@ -1391,6 +1404,95 @@ async def test_a_settlement_under_a_key_whose_value_fails_the_group_fails_alone(
         assert outcomes[i].woken == [f"waiter-{i}"]  # type: ignore[union-attr]
     waiting = await pg_store.get_run("waiter-2")
     assert waiting is not None and waiting.status == RunStatus.BLOCKED  # still behind its key
+
+
+async def test_two_groups_of_settlements_under_keys_are_in_flight_at_once(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holders = await _keys_held(pg_store, 6)
+    sent = _units(pg_store, monkeypatch)
+    batch, flying, most = pg_store._db.batch, 0, 0
+
+    async def counted(*calls: Any) -> Any:
+        nonlocal flying, most
+        flying += 1
+        most = max(most, flying)
+        try:
+            return await batch(*calls)
+        finally:
+            flying -= 1
+
+    monkeypatch.setattr(pg_store._db, "batch", counted)
+    successor = Lease("next", T0 + timedelta(minutes=5))
+    outcomes = await asyncio.gather(
+        *(
+            pg_store.settle_run(h, "owner", _record(h), DONE, T0, successor=successor)
+            for h in holders
+        )
+    )
+    # The first two go at once, each alone and in a group of its own; the four that came
+    # meanwhile join the group with the fewer writes, two and two.
+    assert most == 2
+    assert sorted(sent) == sorted(
+        [["lock_keys", "settle"]] * 2
+        + [["lock_keys_of_runs", "lock_parents_of_runs", "settle", "settle"]] * 2
+    )
+    for i, outcome in enumerate(outcomes):
+        handed = outcome.successor
+        assert handed is not None and handed.run.id == f"waiter-{i}"
+        assert (handed.run.lease_owner, handed.run.holds_slot) == ("next", True)
+        settled = await pg_store.get_run(f"holder-{i}")
+        assert settled is not None and settled.status == RunStatus.COMPLETED
+
+
+async def test_two_groups_under_keys_waking_the_same_parents_never_deadlock(
+    pg_store: PostgresStore,
+) -> None:
+    # Six keyed children: the first two go alone (one group each), the other four two and two:
+    # the groups [holder-1, holder-4] and [holder-3, holder-5] wake the parents "p1", "p2" in
+    # opposite orders. Each group locks the parents' rows in id order first, so neither waits
+    # on the other in a cycle. (Whether the two pipelines interleave so as to deadlock without
+    # that is up to timing: the statement's locks are checked on their own below.)
+    holders = await _keys_held(pg_store, 6)
+    parent_of = ["p1", "p1", "p2", "p2", "p2", "p1"]
+    for parent in ("p1", "p2"):
+        await pg_store.create_runs([RunSpec(parent, "wf", "1", None, T0)], T0)
+        await pg_store.claim_run(
+            parent, "p", T0, T0 + timedelta(minutes=5), singleton_retry=NO_WAIT
+        )
+        await pg_store.suspend_run(parent, "p", Writes(), None, T0)
+    async with await psycopg.AsyncConnection.connect(pg_store.url, autocommit=True) as conn:
+        for holder, parent in zip(holders, parent_of, strict=True):
+            await conn.execute(
+                "UPDATE runlane_runs SET parent_id = %s WHERE id = %s", (parent, holder)
+            )
+        deadlocks = "SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()"
+        before = (await (await conn.execute(deadlocks)).fetchone())[0]  # type: ignore[index]
+        outcomes = await asyncio.gather(
+            *(pg_store.settle_run(h, "owner", _record(h), DONE, T0) for h in holders)
+        )
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        after = (await (await conn.execute(deadlocks)).fetchone())[0]  # type: ignore[index]
+    assert after == before
+    for i, outcome in enumerate(outcomes):
+        assert set(outcome.woken) == {f"waiter-{i}", parent_of[i]}
+    for parent in ("p1", "p2"):
+        woken = await pg_store.get_run(parent)
+        assert woken is not None and woken.wake_at == T0
+    # The statement locks the parents' rows, and only theirs, until its transaction ends.
+    async with (
+        await psycopg.AsyncConnection.connect(pg_store.url) as locking,
+        await psycopg.AsyncConnection.connect(pg_store.url, autocommit=True) as other,
+    ):
+        cur = await locking.execute(SQL["lock_parents_of_runs"], {"ids": ["holder-5", "holder-4"]})
+        assert [row[0] for row in await cur.fetchall()] == ["p1", "p2"]  # id order
+        for parent in ("p1", "p2"):
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                await other.execute("SELECT FROM runlane_runs WHERE id = %s FOR UPDATE NOWAIT",
+                                    (parent,))  # fmt: skip
+        await other.execute("SELECT FROM runlane_runs WHERE id = 'holder-5' FOR UPDATE NOWAIT")
+        await locking.rollback()
+        await other.execute("SELECT FROM runlane_runs WHERE id = 'p1' FOR UPDATE NOWAIT")
 
 
 # ---------------------------------------------------------------- group commit across kinds

@@ -85,3 +85,19 @@ async def test_each_write_gets_its_own_result() -> None:
 
     group: GroupCommit[str, str] = GroupCommit(flush, most=10)
     assert await asyncio.gather(*(group(x) for x in ["a", "b", "c"])) == ["A", "B", "C"]
+
+
+async def test_load_counts_the_call_in_flight_and_the_writes_waiting() -> None:
+    flush = Recorder()
+    flush.gate.clear()
+    group = GroupCommit(flush, most=10)
+    assert group.load() == 0
+    first = asyncio.ensure_future(group("w0"))
+    await asyncio.sleep(0)
+    assert group.load() == 1  # in flight
+    more = [asyncio.ensure_future(group(f"w{i}")) for i in (1, 2)]
+    await asyncio.sleep(0)
+    assert group.load() == 3
+    flush.gate.set()
+    await asyncio.gather(first, *more)
+    assert group.load() == 0

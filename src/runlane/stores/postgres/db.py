@@ -222,6 +222,11 @@ class GroupCommit(Generic[W, R]):
         self._drainer: asyncio.Task[None] | None = None  # held: the loop keeps weak references
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def load(self) -> int:
+        """How many writes are in flight or waiting: one for the call in flight, if any, and
+        each waiting write (a caller that gave its write up included)."""
+        return int(self._busy) + len(self._waiting)
+
     async def __call__(self, item: W) -> R:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a store reopened under a new event loop: start afresh

@@ -17,6 +17,17 @@ Settlements of runs with a singleton key and nothing else to write (no child, co
 handler or step queue) have a group of their own (``KeyedSettlements``): every key lock of the
 group first (``lock_keys_of_runs``, hash order), then each one's ``settle``, in one round trip
 and one commit. They are apart from the plain writes, which never wait for a key lock.
+
+Two keyed groups may be in flight at once (``KEYED_IN_FLIGHT``), each on its own connection.
+A group's settles run one after another in one backend, so with a single group every hand-off
+of every key waited for one server process while the other core idled; two cut the batched
+per-key workload by about a tenth (benchmarks/notes.md), three or four no further. A
+settlement goes in the first group while nothing waits there (it goes alone, or next), so
+writes that come one by one group as before; once writes wait there, it goes in the group with
+the fewest in flight or waiting. Two groups never wait on each other's keys in a cycle: each
+takes its keys' locks first, in hash order, then the rows of the parents its settlements wake,
+in id order (``lock_parents_of_runs``); two settlements of one key are kept apart by its lock
+whichever groups they are in.
 """
 
 from __future__ import annotations
@@ -130,6 +141,9 @@ class PlainWrites:
         return outcome
 
 
+KEYED_IN_FLIGHT = 2
+"""How many groups of keyed settlements may be in flight at once (see the module)."""
+
 _Keyed = tuple[str, Call, Row]
 """A keyed settlement: its run, its own key-lock call and its ``settle`` parameters."""
 
@@ -138,14 +152,18 @@ class KeyedSettlements:
     """The group commit of settlements under singleton keys (see the module): each one's
     ``settle`` row, as ``settle`` returned it (None when it returned none)."""
 
-    def __init__(self, db: Database, most: int) -> None:
+    def __init__(self, db: Database, most: int, in_flight: int = KEYED_IN_FLIGHT) -> None:
         self._db = db
-        self._group: GroupCommit[_Keyed, Row | None] = GroupCommit(self._flush, most)
+        self._groups: tuple[GroupCommit[_Keyed, Row | None], ...] = tuple(
+            GroupCommit(self._flush, most) for _ in range(in_flight)
+        )
 
     async def settle(self, run_id: str, lock: Call, params: Row) -> Row | None:
         """Settle ``run_id`` by ``settle`` with ``params`` (``settle_params``), its key locked:
         by ``lock`` (its own ``lock_keys`` call) when it goes alone."""
-        return await self._group((run_id, lock, params))
+        first = self._groups[0]
+        group = first if first.load() <= 1 else min(self._groups, key=GroupCommit.load)
+        return await group((run_id, lock, params))
 
     async def _flush(self, batch: list[_Keyed]) -> list[Row | Exception | None]:
         if len(batch) == 1:
@@ -153,7 +171,11 @@ class KeyedSettlements:
         ids = pg_array(sorted(run_id for run_id, _, _ in batch))
         settles: list[Call] = [("settle", params) for _, _, params in batch]
         try:
-            _, *results = await self._db.batch(("lock_keys_of_runs", {"ids": ids}), *settles)
+            locks: list[Call] = [
+                ("lock_keys_of_runs", {"ids": ids}),
+                ("lock_parents_of_runs", {"ids": ids}),
+            ]
+            _, _, *results = await self._db.batch(*locks, *settles)
         except StoreUnavailableError:
             raise
         except psycopg.Error:

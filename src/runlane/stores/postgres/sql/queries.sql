@@ -38,6 +38,17 @@
 -- (A fragment.) The statuses of a run that waits for its wake-up.
 ('suspended', 'blocked')
 
+-- name: lock_parents_of_runs
+-- The rows of the parents of several runs (a group of settlements under keys, after their key
+-- locks), in id order: each settlement wakes its parent, so two groups in flight at once would
+-- otherwise lock the parents they share in the order of their settlements, and could wait on
+-- each other in a cycle.
+SELECT p.id FROM runlane_runs AS p
+WHERE p.id IN (SELECT parent_id FROM runlane_runs
+               WHERE id = ANY(%(ids)s::text[]) AND parent_id IS NOT NULL)
+ORDER BY p.id
+FOR UPDATE;
+
 -- name: lock_keys
 -- Admission locks: the given keys plus the singleton key of one run (reading that key
 -- unlocked is safe, a run's key never changes). Taken in hash order, so two transactions never
