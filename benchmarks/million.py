@@ -50,7 +50,7 @@ OUT = ROOT / "benchmarks" / "results" / "million.json"
 BASE = datetime(2020, 1, 1, tzinfo=UTC)
 STEP = timedelta(milliseconds=10)
 KEYED = "scale.keyed"
-FULL = {"finished": 1_000_000, "active": 10_000, "keys": 1000, "values": 100, "reps": 3}
+FULL = {"finished": 1_000_000, "active": 10_000, "keys": 1000, "values": 100, "reps": 5}
 QUICK = {"finished": 100_000, "active": 10_000, "keys": 1000, "values": 100, "reps": 1}
 
 

@@ -117,10 +117,12 @@ async def test_the_overviews_reads_search_their_indexes(
 @pytest.mark.parametrize(
     ("statement", "params", "wanted"),
     [
-        # The overview: each lane's active runs in the order of runs_singleton_active, so the
-        # running counts need no sort and no finished run is read.
-        ("lane_members", (None, None), "INDEX runs_singleton_active (singleton_key>?)"),
-        ("lane_members", (None, "k"), "INDEX runs_singleton_active (singleton_key>?)"),
+        # The overview: each lane's active runs from runs_singleton_active alone (it covers
+        # them), in its order, so the running counts need no sort, no table lookup and no
+        # finished run; the quota keys from runs_concurrency.
+        ("lane_members", (None, None), "COVERING INDEX runs_singleton_active (singleton_key>?)"),
+        ("lane_members", ("eu", "k"), "COVERING INDEX runs_singleton_active (singleton_key>?)"),
+        ("lane_members_of_quotas", (None, None), "INDEX runs_concurrency (concurrency_key>?)"),
         ("lane_runs_of_key", ("k", "k"), "INDEX runs_singleton_active (singleton_key=?)"),
         ("next_waiters", ("k", T0.isoformat(), 1, "k"), "INDEX runs_singleton_active"),
     ],
@@ -135,6 +137,8 @@ async def test_the_lanes_are_read_from_the_active_runs_index(
         plan = " | ".join(str(row[-1]) for row in rows)
     assert wanted in plan, plan
     assert "SCAN runs " not in plan + " ", plan
+    if statement == "lane_members":
+        assert "TEMP B-TREE" not in plan, plan
 
 
 @pytest.mark.parametrize(

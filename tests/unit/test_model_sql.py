@@ -76,6 +76,7 @@ OUTSIDE = {
         "lane_runs": "a read for operators",
         "lane_runs_of_key": "a read for operators",
         "lane_members": "a read for operators",
+        "lane_members_of_quotas": "a read for operators",
     },
 }
 

@@ -5,6 +5,7 @@ Each is one statement, so it sees one consistent snapshot of the file (WAL reade
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -265,12 +266,22 @@ def lane_members(
     """The first ``shown`` holders and non-holders of each lane (the statement reads them by
     lane, oldest first), with how many of each there are and the lane's newest limit: what
     PostgreSQL's ``lane_members`` counts with window functions. With ``key``, the statement
-    keeps the lanes whose stored key ends in it, and the exact match is made here."""
-    cursor = conn.cursor()
-    cursor.row_factory = None  # plain tuples: every active gated run is read for the page
-    rows = cursor.execute(SQL["lane_members"], (namespace, key))
+    keeps the lanes whose stored key ends in it, and the exact match is made here. The
+    singleton lanes and the quota keys are two statements, each in its index's order (one
+    UNION ALL of both was sorted whole); each lane is one statement's, counted from one
+    snapshot."""
+    rows = itertools.chain(_plain_rows(conn, "lane_members", (namespace, key)),
+                           _plain_rows(conn, "lane_members_of_quotas", (namespace, key)))  # fmt: skip
     lanes = ((row[0], row[1], bool(row[6]), row[7], row) for row in rows)
     return of_lane_key(first_of_each_lane(lanes, shown, lane_member), key)
+
+
+def _plain_rows(conn: Conn, name: str, params: tuple[object, ...]) -> sqlite3.Cursor:
+    """Statement ``name``'s rows as plain tuples (every active gated run is read for the
+    lanes page: no row object each)."""
+    cursor = conn.cursor()
+    cursor.row_factory = None
+    return cursor.execute(SQL[name], params)
 
 
 def limited_runs(conn: Conn, now: datetime) -> list[Run]:
