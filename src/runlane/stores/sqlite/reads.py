@@ -1,6 +1,8 @@
 """The SQLite store's reads: single queries, run on the store's connection outside a transaction.
 
-Each is one statement, so it sees one consistent snapshot of the file (WAL readers never block).
+Each is one statement, so it sees one consistent snapshot of the file (WAL readers never block);
+the lanes overview is two, one for the singleton lanes and one for the quota keys, so each lane
+is still counted from one snapshot.
 """
 
 from __future__ import annotations
@@ -270,8 +272,10 @@ def lane_members(
     singleton lanes and the quota keys are two statements, each in its index's order (one
     UNION ALL of both was sorted whole); each lane is one statement's, counted from one
     snapshot."""
-    rows = itertools.chain(_plain_rows(conn, "lane_members", (namespace, key)),
-                           _plain_rows(conn, "lane_members_of_quotas", (namespace, key)))  # fmt: skip
+    rows = itertools.chain.from_iterable(
+        _plain_rows(conn, name, (namespace, key))
+        for name in ("lane_members", "lane_members_of_quotas")
+    )
     lanes = ((row[0], row[1], bool(row[6]), row[7], row) for row in rows)
     return of_lane_key(first_of_each_lane(lanes, shown, lane_member), key)
 

@@ -159,8 +159,8 @@ ORDER BY singleton_key, created_at, id
 
 -- name: lane_members_of_quotas
 -- lane_members' twin for the quota keys: ``holds`` says the quota counts the run (its gate's
--- statuses; every active status without them). Apart from the singleton lanes' statement, as
--- one UNION ALL of the two sorted both in a temporary B-tree. Parameters as lane_members'.
+-- statuses; every active status without them). A statement of its own: a UNION ALL of the two
+-- was sorted whole in a temporary B-tree. Parameters as lane_members'.
 SELECT 'concurrency' AS kind, concurrency_key AS name, id, workflow, status, created_at,
        (concurrency_limit IS NULL OR coalesce(json_array_length(concurrency_statuses), 0) = 0
         OR status IN (SELECT value FROM json_each(concurrency_statuses))) AS holds,
