@@ -503,8 +503,10 @@ def test_worker_logs_each_run_that_fails(db: str, app: str) -> None:
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=20)
     assert worker.returncode == 0, err
-    [line] = [line for line in err.splitlines() if "b1" in line]
-    assert "WARNING runlane.execution: run b1 (blow-up@1) failed: ValueError: boom: x" in line
+    # Once, though other lines may name the run (a lease renewal late on a loaded machine).
+    failed = [line for line in err.splitlines() if "run b1 (blow-up@1) failed" in line]
+    assert len(failed) == 1, err
+    assert "WARNING runlane.execution: run b1 (blow-up@1) failed: ValueError: boom: x" in failed[0]
 
 
 def test_serve_refuses_a_public_address_without_a_token(
