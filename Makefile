@@ -29,14 +29,14 @@ $(DEMO_STAMP): pyproject.toml $(LOCK)
 demo: $(DEMO_STAMP)
 	$(DEMO_VENV)/bin/runlane demo
 
-# Two phases (tests/conftest.py): the suite on two workers, then the heavy tests one at a time.
+# Two phases (tests/conftest.py): the suite on two workers, then the heavy tests on three.
 # Exit code 5 is "no test selected", which a PYTEST_ARGS selection can leave one phase with.
 # The heavy phase needs no schemathesis plugin (the HTTP fuzz test is in the first), whose
 # session-end import (under assertion rewriting) failed with CPython 3.11.7's "AST constructor
 # recursion depth mismatch" after the heavy tests, Hypothesis's among them, ran in that process.
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not heavy" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(PY) -m pytest -q -p no:cacheprovider -p no:schemathesis -m heavy $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -q -p no:cacheprovider -p no:schemathesis -n 3 -m heavy $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks chaos docs/examples

@@ -18,12 +18,13 @@ import pytest
 from runlane.stores import MemoryStore
 from runlane.stores.base import Store
 
-# ``make test`` runs in two phases: the tests below marked ``heavy`` (they start processes or
-# servers, or lean on timing: heartbeats, leases and step timeouts of a fraction of a second)
-# run one at a time with the machine to themselves; everything else runs first, on two xdist
-# workers (each with its own session, so its own database). Run beside other tests, a heavy one
-# overran PostgreSQL's 100 connections or saw a beat late enough to fail a run for the wrong
-# reason.
+# ``make test`` runs in two phases on xdist workers (each with its own session, so its own
+# database): everything else first, on two, then the tests below marked ``heavy`` (they start
+# processes or servers, or lean on timing: heartbeats, leases and step timeouts of a fraction
+# of a second) on three, with the machine to themselves. Run beside the first phase, whose
+# workers keep both cores busy, a heavy one overran PostgreSQL's 100 connections or saw a beat
+# late enough to fail a run for the wrong reason; heavy tests mostly wait (run one at a time,
+# the phase took 12 minutes and 5.6 minutes of CPU), so three side by side take 5.
 HEAVY_MODULES = {
     # processes and servers
     "test_cli",

@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 APP = deploy_app.__name__
 MEMBERS = ["engine-0", "worker-0", "engine-1", "worker-1", "engine-2"]
-BETWEEN = 3.0  # seconds between two members' restarts
+BETWEEN = 2.0  # seconds between two members' restarts
 SETTLE = 90.0  # seconds every run has to end once the starts stop
 
 

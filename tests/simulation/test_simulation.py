@@ -54,7 +54,7 @@ class DeepMemoryWorkerCluster(MemoryWorkerCluster):
     """The deeper search: longer runs of more examples (the heavy tier only)."""
 
 
-DEEP_EXAMPLES = int(os.environ.get("RUNLANE_SIM_EXAMPLES", "400"))
+DEEP_EXAMPLES = int(os.environ.get("RUNLANE_SIM_EXAMPLES", "250"))
 TestDeepMemoryWorkerCluster = pytest.mark.timeout(max(600, DEEP_EXAMPLES))(
     pytest.mark.slow(DeepMemoryWorkerCluster.TestCase)
 )
