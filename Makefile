@@ -34,6 +34,9 @@ demo: $(DEMO_STAMP)
 # The heavy phase needs no schemathesis plugin (the HTTP fuzz test is in the first), whose
 # session-end import (under assertion rewriting) failed with CPython 3.11.7's "AST constructor
 # recursion depth mismatch" after the heavy tests, Hypothesis's among them, ran in that process.
+# Bytecode files are written (a PYTHONDONTWRITEBYTECODE in the environment is lifted): without
+# them every pytest worker rewrites and compiles each test module again, 8 s of CPU apiece.
+test: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider -n 2 -m "not heavy" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(PY) -m pytest -q -p no:cacheprovider -p no:schemathesis -n 3 -m heavy $(PYTEST_ARGS) || [ $$? -eq 5 ]

@@ -1392,9 +1392,19 @@ ORDER BY e.id;
 SELECT queue, fairness_key, served FROM runlane_queue_keys;
 
 -- name: reset
-TRUNCATE runlane_signals, runlane_steps, runlane_events, runlane_runs, runlane_schedules,
-    runlane_queues, runlane_queue_entries, runlane_queue_keys, runlane_engines, runlane_audit,
-    runlane_attribute_runs RESTART IDENTITY;
+-- Every runlane table emptied, its sequences restarted (tests share one database for a
+-- session). DELETE, not TRUNCATE: on a test's few rows TRUNCATE's new files and their fsync
+-- took 75 ms, these 2 ms.
+WITH signals AS (DELETE FROM runlane_signals), steps AS (DELETE FROM runlane_steps),
+    events AS (DELETE FROM runlane_events), runs AS (DELETE FROM runlane_runs),
+    schedules AS (DELETE FROM runlane_schedules), queues AS (DELETE FROM runlane_queues),
+    entries AS (DELETE FROM runlane_queue_entries), keys AS (DELETE FROM runlane_queue_keys),
+    engines AS (DELETE FROM runlane_engines), audit AS (DELETE FROM runlane_audit),
+    attributes AS (DELETE FROM runlane_attribute_runs)
+SELECT setval(pg_get_serial_sequence('runlane_signals', 'id'), 1, false),
+    setval(pg_get_serial_sequence('runlane_events', 'seq'), 1, false),
+    setval(pg_get_serial_sequence('runlane_queue_entries', 'id'), 1, false),
+    setval(pg_get_serial_sequence('runlane_audit', 'id'), 1, false);
 
 -- name: save_schedule
 -- A schedule's definition, pause flag and timing; an existing one keeps its creation time and
