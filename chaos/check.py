@@ -400,13 +400,20 @@ def _pauses(evidence: Evidence, findings: Findings) -> None:
 
 
 def _forks(evidence: Evidence, findings: Findings) -> None:
-    """A fork runs none of the steps it reused, and reuses the original's records as they are."""
+    """A fork runs none of the steps it reused, and reuses the original's records as they are.
+    It reuses the records before its point that the original had settled when it was made: one
+    the original settled later (its write held up by an outage) the fork executes itself, and
+    that record finished after the fork was created."""
     for run in evidence.runs.values():
         if run.forked_from is None:
             continue
         source, point = run.forked_from
         original = {r.seq: r for r in evidence.steps.get(source, [])}
-        reused = [r for r in evidence.steps.get(run.id, []) if r.seq < point]
+        reused = [
+            r
+            for r in evidence.steps.get(run.id, [])
+            if r.seq < point and not (r.finished_at is not None and r.finished_at > run.created_at)
+        ]
         for record in reused:
             was = original.get(record.seq)
             if was is None or (was.kind, was.name, was.output) != (

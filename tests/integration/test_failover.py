@@ -249,7 +249,7 @@ def test_a_fleet_through_synchronous_failovers_keeps_every_invariant_and_loses_n
     primary and a synchronous standby, failed over every few seconds: every invariant holds,
     every acknowledged start exists, every run completes, no step runs more than twice, and
     of what an old primary had committed, the store lacks only writes still in flight."""
-    options = Options(22, 37, tmp_path / "report.md", "sync", faults=("failover",))
+    options = Options(30, 37, tmp_path / "report.md", "sync", faults=("failover",))
     outcome = run_chaos(options)
     assert outcome.injector.counts["failover"] >= 3, outcome.injector.counts
     assert not outcome.findings.failed, offenders(outcome.findings)

@@ -477,6 +477,25 @@ def test_a_fork_that_runs_a_step_it_reused_breaks_the_fork_invariant() -> None:
     assert check(evidence).offences["fork"] == ["s1.fork.1 seq 1: not the original's record"]
 
 
+def test_a_fork_made_before_its_original_settled_the_reused_step_runs_it_itself() -> None:
+    # The original's record of a was written after the fork was made (held up by a failover):
+    # the fork copied nothing before its point and executed a, recording it after its creation.
+    source, records, log = _plain("s1")
+    fork, fork_records = _fork("s1", "s1.fork.1")
+    mine = {label: f"s1.fork.1-{label}" for label in "abc"}
+    own_fork = replace(fork, output={"tokens": mine})
+    own_a = replace(_step("s1.fork.1", 1, "a", mine["a"]), finished_at=T0 + timedelta(seconds=1))
+    own = [_exec("s1.fork.1", label, 5.0 + i) for i, label in enumerate("abc")]
+    record = [{"event": "forked", "run": "s1.fork.1", "source": "s1", "workflow": "c.plain"}]
+    runs = {"s1": records, "s1.fork.1": [own_a, *fork_records[1:]]}
+    assert _counts(_evidence([source, own_fork], runs, [*log, *own], record)) == {}
+    # A record settled by the fork's creation was copied: executing its step again is an offence.
+    copied = replace(fork_records[0], finished_at=T0)
+    runs = {"s1": records, "s1.fork.1": [copied, *fork_records[1:]]}
+    evidence = _evidence([source, fork], runs, [*log, *own], record)
+    assert check(evidence).offences["fork"] == ["s1.fork.1: executed step a, reused from s1"]
+
+
 def test_an_update_answered_twice_or_wrong_breaks_the_update_invariant() -> None:
     token, asked = "d1-a", {"n": 1}
     reply = {"token": token, "payload": asked}
