@@ -409,11 +409,10 @@ def _forks(evidence: Evidence, findings: Findings) -> None:
             continue
         source, point = run.forked_from
         original = {r.seq: r for r in evidence.steps.get(source, [])}
-        reused = [
-            r
-            for r in evidence.steps.get(run.id, [])
-            if r.seq < point and not (r.finished_at is not None and r.finished_at > run.created_at)
-        ]
+        made = run.created_at
+        steps = evidence.steps.get(run.id, [])
+        # Settled by the fork's creation (a record without a finish time counts as settled).
+        reused = [r for r in steps if r.seq < point and (r.finished_at or made) <= made]
         for record in reused:
             was = original.get(record.seq)
             if was is None or (was.kind, was.name, was.output) != (
